@@ -1,0 +1,66 @@
+"""The `Robot` interface every device and simulator implements.
+
+The actor drives it like this (one control tick every `spec.dt` seconds)::
+
+    robot.connect()
+    obs = robot.reset(seed=0)
+    while running:
+        action = next_action(obs)           # from the current action chunk
+        applied = robot.send_action(action) # after safety clipping; what the robot will do
+        obs = robot.get_observation()
+        outcome = robot.outcome()           # reward / success / terminated, if the robot knows
+    robot.close()
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from hal.spec import Observation, Outcome, RobotSpec
+
+
+class RobotError(RuntimeError):
+    """A robot failed (disconnected, not connected, hardware fault)."""
+
+
+class Robot(abc.ABC):
+    """A robot or simulator. Constructors do no I/O; `connect()` does."""
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> RobotSpec:
+        """Static description, available before `connect()`."""
+
+    @abc.abstractmethod
+    def connect(self) -> None:
+        """Open the device (or build the simulation). Idempotent."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the device. Idempotent; safe to call after a failed connect."""
+
+    @abc.abstractmethod
+    def get_observation(self) -> Observation:
+        """Read the current state (and camera frames)."""
+
+    @abc.abstractmethod
+    def send_action(self, action: np.ndarray) -> np.ndarray:
+        """Command joint targets (rad); returns the action actually applied after clipping."""
+
+    def reset(self, *, seed: int | None = None) -> Observation:
+        """Start an episode. Real robots have no reset of their own: they report where they are."""
+        del seed
+        return self.get_observation()
+
+    def outcome(self) -> Outcome:
+        """Reward and success for the last tick; robots without a task signal report nothing."""
+        return Outcome()
+
+    def __enter__(self) -> "Robot":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""Static descriptions of a robot, readable before it is connected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class SpecMismatch(ValueError):
+    """An action or observation does not match the robot's spec (shape, dtype, finiteness)."""
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """One RGB camera: frames are uint8 arrays of shape (height, width, 3)."""
+
+    name: str
+    height: int
+    width: int
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """What a robot is, independent of whether it is connected.
+
+    Joint angles are in rad; `hz` is the control rate in ticks per second. Actions are absolute
+    joint-position targets, one per joint, clipped to `[joint_low, joint_high]` before they
+    reach the hardware. `features` names extra vector observations (task state such as a target
+    position, in metres) with their lengths.
+    """
+
+    name: str
+    joint_names: tuple[str, ...]
+    joint_low: tuple[float, ...]
+    joint_high: tuple[float, ...]
+    hz: float
+    cameras: tuple[CameraSpec, ...] = ()
+    features: tuple[tuple[str, int], ...] = ()
+    max_step_rad: float = float("inf")  # largest change of a joint target per tick, rad
+    control_mode: str = "joint_position"
+
+    def __post_init__(self) -> None:
+        n = len(self.joint_names)
+        if len(self.joint_low) != n or len(self.joint_high) != n:
+            raise SpecMismatch(
+                f"robot {self.name}: {n} joints but {len(self.joint_low)} lower and "
+                f"{len(self.joint_high)} upper limits"
+            )
+        if any(lo >= hi for lo, hi in zip(self.joint_low, self.joint_high)):
+            raise SpecMismatch(f"robot {self.name}: every joint_low must be below joint_high")
+        if self.hz <= 0:
+            raise SpecMismatch(f"robot {self.name}: hz must be positive, got {self.hz}")
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def state_dim(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def dt(self) -> float:
+        """Control period in seconds."""
+        return 1.0 / self.hz
+
+    @property
+    def low(self) -> np.ndarray:
+        return np.asarray(self.joint_low, dtype=np.float32)
+
+    @property
+    def high(self) -> np.ndarray:
+        return np.asarray(self.joint_high, dtype=np.float32)
+
+    def feature_dims(self) -> dict[str, int]:
+        return dict(self.features)
+
+    def signature(self) -> dict[str, object]:
+        """A plain, comparable summary used to check that checkpoints and data fit this robot."""
+        return {
+            "name": self.name,
+            "joints": list(self.joint_names),
+            "features": [[k, n] for k, n in self.features],
+            "cameras": [[c.name, c.height, c.width] for c in self.cameras],
+        }
+
+    def check_action(self, action: np.ndarray) -> np.ndarray:
+        """Return `action` as float32 of shape (action_dim,), or raise SpecMismatch."""
+        a = np.asarray(action, dtype=np.float32)
+        if a.shape != (self.action_dim,):
+            raise SpecMismatch(
+                f"action has shape {a.shape}, robot {self.name} expects ({self.action_dim},)"
+            )
+        if not np.all(np.isfinite(a)):
+            raise SpecMismatch(f"action for robot {self.name} contains NaN/Inf: {a.tolist()}")
+        return a
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One timestamped reading of a robot.
+
+    `timestamp` is `time.monotonic()` seconds at capture; `state` holds joint positions in rad;
+    `features` holds task vectors named in the spec; `images` holds uint8 HxWx3 frames by camera.
+    """
+
+    timestamp: float
+    state: np.ndarray
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        """Flat mapping used by policies: 'state', each feature, and each camera by name."""
+        out: dict[str, np.ndarray] = {"state": self.state}
+        out.update(self.features)
+        out.update(self.images)
+        return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the task says about the last tick: reward, success, and whether the episode ended."""
+
+    reward: float = 0.0
+    success: bool = False
+    terminated: bool = False

@@ -1,0 +1,98 @@
+"""The `Policy` interface: observations in, action chunks out. Pure torch, no I/O.
+
+The actor calls it like this::
+
+    chunk = policy.predict_chunk(obs, forwarded_state=state_at_chunk_start)
+    for action in chunk.actions:          # one per control tick, chunk.dt seconds apart
+        robot.send_action(action)
+    ...
+    policy.load_weights(version, arrays)  # between ticks, when the learner publishes
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+class WeightsMismatch(ValueError):
+    """Weights that do not fit this policy's architecture (names or shapes differ)."""
+
+
+@dataclass(frozen=True)
+class ActionChunk:
+    """`actions[H, A]`: joint targets (rad) for H consecutive ticks, `dt` seconds apart."""
+
+    actions: np.ndarray
+    dt: float
+    policy_version: int
+
+
+class Policy(abc.ABC):
+    """Maps an observation (flat mapping of named arrays) to an action chunk."""
+
+    version: int = -1  # -1 until weights from a learner are loaded
+
+    @property
+    @abc.abstractmethod
+    def architecture(self) -> str:
+        """A string naming the shapes; weights are only accepted from the same architecture."""
+
+    @abc.abstractmethod
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+    ) -> ActionChunk:
+        """Actions for the ticks starting when the chunk will execute. `forwarded_state` is the
+        predicted joint state at that tick; `prefix` holds actions already committed for it."""
+
+    @abc.abstractmethod
+    def module(self) -> torch.nn.Module:
+        """The torch module whose parameters are synced from the learner."""
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy() for k, v in self.module().state_dict().items()}
+
+    def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Swap in new parameters; on any mismatch raise WeightsMismatch and keep the old ones."""
+        current = self.module().state_dict()
+        if set(arrays) != set(current):
+            missing, extra = sorted(set(current) - set(arrays)), sorted(set(arrays) - set(current))
+            raise WeightsMismatch(f"weights v{version} do not fit {self.architecture}: "
+                                  f"missing {missing[:3]}, unexpected {extra[:3]}")
+        for k, v in current.items():
+            if tuple(arrays[k].shape) != tuple(v.shape):
+                raise WeightsMismatch(f"weights v{version}: '{k}' has shape {tuple(arrays[k].shape)}, "
+                                      f"{self.architecture} expects {tuple(v.shape)}")
+        self.module().load_state_dict({k: torch.as_tensor(np.array(a)) for k, a in arrays.items()})
+        self.version = version
+
+
+_REGISTRY: dict[str, Callable[..., Policy]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Policy]]:
+    """Class decorator: make a policy constructible by name from configs."""
+
+    def deco(cls: Callable[..., Policy]) -> Callable[..., Policy]:
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def make_policy(name: str, **kwargs: object) -> Policy:
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown policy '{name}'; available: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](**kwargs)
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,143 @@
+"""State-based MLP networks: a tanh-squashed Gaussian actor and twin Q critics (for SAC)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.base import ActionChunk, Policy, register
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def mlp(sizes: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class GaussianActor(nn.Module):
+    """obs -> (mean, log_std) of a Gaussian squashed by tanh into [-1, 1] per action dim."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.trunk = mlp([obs_dim, *hidden])
+        self.head = nn.Linear(hidden[-1], 2 * act_dim)
+        self.act_dim = act_dim
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.relu(self.trunk(obs))
+        mean, log_std = self.head(h).chunk(2, dim=-1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+        return mean, log_std
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised squashed sample and its log-probability (summed over dims)."""
+        mean, log_std = self(obs)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        a = torch.tanh(u)
+        log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
+        log_prob = log_prob - (2 * (np.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+        return a, log_prob
+
+    def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return torch.tanh(self(obs)[0])
+        return self.sample(obs)[0]
+
+
+class TwinCritic(nn.Module):
+    """Two independent Q(obs, normalised action) heads."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.q1 = mlp([obs_dim + act_dim, *hidden, 1])
+        self.q2 = mlp([obs_dim + act_dim, *hidden, 1])
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, act], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+
+def flatten_obs(obs: Mapping[str, np.ndarray | torch.Tensor], keys: Sequence[str]) -> torch.Tensor:
+    """Concatenate the named vector observations (last axis) into one float32 tensor."""
+    parts = [torch.as_tensor(obs[k], dtype=torch.float32) for k in keys]
+    return torch.cat(parts, dim=-1)
+
+
+@register("mlp")
+class MLPPolicy(Policy):
+    """SAC's actor as a `Policy`, chunk length 1. The network's output in [-1, 1] becomes an
+    absolute joint target (rad) either across the joint range (`action_mode="absolute"`) or as a
+    step of at most `delta_scale` rad from the conditioning joint state (`"delta"`: closed-loop,
+    much faster to learn for reaching). Robots always receive absolute targets."""
+
+    def __init__(
+        self,
+        obs_keys: Sequence[str],
+        obs_dims: Sequence[int],
+        action_low: Sequence[float],
+        action_high: Sequence[float],
+        hidden: Sequence[int] = (256, 256),
+        dt: float = 1 / 30,
+        deterministic: bool = False,
+        action_mode: str = "delta",
+        delta_scale: float = 0.15,
+    ) -> None:
+        if action_mode not in ("absolute", "delta"):
+            raise ValueError(f"action_mode must be 'absolute' or 'delta', not {action_mode!r}")
+        self.action_mode = action_mode
+        self.delta_scale = float(delta_scale)
+        self.obs_keys = tuple(obs_keys)
+        self.obs_dim = int(sum(obs_dims))
+        self.low = np.asarray(action_low, dtype=np.float32)
+        self.high = np.asarray(action_high, dtype=np.float32)
+        self.hidden = tuple(hidden)
+        self.dt = dt
+        self.deterministic = deterministic
+        self.net = GaussianActor(self.obs_dim, len(self.low), self.hidden)
+        self.version = -1
+
+    @property
+    def architecture(self) -> str:
+        return f"mlp-{self.action_mode}:{self.obs_dim}-{'-'.join(map(str, self.hidden))}-{len(self.low)}"
+
+    def module(self) -> nn.Module:
+        return self.net
+
+    def to_robot(self, a_norm: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """Map normalised actions in [-1, 1] to joint targets in rad (`state`: joints, rad)."""
+        if self.action_mode == "delta":
+            return np.clip(state + self.delta_scale * a_norm, self.low, self.high)
+        return self.low + (a_norm + 1.0) * 0.5 * (self.high - self.low)
+
+    def to_normalized(self, action: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """Inverse of `to_robot`, clipped to [-1, 1] (the learner's view of a stored action)."""
+        if self.action_mode == "delta":
+            a = (action - state) / self.delta_scale
+        else:
+            a = 2.0 * (action - self.low) / (self.high - self.low) - 1.0
+        return np.clip(a, -1.0, 1.0)
+
+    @torch.no_grad()
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+    ) -> ActionChunk:
+        del prefix  # chunk length 1: nothing to keep fixed
+        if forwarded_state is not None:
+            obs = {**obs, "state": forwarded_state}
+        x = flatten_obs(obs, self.obs_keys).unsqueeze(0)
+        a = self.net.act(x, self.deterministic)[0].numpy()
+        target = self.to_robot(a, np.asarray(obs["state"], dtype=np.float32))
+        return ActionChunk(target[None, :].astype(np.float32), self.dt, self.version)

@@ -1,0 +1,155 @@
+"""The actor: runs one robot's control loop, feeds the adder, swaps in new weights between ticks.
+
+Chunks are executed one action per tick; a new chunk is requested when the current one runs out
+(chunk length 1 here: inference inline. The asynchronous inference engine replaces this).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
+
+import numpy as np
+
+from hal.robot import Robot
+from hal.safety import SafeRobot
+from policies.base import Policy, WeightsMismatch
+from robo_async.actor.adder import Adder
+from robo_async.transport.channels import TransitionSender, WeightClient
+from robo_async.transport.wire import EpisodeStats, Heartbeat
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    actor_id: int
+    data_address: str
+    weights_address: str
+    episode_ticks: int = 50  # truncate episodes after this many ticks
+    realtime: bool = False  # pace ticks at the robot's hz; never wait on the learner
+    flush_every: int = 32  # transitions per message
+    heartbeat_s: float = 1.0
+    seed: int = 0
+    start_seq: int = 0
+    start_episode: int = 0
+    first_status_timeout_s: float = 60.0
+    max_steps: int | None = None  # stop after this many env steps (benchmarks, tests)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class LearnerUnavailable(RuntimeError):
+    pass
+
+
+class Actor:
+    """One control loop. `run()` returns when `stop` is set, the learner says it is stopping,
+    or `max_steps` is reached."""
+
+    def __init__(self, robot: Robot, policy: Policy, config: ActorConfig) -> None:
+        self.robot = robot if isinstance(robot, SafeRobot) else SafeRobot(robot)
+        self.policy = policy
+        self.config = config
+        self.env_steps = 0
+        self.episodes = config.start_episode
+        self.versions_seen: list[int] = []
+        self._rng = np.random.default_rng(config.seed)
+        self._bad_weights_logged: set[int] = set()
+
+    def _swap_weights(self, client: WeightClient) -> None:
+        w = client.take_weights()
+        if w is None:
+            return
+        try:
+            if w.architecture and w.architecture != self.policy.architecture:
+                raise WeightsMismatch(f"weights v{w.version} are for {w.architecture}, "
+                                      f"this actor runs {self.policy.architecture}")
+            self.policy.load_weights(w.version, w.arrays)
+            self.versions_seen.append(w.version)
+        except WeightsMismatch as e:
+            if w.version not in self._bad_weights_logged:
+                log.error("actor %d rejected weights, keeping v%d: %s", self.config.actor_id, self.policy.version, e)
+                self._bad_weights_logged.add(w.version)
+
+    def _act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        if self.policy.version < 0:  # no weights yet: uniform random joint targets
+            spec = self.robot.spec
+            return self._rng.uniform(spec.low, spec.high).astype(np.float32)
+        return self.policy.predict_chunk(obs).actions[0]
+
+    def _wait_for_allowance(self, client: WeightClient, stop: Event) -> bool:
+        """In as-fast-as-possible sim mode, pause while the learner is behind (rate limiter).
+        Returns False if the run should end."""
+        deadline = time.monotonic() + self.config.first_status_timeout_s
+        while not stop.is_set():
+            st = client.status
+            if st is None:
+                if time.monotonic() > deadline:
+                    raise LearnerUnavailable(
+                        f"actor {self.config.actor_id}: no word from the learner at "
+                        f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s")
+            elif st.stopping:
+                return False
+            elif st.env_steps < st.allowed_env_steps or self.config.realtime:
+                return True
+            time.sleep(0.001)
+        return False
+
+    def run(self, stop: Event) -> None:
+        cfg = self.config
+        sender = TransitionSender(cfg.data_address)
+        client = WeightClient(cfg.weights_address).start()
+        adder = Adder(cfg.actor_id, sender, cfg.flush_every, start_seq=cfg.start_seq)
+        self.robot.connect()
+        try:
+            self._loop(stop, client, adder)
+        finally:
+            adder.flush()
+            self.robot.close()
+            client.close()
+            sender.close()
+
+    def _loop(self, stop: Event, client: WeightClient, adder: Adder) -> None:
+        cfg = self.config
+        obs = self.robot.reset(seed=cfg.seed * 100_003 + self.episodes).as_dict()
+        ep_return, ep_len, ep_success = 0.0, 0, False
+        next_beat = time.monotonic() + cfg.heartbeat_s
+        dt = self.robot.spec.dt
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            if cfg.realtime:  # hold the control rate: tick k starts at t0 + k * dt
+                next_tick += dt
+                delay = next_tick - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                else:
+                    next_tick = time.monotonic()
+            if cfg.max_steps is not None and self.env_steps >= cfg.max_steps:
+                break
+            self._swap_weights(client)  # between ticks, never mid-inference
+            if not cfg.realtime and not self._wait_for_allowance(client, stop):
+                break
+            version = self.policy.version
+            applied = self.robot.send_action(self._act(obs))
+            out = self.robot.outcome()
+            next_obs = self.robot.get_observation().as_dict()
+            ep_len += 1
+            truncated = ep_len >= cfg.episode_ticks and not out.terminated
+            adder.add(obs, applied, out.reward, next_obs, out.terminated, truncated, version)
+            self.env_steps += 1
+            ep_return += out.reward
+            ep_success = ep_success or out.success
+            obs = next_obs
+            if out.terminated or truncated:
+                adder.send_episode(EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len, ep_success, version))
+                self.episodes += 1
+                obs = self.robot.reset(seed=cfg.seed * 100_003 + self.episodes).as_dict()
+                ep_return, ep_len, ep_success = 0.0, 0, False
+            if time.monotonic() >= next_beat:
+                next_beat += cfg.heartbeat_s
+                st = self.robot.stats
+                adder.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version,
+                                               {"clipped": st.clipped, "rejected": st.rejected,
+                                                "pending": adder.pending}))

@@ -1,0 +1,122 @@
+"""The local launcher: learner and actors as processes on this machine, supervised.
+
+Shutdown: the learner stopping (solved, budget) ends the run; any process dying ends it with a
+message naming which and why; Ctrl-C sets `stop` so the learner writes a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from robo_async.launch.builders import TrainPlan
+from robo_async.launch.processes import actor_main, learner_main, with_addresses
+from robo_async.launch.progress import ProgressDisplay
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class RunResult:
+    reason: str
+    checkpoint: str | None
+    progress: dict[str, float]
+    interrupted: bool = False
+
+
+def _drain_errors(errors: mp.Queue) -> dict[str, str]:
+    out = {}
+    while True:
+        try:
+            who, msg = errors.get_nowait()
+        except queue.Empty:
+            return out
+        out[who] = msg
+
+
+def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
+    ctx = mp.get_context("spawn")
+    stop, status, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
+    learner = ctx.Process(target=learner_main, args=(plan.learner, stop, status, errors), name="learner")
+    learner.start()
+    procs: dict[str, mp.Process] = {"learner": learner}
+    progress: dict[str, float] = {}
+    done: dict | None = None
+    interrupted = False
+    try:
+        deadline = time.monotonic() + plan.start_timeout_s
+        addresses = None
+        while addresses is None:
+            try:
+                kind, payload = status.get(timeout=0.2)
+                if kind == "ready":
+                    addresses = payload
+            except queue.Empty:
+                pass
+            if not learner.is_alive():
+                why = _drain_errors(errors).get("learner", f"exit code {learner.exitcode}")
+                raise RunFailed(f"the learner failed to start: {why}")
+            if time.monotonic() > deadline:
+                raise RunFailed(f"the learner did not start within {plan.start_timeout_s:.0f} s")
+        for cfg in plan.actors:
+            p = ctx.Process(target=actor_main, name=f"actor-{cfg.actor_id}",
+                            args=(plan.task, plan.policy, with_addresses(cfg, *addresses), stop, errors))
+            p.start()
+            procs[f"actor {cfg.actor_id}"] = p
+        while done is None:
+            try:
+                kind, payload = status.get(timeout=0.2)
+                if kind == "progress":
+                    progress = payload
+                    display.update(progress)
+                elif kind == "done":
+                    done = payload
+            except queue.Empty:
+                pass
+            for who, p in procs.items():
+                if not p.is_alive() and done is None and not (who == "learner" and p.exitcode == 0):
+                    why = _drain_errors(errors).get(who, f"exit code {p.exitcode}")
+                    raise RunFailed(f"{who} (pid {p.pid}) died: {why}; stopping the run")
+    except KeyboardInterrupt:
+        interrupted = True
+        display.message("[yellow]Ctrl-C: stopping; the learner writes a final checkpoint...[/]")
+    finally:
+        stop.set()
+        finals: list[dict] = []
+
+        def drain() -> None:  # keep reading so no child blocks at exit on a full pipe
+            while True:
+                try:
+                    kind, payload = status.get_nowait()
+                except queue.Empty:
+                    return
+                if kind == "done":
+                    finals.append(payload)
+
+        _shutdown(procs, plan.shutdown_timeout_s, drain)
+        drain()
+        if done is None and finals:
+            done = finals[-1]
+    if done is None:
+        return RunResult("interrupted", None, progress, interrupted)
+    return RunResult(done.pop("reason"), done.pop("checkpoint"), done, interrupted)
+
+
+def _shutdown(procs: dict[str, mp.Process], timeout_s: float, drain: Callable[[], None]) -> None:
+    deadline = time.monotonic() + timeout_s
+    # Actors first (they flush), then the learner (it saves).
+    for who, p in sorted(procs.items(), key=lambda kv: kv[0] == "learner"):
+        while p.is_alive() and time.monotonic() < deadline:
+            drain()
+            p.join(0.1)
+        if p.is_alive():
+            p.terminate()
+            p.join(2.0)
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)

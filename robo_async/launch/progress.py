@@ -1,0 +1,63 @@
+"""Progress display: a live rich table on a terminal, periodic one-line summaries otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+def _fmt(p: dict[str, float]) -> dict[str, str]:
+    sr = p.get("charts/success_rate")
+    return {
+        "elapsed": f"{p.get('time/elapsed_s', 0):.0f} s",
+        "env steps": f"{int(p.get('time/env_steps', 0)):,}",
+        "steps/s": f"{p.get('time/env_steps_per_s', 0):.0f}",
+        "updates": f"{int(p.get('time/updates', 0)):,}",
+        "updates/s": f"{p.get('time/updates_per_s', 0):.0f}",
+        "episodes": f"{int(p.get('time/episodes', 0))}",
+        "success": "-" if sr is None else f"{sr:.0%}",
+        "policy v": f"{int(p.get('charts/policy_version', 0))}",
+        "version lag": f"{p.get('charts/version_lag', 0):.1f}",
+    }
+
+
+class ProgressDisplay:
+    def __init__(self, title: str, every_s: float = 5.0, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=False)
+        self.title = title
+        self._live: Live | None = None
+        self._every = every_s
+        self._next = 0.0
+        self._tty = sys.stdout.isatty()
+
+    def __enter__(self) -> "ProgressDisplay":
+        if self._tty:
+            self._live = Live(self._table({}), console=self.console, refresh_per_second=4)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def _table(self, p: dict[str, float]) -> Table:
+        t = Table(title=self.title)
+        cells = _fmt(p)
+        for k in cells:
+            t.add_column(k, justify="right")
+        t.add_row(*cells.values())
+        return t
+
+    def update(self, progress: dict[str, float]) -> None:
+        if self._live is not None:
+            self._live.update(self._table(progress))
+        elif time.monotonic() >= self._next:
+            self._next = time.monotonic() + self._every
+            print("  ".join(f"{k}={v}" for k, v in _fmt(progress).items()), flush=True)
+
+    def message(self, text: str) -> None:
+        self.console.print(text)

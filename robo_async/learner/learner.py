@@ -1,0 +1,255 @@
+"""The learner: ingests transitions, runs SAC under the rate limiter, publishes weights,
+logs metrics and writes checkpoints. One instance per run, in its own process.
+
+    learner = Learner(config)           # no I/O
+    learner.open()                      # bind sockets, restore a checkpoint if resuming
+    while not learner.done():
+        learner.step()                  # drain messages, maybe update, publish, log, checkpoint
+    learner.save(); learner.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from policies.mlp import MLPPolicy, flatten_obs
+from robo_async.buffer.store import InMemoryReplayStore, ReplayError, SampleToInsertRatio
+from robo_async.learner import checkpoint
+from robo_async.learner.metrics import MetricsLogger
+from robo_async.learner.sac import SAC, SACConfig
+from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    run_dir: str
+    data_address: str  # e.g. tcp://127.0.0.1:0 (0: any free port)
+    weights_address: str
+    obs_keys: tuple[str, ...]
+    obs_dims: tuple[int, ...]
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    sac: SACConfig = SACConfig()
+    action_mode: str = "delta"  # the policy's action parametrisation (see MLPPolicy)
+    delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
+    task: str = "reach"
+    spec_signature: dict = field(default_factory=dict)
+    config_yaml: str = ""  # the resolved run config, stored in every checkpoint
+    publish_every: int = 10  # updates between weight publications
+    status_every_s: float = 0.02
+    checkpoint_every_s: float = 30.0
+    log_every_s: float = 1.0
+    budget_s: float | None = None
+    budget_env_steps: int | None = None
+    stop_at_success: float | None = 0.9  # stop once the success rate over the window reaches this
+    success_window: int = 20
+    seed: int = 0
+    resume: bool = False
+    threads: int = 1
+    tensorboard: bool = True
+
+
+class Learner:
+    def __init__(self, config: LearnerConfig) -> None:
+        self.config = config
+        self.run_dir = Path(config.run_dir)
+        torch.manual_seed(config.seed)
+        self.policy = MLPPolicy(config.obs_keys, config.obs_dims, config.action_low,
+                                config.action_high, hidden=config.sac.hidden,
+                                action_mode=config.action_mode, delta_scale=config.delta_scale)
+        self.sac = SAC(self.policy.net, self.policy.obs_dim, len(config.action_low), config.sac)
+        self.store = InMemoryReplayStore(config.sac.replay_capacity)
+        self.limiter = SampleToInsertRatio(config.sac.utd_ratio, config.sac.warmup_steps)
+        self.rng = np.random.default_rng(config.seed)
+        self.version = 0
+        self.updates = 0
+        self.env_steps = 0
+        self.episodes = 0
+        self.high_water: dict[int, int] = {}  # next seq per actor, restored on resume
+        self.episode_counts: dict[int, int] = {}
+        self.successes: deque[bool] = deque(maxlen=config.success_window)
+        self.returns: deque[float] = deque(maxlen=config.success_window)
+        self.lags: deque[int] = deque(maxlen=256)
+        self.stop_reason: str | None = None
+        self._last_update_metrics: dict[str, float] = {}
+        self._rates = {"t": time.monotonic(), "updates": 0, "env_steps": 0}
+        self._receiver: TransitionReceiver | None = None
+        self._publisher: WeightPublisher | None = None
+        self._metrics: MetricsLogger | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def open(self) -> None:
+        torch.set_num_threads(self.config.threads)
+        (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if self.config.resume:
+            self.restore(checkpoint.resolve(self.run_dir))
+        self._receiver = TransitionReceiver(self.config.data_address)
+        self._publisher = WeightPublisher(self.config.weights_address)
+        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
+        self._t0 = time.monotonic()
+        self._next = {"status": 0.0, "log": self._t0 + self.config.log_every_s,
+                      "ckpt": self._t0 + self.config.checkpoint_every_s}
+        self.publish()
+
+    @property
+    def addresses(self) -> tuple[str, str]:
+        assert self._receiver is not None and self._publisher is not None
+        return self._receiver.address, self._publisher.address
+
+    def close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.publish_status(self.status(stopping=True))
+        for part in (self._receiver, self._publisher, self._metrics):
+            if part is not None:
+                part.close()
+
+    # --- the loop ------------------------------------------------------------------------
+    def step(self) -> None:
+        """One iteration: ingest, then update while the rate limiter allows (bounded)."""
+        assert self._receiver is not None and self._publisher is not None
+        for msg in self._receiver.poll(timeout_ms=0 if self.limiter.can_update() else 1):
+            self._ingest(msg)
+        for _ in range(8):
+            if not (self.limiter.can_update() and len(self.store) >= self.config.sac.warmup_steps):
+                break
+            self._update()
+        now = time.monotonic()
+        if now >= self._next["status"]:
+            self._next["status"] = now + self.config.status_every_s
+            self._publisher.publish_status(self.status())
+            self._publisher.maybe_republish()
+        if now >= self._next["log"]:
+            self._next["log"] = now + self.config.log_every_s
+            self._log()
+        if now >= self._next["ckpt"]:
+            self._next["ckpt"] = now + self.config.checkpoint_every_s
+            self.save()
+        self._check_stop(now)
+
+    def _ingest(self, msg: object) -> None:
+        if isinstance(msg, TransitionBatch):
+            try:
+                n = self.store.insert(msg)
+            except ReplayError as e:
+                log.warning("dropped transitions from actor %d: %s", msg.actor_id, e)
+                return
+            self.high_water[msg.actor_id] = self.store.ack(msg.actor_id)
+            self.env_steps += n
+            self.limiter.inserted += n
+            self.lags.extend((self.version - msg.arrays["policy_version"][-n:]).tolist())
+        elif isinstance(msg, EpisodeStats):
+            self.episodes += 1
+            self.episode_counts[msg.actor_id] = msg.episode + 1
+            self.successes.append(msg.success)
+            self.returns.append(msg.episode_return)
+        elif isinstance(msg, Heartbeat):
+            pass
+
+    def _update(self) -> None:
+        b = self.store.sample(self.config.sac.batch_size, self.rng)
+        keys = self.config.obs_keys
+        obs = flatten_obs({k: b[f"obs/{k}"] for k in keys}, keys)
+        next_obs = flatten_obs({k: b[f"next_obs/{k}"] for k in keys}, keys)
+        act = torch.as_tensor(self.policy.to_normalized(b["action"], b["obs/state"]), dtype=torch.float32)
+        self._last_update_metrics = self.sac.update(
+            obs, act, torch.as_tensor(b["reward"]), next_obs,
+            torch.as_tensor(b["terminated"], dtype=torch.float32),
+        )
+        self.updates += 1
+        self.limiter.updates += 1
+        if self.updates % self.config.publish_every == 0:
+            self.version += 1
+            self.publish()
+
+    def publish(self) -> None:
+        assert self._publisher is not None
+        self._publisher.publish(Weights(self.version, self.policy.weights(), self.policy.architecture))
+
+    def status(self, stopping: bool = False) -> LearnerStatus:
+        return LearnerStatus(self.updates, self.version, self.limiter.inserted,
+                             self.limiter.allowed_inserts(), stopping)
+
+    @property
+    def success_rate(self) -> float | None:
+        return float(np.mean(self.successes)) if self.successes else None
+
+    def _check_stop(self, now: float) -> None:
+        c = self.config
+        if c.stop_at_success is not None and len(self.successes) >= c.success_window \
+                and (self.success_rate or 0.0) >= c.stop_at_success:
+            self.stop_reason = f"solved: success {self.success_rate:.0%} over the last {c.success_window} episodes"
+        elif c.budget_s is not None and now - self._t0 >= c.budget_s:
+            self.stop_reason = f"time budget of {c.budget_s:.0f} s reached"
+        elif c.budget_env_steps is not None and self.env_steps >= c.budget_env_steps:
+            self.stop_reason = f"env-step budget of {c.budget_env_steps} reached"
+
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    # --- reporting -----------------------------------------------------------------------
+    def progress(self) -> dict[str, float]:
+        now = time.monotonic()
+        dt = max(now - self._rates["t"], 1e-6)
+        out = {
+            "time/elapsed_s": now - self._t0,
+            "time/env_steps": self.env_steps,
+            "time/updates": self.updates,
+            "time/episodes": self.episodes,
+            "time/env_steps_per_s": (self.env_steps - self._rates["env_steps"]) / dt,
+            "time/updates_per_s": (self.updates - self._rates["updates"]) / dt,
+            "charts/policy_version": self.version,
+            "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
+            "charts/replay_size": len(self.store),
+        }
+        if self.successes:
+            out["charts/success_rate"] = float(np.mean(self.successes))
+            out["charts/episodic_return"] = float(np.mean(self.returns))
+        return out
+
+    def _log(self) -> None:
+        assert self._metrics is not None
+        values = {**self.progress(), **self._last_update_metrics}
+        self._rates = {"t": time.monotonic(), "updates": self.updates, "env_steps": self.env_steps}
+        self._metrics.write(self.env_steps, values)
+        self.last_progress = values
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def counters(self) -> dict[str, object]:
+        return {
+            "updates": self.updates, "version": self.version, "env_steps": self.env_steps,
+            "episodes": self.episodes, "high_water": {str(k): v for k, v in self.high_water.items()},
+            "episode_counts": {str(k): v for k, v in self.episode_counts.items()},
+            "limiter": self.limiter.state_dict(),
+        }
+
+    def save(self) -> Path:
+        meta = {**self.counters(), "task": self.config.task, "spec": self.config.spec_signature,
+                "architecture": self.policy.architecture, "obs_keys": list(self.config.obs_keys),
+                "config": self.config.config_yaml}
+        return checkpoint.save(self.run_dir / "checkpoints", self.sac, meta)
+
+    def restore(self, path: Path) -> None:
+        tensors, metadata = checkpoint.read(path)
+        meta = checkpoint.meta_of(metadata)
+        if meta.get("architecture") != self.policy.architecture:
+            raise checkpoint.CheckpointError(
+                f"{path} holds {meta.get('architecture')}, this run builds {self.policy.architecture}")
+        checkpoint.restore(self.sac, tensors, metadata)
+        self.updates, self.version = int(meta["updates"]), int(meta["version"])
+        self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
+        self.high_water = {int(k): int(v) for k, v in meta["high_water"].items()}
+        self.episode_counts = {int(k): int(v) for k, v in meta.get("episode_counts", {}).items()}
+        # The in-memory store starts empty after a restart, so the limiter starts afresh too;
+        # a persistent store would restore `meta["limiter"]`.
+        log.info("resumed from %s: %d updates, %d env steps, policy v%d", path, self.updates,
+                 self.env_steps, self.version)

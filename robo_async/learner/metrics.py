@@ -1,0 +1,74 @@
+"""Metrics: one logger writing `metrics.jsonl` and TensorBoard, plus the learning-curve plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+LEARNING_CURVE = "learning_curve.png"
+
+
+class MetricsLogger:
+    """Namespaced keys (`losses/...`, `charts/...`, `time/...`), one JSON line per record."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self._path = run_dir / "metrics.jsonl"
+        self._file = open(self._path, "a", buffering=1)  # line-buffered: a crash loses <= 1 line
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(run_dir / "tb"))
+
+    def write(self, step: int, values: dict[str, float]) -> None:
+        clean = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
+        self._file.write(json.dumps({"step": step, **clean}) + "\n")
+        if self._tb is not None:
+            for k, v in clean.items():
+                self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    rows = []
+    path = run_dir / "metrics.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line after a crash
+    return rows
+
+
+def plot_learning_curve(run_dir: Path) -> Path | None:
+    """Success rate and episodic return against env steps, saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(run_dir) if "charts/success_rate" in r]
+    if not rows:
+        return None
+    steps = [r["step"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax1.plot(steps, [r["charts/success_rate"] for r in rows])
+    ax1.set(xlabel="env steps", ylabel="success rate (last episodes)", ylim=(-0.02, 1.02))
+    ax1.grid(alpha=0.3)
+    ret = [(r["step"], r["charts/episodic_return"]) for r in rows if "charts/episodic_return" in r]
+    if ret:
+        ax2.plot(*zip(*ret))
+    ax2.set(xlabel="env steps", ylabel="episodic return")
+    ax2.grid(alpha=0.3)
+    fig.suptitle(run_dir.name)
+    fig.tight_layout()
+    out = run_dir / LEARNING_CURVE
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,88 @@
+"""`robo-async train`: compose the config, make the run directory, launch, evaluate, report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from robo_async.cli import UserError, compose_config
+from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
+from robo_async.launch.local import RunFailed, RunResult, launch_local
+from robo_async.launch.progress import ProgressDisplay
+from robo_async.learner import checkpoint
+from robo_async.learner.metrics import plot_learning_curve
+
+
+def _resume_dir(overrides: list[str]) -> Path | None:
+    for o in overrides:
+        if o.startswith("resume=") and o.split("=", 1)[1] not in ("", "null"):
+            path = Path(o.split("=", 1)[1])
+            if not (path / "config.yaml").exists():
+                raise UserError(f"resume={path}: not a run directory (no config.yaml)")
+            return path
+    return None
+
+
+def prepare(overrides: list[str]):
+    """Config, run directory and plan, with every config problem as a UserError."""
+    resume = _resume_dir(overrides)
+    cfg = compose_config(overrides, base=resume)
+    meta = None
+    if resume is not None:
+        try:
+            tensors, metadata = checkpoint.read(checkpoint.resolve(resume))
+        except checkpoint.CheckpointError as e:
+            raise UserError(str(e)) from None
+        meta = checkpoint.meta_of(metadata)
+        if meta["task"] != cfg.task.name:
+            raise UserError(f"{resume} holds a checkpoint for task '{meta['task']}', not '{cfg.task.name}'")
+        run_dir = resume
+    else:
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, cfg.task.name)
+    try:
+        plan = build_plan(cfg, run_dir, meta)
+    except (ConfigError, KeyError, TypeError, ValueError) as e:
+        raise UserError(f"bad config: {e}") from None
+    if resume is None and meta is None and plan.learner.spec_signature is None:
+        raise UserError("task has no spec")
+    return cfg, plan
+
+
+def train(overrides: list[str]) -> int:
+    cfg, plan = prepare(overrides)
+    run_dir = plan.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    print(f"run directory: {run_dir}", flush=True)
+    title = f"robo_async · {cfg.task.name} · {cfg.algo.name} · {cfg.actors} actor(s)"
+    try:
+        with ProgressDisplay(title) as display:
+            result = launch_local(plan, display)
+    except RunFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        print(f"run directory: {run_dir}", file=sys.stderr)
+        return 1
+    return report(cfg, run_dir, result)
+
+
+def report(cfg, run_dir: Path, result: RunResult) -> int:
+    p = result.progress
+    sr = p.get("charts/success_rate")
+    print(f"training ended: {result.reason} after {p.get('time/elapsed_s', 0):.0f} s, "
+          f"{int(p.get('time/env_steps', 0)):,} env steps, {int(p.get('time/updates', 0)):,} updates"
+          + (f", success {sr:.0%}" if sr is not None else ""))
+    curve = plot_learning_curve(run_dir)
+    if result.checkpoint and cfg.eval_episodes > 0 and not result.interrupted:
+        from robo_async.evaluate import evaluate
+
+        res = evaluate(Path(result.checkpoint), cfg.eval_episodes,
+                       video=run_dir / "eval.mp4" if cfg.video else None)
+        print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes"
+              + (f"; video {res.video}" if res.video else ""))
+    print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/"
+          + (f", {curve.name}" if curve else ""))
+    if result.checkpoint:
+        print(f"resume with: robo-async train resume={run_dir}")
+    return 130 if result.interrupted else 0

@@ -1,0 +1,187 @@
+"""ZeroMQ channels between actors and the learner.
+
+Data plane: actors PUSH `TransitionBatch`/`EpisodeStats`/`Heartbeat` to the learner's PULL.
+Weights: the learner PUBlishes `Weights` and `LearnerStatus`; each actor's `WeightClient`
+receives them on a background thread and hands the newest over between control ticks.
+Bad messages are logged, counted and dropped; they never crash a process.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+
+import zmq
+
+from robo_async.transport.wire import LearnerStatus, Message, Weights, WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+def bind(sock: zmq.Socket, address: str) -> None:
+    try:
+        sock.bind(address)
+    except zmq.ZMQError as e:
+        sock.close(linger=0)
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUse(
+                f"{address} is already in use (another run?); stop it or choose other ports, "
+                f"e.g. transport.data_port=0 transport.weights_port=0 to pick free ones"
+            ) from None
+        raise
+
+
+class TransitionReceiver:
+    """Learner side of the data plane (PULL, bound)."""
+
+    def __init__(self, address: str, ctx: zmq.Context | None = None) -> None:
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.RCVHWM, 10_000)
+        bind(self._sock, address)
+        self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.dropped = 0
+
+    def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[Message]:
+        out: list[Message] = []
+        if not self._sock.poll(timeout_ms):
+            return out
+        while len(out) < max_messages:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                out.append(decode([f.buffer for f in frames]))
+            except WireError as e:
+                self.dropped += 1
+                log.warning("dropped a malformed message from an actor: %s", e)
+        return out
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+
+class TransitionSender:
+    """Actor side of the data plane (PUSH, connected). Never blocks: `send` returns False
+    when the outgoing queue is full so the caller can keep the data and retry."""
+
+    def __init__(self, address: str, ctx: zmq.Context | None = None) -> None:
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.SNDHWM, 1_000)
+        self._sock.setsockopt(zmq.LINGER, 2_000)
+        self._sock.connect(address)
+
+    def send(self, msg: Message) -> bool:
+        try:
+            self._sock.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
+            return True
+        except zmq.Again:
+            return False
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class WeightPublisher:
+    """Learner side of weight sync (PUB, bound). Republishes the newest weights every
+    `republish_s` so actors that (re)connect late still get them."""
+
+    def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None) -> None:
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PUB)
+        self._sock.setsockopt(zmq.SNDHWM, 8)
+        bind(self._sock, address)
+        self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._latest: list[bytes] | None = None
+        self._republish_s = republish_s
+        self._last_sent = 0.0
+
+    def publish(self, weights: Weights) -> None:
+        # Keep an owned copy of the frames: the arrays may be overwritten by the next update.
+        self._latest = [bytes(f) for f in encode(weights)]
+        self._send(self._latest)
+
+    def publish_status(self, status: LearnerStatus) -> None:
+        self._send(encode(status))
+
+    def maybe_republish(self) -> None:
+        if self._latest is not None and time.monotonic() - self._last_sent > self._republish_s:
+            self._send(self._latest)
+
+    def _send(self, frames: list) -> None:
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass  # a slow subscriber misses this one; the next publish supersedes it
+        if frames is self._latest:
+            self._last_sent = time.monotonic()
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+
+class WeightClient:
+    """Actor side of weight sync (SUB, connected). A daemon thread receives; the control loop
+    calls `take_weights()` between ticks, which never blocks on the network."""
+
+    def __init__(self, address: str, ctx: zmq.Context | None = None) -> None:
+        self._ctx = ctx or zmq.Context.instance()
+        self._address = address
+        self._lock = threading.Lock()
+        self._weights: Weights | None = None
+        self._taken_version = -1
+        self.status: LearnerStatus | None = None
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="weight-client", daemon=True)
+
+    def start(self) -> "WeightClient":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.setsockopt(zmq.RCVHWM, 8)
+        sock.connect(self._address)
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(50):
+                    continue
+                frames = sock.recv_multipart(copy=False)
+                try:
+                    msg = decode([f.buffer for f in frames])
+                except WireError as e:
+                    self.dropped += 1
+                    log.warning("dropped a malformed message from the learner: %s", e)
+                    continue
+                if isinstance(msg, LearnerStatus):
+                    self.status = msg
+                elif isinstance(msg, Weights):
+                    with self._lock:
+                        if self._weights is None or msg.version > self._weights.version:
+                            self._weights = msg
+        finally:
+            sock.close(linger=0)
+
+    def take_weights(self) -> Weights | None:
+        """Newest weights not yet taken, or None."""
+        with self._lock:
+            w = self._weights
+            if w is None or w.version <= self._taken_version:
+                return None
+            self._taken_version = w.version
+            return w
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)

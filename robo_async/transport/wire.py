@@ -1,0 +1,202 @@
+"""Wire format: a msgpack header frame followed by one raw frame per array. Never pickle.
+
+Header: {"schema": SCHEMA, "kind": str, "version": int, "actor_id": int, "seq": int,
+         "meta": {str: scalar}, "arrays": [[name, dtype, shape], ...]}
+Every decoded message is validated (schema, kind, frame count, dtype whitelist, byte sizes,
+leading dimension agreement) before use; a bad one raises `WireError` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgpack
+import numpy as np
+
+SCHEMA = 1
+DTYPES = frozenset({"float32", "float64", "int64", "int32", "uint8", "bool"})
+Scalar = int | float | str | bool | None
+
+
+class WireError(ValueError):
+    """A message that cannot be decoded or does not match the schema."""
+
+
+@dataclass(frozen=True)
+class TransitionBatch:
+    """`count` consecutive transitions from one actor, numbered `seq .. seq+count-1`.
+
+    Arrays all have leading dimension `count`: `obs/<key>`, `next_obs/<key>`, `action`, `reward`,
+    `terminated`, `truncated`, `policy_version`.
+    """
+
+    actor_id: int
+    seq: int
+    arrays: Mapping[str, np.ndarray]
+
+    kind = "transitions"
+
+    @property
+    def count(self) -> int:
+        return int(self.arrays["reward"].shape[0])
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """Summary of one finished episode on an actor."""
+
+    actor_id: int
+    episode: int
+    episode_return: float
+    length: int
+    success: bool
+    policy_version: int
+
+    kind = "episode"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A versioned set of named parameter arrays (a policy's state dict as numpy)."""
+
+    version: int
+    arrays: Mapping[str, np.ndarray]
+    architecture: str = ""  # e.g. "mlp:15-256-256-12"; actors refuse weights of another shape
+
+    kind = "weights"
+
+
+@dataclass(frozen=True)
+class LearnerStatus:
+    """Published by the learner several times a second: progress and the actors' step allowance."""
+
+    updates: int
+    version: int
+    env_steps: int  # transitions received so far
+    allowed_env_steps: int  # actors pause (in as-fast-as-possible sim mode) beyond this
+    stopping: bool = False
+
+    kind = "status"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    actor_id: int
+    env_steps: int
+    policy_version: int
+    meta: Mapping[str, Scalar] = field(default_factory=dict)
+
+    kind = "heartbeat"
+
+
+Message = TransitionBatch | EpisodeStats | Weights | LearnerStatus | Heartbeat
+_KINDS = {c.kind: c for c in (TransitionBatch, EpisodeStats, Weights, LearnerStatus, Heartbeat)}
+
+
+def _pack(kind: str, arrays: Mapping[str, np.ndarray], **fields: Scalar) -> list[bytes | memoryview]:
+    specs, frames = [], []
+    for name, arr in arrays.items():
+        a = np.ascontiguousarray(arr)
+        if a.dtype.name not in DTYPES:
+            raise WireError(f"array '{name}' has dtype {a.dtype.name}; allowed: {sorted(DTYPES)}")
+        specs.append([name, a.dtype.name, list(a.shape)])
+        frames.append(memoryview(a).cast("B") if a.size else b"")
+    header = {"schema": SCHEMA, "kind": kind, "arrays": specs, **fields}
+    return [msgpack.packb(header, use_bin_type=True), *frames]
+
+
+def encode(msg: Message) -> list[bytes | memoryview]:
+    """Frames for `socket.send_multipart(frames, copy=False)`."""
+    if isinstance(msg, TransitionBatch):
+        return _pack(msg.kind, msg.arrays, actor_id=msg.actor_id, seq=msg.seq)
+    if isinstance(msg, Weights):
+        return _pack(msg.kind, msg.arrays, version=msg.version, architecture=msg.architecture)
+    if isinstance(msg, (EpisodeStats, LearnerStatus)):
+        return _pack(msg.kind, {}, **{k: getattr(msg, k) for k in msg.__dataclass_fields__})
+    if isinstance(msg, Heartbeat):
+        return _pack(
+            msg.kind, {}, actor_id=msg.actor_id, env_steps=msg.env_steps,
+            policy_version=msg.policy_version, meta=dict(msg.meta),
+        )
+    raise WireError(f"cannot encode {type(msg).__name__}")
+
+
+def _arrays(header: dict, frames: Sequence[bytes | memoryview]) -> dict[str, np.ndarray]:
+    specs = header.get("arrays")
+    if not isinstance(specs, list) or len(specs) != len(frames):
+        n = len(specs) if isinstance(specs, list) else "no"
+        raise WireError(f"header lists {n} arrays but {len(frames)} data frames arrived")
+    out: dict[str, np.ndarray] = {}
+    for spec, frame in zip(specs, frames):
+        if not (isinstance(spec, list) and len(spec) == 3):
+            raise WireError(f"bad array spec {spec!r}: expected [name, dtype, shape]")
+        name, dtype, shape = spec
+        if dtype not in DTYPES:
+            raise WireError(f"array '{name}' has dtype {dtype!r}; allowed: {sorted(DTYPES)}")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise WireError(f"array '{name}' has bad shape {shape!r}")
+        buf = memoryview(frame)
+        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if buf.nbytes != expected:
+            raise WireError(
+                f"array '{name}' {dtype}{tuple(shape)} needs {expected} bytes, frame has {buf.nbytes}"
+            )
+        out[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    return out
+
+
+def _field(header: dict, name: str, typ: type | tuple[type, ...]) -> Scalar:
+    value = header.get(name)
+    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+        raise WireError(f"header field '{name}' is {value!r}, expected {typ}")
+    return value
+
+
+def decode(frames: Sequence[bytes | memoryview]) -> Message:
+    """Parse and validate a multipart message; raises WireError on anything malformed."""
+    if not frames:
+        raise WireError("empty message")
+    try:
+        header = msgpack.unpackb(bytes(frames[0]), raw=False)
+    except Exception as e:  # msgpack raises several types for garbage
+        raise WireError(f"header is not valid msgpack: {e}") from None
+    if not isinstance(header, dict):
+        raise WireError(f"header must be a map, got {type(header).__name__}")
+    if header.get("schema") != SCHEMA:
+        raise WireError(f"schema {header.get('schema')!r} not supported (this side speaks {SCHEMA})")
+    kind = header.get("kind")
+    if kind not in _KINDS:
+        raise WireError(f"unknown message kind {kind!r}; known: {sorted(_KINDS)}")
+    arrays = _arrays(header, frames[1:])
+    if kind == "transitions":
+        required = {"action", "reward", "terminated", "truncated", "policy_version"}
+        missing = required - arrays.keys()
+        if missing:
+            raise WireError(f"transitions missing arrays {sorted(missing)}")
+        n = arrays["reward"].shape[0] if arrays["reward"].ndim else -1
+        bad = [k for k, a in arrays.items() if a.ndim == 0 or a.shape[0] != n]
+        if n <= 0 or bad:
+            raise WireError(f"transitions arrays disagree on batch size {n}: {bad}")
+        return TransitionBatch(int(_field(header, "actor_id", int)), int(_field(header, "seq", int)), arrays)
+    if kind == "weights":
+        return Weights(int(_field(header, "version", int)), arrays, str(header.get("architecture", "")))
+    if kind == "episode":
+        return EpisodeStats(
+            int(_field(header, "actor_id", int)), int(_field(header, "episode", int)),
+            float(_field(header, "episode_return", (int, float))), int(_field(header, "length", int)),
+            bool(_field(header, "success", bool)), int(_field(header, "policy_version", int)),
+        )
+    if kind == "status":
+        return LearnerStatus(
+            int(_field(header, "updates", int)), int(_field(header, "version", int)),
+            int(_field(header, "env_steps", int)), int(_field(header, "allowed_env_steps", int)),
+            bool(header.get("stopping", False)),
+        )
+    meta = header.get("meta", {})
+    if not isinstance(meta, dict):
+        raise WireError("heartbeat meta must be a map")
+    return Heartbeat(
+        int(_field(header, "actor_id", int)), int(_field(header, "env_steps", int)),
+        int(_field(header, "policy_version", int)), meta,
+    )

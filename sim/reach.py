@@ -1,0 +1,185 @@
+"""The `reach` task: move the end effector of an SO-101-like arm to within 2 cm of a target.
+
+Control runs at `hz` (30 by default) with `substeps` physics steps per tick. Actions are absolute
+joint-position targets in rad for the six actuators (five arm joints plus the gripper).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; must be set before mujoco loads
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from hal.spec import CameraSpec, RobotSpec  # noqa: E402
+
+ASSET = Path(__file__).parent / "assets" / "so101_reach.xml"
+JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
+HOME = np.array([0.0, 0.2, 1.3, 0.9, 0.0, 0.0])
+# Target workspace (m, world frame): in front of the arm, inside its reach.
+TARGET_LOW = np.array([0.12, -0.15, 0.05])
+TARGET_HIGH = np.array([0.28, 0.15, 0.25])
+
+
+@dataclass(frozen=True)
+class ReachConfig:
+    hz: float = 30.0  # control ticks per second
+    substeps: int = 10  # physics steps per tick (timestep = 1 / (hz * substeps))
+    episode_ticks: int = 50  # truncation after this many ticks
+    success_radius: float = 0.02  # m
+    cameras: tuple[str, ...] = ()  # subset of ("front", "wrist")
+    image_size: int = 128  # square camera frames, pixels
+    home_noise: float = 0.1  # rad, uniform noise on the start pose
+
+
+class ReachTask:
+    """The physics and task logic shared by `SimRobot` and the Gymnasium env. No I/O until `build()`."""
+
+    name = "reach"
+
+    def __init__(self, config: ReachConfig = ReachConfig()) -> None:
+        unknown = set(config.cameras) - {"front", "wrist"}
+        if unknown:
+            raise ValueError(f"reach has cameras 'front' and 'wrist', not {sorted(unknown)}")
+        self.config = config
+        self.model: mujoco.MjModel | None = None
+        self.data: mujoco.MjData | None = None
+        self._renderer: mujoco.Renderer | None = None
+        self._ik_data: mujoco.MjData | None = None
+        self.tick = 0
+
+    def spec(self) -> RobotSpec:
+        c = self.config
+        return RobotSpec(
+            name="sim_so101_reach",
+            joint_names=JOINTS,
+            joint_low=(-1.92, -1.75, -1.69, -1.66, -2.74, -0.17),
+            joint_high=(1.92, 1.75, 1.69, 1.66, 2.84, 1.75),
+            hz=c.hz,
+            cameras=tuple(CameraSpec(n, c.image_size, c.image_size) for n in c.cameras),
+            features=(("ee_pos", 3), ("target", 3), ("ee_to_target", 3)),
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def build(self) -> None:
+        if self.model is not None:
+            return
+        model = mujoco.MjModel.from_xml_path(str(ASSET))
+        model.opt.timestep = 1.0 / (self.config.hz * self.config.substeps)
+        self.model, self.data = model, mujoco.MjData(model)
+        self._ik_data = mujoco.MjData(model)
+        self._ee = model.site("ee").id
+        self._target_mocap = model.body("target").mocapid[0]
+        if self.config.cameras:
+            self._renderer = mujoco.Renderer(model, self.config.image_size, self.config.image_size)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+        self._renderer = None
+        self.model = self.data = self._ik_data = None
+
+    # --- episode ---------------------------------------------------------------------------
+    def reset(self, rng: np.random.Generator) -> None:
+        assert self.model is not None and self.data is not None, "call build() first"
+        mujoco.mj_resetData(self.model, self.data)
+        q = HOME + rng.uniform(-self.config.home_noise, self.config.home_noise, size=HOME.shape)
+        self.data.qpos[:] = q
+        self.data.ctrl[:] = q
+        self.set_target(rng.uniform(TARGET_LOW, TARGET_HIGH))
+        mujoco.mj_forward(self.model, self.data)
+        self.tick = 0
+
+    def set_target(self, pos: np.ndarray) -> None:
+        assert self.data is not None
+        self.data.mocap_pos[self._target_mocap] = pos
+
+    def step(self, action: np.ndarray) -> np.ndarray:
+        """Apply joint targets (clipped to limits) for one tick; returns what was applied."""
+        assert self.model is not None and self.data is not None, "call build() first"
+        lo, hi = self.model.actuator_ctrlrange[:, 0], self.model.actuator_ctrlrange[:, 1]
+        applied = np.clip(action, lo, hi)
+        self.data.ctrl[:] = applied
+        mujoco.mj_step(self.model, self.data, nstep=self.config.substeps)
+        self.tick += 1
+        return applied.astype(np.float32)
+
+    # --- readings --------------------------------------------------------------------------
+    @property
+    def target(self) -> np.ndarray:
+        assert self.data is not None
+        return self.data.mocap_pos[self._target_mocap].copy()
+
+    @property
+    def ee_pos(self) -> np.ndarray:
+        assert self.data is not None
+        return self.data.site_xpos[self._ee].copy()
+
+    def distance(self) -> float:
+        return float(np.linalg.norm(self.ee_pos - self.target))
+
+    def state(self) -> np.ndarray:
+        assert self.data is not None
+        return self.data.qpos.astype(np.float32)
+
+    def features(self) -> dict[str, np.ndarray]:
+        ee, target = self.ee_pos, self.target
+        return {"ee_pos": ee.astype(np.float32), "target": target.astype(np.float32),
+                "ee_to_target": (target - ee).astype(np.float32)}
+
+    def render(self, camera: str) -> np.ndarray:
+        """An RGB frame (uint8, HxWx3). Works without configured cameras (builds a renderer)."""
+        assert self.model is not None and self.data is not None
+        if self._renderer is None:
+            size = self.config.image_size
+            self._renderer = mujoco.Renderer(self.model, size, size)
+        self._renderer.update_scene(self.data, camera=camera)
+        return self._renderer.render()
+
+    def images(self) -> dict[str, np.ndarray]:
+        return {name: self.render(name) for name in self.config.cameras}
+
+    def reward_success(self) -> tuple[float, bool]:
+        """Dense reward: -10 x distance (m); +10 and success once within `success_radius`."""
+        d = self.distance()
+        success = d <= self.config.success_radius
+        return (10.0 if success else -10.0 * d), success
+
+    @property
+    def truncated(self) -> bool:
+        return self.tick >= self.config.episode_ticks
+
+    # --- expert ----------------------------------------------------------------------------
+    def solve_ik(self, target: np.ndarray, iters: int = 60, damping: float = 1e-3) -> np.ndarray:
+        """Joint targets putting the end effector on `target`, by damped least squares from the
+        current pose (arm joints only; wrist roll and gripper keep their values)."""
+        assert self.model is not None and self.data is not None and self._ik_data is not None
+        m, d = self.model, self._ik_data
+        d.qpos[:] = self.data.qpos
+        lo, hi = m.jnt_range[:4, 0], m.jnt_range[:4, 1]
+        jacp = np.zeros((3, m.nv))
+        for _ in range(iters):
+            mujoco.mj_kinematics(m, d)
+            mujoco.mj_comPos(m, d)
+            err = target - d.site_xpos[self._ee]
+            if np.linalg.norm(err) < 1e-4:
+                break
+            mujoco.mj_jacSite(m, d, jacp, None, self._ee)
+            j = jacp[:, :4]
+            dq = j.T @ np.linalg.solve(j @ j.T + damping * np.eye(3), err)
+            d.qpos[:4] = np.clip(d.qpos[:4] + dq, lo, hi)
+        return d.qpos.astype(np.float32).copy()
+
+
+class ReachExpert:
+    """Scripted expert: solves IK for the current target and commands it, every tick."""
+
+    def __init__(self, task: ReachTask) -> None:
+        self._task = task
+
+    def act(self) -> np.ndarray:
+        return self._task.solve_ik(self._task.target)
