@@ -6,6 +6,7 @@ message naming which and why; Ctrl-C sets `stop` so the learner writes a final c
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import queue
 import time
@@ -68,6 +69,7 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                             args=(plan.task, plan.policy, with_addresses(cfg, *addresses), stop, errors))
             p.start()
             procs[f"actor {cfg.actor_id}"] = p
+        (plan.run_dir / "processes.json").write_text(json.dumps({w: p.pid for w, p in procs.items()}))
         while done is None:
             try:
                 kind, payload = status.get(timeout=0.2)

@@ -80,6 +80,7 @@ class Learner:
         self.successes: deque[bool] = deque(maxlen=config.success_window)
         self.returns: deque[float] = deque(maxlen=config.success_window)
         self.lags: deque[int] = deque(maxlen=256)
+        self.newest_actor_version = -1  # newest policy version seen in incoming transitions
         self.stop_reason: str | None = None
         self._last_update_metrics: dict[str, float] = {}
         self._rates = {"t": time.monotonic(), "updates": 0, "env_steps": 0}
@@ -146,7 +147,9 @@ class Learner:
             self.high_water[msg.actor_id] = self.store.ack(msg.actor_id)
             self.env_steps += n
             self.limiter.inserted += n
-            self.lags.extend((self.version - msg.arrays["policy_version"][-n:]).tolist())
+            versions = msg.arrays["policy_version"][-n:]
+            self.lags.extend((self.version - versions).tolist())
+            self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1
@@ -209,6 +212,7 @@ class Learner:
             "time/updates_per_s": (self.updates - self._rates["updates"]) / dt,
             "charts/policy_version": self.version,
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
+            "charts/actor_policy_version": self.newest_actor_version,
             "charts/replay_size": len(self.store),
         }
         if self.successes:

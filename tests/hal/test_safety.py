@@ -1,0 +1,62 @@
+import numpy as np
+import pytest
+
+from hal import RobotSpec, SafeRobot, SpecMismatch
+from sim import ReachTask, SimRobot
+
+
+@pytest.fixture
+def robot():
+    r = SafeRobot(SimRobot(ReachTask()))
+    r.connect()
+    r.reset(seed=0)
+    yield r
+    r.close()
+
+
+def test_nan_action_holds_position(robot):
+    before = robot.get_observation().state.copy()
+    applied = robot.send_action(np.array([np.nan, 0, 0, 0, 0, 0], dtype=np.float32))
+    assert np.all(np.isfinite(applied))
+    np.testing.assert_allclose(applied, before, atol=1e-6)
+    assert robot.stats.rejected == 1
+
+
+def test_wrong_shape_is_rejected(robot):
+    applied = robot.send_action(np.zeros(5, dtype=np.float32))
+    assert applied.shape == (6,)
+    assert robot.stats.rejected == 1
+
+
+def test_adversarial_actions_never_leave_limits(robot):
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a = rng.normal(0, 100, size=6).astype(np.float32)
+        a[rng.integers(0, 6)] = rng.choice([np.inf, -np.inf, np.nan, 1e9])
+        applied = robot.send_action(a)
+        assert np.all(applied >= robot.spec.low) and np.all(applied <= robot.spec.high)
+
+
+def test_max_step_per_tick():
+    base = ReachTask().spec()
+    spec = RobotSpec(base.name, base.joint_names, base.joint_low, base.joint_high, base.hz, max_step_rad=0.05)
+
+    class Limited(SimRobot):
+        @property
+        def spec(self):
+            return spec
+
+    r = SafeRobot(Limited(ReachTask()))
+    r.connect()
+    try:
+        start = r.reset(seed=0).state
+        applied = r.send_action(start + 1.0)
+        np.testing.assert_allclose(applied, np.clip(start + 0.05, spec.low, spec.high), atol=1e-6)
+    finally:
+        r.close()
+
+
+def test_spec_check_action_message():
+    spec = ReachTask().spec()
+    with pytest.raises(SpecMismatch, match=r"action has shape \(5,\), robot sim_so101_reach expects \(6,\)"):
+        spec.check_action(np.zeros(5))

@@ -1,0 +1,147 @@
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from robo_async.transport import (
+    EpisodeStats, Heartbeat, LearnerStatus, PortInUse, TransitionBatch, TransitionReceiver,
+    TransitionSender, WeightClient, WeightPublisher, Weights, WireError, decode, encode,
+)
+
+
+def batch(n=4, seq=10):
+    rng = np.random.default_rng(0)
+    return TransitionBatch(3, seq, {
+        "obs/state": rng.normal(size=(n, 6)).astype(np.float32),
+        "next_obs/state": rng.normal(size=(n, 6)).astype(np.float32),
+        "obs/front": rng.integers(0, 255, size=(n, 8, 8, 3), dtype=np.uint8),
+        "action": rng.normal(size=(n, 6)).astype(np.float32),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "terminated": np.array([False] * (n - 1) + [True]),
+        "truncated": np.zeros(n, bool),
+        "policy_version": np.arange(n, dtype=np.int64),
+    })
+
+
+def roundtrip(msg):
+    return decode([bytes(f) for f in encode(msg)])
+
+
+def test_transitions_roundtrip():
+    b = batch()
+    out = roundtrip(b)
+    assert isinstance(out, TransitionBatch) and out.actor_id == 3 and out.seq == 10 and out.count == 4
+    for k, a in b.arrays.items():
+        np.testing.assert_array_equal(out.arrays[k], a)
+        assert out.arrays[k].dtype == a.dtype
+
+
+def test_weights_roundtrip():
+    w = Weights(7, {"l.weight": np.ones((3, 2), np.float32), "l.bias": np.zeros(3, np.float32)}, "mlp:2-3")
+    out = roundtrip(w)
+    assert out.version == 7 and out.architecture == "mlp:2-3"
+    np.testing.assert_array_equal(out.arrays["l.weight"], w.arrays["l.weight"])
+
+
+@pytest.mark.parametrize("msg", [
+    EpisodeStats(1, 5, -3.5, 50, True, 12),
+    LearnerStatus(100, 10, 2000, 2512, False),
+    Heartbeat(2, 999, 4, {"clipped": 3, "pending": 0}),
+])
+def test_header_only_roundtrip(msg):
+    assert roundtrip(msg) == msg
+
+
+def _header(**over):
+    frames = encode(batch(2))
+    h = msgpack.unpackb(bytes(frames[0]))
+    h.update(over)
+    return [msgpack.packb(h), *[bytes(f) for f in frames[1:]]]
+
+
+@pytest.mark.parametrize("frames,match", [
+    ([b"\xc1garbage"], "not valid msgpack"),
+    ([msgpack.packb([1, 2])], "must be a map"),
+    (None, "schema 99 not supported"),
+    ("kind", "unknown message kind"),
+    ("short", "needs 48 bytes"),
+    ("dtype", "dtype 'object'"),
+    ("count", "header lists 8 arrays but 7"),
+    ([], "empty message"),
+])
+def test_malformed_messages_are_named(frames, match):
+    if frames is None:
+        frames = _header(schema=99)
+    elif frames == "kind":
+        frames = _header(kind="evil")
+    elif frames == "short":
+        frames = [bytes(f) for f in encode(batch(2))]
+        frames[1] = frames[1][:-4]
+    elif frames == "dtype":
+        frames = encode(batch(2))
+        h = msgpack.unpackb(bytes(frames[0]))
+        h["arrays"][0][1] = "object"
+        frames = [msgpack.packb(h), *frames[1:]]
+    elif frames == "count":
+        frames = [bytes(f) for f in encode(batch(2))][:-1]
+    with pytest.raises(WireError, match=match):
+        decode(frames)
+
+
+def test_transitions_disagreeing_batch_size_rejected():
+    b = batch(3)
+    arrays = dict(b.arrays)
+    arrays["action"] = arrays["action"][:2]
+    with pytest.raises(WireError, match="disagree on batch size"):
+        decode([bytes(f) for f in encode(TransitionBatch(0, 0, arrays))])
+
+
+def test_object_dtype_cannot_be_sent():
+    with pytest.raises(WireError, match="dtype object"):
+        encode(Weights(1, {"x": np.array([object()])}))
+
+
+def test_socket_roundtrip_and_bad_message_dropped():
+    rx = TransitionReceiver("tcp://127.0.0.1:0")
+    tx = TransitionSender(rx.address)
+    raw = zmq.Context.instance().socket(zmq.PUSH)
+    raw.connect(rx.address)
+    raw.send_multipart([b"not msgpack \xc1"])
+    assert tx.send(batch(5, seq=0))
+    got = []
+    for _ in range(100):
+        got += rx.poll(timeout_ms=50)
+        if got:
+            break
+    assert len(got) == 1 and got[0].count == 5
+    assert rx.dropped == 1
+    raw.close(0)
+    tx.close()
+    rx.close()
+
+
+def test_weights_reach_a_late_subscriber():
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.05)
+    pub.publish(Weights(3, {"w": np.arange(4, dtype=np.float32)}))
+    client = WeightClient(pub.address).start()
+    got = None
+    for _ in range(200):
+        pub.maybe_republish()
+        pub.publish_status(LearnerStatus(1, 3, 0, 10))
+        got = got or client.take_weights()
+        if got is not None and client.status is not None:
+            break
+        import time
+        time.sleep(0.01)
+    assert got is not None and got.version == 3
+    np.testing.assert_array_equal(got.arrays["w"], np.arange(4))
+    assert client.take_weights() is None  # each version is handed over once
+    client.close()
+    pub.close()
+
+
+def test_port_in_use_is_a_clear_error():
+    first = TransitionReceiver("tcp://127.0.0.1:0")
+    with pytest.raises(PortInUse, match="already in use"):
+        TransitionReceiver(first.address)
+    first.close()
