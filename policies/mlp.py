@@ -66,9 +66,15 @@ class TwinCritic(nn.Module):
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 
-def flatten_obs(obs: Mapping[str, np.ndarray | torch.Tensor], keys: Sequence[str]) -> torch.Tensor:
-    """Concatenate the named vector observations (last axis) into one float32 tensor."""
-    parts = [torch.as_tensor(obs[k], dtype=torch.float32) for k in keys]
+def flatten_obs(
+    obs: Mapping[str, np.ndarray | torch.Tensor],
+    keys: Sequence[str],
+    scale: Mapping[str, float] | None = None,
+) -> torch.Tensor:
+    """Concatenate the named vector observations (last axis) into one float32 tensor, each
+    multiplied by `scale[key]` (default 1) so inputs of different units have similar size."""
+    scale = scale or {}
+    parts = [torch.as_tensor(obs[k], dtype=torch.float32) * float(scale.get(k, 1.0)) for k in keys]
     return torch.cat(parts, dim=-1)
 
 
@@ -90,7 +96,9 @@ class MLPPolicy(Policy):
         deterministic: bool = False,
         action_mode: str = "delta",
         delta_scale: float = 0.15,
+        obs_scale: Mapping[str, float] | None = None,
     ) -> None:
+        self.obs_scale = dict(obs_scale or {})
         if action_mode not in ("absolute", "delta"):
             raise ValueError(f"action_mode must be 'absolute' or 'delta', not {action_mode!r}")
         self.action_mode = action_mode
@@ -137,7 +145,7 @@ class MLPPolicy(Policy):
         del prefix  # chunk length 1: nothing to keep fixed
         if forwarded_state is not None:
             obs = {**obs, "state": forwarded_state}
-        x = flatten_obs(obs, self.obs_keys).unsqueeze(0)
+        x = flatten_obs(obs, self.obs_keys, self.obs_scale).unsqueeze(0)
         a = self.net.act(x, self.deterministic)[0].numpy()
         target = self.to_robot(a, np.asarray(obs["state"], dtype=np.float32))
         return ActionChunk(target[None, :].astype(np.float32), self.dt, self.version)

@@ -37,6 +37,7 @@ class ActorConfig:
     start_episode: int = 0
     first_status_timeout_s: float = 60.0
     max_steps: int | None = None  # stop after this many env steps (benchmarks, tests)
+    eval_every: int = 2  # every n-th episode runs the deterministic policy (0: never)
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -73,10 +74,16 @@ class Actor:
                 log.error("actor %d rejected weights, keeping v%d: %s", self.config.actor_id, self.policy.version, e)
                 self._bad_weights_logged.add(w.version)
 
-    def _act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+    def _is_eval(self) -> bool:
+        n = self.config.eval_every
+        return n > 0 and self.policy.version >= 0 and self.episodes % n == n - 1
+
+    def _act(self, obs: dict[str, np.ndarray], evaluation: bool) -> np.ndarray:
         if self.policy.version < 0:  # no weights yet: uniform random joint targets
             spec = self.robot.spec
             return self._rng.uniform(spec.low, spec.high).astype(np.float32)
+        if hasattr(self.policy, "deterministic"):
+            self.policy.deterministic = evaluation
         return self.policy.predict_chunk(obs).actions[0]
 
     def _wait_for_allowance(self, client: WeightClient, stop: Event) -> bool:
@@ -132,7 +139,9 @@ class Actor:
             if not cfg.realtime and not self._wait_for_allowance(client, stop):
                 break
             version = self.policy.version
-            applied = self.robot.send_action(self._act(obs))
+            if ep_len == 0:
+                evaluation = self._is_eval()
+            applied = self.robot.send_action(self._act(obs, evaluation))
             out = self.robot.outcome()
             next_obs = self.robot.get_observation().as_dict()
             ep_len += 1
@@ -143,7 +152,8 @@ class Actor:
             ep_success = ep_success or out.success
             obs = next_obs
             if out.terminated or truncated:
-                adder.send_episode(EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len, ep_success, version))
+                adder.send_episode(EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len,
+                                                ep_success, version, evaluation))
                 self.episodes += 1
                 obs = self.robot.reset(seed=cfg.seed * 100_003 + self.episodes).as_dict()
                 ep_return, ep_len, ep_success = 0.0, 0, False

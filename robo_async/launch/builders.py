@@ -34,12 +34,14 @@ class PolicyArgs:
     hidden: tuple[int, ...]
     action_mode: str = "delta"
     delta_scale: float = 0.15
+    obs_scale: tuple[tuple[str, float], ...] = ()
 
     @staticmethod
     def from_config(policy: dict) -> "PolicyArgs":
         p = dict(policy)
+        scale = tuple((str(k), float(v)) for k, v in (p.get("obs_scale") or {}).items())
         return PolicyArgs(p["name"], tuple(p["obs_keys"]), tuple(p["hidden"]),
-                          p.get("action_mode", "delta"), float(p.get("delta_scale", 0.15)))
+                          p.get("action_mode", "delta"), float(p.get("delta_scale", 0.15)), scale)
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
     return make_policy(args.name, obs_keys=args.obs_keys, obs_dims=obs_dims(spec, args.obs_keys),
                        action_low=spec.joint_low, action_high=spec.joint_high, hidden=args.hidden,
                        dt=spec.dt, deterministic=deterministic, action_mode=args.action_mode,
-                       delta_scale=args.delta_scale)
+                       delta_scale=args.delta_scale, obs_scale=dict(args.obs_scale))
 
 
 def new_run_dir(root: str, task: str) -> Path:
@@ -124,7 +126,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         data_address=f"tcp://{t.host}:{t.data_port}",
         weights_address=f"tcp://{t.host}:{t.weights_port}",
         obs_keys=pol.obs_keys, obs_dims=dims, action_low=spec.joint_low, action_high=spec.joint_high,
-        sac=sac, action_mode=pol.action_mode, delta_scale=pol.delta_scale, task=task.name, spec_signature=spec.signature(),
+        sac=sac, action_mode=pol.action_mode, delta_scale=pol.delta_scale,
+        obs_scale=dict(pol.obs_scale), task=task.name, spec_signature=spec.signature(),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         publish_every=cfg.learner.publish_every, checkpoint_every_s=cfg.learner.checkpoint_every_s,
         log_every_s=cfg.learner.log_every_s, budget_s=cfg.budget.seconds,
@@ -140,7 +143,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             episode_ticks=task.options.get("episode_ticks", 50), realtime=task.realtime,
             flush_every=cfg.actor.flush_every, heartbeat_s=cfg.actor.heartbeat_s,
             seed=cfg.seed * 1000 + i, start_seq=int(hw.get(str(i), 0)),
-            start_episode=int(eps.get(str(i), 0)),
+            start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
         )
         for i in range(cfg.actors)
     )

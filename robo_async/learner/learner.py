@@ -42,6 +42,7 @@ class LearnerConfig:
     sac: SACConfig = SACConfig()
     action_mode: str = "delta"  # the policy's action parametrisation (see MLPPolicy)
     delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
+    obs_scale: dict = field(default_factory=dict)  # per observation key input scale
     task: str = "reach"
     spec_signature: dict = field(default_factory=dict)
     config_yaml: str = ""  # the resolved run config, stored in every checkpoint
@@ -66,7 +67,8 @@ class Learner:
         torch.manual_seed(config.seed)
         self.policy = MLPPolicy(config.obs_keys, config.obs_dims, config.action_low,
                                 config.action_high, hidden=config.sac.hidden,
-                                action_mode=config.action_mode, delta_scale=config.delta_scale)
+                                action_mode=config.action_mode, delta_scale=config.delta_scale,
+                                obs_scale=config.obs_scale)
         self.sac = SAC(self.policy.net, self.policy.obs_dim, len(config.action_low), config.sac)
         self.store = InMemoryReplayStore(config.sac.replay_capacity)
         self.limiter = SampleToInsertRatio(config.sac.utd_ratio, config.sac.warmup_steps)
@@ -79,6 +81,7 @@ class Learner:
         self.episode_counts: dict[int, int] = {}
         self.successes: deque[bool] = deque(maxlen=config.success_window)
         self.returns: deque[float] = deque(maxlen=config.success_window)
+        self.train_successes: deque[bool] = deque(maxlen=config.success_window)
         self.lags: deque[int] = deque(maxlen=256)
         self.newest_actor_version = -1  # newest policy version seen in incoming transitions
         self.stop_reason: str | None = None
@@ -153,16 +156,20 @@ class Learner:
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1
-            self.successes.append(msg.success)
-            self.returns.append(msg.episode_return)
+            if msg.evaluation:  # success is judged on deterministic episodes
+                self.successes.append(msg.success)
+                self.returns.append(msg.episode_return)
+            else:
+                self.train_successes.append(msg.success)
         elif isinstance(msg, Heartbeat):
             pass
 
     def _update(self) -> None:
         b = self.store.sample(self.config.sac.batch_size, self.rng)
         keys = self.config.obs_keys
-        obs = flatten_obs({k: b[f"obs/{k}"] for k in keys}, keys)
-        next_obs = flatten_obs({k: b[f"next_obs/{k}"] for k in keys}, keys)
+        scale = self.config.obs_scale
+        obs = flatten_obs({k: b[f"obs/{k}"] for k in keys}, keys, scale)
+        next_obs = flatten_obs({k: b[f"next_obs/{k}"] for k in keys}, keys, scale)
         act = torch.as_tensor(self.policy.to_normalized(b["action"], b["obs/state"]), dtype=torch.float32)
         self._last_update_metrics = self.sac.update(
             obs, act, torch.as_tensor(b["reward"]), next_obs,
@@ -215,6 +222,8 @@ class Learner:
             "charts/actor_policy_version": self.newest_actor_version,
             "charts/replay_size": len(self.store),
         }
+        if self.train_successes:
+            out["charts/train_success_rate"] = float(np.mean(self.train_successes))
         if self.successes:
             out["charts/success_rate"] = float(np.mean(self.successes))
             out["charts/episodic_return"] = float(np.mean(self.returns))

@@ -52,6 +52,7 @@ class EpisodeStats:
     length: int
     success: bool
     policy_version: int
+    evaluation: bool = False  # run with the deterministic policy (no exploration noise)
 
     kind = "episode"
 
@@ -186,6 +187,7 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
             int(_field(header, "actor_id", int)), int(_field(header, "episode", int)),
             float(_field(header, "episode_return", (int, float))), int(_field(header, "length", int)),
             bool(_field(header, "success", bool)), int(_field(header, "policy_version", int)),
+            bool(header.get("evaluation", False)),
         )
     if kind == "status":
         return LearnerStatus(

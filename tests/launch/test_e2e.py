@@ -1,0 +1,161 @@
+"""End to end with real processes, sockets and files: train, resume, eval, and the bad inputs."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from robo_async.learner import checkpoint
+from robo_async.learner.metrics import read_metrics
+
+EXE = [sys.executable, "-m", "robo_async.cli"]
+TINY = ["algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]", "algo.hidden=[32,32]",
+        "learner.publish_every=5", "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.2"]
+
+
+def run(args, timeout=180, **kw):
+    return subprocess.run(EXE + args, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "smoke"
+    res = run(["train", f"run_dir={run_dir}", "budget.env_steps=1500", *TINY])
+    assert res.returncode == 0, res.stderr + res.stdout
+    return run_dir, res
+
+
+def test_smoke_run_writes_everything_and_newer_weights_reach_the_actor(trained):
+    run_dir, res = trained
+    for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", "processes.json"):
+        assert (run_dir / name).exists(), name
+    assert list((run_dir / "tb").iterdir())
+    rows = read_metrics(run_dir)
+    assert rows[-1]["time/env_steps"] >= 1500
+    assert rows[-1]["time/updates"] > 100
+    # Transitions produced by a policy version > 0 arrived: weights published after training
+    # started crossed the socket, were swapped into the actor, and stamped its data.
+    assert max(r["charts/actor_policy_version"] for r in rows) > 1
+    assert "evaluation: success rate" in res.stdout
+    assert f"results in {run_dir}" in res.stdout
+
+
+def test_resume_restores_counters_and_weights(trained, tmp_path):
+    run_dir, _ = trained
+    before = checkpoint.resolve(run_dir)
+    t0, m0 = checkpoint.read(before)
+    meta0 = checkpoint.meta_of(m0)
+    res = run(["train", f"resume={run_dir}", "budget.env_steps=2200"])
+    assert res.returncode == 0, res.stderr + res.stdout
+    after = checkpoint.resolve(run_dir)
+    t1, m1 = checkpoint.read(after)
+    meta1 = checkpoint.meta_of(m1)
+    assert meta1["env_steps"] >= 2200 > meta0["env_steps"]
+    assert meta1["updates"] > meta0["updates"] and meta1["version"] > meta0["version"]
+    assert int(meta1["high_water"]["0"]) >= 2200  # actor 0 continued its seq numbering
+    rows = read_metrics(run_dir)
+    resumed = [r for r in rows if r["time/env_steps"] >= meta0["env_steps"]]
+    assert resumed and min(r["time/updates"] for r in resumed) >= meta0["updates"]
+
+
+def test_learner_restore_loads_exact_weights(trained):
+    from robo_async.learner.learner import Learner, LearnerConfig
+    from robo_async.learner.sac import SACConfig
+
+    run_dir, _ = trained
+    tensors, metadata = checkpoint.read(checkpoint.resolve(run_dir))
+    meta = checkpoint.meta_of(metadata)
+    cfg = LearnerConfig(str(run_dir), "", "", ("state", "ee_to_target"), (6, 3), (-1.92, -1.75, -1.69, -1.66, -2.74, -0.17),
+                        (1.92, 1.75, 1.69, 1.66, 2.84, 1.75), sac=SACConfig(hidden=(32, 32)), resume=True)
+    learner = Learner(cfg)
+    learner.restore(checkpoint.resolve(run_dir))
+    assert learner.updates == meta["updates"] and learner.version == meta["version"]
+    for k, v in learner.sac.critic_target.state_dict().items():
+        assert (v == tensors[f"critic_target/{k}"]).all()
+
+
+def test_eval_prints_success_and_writes_mp4(trained, tmp_path):
+    run_dir, _ = trained
+    video = tmp_path / "ep.mp4"
+    res = run(["eval", f"checkpoint={run_dir}", "episodes=2", f"video={video}"])
+    assert res.returncode == 0, res.stderr
+    assert "success rate" in res.stdout
+    import cv2
+
+    cap = cv2.VideoCapture(str(video))
+    assert cap.isOpened() and int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) > 0
+
+
+def _one_error_line(res):
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, res.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def test_unknown_config_key():
+    assert "unknown config key 'foo'" in _one_error_line(run(["train", "foo=1"]))
+
+
+def test_unknown_task_names_options():
+    assert "unknown task 'nope'; available: reach" in _one_error_line(run(["train", "task=nope"]))
+
+
+def test_unknown_algo_and_policy():
+    assert "unknown algo 'ppo'" in _one_error_line(run(["train", "algo=ppo"]))
+    assert "unknown policy 'vla'" in _one_error_line(run(["train", "policy=vla"]))
+
+
+def test_checkpoint_from_another_task(trained, tmp_path):
+    run_dir, _ = trained
+    assert "trained on task 'reach', not 'push'" in _one_error_line(
+        run(["eval", f"checkpoint={run_dir}", "task=push"]))
+    # A checkpoint whose robot spec differs (e.g. trained with other features) is refused too.
+    from safetensors.torch import load_file, save_file
+
+    src = checkpoint.resolve(run_dir)
+    tensors, metadata = checkpoint.read(src)
+    meta = checkpoint.meta_of(metadata)
+    meta["spec"]["features"] = [["cube_pos", 3]]
+    metadata["meta"] = json.dumps(meta)
+    other = tmp_path / "ckpt_000000001.safetensors"
+    save_file(load_file(str(src)), str(other), metadata)
+    assert "was trained for robot" in _one_error_line(run(["eval", f"checkpoint={other}"]))
+
+
+def test_port_in_use_fails_fast_with_message(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        res = run(["train", f"run_dir={tmp_path / 'r'}", f"transport.data_port={port}", *TINY], timeout=90)
+    finally:
+        holder.close()
+    assert res.returncode == 1
+    assert f"tcp://127.0.0.1:{port} is already in use" in res.stderr
+
+
+def test_crashed_actor_stops_the_run_naming_it(tmp_path):
+    run_dir = tmp_path / "crash"
+    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = run_dir / "processes.json"
+    deadline = time.monotonic() + 120
+    while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert pids.exists(), proc.communicate(timeout=30)
+    actor_pid = json.loads(pids.read_text())["actor 0"]
+    time.sleep(1.0)
+    os.kill(actor_pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert f"actor 0 (pid {actor_pid}) died: exit code -9; stopping the run" in err
+    # The learner still wrote a final checkpoint on the way down.
+    assert checkpoint.list_checkpoints(run_dir / "checkpoints")
