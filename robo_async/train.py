@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from robo_async.cli import UserError, compose_config
+from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
 from robo_async.launch.local import RunFailed, RunResult, launch_local
 from robo_async.launch.progress import ProgressDisplay

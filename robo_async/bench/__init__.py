@@ -17,7 +17,7 @@ def register(name: str) -> Callable[[Callable[[dict[str, str]], int]], Callable[
 
 def run_bench(name: str, args: dict[str, str]) -> int:
     from robo_async.bench import learn_reach  # noqa: F401  (registers itself)
-    from robo_async.cli import UserError
+    from robo_async.config import UserError
 
     if name not in BENCHES:
         raise UserError(f"unknown benchmark '{name}'; available: {', '.join(sorted(BENCHES))}")

@@ -111,6 +111,8 @@ class Learner:
         return self._receiver.address, self._publisher.address
 
     def close(self) -> None:
+        if self._metrics is not None:
+            self._log()  # the final counters, so metrics.jsonl ends where the run ended
         if self._publisher is not None:
             self._publisher.publish_status(self.status(stopping=True))
         for part in (self._receiver, self._publisher, self._metrics):
