@@ -1,0 +1,1 @@
+"""Real devices: adapters from LeRobot robots, teleoperators and cameras to `hal` (issue 4)."""

@@ -45,8 +45,6 @@ def prepare(overrides: list[str]):
         plan = build_plan(cfg, run_dir, meta)
     except (ConfigError, KeyError, TypeError, ValueError) as e:
         raise UserError(f"bad config: {e}") from None
-    if resume is None and meta is None and plan.learner.spec_signature is None:
-        raise UserError("task has no spec")
     return cfg, plan
 
 

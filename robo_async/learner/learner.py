@@ -87,6 +87,7 @@ class Learner:
         self.stop_reason: str | None = None
         self._last_update_metrics: dict[str, float] = {}
         self._rates = {"t": time.monotonic(), "updates": 0, "env_steps": 0}
+        self._rate_values = {"time/env_steps_per_s": 0.0, "time/updates_per_s": 0.0}
         self._receiver: TransitionReceiver | None = None
         self._publisher: WeightPublisher | None = None
         self._metrics: MetricsLogger | None = None
@@ -209,16 +210,23 @@ class Learner:
         return self.stop_reason is not None
 
     # --- reporting -----------------------------------------------------------------------
-    def progress(self) -> dict[str, float]:
+    def _measure_rates(self) -> None:
+        """Env steps/s and updates/s over the last logging interval."""
         now = time.monotonic()
         dt = max(now - self._rates["t"], 1e-6)
+        self._rate_values = {
+            "time/env_steps_per_s": (self.env_steps - self._rates["env_steps"]) / dt,
+            "time/updates_per_s": (self.updates - self._rates["updates"]) / dt,
+        }
+        self._rates = {"t": now, "updates": self.updates, "env_steps": self.env_steps}
+
+    def progress(self) -> dict[str, float]:
         out = {
-            "time/elapsed_s": now - self._t0,
+            "time/elapsed_s": time.monotonic() - self._t0,
             "time/env_steps": self.env_steps,
             "time/updates": self.updates,
             "time/episodes": self.episodes,
-            "time/env_steps_per_s": (self.env_steps - self._rates["env_steps"]) / dt,
-            "time/updates_per_s": (self.updates - self._rates["updates"]) / dt,
+            **self._rate_values,
             "charts/policy_version": self.version,
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
             "charts/actor_policy_version": self.newest_actor_version,
@@ -233,8 +241,8 @@ class Learner:
 
     def _log(self) -> None:
         assert self._metrics is not None
+        self._measure_rates()
         values = {**self.progress(), **self._last_update_metrics}
-        self._rates = {"t": time.monotonic(), "updates": self.updates, "env_steps": self.env_steps}
         self._metrics.write(self.env_steps, values)
         self.last_progress = values
 
