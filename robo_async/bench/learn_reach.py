@@ -61,11 +61,13 @@ def _sink(address_q: mp.Queue, stop: mp.Event, counts: mp.Queue) -> None:
     rx = TransitionReceiver("tcp://127.0.0.1:0")
     pub = WeightPublisher("tcp://127.0.0.1:0")
     address_q.put((rx.address, pub.address))
-    n = 0
+    n, next_status = 0, 0.0
     while not stop.is_set():
         for m in rx.poll(timeout_ms=5):
             n += getattr(m, "count", 0) if m.kind == "transitions" else 0
-        pub.publish_status(LearnerStatus(0, 0, n, 1 << 60))
+        if time.monotonic() >= next_status:  # the learner's cadence (status_every_s = 0.02)
+            next_status = time.monotonic() + 0.02
+            pub.publish_status(LearnerStatus(0, 0, n, 1 << 60))
     for m in rx.poll(timeout_ms=200, max_messages=100_000):
         n += getattr(m, "count", 0) if m.kind == "transitions" else 0
     counts.put(n)
