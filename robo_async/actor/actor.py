@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 
 import numpy as np
@@ -38,7 +38,6 @@ class ActorConfig:
     first_status_timeout_s: float = 60.0
     max_steps: int | None = None  # stop after this many env steps (benchmarks, tests)
     eval_every: int = 2  # every n-th episode runs the deterministic policy (0: never)
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 class LearnerUnavailable(RuntimeError):
