@@ -17,8 +17,9 @@ from hal.robot import Robot
 from hal.safety import SafeRobot
 from policies.base import Policy, WeightsMismatch
 from robo_async.actor.adder import Adder
-from robo_async.transport.channels import TransitionSender, WeightClient
-from robo_async.transport.wire import EpisodeStats, Heartbeat
+from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.transport.channels import WeightClient
+from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ class ActorConfig:
     first_status_timeout_s: float = 60.0
     max_steps: int | None = None  # stop after this many env steps (benchmarks, tests)
     eval_every: int = 2  # every n-th episode runs the deterministic policy (0: never)
+    uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
+    drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
 
 
 class LearnerUnavailable(RuntimeError):
@@ -103,19 +106,39 @@ class Actor:
             time.sleep(0.001)
         return False
 
+    def _first_status(self, client: WeightClient, stop: Event) -> LearnerStatus | None:
+        deadline = time.monotonic() + self.config.first_status_timeout_s
+        while client.status is None and not stop.is_set():
+            if time.monotonic() > deadline:
+                raise LearnerUnavailable(
+                    f"actor {self.config.actor_id}: no word from the learner at "
+                    f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s")
+            time.sleep(0.005)
+        return client.status
+
     def run(self, stop: Event) -> None:
         cfg = self.config
-        sender = TransitionSender(cfg.data_address)
         client = WeightClient(cfg.weights_address).start()
-        adder = Adder(cfg.actor_id, sender, cfg.flush_every, start_seq=cfg.start_seq)
-        self.robot.connect()
+        self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink)
         try:
-            self._loop(stop, client, adder)
+            journal_next = self.uplink.open()
+            status = self._first_status(client, stop)
+            if status is None:  # stopped before the learner answered
+                return
+            acked = status.acked_for(cfg.actor_id) or 0
+            # Numbering resumes after everything the learner or our own journal already holds.
+            start_seq = max(cfg.start_seq, acked, journal_next)
+            self.uplink.start(acked)
+            adder = Adder(cfg.actor_id, self.uplink, cfg.flush_every, start_seq=start_seq)
+            self.robot.connect()
+            try:
+                self._loop(stop, client, adder)
+            finally:
+                adder.flush()
+                self.robot.close()
         finally:
-            adder.flush()
-            self.robot.close()
+            self.uplink.close(cfg.drain_s)
             client.close()
-            sender.close()
 
     def _loop(self, stop: Event, client: WeightClient, adder: Adder) -> None:
         cfg = self.config
@@ -145,7 +168,7 @@ class Actor:
             next_obs = self.robot.get_observation().as_dict()
             ep_len += 1
             truncated = ep_len >= cfg.episode_ticks and not out.terminated
-            adder.add(obs, applied, out.reward, next_obs, out.terminated, truncated, version)
+            adder.add(obs, applied, out.reward, next_obs, out.terminated, truncated, version, out.success)
             self.env_steps += 1
             ep_return += out.reward
             ep_success = ep_success or out.success
@@ -161,4 +184,5 @@ class Actor:
                 st = self.robot.stats
                 adder.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version,
                                                {"clipped": st.clipped, "rejected": st.rejected,
-                                                "pending": adder.pending}))
+                                                "unacked": self.uplink.unacked,
+                                                "resends": self.uplink.resends}))

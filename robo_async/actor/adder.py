@@ -1,42 +1,32 @@
 """`Adder`: the only path from an actor to the learner. Numbers transitions `(actor_id, seq)`.
 
 Rows are kept as references and stacked into columns once per flush, so the per-tick cost is
-a few list appends. A batch that cannot be sent (learner slow or gone) stays queued and is
-retried before newer data, oldest first.
+a few list appends. Batches go to an outlet (the `Uplink`), which keeps them until the learner
+acks them; `put` never blocks the control loop.
 """
 
 from __future__ import annotations
 
-import logging
-from collections import deque
+from typing import Protocol
 
 import numpy as np
 
-from robo_async.transport.channels import TransitionSender
 from robo_async.transport.wire import EpisodeStats, Heartbeat, Message, TransitionBatch
 
-log = logging.getLogger(__name__)
+
+class Outlet(Protocol):
+    def put(self, msg: Message) -> None: ...
 
 
 class Adder:
-    def __init__(
-        self,
-        actor_id: int,
-        sender: TransitionSender,
-        flush_every: int = 32,
-        start_seq: int = 0,
-        max_pending: int = 4096,
-    ) -> None:
+    def __init__(self, actor_id: int, outlet: Outlet, flush_every: int = 32, start_seq: int = 0) -> None:
         self.actor_id = actor_id
-        self._sender = sender
+        self._outlet = outlet
         self._flush_every = flush_every
         self.seq = start_seq  # seq of the next transition
         self._first_seq = start_seq
         self._rows: list[tuple] = []
         self._keys: tuple[str, ...] = ()
-        self._pending: deque[Message] = deque()
-        self._max_pending = max_pending
-        self.dropped_batches = 0
 
     def add(
         self,
@@ -47,11 +37,12 @@ class Adder:
         terminated: bool,
         truncated: bool,
         policy_version: int,
+        success: bool = False,
     ) -> None:
         if not self._rows:
             self._keys = tuple(obs)
             self._first_seq = self.seq
-        self._rows.append((obs, next_obs, action, reward, terminated, truncated, policy_version))
+        self._rows.append((obs, next_obs, action, reward, terminated, truncated, policy_version, success))
         self.seq += 1
         if len(self._rows) >= self._flush_every:
             self.flush()
@@ -67,33 +58,17 @@ class Adder:
         arrays["terminated"] = np.array([r[4] for r in rows], dtype=bool)
         arrays["truncated"] = np.array([r[5] for r in rows], dtype=bool)
         arrays["policy_version"] = np.array([r[6] for r in rows], dtype=np.int64)
+        arrays["success"] = np.array([r[7] for r in rows], dtype=bool)
         return TransitionBatch(self.actor_id, self._first_seq, arrays)
 
     def flush(self) -> None:
         if self._rows:
-            self._enqueue(self._batch())
+            self._outlet.put(self._batch())
             self._rows = []
-        self._drain()
 
     def send_episode(self, stats: EpisodeStats) -> None:
         self.flush()
-        self._enqueue(stats)
-        self._drain()
+        self._outlet.put(stats)
 
     def send_heartbeat(self, beat: Heartbeat) -> None:
-        self._sender.send(beat)  # best effort; the next one supersedes it
-
-    def _enqueue(self, msg: Message) -> None:
-        if len(self._pending) >= self._max_pending:
-            self._pending.popleft()
-            self.dropped_batches += 1
-            log.warning("actor %d: learner unreachable, send queue full; dropped oldest batch", self.actor_id)
-        self._pending.append(msg)
-
-    def _drain(self) -> None:
-        while self._pending and self._sender.send(self._pending[0]):
-            self._pending.popleft()
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
+        self._outlet.put(beat)

@@ -11,6 +11,9 @@ from omegaconf import DictConfig, OmegaConf
 from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
 from robo_async.actor.actor import ActorConfig
+from robo_async.actor.uplink import UplinkConfig
+from robo_async.buffer.lmdb_store import StoreConfig
+from robo_async.buffer.sampler import check_mix
 from robo_async.learner.learner import LearnerConfig
 from robo_async.learner.sac import SACConfig
 from sim import TASKS, SimRobot
@@ -120,13 +123,20 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     if pol.hidden != sac.hidden:
         sac = SACConfig(**{**sac.__dict__, "hidden": pol.hidden})
     dims = obs_dims(spec, pol.obs_keys)
+    buf = OmegaConf.to_container(cfg.buffer, resolve=True)
+    if buf.pop("name") != "lmdb":
+        raise ConfigError("only buffer=lmdb exists")
+    mix = check_mix(buf.pop("mix"))
+    prefetch = int(buf.pop("prefetch"))
+    buf.pop("imports")
+    store = StoreConfig(**_dataclass_kwargs(StoreConfig, buf, "buffer"))
     t = cfg.transport
     learner = LearnerConfig(
         run_dir=str(run_dir),
         data_address=f"tcp://{t.host}:{t.data_port}",
         weights_address=f"tcp://{t.host}:{t.weights_port}",
         obs_keys=pol.obs_keys, obs_dims=dims, action_low=spec.joint_low, action_high=spec.joint_high,
-        sac=sac, action_mode=pol.action_mode, delta_scale=pol.delta_scale,
+        sac=sac, store=store, mix=mix, prefetch=prefetch, action_mode=pol.action_mode, delta_scale=pol.delta_scale,
         obs_scale=dict(pol.obs_scale), task=task.name, spec_signature=spec.signature(),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         publish_every=cfg.learner.publish_every, checkpoint_every_s=cfg.learner.checkpoint_every_s,
@@ -144,6 +154,9 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             flush_every=cfg.actor.flush_every, heartbeat_s=cfg.actor.heartbeat_s,
             seed=cfg.seed * 1000 + i, start_seq=int(hw.get(str(i), 0)),
             start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
+            uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
+                                journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
+                                resend_s=float(cfg.actor.resend_s)),
         )
         for i in range(cfg.actors)
     )

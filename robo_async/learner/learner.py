@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,9 @@ import numpy as np
 import torch
 
 from policies.mlp import MLPPolicy, flatten_obs
-from robo_async.buffer.store import InMemoryReplayStore, ReplayError, SampleToInsertRatio
+from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
+from robo_async.buffer.sampler import Sampler
+from robo_async.buffer.store import ReplayError, SampleToInsertRatio
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import MetricsLogger
 from robo_async.learner.sac import SAC, SACConfig
@@ -40,6 +43,9 @@ class LearnerConfig:
     action_low: tuple[float, ...]
     action_high: tuple[float, ...]
     sac: SACConfig = SACConfig()
+    store: StoreConfig = StoreConfig()
+    mix: dict = field(default_factory=lambda: {"online": 0.5, "demos": 0.25, "interventions": 0.25})
+    prefetch: int = 2  # batches assembled ahead on a background thread
     action_mode: str = "delta"  # the policy's action parametrisation (see MLPPolicy)
     delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
     obs_scale: dict = field(default_factory=dict)  # per observation key input scale
@@ -70,9 +76,13 @@ class Learner:
                                 action_mode=config.action_mode, delta_scale=config.delta_scale,
                                 obs_scale=config.obs_scale)
         self.sac = SAC(self.policy.net, self.policy.obs_dim, len(config.action_low), config.sac)
-        self.store = InMemoryReplayStore(config.sac.replay_capacity)
+        self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
+        self.sampler = Sampler(self.store, config.sac.batch_size, config.mix, config.seed, config.prefetch)
+        self.boot_id = uuid.uuid4().hex[:12]
+        self._online_seen = 0  # committed online transitions already counted as env steps
+        self.rejected_batches = 0
+        self.heartbeats: dict[int, dict] = {}
         self.limiter = SampleToInsertRatio(config.sac.utd_ratio, config.sac.warmup_steps)
-        self.rng = np.random.default_rng(config.seed)
         self.version = 0
         self.updates = 0
         self.env_steps = 0
@@ -96,8 +106,14 @@ class Learner:
     def open(self) -> None:
         torch.set_num_threads(self.config.threads)
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        self.store.open()
+        if self.store.repaired:
+            log.warning("replay store recovered with repairs: %s", "; ".join(self.store.repaired))
+        self._online_seen = self.store.counts["online"]
         if self.config.resume:
             self.restore(checkpoint.resolve(self.run_dir))
+        self.high_water = self.store.high_water()
+        self.sampler.start()
         self._receiver = TransitionReceiver(self.config.data_address)
         self._publisher = WeightPublisher(self.config.weights_address)
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
@@ -116,7 +132,7 @@ class Learner:
             self._log()  # the final counters, so metrics.jsonl ends where the run ended
         if self._publisher is not None:
             self._publisher.publish_status(self.status(stopping=True))
-        for part in (self._receiver, self._publisher, self._metrics):
+        for part in (self._receiver, self._publisher, self._metrics, self.sampler, self.store):
             if part is not None:
                 part.close()
 
@@ -126,10 +142,10 @@ class Learner:
         assert self._receiver is not None and self._publisher is not None
         for msg in self._receiver.poll(timeout_ms=0 if self.limiter.can_update() else 1):
             self._ingest(msg)
+        self._count_committed()
         for _ in range(8):
-            if not (self.limiter.can_update() and len(self.store) >= self.config.sac.warmup_steps):
+            if not (self.limiter.can_update() and self._update()):
                 break
-            self._update()
         now = time.monotonic()
         if now >= self._next["status"]:
             self._next["status"] = now + self.config.status_every_s
@@ -143,19 +159,44 @@ class Learner:
             self.save()
         self._check_stop(now)
 
-    def _ingest(self, msg: object) -> None:
-        if isinstance(msg, TransitionBatch):
-            try:
-                n = self.store.insert(msg)
-            except ReplayError as e:
-                log.warning("dropped transitions from actor %d: %s", msg.actor_id, e)
-                return
-            self.high_water[msg.actor_id] = self.store.ack(msg.actor_id)
+    def _check_batch(self, msg: TransitionBatch) -> str | None:
+        """What is wrong with a batch against this run's spec, or None."""
+        want = {"action": (len(self.config.action_low),)}
+        for k, d in zip(self.config.obs_keys, self.config.obs_dims):
+            want[f"obs/{k}"] = want[f"next_obs/{k}"] = (d,)
+        for k, shape in want.items():
+            a = msg.arrays.get(k)
+            if a is None:
+                return f"'{k}' is missing"
+            if a.shape[1:] != shape or a.dtype != np.float32:
+                return f"'{k}' is {a.dtype}{a.shape[1:]}, this run expects float32{shape}"
+        return None
+
+    def _count_committed(self) -> None:
+        """Env steps and the limiter count transitions once they are durable."""
+        n = self.store.counts["online"] - self._online_seen
+        if n > 0:
+            self._online_seen += n
             self.env_steps += n
             self.limiter.inserted += n
-            versions = msg.arrays["policy_version"][-n:]
-            self.lags.extend((self.version - versions).tolist())
-            self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
+            self.high_water = self.store.high_water()
+
+    def _ingest(self, msg: object) -> None:
+        if isinstance(msg, TransitionBatch):
+            problem = self._check_batch(msg)
+            try:
+                if problem:
+                    raise ReplayError(problem)
+                n = self.store.insert(msg, "online")
+            except ReplayError as e:
+                self.rejected_batches += 1
+                if self.rejected_batches <= 10 or self.rejected_batches % 1000 == 0:
+                    log.error("rejected transitions from actor %d (seq %d): %s", msg.actor_id, msg.seq, e)
+                return
+            if n:
+                versions = msg.arrays["policy_version"][-n:]
+                self.lags.extend((self.version - versions).tolist())
+                self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1
@@ -165,10 +206,13 @@ class Learner:
             else:
                 self.train_successes.append(msg.success)
         elif isinstance(msg, Heartbeat):
-            pass
+            self.heartbeats[msg.actor_id] = dict(msg.meta)
 
-    def _update(self) -> None:
-        b = self.store.sample(self.config.sac.batch_size, self.rng)
+    def _update(self) -> bool:
+        """One SAC update on a prefetched batch; False if no batch is ready yet."""
+        b = self.sampler.get()
+        if b is None:
+            return False
         keys = self.config.obs_keys
         scale = self.config.obs_scale
         obs = flatten_obs({k: b[f"obs/{k}"] for k in keys}, keys, scale)
@@ -183,6 +227,7 @@ class Learner:
         if self.updates % self.config.publish_every == 0:
             self.version += 1
             self.publish()
+        return True
 
     def publish(self) -> None:
         assert self._publisher is not None
@@ -190,7 +235,8 @@ class Learner:
 
     def status(self, stopping: bool = False) -> LearnerStatus:
         return LearnerStatus(self.updates, self.version, self.limiter.inserted,
-                             self.limiter.allowed_inserts(), stopping)
+                             self.limiter.allowed_inserts(), stopping, self.boot_id,
+                             tuple(sorted(self.store.high_water().items())))
 
     @property
     def success_rate(self) -> float | None:
@@ -231,6 +277,15 @@ class Learner:
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
             "charts/actor_policy_version": self.newest_actor_version,
             "charts/replay_size": len(self.store),
+            "buffer/online": self.store.counts["online"],
+            "buffer/demos": self.store.counts["demos"],
+            "buffer/interventions": self.store.counts["interventions"],
+            "buffer/commit_interval_ms": self._commit_interval_ms(),
+            "buffer/write_errors": self.store.write_errors,
+            "buffer/rejected_batches": self.rejected_batches,
+            "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),
+            "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
+            "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
         }
         if self.train_successes:
             out["charts/train_success_rate"] = float(np.mean(self.train_successes))
@@ -238,6 +293,10 @@ class Learner:
             out["charts/success_rate"] = float(np.mean(self.successes))
             out["charts/episodic_return"] = float(np.mean(self.returns))
         return out
+
+    def _commit_interval_ms(self) -> float:
+        t = self.store.commit_times[-100:]
+        return float(np.mean(np.diff(t)) * 1000) if len(t) > 1 else 0.0
 
     def _log(self) -> None:
         assert self._metrics is not None
@@ -253,6 +312,7 @@ class Learner:
             "episodes": self.episodes, "high_water": {str(k): v for k, v in self.high_water.items()},
             "episode_counts": {str(k): v for k, v in self.episode_counts.items()},
             "limiter": self.limiter.state_dict(),
+            "store_counts": dict(self.store.counts),
         }
 
     def save(self) -> Path:
@@ -270,9 +330,12 @@ class Learner:
         checkpoint.restore(self.sac, tensors, metadata)
         self.updates, self.version = int(meta["updates"]), int(meta["version"])
         self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
-        self.high_water = {int(k): int(v) for k, v in meta["high_water"].items()}
         self.episode_counts = {int(k): int(v) for k, v in meta.get("episode_counts", {}).items()}
-        # The in-memory store starts empty after a restart, so the limiter starts afresh too;
-        # a persistent store would restore `meta["limiter"]`.
+        # The store kept everything committed, including what arrived after this checkpoint:
+        # count that too, so the limiter and env steps pick up where the data ends.
+        self.limiter.load_state_dict(meta["limiter"])
+        since = self.store.counts["online"] - int(meta.get("store_counts", {}).get("online", 0))
+        self.limiter.inserted += max(since, 0)
+        self.env_steps += max(since, 0)
         log.info("resumed from %s: %d updates, %d env steps, policy v%d", path, self.updates,
                  self.env_steps, self.version)

@@ -27,7 +27,6 @@ class SACConfig:
     utd_ratio: float = 1.0  # learner updates per environment step
     warmup_steps: int = 1000  # transitions in the store before the first update
     hidden: tuple[int, ...] = (256, 256)
-    replay_capacity: int = 200_000
 
 
 class SAC:

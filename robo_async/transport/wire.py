@@ -28,7 +28,7 @@ class TransitionBatch:
     """`count` consecutive transitions from one actor, numbered `seq .. seq+count-1`.
 
     Arrays all have leading dimension `count`: `obs/<key>`, `next_obs/<key>`, `action`, `reward`,
-    `terminated`, `truncated`, `policy_version`.
+    `terminated`, `truncated`, `policy_version` and, from actors, `success` (the task's own judgement).
     """
 
     actor_id: int
@@ -77,6 +77,14 @@ class LearnerStatus:
     env_steps: int  # transitions received so far
     allowed_env_steps: int  # actors pause (in as-fast-as-possible sim mode) beyond this
     stopping: bool = False
+    boot_id: str = ""  # new on every learner start: actors resend everything unacked when it changes
+    acked: tuple[tuple[int, int], ...] = ()  # (actor_id, next seq): every transition below is committed
+
+    def acked_for(self, actor_id: int) -> int | None:
+        for a, s in self.acked:
+            if a == actor_id:
+                return s
+        return None
 
     kind = "status"
 
@@ -190,10 +198,15 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
             bool(header.get("evaluation", False)),
         )
     if kind == "status":
+        acked = header.get("acked", [])
+        if not (isinstance(acked, list) and all(
+                isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) for p in acked)):
+            raise WireError(f"status 'acked' must be a list of [actor_id, seq] pairs, got {acked!r}")
         return LearnerStatus(
             int(_field(header, "updates", int)), int(_field(header, "version", int)),
             int(_field(header, "env_steps", int)), int(_field(header, "allowed_env_steps", int)),
-            bool(header.get("stopping", False)),
+            bool(header.get("stopping", False)), str(header.get("boot_id", "")),
+            tuple((a, s) for a, s in acked),
         )
     meta = header.get("meta", {})
     if not isinstance(meta, dict):

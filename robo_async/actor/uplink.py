@@ -1,0 +1,317 @@
+"""`Uplink`: the actor's side of acknowledged delivery, on its own thread.
+
+The control loop hands messages over with `put()` (never blocks). The uplink thread owns the PUSH
+socket and:
+- sends transition batches in seq order and keeps each one until the learner's status acks it
+  (`LearnerStatus.acked`: every seq below is committed to the learner's store);
+- resends everything unacked when the learner restarts (a new `boot_id`) or when acks stop
+  advancing for `resend_s` (a lost message, a failed commit); the store drops duplicates;
+- writes batches to a journal, an actor-local LMDB, in group commits every `commit_ms`, so an
+  actor restart resends what it had journaled; with `journal=False` only batches beyond
+  `max_ram_mb` of unacked data are spilled there.
+
+    uplink = Uplink(actor_id, address, status=client.latest_status, config=UplinkConfig(dir))
+    next_seq = uplink.open()             # what the journal holds decides where numbering resumes
+    uplink.start(acked=status.acked_for(actor_id) or 0)
+    uplink.put(batch)                    # from the control loop
+    uplink.close(drain_s=5)              # waits for acks (unless the learner is stopping)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import lmdb
+import msgpack
+import zmq
+
+from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UplinkConfig:
+    journal_dir: str | None = None  # actor-local store of unacked batches; None: RAM only
+    journal: bool = True  # journal every batch (else only spill beyond max_ram_mb)
+    max_ram_mb: float = 256.0  # unacked batches held in RAM before the oldest are spilled
+    commit_ms: float = 100.0  # journal group-commit interval
+    resend_s: float = 5.0  # resend unacked batches when acks stall this long
+    max_other: int = 1000  # episode stats / heartbeats waiting to be sent (oldest dropped)
+
+
+@dataclass(eq=False)  # entries compare by identity
+class _Entry:
+    seq: int
+    count: int
+    batch: TransitionBatch | None  # None once spilled: read back from the journal to resend
+    nbytes: int
+    journaled: bool = False
+
+
+def _key(seq: int) -> bytes:
+    return seq.to_bytes(8, "big")
+
+
+class Uplink:
+    def __init__(self, actor_id: int, address: str, status: Callable[[], LearnerStatus | None],
+                 config: UplinkConfig = UplinkConfig(), ctx: zmq.Context | None = None) -> None:
+        self.actor_id = actor_id
+        self.address = address
+        self.config = config
+        self._status = status
+        self._ctx = ctx or zmq.Context.instance()
+        self._inbox: deque[Message] = deque()
+        self._unacked: deque[_Entry] = deque()
+        self._other: deque[Message] = deque()
+        self._cursor = 0  # entries before it were sent since the last (re)send started
+        self._ram = 0
+        self._acked = 0
+        self._boot: str | None = None
+        self._progress_t = time.monotonic()
+        self._to_journal: list[_Entry] = []
+        self._to_delete: list[int] = []
+        self._env: lmdb.Environment | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._unacked_count = 0
+        self.resends = 0
+        self.spilled = 0
+        self.journal_errors = 0
+        self.dropped_other = 0
+
+    # --- journal ---------------------------------------------------------------------------------
+    def open(self) -> int:
+        """Open the journal (if configured) and queue what it holds. Returns the next seq to use."""
+        if self.config.journal_dir is None:
+            return 0
+        path = Path(self.config.journal_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(str(path), map_size=256 * 2**30, max_dbs=2, readahead=False)
+            self._db = self._env.open_db(b"batches")
+        except lmdb.Error as e:
+            raise RuntimeError(f"actor {self.actor_id}: journal {path} cannot be opened ({e}); "
+                               f"move it aside to start without it") from None
+        next_seq, bad = 0, 0
+        with self._env.begin(db=self._db) as txn:
+            for k, v in txn.cursor():
+                try:
+                    b = self._decode(v)
+                except WireError:
+                    bad += 1
+                    continue
+                self._unacked.append(_Entry(b.seq, b.count, None, 0, journaled=True))
+                self._unacked_count += b.count
+                next_seq = max(next_seq, b.seq + b.count)
+        if bad:
+            log.warning("actor %d: %d damaged batch(es) in journal %s skipped", self.actor_id, bad, path)
+        if self._unacked:
+            log.info("actor %d: journal holds %d unacked transitions (seq %d..%d); resending",
+                     self.actor_id, self.unacked, self._unacked[0].seq, next_seq - 1)
+        return next_seq
+
+    @staticmethod
+    def _decode(value: bytes) -> TransitionBatch:
+        frames = msgpack.unpackb(value, raw=False)
+        msg = decode(frames) if isinstance(frames, list) else None
+        if not isinstance(msg, TransitionBatch):
+            raise WireError("journal entry is not a transition batch")
+        return msg
+
+    def _load(self, e: _Entry) -> TransitionBatch | None:
+        assert self._env is not None
+        with self._env.begin(db=self._db) as txn:
+            v = txn.get(_key(e.seq))
+        try:
+            return self._decode(v) if v is not None else None
+        except WireError:
+            return None
+
+    def _commit_journal(self) -> None:
+        if self._env is None or not (self._to_journal or self._to_delete):
+            return
+        try:
+            with self._env.begin(write=True, db=self._db) as txn:
+                for e in self._to_journal:
+                    if e.batch is not None:
+                        txn.put(_key(e.seq), msgpack.packb([bytes(f) for f in encode(e.batch)], use_bin_type=True))
+                for seq in self._to_delete:
+                    txn.delete(_key(seq))
+        except lmdb.Error as err:
+            self.journal_errors += 1
+            log.error("actor %d: journal write failed (%s); unacked data stays in RAM", self.actor_id, err)
+            return
+        for e in self._to_journal:
+            e.journaled = True
+        self._to_journal, self._to_delete = [], []
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self, acked: int = 0) -> None:
+        self._apply_ack(acked)
+        self._thread = threading.Thread(target=self._run, name=f"uplink-{self.actor_id}", daemon=True)
+        self._thread.start()
+
+    def put(self, msg: Message) -> None:
+        """Hand a message to the uplink thread. Never blocks."""
+        self._inbox.append(msg)
+
+    def close(self, drain_s: float = 5.0) -> None:
+        """Stop after everything is acked, the learner says it is stopping, or `drain_s` passes.
+        Whatever is still unacked stays in the journal for the next start."""
+        deadline = time.monotonic() + drain_s
+        while self._thread is not None and time.monotonic() < deadline:
+            st = self._status()
+            if (not self._inbox and not self._unacked) or (st is not None and st.stopping):
+                break
+            time.sleep(0.01)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self._env is not None:
+            while self._inbox:  # batches that never reached the thread
+                self._intake_one(self._inbox.popleft())
+            for e in self._unacked:
+                if not e.journaled and e.batch is not None and e not in self._to_journal:
+                    self._to_journal.append(e)
+            self._commit_journal()
+            self._env.close()
+            self._env = None
+
+    @property
+    def unacked(self) -> int:
+        """Transitions not yet acked (safe to read from any thread)."""
+        return self._unacked_count
+
+    # --- the thread --------------------------------------------------------------------------
+    def _intake_one(self, msg: Message) -> None:
+        if isinstance(msg, TransitionBatch):
+            nbytes = sum(a.nbytes for a in msg.arrays.values())
+            e = _Entry(msg.seq, msg.count, msg, nbytes)
+            self._unacked.append(e)
+            self._unacked_count += msg.count
+            self._ram += nbytes
+            if self._env is not None and self.config.journal:
+                self._to_journal.append(e)
+        else:
+            if len(self._other) >= self.config.max_other:
+                self._other.popleft()
+                self.dropped_other += 1
+            self._other.append(msg)
+
+    def _apply_ack(self, acked: int) -> None:
+        if acked < self._acked:
+            return
+        self._acked = acked
+        self._progress_t = time.monotonic()
+        while self._unacked and self._unacked[0].seq + self._unacked[0].count <= acked:
+            e = self._unacked.popleft()
+            self._unacked_count -= e.count
+            self._cursor = max(0, self._cursor - 1)
+            if e.batch is not None:
+                self._ram -= e.nbytes
+            if e.journaled:
+                self._to_delete.append(e.seq)
+            elif e in self._to_journal:
+                self._to_journal.remove(e)
+
+    def _run(self) -> None:
+        sock = self._ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to a live learner; resend covers the rest
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(self.address)
+        next_commit = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                busy = self._step(sock)
+                now = time.monotonic()
+                if now >= next_commit:
+                    next_commit = now + self.config.commit_ms / 1000
+                    self._commit_journal()
+                if not busy:
+                    time.sleep(0.002)
+        finally:
+            sock.close()
+
+    def _step(self, sock: zmq.Socket) -> bool:
+        busy = False
+        while self._inbox:
+            self._intake_one(self._inbox.popleft())
+            busy = True
+        st = self._status()
+        now = time.monotonic()
+        if st is not None:
+            if st.boot_id != self._boot:
+                if self._boot is not None:
+                    log.warning("actor %d: learner restarted; resending %d unacked transitions",
+                                self.actor_id, self.unacked)
+                    self._resend(now)
+                self._boot = st.boot_id
+            acked = st.acked_for(self.actor_id)
+            if acked is not None and acked > self._acked:
+                self._apply_ack(acked)
+        if self._unacked and self._cursor > 0 and now - self._progress_t > self.config.resend_s:
+            log.warning("actor %d: no ack for %.0f s; resending %d unacked transitions",
+                        self.actor_id, self.config.resend_s, self.unacked)
+            self._resend(now)
+        busy |= self._send(sock)
+        self._spill()
+        return busy
+
+    def _resend(self, now: float) -> None:
+        self._cursor = 0
+        self._progress_t = now
+        self.resends += 1
+
+    def _send(self, sock: zmq.Socket) -> bool:
+        sent = False
+        while self._cursor < len(self._unacked):
+            e = self._unacked[self._cursor]
+            batch = e.batch if e.batch is not None else self._load(e)
+            if batch is None:  # journal entry lost: skip it (logged); the store will see a gap
+                log.error("actor %d: batch at seq %d missing from the journal", self.actor_id, e.seq)
+                self._cursor += 1
+                continue
+            try:
+                sock.send_multipart(encode(batch), flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return sent
+            self._cursor += 1
+            sent = True
+        while self._other:
+            try:
+                sock.send_multipart(encode(self._other[0]), flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self._other.popleft()
+            sent = True
+        return sent
+
+    def _spill(self) -> None:
+        """Past the RAM budget, keep only the journal's copy of the oldest unacked batches."""
+        if self._env is None or self._ram <= self.config.max_ram_mb * 2**20:
+            return
+        victims = []
+        for e in self._unacked:
+            if self._ram <= self.config.max_ram_mb * 2**20 * 0.9:
+                break
+            if e.batch is not None:
+                victims.append(e)
+                if not e.journaled and e not in self._to_journal:
+                    self._to_journal.append(e)
+                self._ram -= e.nbytes
+        self._commit_journal()
+        for e in victims:
+            if e.journaled:
+                e.batch = None
+                self.spilled += 1
+            else:
+                self._ram += e.nbytes  # journal write failed: keep it in RAM

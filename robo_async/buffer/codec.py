@@ -1,0 +1,156 @@
+"""How transitions are laid out on disk: a column schema, one checksummed record per
+transition, and camera images stored once each, encoded (PNG by default) and keyed by content.
+
+A record is `crc32(payload) || payload` with payload = msgpack
+`{"a": actor_id, "s": seq, "c": [raw bytes per array column], "i": [image key per image column]}`.
+An image key is a 16-byte BLAKE2b digest of the raw pixels, so `next_obs` images, which equal the
+next transition's `obs` images, are stored once. Nothing here is pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import cv2
+import msgpack
+import numpy as np
+
+STORE_SCHEMA = 1  # bump when the on-disk layout changes; older stores are refused with a message
+CODECS = ("png", "jpeg")
+_CODEC_TAG = {"png": b"P", "jpeg": b"J"}
+
+
+class CorruptRecord(ValueError):
+    """A stored record or image that fails its checksum or does not decode."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]  # per transition (no leading batch dim)
+
+    @property
+    def is_image(self) -> bool:
+        """uint8 H x W x C arrays are camera images: stored encoded, not raw."""
+        return self.dtype == "uint8" and len(self.shape) == 3 and self.shape[2] in (1, 3, 4)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def describe(self) -> str:
+        return f"{self.dtype}{self.shape}"
+
+
+@dataclass(frozen=True)
+class Schema:
+    columns: tuple[Column, ...]
+
+    @staticmethod
+    def of(arrays: Mapping[str, np.ndarray]) -> "Schema":
+        return Schema(tuple(Column(k, a.dtype.name, tuple(a.shape[1:])) for k, a in sorted(arrays.items())))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def arrays(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if not c.is_image)
+
+    @property
+    def images(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.is_image)
+
+    @property
+    def transition_bytes(self) -> int:
+        return sum(c.nbytes for c in self.columns)
+
+    def check(self, arrays: Mapping[str, np.ndarray]) -> str | None:
+        """None if `arrays` (batched) fit this schema, else what is wrong."""
+        if set(arrays) != set(self.names):
+            missing, extra = set(self.names) - set(arrays), set(arrays) - set(self.names)
+            return f"batch columns differ from the store's: missing {sorted(missing)}, unexpected {sorted(extra)}"
+        for c in self.columns:
+            a = arrays[c.name]
+            if a.dtype.name != c.dtype or tuple(a.shape[1:]) != c.shape:
+                return f"'{c.name}' is {a.dtype.name}{tuple(a.shape[1:])}, the store holds {c.describe()}"
+        return None
+
+    def to_msgpack(self) -> dict:
+        return {"store_schema": STORE_SCHEMA, "columns": [[c.name, c.dtype, list(c.shape)] for c in self.columns]}
+
+    @staticmethod
+    def from_msgpack(d: dict) -> "Schema":
+        return Schema(tuple(Column(n, t, tuple(s)) for n, t, s in d["columns"]))
+
+
+def image_key(img: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(img).data, digest_size=16).digest()
+
+
+def encode_image(img: np.ndarray, codec: str = "png", jpeg_quality: int = 95) -> bytes:
+    """Lossless PNG (fast setting) by default; JPEG trades exactness for ~2x smaller files."""
+    bgr = img[..., ::-1] if img.shape[2] == 3 else img  # OpenCV's channel order
+    if codec == "png":
+        ok, buf = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+    elif codec == "jpeg":
+        ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+    else:
+        raise ValueError(f"unknown image codec '{codec}'; use one of {CODECS}")
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {img.shape} image as {codec}")
+    payload = buf.tobytes()
+    return _CODEC_TAG[codec] + zlib.crc32(payload).to_bytes(4, "little") + payload
+
+
+def decode_image(blob: bytes, column: Column) -> np.ndarray:
+    if len(blob) < 5 or zlib.crc32(blob[5:]) != int.from_bytes(blob[1:5], "little"):
+        raise CorruptRecord(f"image for '{column.name}' fails its checksum")
+    flag = cv2.IMREAD_UNCHANGED
+    img = cv2.imdecode(np.frombuffer(blob, np.uint8, offset=5), flag)
+    if img is None:
+        raise CorruptRecord(f"image for '{column.name}' does not decode")
+    if img.ndim == 2:
+        img = img[..., None]
+    elif img.shape[2] == 3:
+        img = img[..., ::-1]
+    if img.shape != column.shape:
+        raise CorruptRecord(f"image for '{column.name}' is {img.shape}, schema says {column.shape}")
+    return np.ascontiguousarray(img)
+
+
+def encode_record(schema: Schema, actor_id: int, seq: int, arrays: Mapping[str, np.ndarray], i: int,
+                  image_keys: Mapping[str, bytes]) -> bytes:
+    """Row `i` of a batch as one record; `image_keys[name]` is that row's image key per image column."""
+    payload = msgpack.packb({
+        "a": actor_id, "s": seq,
+        "c": [np.ascontiguousarray(arrays[c.name][i]).tobytes() for c in schema.arrays],
+        "i": [image_keys[c.name] for c in schema.images],
+    }, use_bin_type=True)
+    return zlib.crc32(payload).to_bytes(4, "little") + payload
+
+
+def decode_record(schema: Schema, value: bytes) -> tuple[int, int, dict[str, np.ndarray], list[bytes]]:
+    """-> (actor_id, seq, array columns, image keys); raises CorruptRecord."""
+    if len(value) < 4 or zlib.crc32(value[4:]) != int.from_bytes(value[:4], "little"):
+        raise CorruptRecord("record fails its checksum")
+    try:
+        d = msgpack.unpackb(value[4:], raw=False)
+        cols = {c.name: np.frombuffer(b, c.dtype).reshape(c.shape) for c, b in zip(schema.arrays, d["c"], strict=True)}
+        keys = list(d["i"])
+        if len(keys) != len(schema.images):
+            raise ValueError("image count")
+        return int(d["a"]), int(d["s"]), cols, keys
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptRecord(f"record does not match the store schema: {e}") from None
+
+
+def peek_record(value: bytes) -> tuple[int, int]:
+    """(actor_id, seq) of a record without checking it (for index rebuilds)."""
+    d = msgpack.unpackb(value[4:], raw=False)
+    return int(d["a"]), int(d["s"])

@@ -1,0 +1,472 @@
+"""`PersistentReplayStore`: the crash-safe replay store, on LMDB.
+
+Why LMDB: every commit is atomic and copy-on-write (two meta pages), so a crash at any instant
+leaves the last committed state intact with no journal replay; readers never block the writer;
+it is one C library with Python bindings used in production for a decade. Layout (sub-databases):
+
+    meta           schema, per-table counts, per-actor high-water marks, last commit time
+    img            encoded camera images keyed by content (stored once; see codec.py)
+    t:<table>      one record per transition, keyed by its 8-byte big-endian index in the table
+
+How the learner uses it::
+
+    store = PersistentReplayStore(run_dir / "replay", StoreConfig())
+    store.open()                       # recover: repair a damaged tail, rebuild counts, page in
+    store.insert(batch, "online")      # queued; the writer thread group-commits it (durable)
+    store.ack(actor_id)                # next seq expected from that actor: all below is committed
+    store.sample(256, rng, "online")   # from the in-RAM cache, never from disk
+    store.close()                      # commits whatever is queued
+
+A batch becomes durable when its group commit returns (fsync). Acks only ever cover committed
+transitions, and the (actor, seq) high-water marks are written in the same transaction as the
+data, so a resend after any crash is either new (stored) or a duplicate (dropped), never both.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lmdb
+import msgpack
+import numpy as np
+
+from robo_async.buffer.cache import TableCache
+from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, CorruptRecord, Schema, decode_image, decode_record,
+                                     encode_image, encode_record, image_key, peek_record)
+from robo_async.buffer.store import ReplayError, ReplayStore
+from robo_async.transport.wire import TransitionBatch
+
+log = logging.getLogger(__name__)
+TABLES = ("online", "demos", "interventions")
+
+
+class StoreError(RuntimeError):
+    """The store on disk cannot be used (damaged beyond repair, or written by another schema)."""
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    commit_every: int = 512  # transitions per group commit ...
+    commit_ms: float = 50.0  # ... or this long after the first uncommitted one, whichever first
+    image_codec: str = "png"  # png (lossless) or jpeg
+    jpeg_quality: int = 95
+    cache_mb: float = 1024.0  # decoded transitions kept in RAM, per table ...
+    cache_transitions: int = 1_000_000  # ... and at most this many
+    map_size_gb: float = 1024.0  # LMDB address space; the file grows only as data is written
+    encode_threads: int = 2  # image encoders (OpenCV releases the GIL)
+    tail_check: int = 64  # records at the end of each table verified on open
+    max_queued_batches: int = 1024  # insert() waits for the writer beyond this (backpressure)
+    page_chunk: int = 256  # records the pager reads per step
+
+
+def _key(i: int) -> bytes:
+    return i.to_bytes(8, "big")
+
+
+def _int(b: bytes | None) -> int:
+    return int.from_bytes(b, "big") if b else 0
+
+
+@dataclass
+class _Item:
+    table: str
+    batch: TransitionBatch
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class PersistentReplayStore(ReplayStore):
+    def __init__(self, path: str | Path, config: StoreConfig = StoreConfig()) -> None:
+        if config.image_codec not in CODECS:
+            raise ValueError(f"buffer.image_codec '{config.image_codec}' unknown; use one of {CODECS}")
+        self.path = Path(path)
+        self.config = config
+        self.schema: Schema | None = None
+        self.caches: dict[str, TableCache] = {}
+        self.counts = dict.fromkeys(TABLES, 0)  # committed per table
+        self.commit_times: list[float] = []  # monotonic time of each commit (last 10k)
+        self.write_errors = 0
+        self.last_error: str | None = None
+        self.out_of_order = 0  # batches that skipped ahead of an actor's high-water mark (resent later)
+        self.corrupt_records = 0
+        self.repaired: list[str] = []  # what recovery fixed, for logs and `buffer inspect`
+        self._committed_hw: dict[int, int] = {}
+        self._accepted_hw: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._env: lmdb.Environment | None = None
+        self._queue: queue.Queue[_Item | None] = queue.Queue(config.max_queued_batches)
+        self._recent_keys: OrderedDict[bytes, None] = OrderedDict()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._outstanding = 0  # queued items not yet committed or dropped
+        self._drained = threading.Condition(self._lock)
+
+    # --- open / recover --------------------------------------------------------------------
+    def open(self, expect: Schema | None = None, readonly: bool = False) -> "PersistentReplayStore":
+        t0 = time.monotonic()
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._env = lmdb.open(str(self.path), map_size=int(self.config.map_size_gb * 2**30), max_dbs=8,
+                                  readonly=readonly, readahead=False, meminit=False)
+            self._dbs = {name: self._env.open_db(name.encode(), create=not readonly)
+                         for name in ("meta", "img", *(f"t:{t}" for t in TABLES))}
+        except lmdb.Error as e:
+            raise StoreError(f"replay store {self.path} cannot be opened ({type(e).__name__}: {e}); "
+                             f"it is damaged or not a replay store: move it aside and start a new one") from None
+        self._readonly = readonly
+        self.recover()
+        if expect is not None:
+            self._set_schema(expect) if self.schema is None else self._check_expected(expect)
+        if not readonly:
+            self._pool = ThreadPoolExecutor(self.config.encode_threads, thread_name_prefix="png")
+            for target, name in ((self._writer, "replay-writer"), (self._pager, "replay-pager")):
+                t = threading.Thread(target=target, name=name, daemon=True)
+                t.start()
+                self._threads.append(t)
+        self.recovery_s = time.monotonic() - t0
+        return self
+
+    def _check_expected(self, expect: Schema) -> None:
+        assert self.schema is not None
+        have = {c.name: c for c in self.schema.columns}
+        for c in expect.columns:
+            if c.name in have and have[c.name] != c:
+                raise StoreError(f"replay store {self.path} holds '{c.name}' as {have[c.name].describe()}, "
+                                 f"this run produces {c.describe()}; use another run directory")
+
+    def recover(self) -> None:
+        """Read the schema and counts, repair a damaged tail, rebuild the high-water marks."""
+        assert self._env is not None
+        with self._env.begin(db=self._dbs["meta"]) as txn:
+            raw = txn.get(b"schema")
+            if raw is not None:
+                d = msgpack.unpackb(raw, raw=False)
+                if d.get("store_schema") != STORE_SCHEMA:
+                    raise StoreError(f"replay store {self.path} was written with store schema "
+                                     f"{d.get('store_schema')}, this version reads {STORE_SCHEMA}; "
+                                     f"export it with the version that wrote it, or start a new store")
+                self._set_schema(Schema.from_msgpack(d), write=False)
+            hw = {}
+            for k, v in txn.cursor():
+                if k.startswith(b"hw:"):
+                    hw[int(k[3:])] = _int(v)
+        self._committed_hw = dict(hw)
+        if self.schema is None:
+            self._accepted_hw = dict(hw)
+            return
+        for table in TABLES:
+            self.counts[table] = self._repair_tail(table)
+            self.caches[table].set_total(self.counts[table])
+        if self.repaired:
+            self._committed_hw = self._rebuild_high_water()
+        self._accepted_hw = dict(self._committed_hw)
+
+    def _repair_tail(self, table: str) -> int:
+        """Checks the last records; discards a damaged run at the end (logged). Returns the count."""
+        assert self._env is not None and self.schema is not None
+        db = self._dbs[f"t:{table}"]
+        with self._env.begin(db=db) as txn:
+            cur = txn.cursor()
+            n = _int(cur.key()) + 1 if cur.last() else 0
+            meta_n = _int(txn.get(f"count:{table}".encode(), db=self._dbs["meta"]))
+            bad = 0
+            for i in range(n - 1, max(-1, n - 1 - self.config.tail_check), -1):
+                try:
+                    self._read_row(txn, table, i)
+                    break
+                except CorruptRecord:
+                    bad += 1
+        if bad or meta_n != n:
+            msg = (f"replay store {self.path}: table '{table}' had {n} records (meta said {meta_n}); "
+                   f"discarded {bad} damaged record(s) at the tail; actors resend what was not acked")
+            log.warning(msg)
+            self.repaired.append(msg)
+            if not self._readonly:
+                with self._env.begin(write=True) as txn:
+                    for i in range(n - bad, n):
+                        txn.delete(_key(i), db=db)
+                    txn.put(f"count:{table}".encode(), _key(n - bad), db=self._dbs["meta"])
+        return n - bad
+
+    def _rebuild_high_water(self) -> dict[int, int]:
+        assert self._env is not None
+        hw: dict[int, int] = {}
+        with self._env.begin() as txn:
+            for table in TABLES:
+                for _, v in txn.cursor(db=self._dbs[f"t:{table}"]):
+                    try:
+                        a, s = peek_record(v)
+                    except Exception:
+                        continue
+                    hw[a] = max(hw.get(a, 0), s + 1)
+            if not self._readonly:
+                with self._env.begin(write=True) as w:
+                    for a, s in hw.items():
+                        w.put(f"hw:{a}".encode(), _key(s), db=self._dbs["meta"])
+        return hw
+
+    def _set_schema(self, schema: Schema, write: bool = True) -> None:
+        self.schema = schema
+        per_tx = max(schema.transition_bytes, 1)
+        cap = int(min(self.config.cache_transitions, self.config.cache_mb * 2**20 / per_tx))
+        self.caches = {t: TableCache(schema, cap) for t in TABLES}
+        if write and not self._readonly:
+            assert self._env is not None
+            with self._env.begin(write=True, db=self._dbs["meta"]) as txn:
+                txn.put(b"schema", msgpack.packb(schema.to_msgpack(), use_bin_type=True))
+
+    # --- insert / ack ------------------------------------------------------------------------
+    def insert(self, batch: TransitionBatch, table: str = "online") -> int:
+        """Queue a batch for the next group commit. Returns how many of its transitions are new;
+        those become durable (and acked) once committed. Raises ReplayError for a batch that does
+        not fit the store (nothing of it is queued)."""
+        if table not in TABLES:
+            raise ReplayError(f"unknown table '{table}'; tables: {TABLES}")
+        if self._readonly:
+            raise ReplayError(f"replay store {self.path} is open read-only")
+        with self._lock:
+            if self.schema is None:
+                self._set_schema(Schema.of(batch.arrays))
+            problem = self.schema.check(batch.arrays)  # type: ignore[union-attr]
+            if problem:
+                raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {problem}")
+            hw = self._accepted_hw.get(batch.actor_id, 0)
+            if batch.seq > hw:  # a gap: an earlier batch was lost in flight; the actor resends it
+                self.out_of_order += 1
+                return 0
+            new = batch.seq + batch.count - hw
+            if new <= 0:
+                return 0
+            self._accepted_hw[batch.actor_id] = batch.seq + batch.count
+            self._outstanding += 1
+        self._queue.put(_Item(table, batch))
+        return new
+
+    def ack(self, actor_id: int) -> int:
+        with self._lock:
+            return self._committed_hw.get(actor_id, 0)
+
+    def high_water(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._committed_hw)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything queued is committed (or failed). True if the queue drained."""
+        with self._drained:
+            return self._drained.wait_for(lambda: self._outstanding == 0, timeout)
+
+    def _done(self, n: int) -> None:
+        with self._drained:
+            self._outstanding -= n
+            self._drained.notify_all()
+
+    # --- the writer thread -------------------------------------------------------------------
+    def _writer(self) -> None:
+        cfg = self.config
+        while not self._stop.is_set() or not self._queue.empty():
+            try:
+                item = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if item is None:
+                break
+            group: list[tuple[_Item, int, dict, dict[bytes, bytes]]] = []
+            group_hw = dict(self._committed_hw)
+            deadline = time.monotonic() + cfg.commit_ms / 1000
+            n, taken = 0, 1
+            while True:
+                prepared = self._prepare(item, group_hw, group)
+                if prepared is not None:
+                    group.append(prepared)
+                    n += prepared[0].batch.count - prepared[1]
+                if n >= cfg.commit_every:
+                    break
+                try:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._stop.set()
+                    break
+                taken += 1
+            if group:
+                self._commit(group)
+            self._done(taken)
+
+    def _prepare(self, item: _Item, group_hw: dict[int, int], group: list) -> tuple | None:
+        """Trim what is already stored, hash and encode new images. None if nothing is new."""
+        b = item.batch
+        start = group_hw.get(b.actor_id, 0)
+        skip = start - b.seq
+        if skip < 0 or skip >= b.count:
+            if skip < 0:
+                self.out_of_order += 1
+            return None
+        group_hw[b.actor_id] = b.seq + b.count
+        assert self.schema is not None
+        keys: dict[str, list[bytes]] = {}
+        todo: dict[bytes, np.ndarray] = {}
+        pending = {k for g in group for k in g[3]}
+        for c in self.schema.images:
+            col = b.arrays[c.name]
+            keys[c.name] = []
+            for img in col[skip:]:
+                k = image_key(img)
+                keys[c.name].append(k)
+                if k not in self._recent_keys and k not in pending and k not in todo:
+                    todo[k] = img
+        assert self._pool is not None
+        codec, q = self.config.image_codec, self.config.jpeg_quality
+        blobs = dict(zip(todo, self._pool.map(lambda im: encode_image(im, codec, q), todo.values())))
+        return item, skip, keys, blobs
+
+    def _commit(self, group: list) -> None:
+        assert self._env is not None and self.schema is not None
+        counts = dict(self.counts)
+        hw: dict[int, int] = {}
+        meta = self._dbs["meta"]
+        try:
+            with self._env.begin(write=True) as txn:
+                for item, skip, keys, blobs in group:
+                    for k, blob in blobs.items():
+                        txn.put(k, blob, db=self._dbs["img"], overwrite=False)
+                    b, db = item.batch, self._dbs[f"t:{item.table}"]
+                    for i in range(skip, b.count):
+                        row_keys = {c: ks[i - skip] for c, ks in keys.items()}
+                        txn.put(_key(counts[item.table]), encode_record(self.schema, b.actor_id, b.seq + i,
+                                                                          b.arrays, i, row_keys), db=db, append=True)
+                        counts[item.table] += 1
+                    hw[b.actor_id] = b.seq + b.count
+                for t in TABLES:
+                    if counts[t] != self.counts[t]:
+                        txn.put(f"count:{t}".encode(), _key(counts[t]), db=meta)
+                for a, s in hw.items():
+                    txn.put(f"hw:{a}".encode(), _key(s), db=meta)
+                txn.put(b"last_commit", msgpack.packb(time.time()), db=meta)
+        except lmdb.Error as e:  # disk full, map full, I/O error: nothing of the group is stored
+            self.write_errors += 1
+            self.last_error = f"{type(e).__name__}: {e}"
+            lost = sum(g[0].batch.count - g[1] for g in group)
+            log.error("replay store %s: commit of %d transitions failed (%s); they are not acked, "
+                      "the actors keep them and resend", self.path, lost, self.last_error)
+            with self._lock:
+                self._accepted_hw = dict(self._committed_hw)
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._committed_hw.update(hw)
+            self.counts = counts
+            self.commit_times.append(now)
+            del self.commit_times[:-10_000]
+        for _, _, _, blobs in group:
+            for k in blobs:
+                self._recent_keys[k] = None
+        while len(self._recent_keys) > 8192:
+            self._recent_keys.popitem(last=False)
+        for item, skip, _, _ in group:
+            rows = {k: a[skip:] for k, a in item.batch.arrays.items()}
+            self.caches[item.table].append(rows, counts[item.table])
+
+    # --- reading -----------------------------------------------------------------------------
+    def _read_row(self, txn: lmdb.Transaction, table: str, i: int) -> dict[str, np.ndarray]:
+        assert self.schema is not None
+        value = txn.get(_key(i), db=self._dbs[f"t:{table}"])
+        if value is None:
+            raise CorruptRecord(f"record {i} of '{table}' is missing")
+        actor, seq, row, img_keys = decode_record(self.schema, value)
+        for c, k in zip(self.schema.images, img_keys):
+            blob = txn.get(k, db=self._dbs["img"])
+            if blob is None:
+                raise CorruptRecord(f"record {i} of '{table}': image '{c.name}' is missing")
+            row[c.name] = decode_image(blob, c)
+        return row
+
+    def rows(self, table: str = "online", start: int = 0, stop: int | None = None
+             ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """Decoded transitions `[start, stop)` of a table in order; damaged ones are skipped (logged)."""
+        assert self._env is not None
+        stop = self.counts[table] if stop is None else stop
+        for lo in range(start, stop, 1024):
+            with self._env.begin() as txn:
+                for i in range(lo, min(lo + 1024, stop)):
+                    try:
+                        yield i, self._read_row(txn, table, i)
+                    except CorruptRecord as e:
+                        self._corrupt(table, i, e)
+
+    def _corrupt(self, table: str, i: int, e: Exception) -> None:
+        self.corrupt_records += 1
+        log.warning("replay store %s: skipping damaged record %d of '%s': %s", self.path, i, table, e)
+
+    def _pager(self) -> None:
+        """Pages older transitions into each table's reservoir: newest first, then random refresh."""
+        rng = np.random.default_rng()
+        chunk = self.config.page_chunk
+        while not self._stop.is_set():
+            busy = False
+            for table, cache in list(self.caches.items()):
+                older = cache.older_count()
+                if older == 0 or cache.reservoir_capacity == 0:
+                    continue
+                filled = cache.reservoir_filled
+                if filled < min(cache.reservoir_capacity, older):  # first fill, newest first
+                    slots = range(filled, min(filled + chunk, cache.reservoir_capacity, older))
+                    idx = [older - 1 - s for s in slots]
+                elif older > cache.reservoir_capacity:  # refresh random slots with random old rows
+                    slots = rng.integers(0, cache.reservoir_capacity, size=chunk // 4).tolist()
+                    idx = rng.integers(0, older, size=len(slots)).tolist()
+                else:
+                    continue
+                busy = True
+                assert self._env is not None
+                with self._env.begin() as txn:
+                    for slot, i in zip(slots, idx):
+                        try:
+                            cache.put_reservoir(slot, i, self._read_row(txn, table, i))
+                        except CorruptRecord as e:
+                            self._corrupt(table, i, e)
+            self._stop.wait(0.002 if busy else 0.05)
+
+    def can_sample(self, table: str = "online") -> bool:
+        c = self.caches.get(table)
+        return c is not None and c.ready()
+
+    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
+        if not self.can_sample(table):
+            raise ReplayError(f"table '{table}' has nothing to sample yet")
+        return self.caches[table].sample(batch_size, rng)
+
+    def __len__(self) -> int:
+        return sum(self.counts.values())
+
+    # --- status ------------------------------------------------------------------------------
+    def last_commit(self) -> float | None:
+        assert self._env is not None
+        with self._env.begin(db=self._dbs["meta"]) as txn:
+            raw = txn.get(b"last_commit")
+        return float(msgpack.unpackb(raw)) if raw else None
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
+
+    def close(self) -> None:
+        if self._threads:
+            self._queue.put(None)
+            self._stop.set()
+            for t in self._threads:
+                t.join(timeout=60)
+            self._threads = []
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        if self._env is not None:
+            self._env.close()
+            self._env = None

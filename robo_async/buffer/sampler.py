@@ -1,0 +1,100 @@
+"""`Sampler`: training batches mixed from several tables, prepared ahead on a background thread.
+
+    sampler = Sampler(store, batch_size=256, mix={"online": 0.5, "demos": 0.5}, seed=0).start()
+    batch = sampler.get()       # None until some table has data; never waits on disk
+    ...
+    sampler.close()
+
+The mix is RLPD-style: each batch takes a fixed share from each table (rounded, summing to
+`batch_size`); a table with nothing cached yet gives its share to the others.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore
+
+
+def split(batch_size: int, mix: Mapping[str, float]) -> dict[str, int]:
+    """Largest-remainder split of `batch_size` by the weights in `mix` (weights need not sum to 1)."""
+    total = sum(mix.values())
+    if total <= 0:
+        return {}
+    exact = {t: batch_size * w / total for t, w in mix.items()}
+    out = {t: int(v) for t, v in exact.items()}
+    for t in sorted(exact, key=lambda t: out[t] - exact[t])[: batch_size - sum(out.values())]:
+        out[t] += 1
+    return {t: n for t, n in out.items() if n > 0}
+
+
+def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
+    unknown = set(mix) - set(TABLES)
+    if unknown:
+        raise ValueError(f"buffer.mix names unknown tables {sorted(unknown)}; tables: {list(TABLES)}")
+    if any(w < 0 for w in mix.values()) or sum(mix.values()) <= 0:
+        raise ValueError(f"buffer.mix weights must be >= 0 and not all 0, got {dict(mix)}")
+    return {t: float(w) for t, w in mix.items() if w > 0}
+
+
+class Sampler:
+    def __init__(self, store: PersistentReplayStore, batch_size: int, mix: Mapping[str, float],
+                 seed: int = 0, prefetch: int = 2) -> None:
+        self.store = store
+        self.batch_size = batch_size
+        self.mix = check_mix(mix)
+        self._rng = np.random.default_rng(seed)
+        self._queue: queue.Queue[dict[str, np.ndarray]] = queue.Queue(max(prefetch, 1))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_shares: dict[str, int] = {}
+
+    def sample_now(self) -> dict[str, np.ndarray] | None:
+        """One mixed batch assembled on the calling thread (None if nothing is cached)."""
+        live = {t: w for t, w in self.mix.items() if self.store.can_sample(t)}
+        shares = split(self.batch_size, live)
+        if not shares:
+            return None
+        parts = [self.store.sample(n, self._rng, t) for t, n in shares.items()]
+        self.last_shares = shares
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def start(self) -> "Sampler":
+        self._thread = threading.Thread(target=self._run, name="replay-prefetch", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self.sample_now()
+            if batch is None:
+                time.sleep(0.01)
+                continue
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(batch, timeout=0.05)
+                    break
+                except queue.Full:
+                    pass
+
+    def get(self, timeout: float = 0.0) -> dict[str, np.ndarray] | None:
+        """The next prefetched batch; None if none is ready within `timeout` seconds."""
+        if self._thread is None:
+            return self.sample_now()
+        try:
+            return self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            self._thread = None
