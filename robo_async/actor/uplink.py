@@ -53,6 +53,7 @@ class _Entry:
     batch: TransitionBatch | None  # None once spilled: read back from the journal to resend
     nbytes: int
     journaled: bool = False
+    sent_t: float = 0.0  # monotonic time of the latest send
 
 
 def _key(seq: int) -> bytes:
@@ -186,6 +187,11 @@ class Uplink:
             self._env = None
 
     @property
+    def pending(self) -> int:
+        """Transitions handed over and not yet acked, including those the thread has not seen."""
+        return self._unacked_count + sum(m.count for m in list(self._inbox) if isinstance(m, TransitionBatch))
+
+    @property
     def unacked(self) -> int:
         """Transitions not yet acked (safe to read from any thread)."""
         return self._unacked_count
@@ -258,7 +264,8 @@ class Uplink:
             acked = st.acked_for(self.actor_id)
             if acked is not None and acked > self._acked:
                 self._apply_ack(acked)
-        if self._unacked and self._cursor > 0 and now - self._progress_t > self.config.resend_s:
+        waited = now - max(self._progress_t, self._unacked[0].sent_t) if self._unacked else 0.0
+        if self._cursor > 0 and waited > self.config.resend_s:
             log.warning("actor %d: no ack for %.0f s; resending %d unacked transitions",
                         self.actor_id, self.config.resend_s, self.unacked)
             self._resend(now)
@@ -284,6 +291,7 @@ class Uplink:
                 sock.send_multipart(encode(batch), flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return sent
+            e.sent_t = time.monotonic()
             self._cursor += 1
             sent = True
         while self._other:

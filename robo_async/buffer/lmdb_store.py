@@ -65,6 +65,7 @@ class StoreConfig:
     tail_check: int = 64  # records at the end of each table verified on open
     max_queued_batches: int = 1024  # insert() waits for the writer beyond this (backpressure)
     page_chunk: int = 256  # records the pager reads per step
+    refresh_per_s: float = 500.0  # older records swapped into a full reservoir per second (bounded CPU)
 
 
 def _key(i: int) -> bytes:
@@ -410,6 +411,7 @@ class PersistentReplayStore(ReplayStore):
         """Pages older transitions into each table's reservoir: newest first, then random refresh."""
         rng = np.random.default_rng()
         chunk = self.config.page_chunk
+        self._next_refresh: dict[str, float] = {}
         while not self._stop.is_set():
             busy = False
             for table, cache in list(self.caches.items()):
@@ -420,8 +422,13 @@ class PersistentReplayStore(ReplayStore):
                 if filled < min(cache.reservoir_capacity, older):  # first fill, newest first
                     slots = range(filled, min(filled + chunk, cache.reservoir_capacity, older))
                     idx = [older - 1 - s for s in slots]
-                elif older > cache.reservoir_capacity:  # refresh random slots with random old rows
-                    slots = rng.integers(0, cache.reservoir_capacity, size=chunk // 4).tolist()
+                elif older > cache.reservoir_capacity and self.config.refresh_per_s > 0:
+                    # refresh random slots with random old rows, at a bounded rate
+                    n = max(1, int(self.config.refresh_per_s * 0.05))
+                    if time.monotonic() < self._next_refresh.get(table, 0.0):
+                        continue
+                    self._next_refresh[table] = time.monotonic() + 0.05
+                    slots = rng.integers(0, cache.reservoir_capacity, size=n).tolist()
                     idx = rng.integers(0, older, size=len(slots)).tolist()
                 else:
                     continue

@@ -1,0 +1,128 @@
+"""A bare ingest server and a synthetic actor, as real processes, for crash trials.
+
+The server is the learner's ingest path without the learning: PULL transitions into a
+`PersistentReplayStore`, publish `LearnerStatus` with acks and a boot id. The producer is the
+actor's delivery path without a robot: `Adder` + `Uplink` (+ journal) fed with transitions whose
+`obs/state[0]` is their own seq, so a checker can tell lost, duplicated and wrong data apart.
+
+    python -m robo_async.buffer.loadgen serve --store DIR --data tcp://127.0.0.1:5555 --status tcp://127.0.0.1:5556
+    python -m robo_async.buffer.loadgen produce --data ... --status ... --journal DIR --until 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+import uuid
+
+import numpy as np
+
+from robo_async.actor.adder import Adder
+from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
+from robo_async.buffer.store import ReplayError
+from robo_async.transport.channels import TransitionReceiver, WeightClient, WeightPublisher
+from robo_async.transport.wire import LearnerStatus, TransitionBatch
+
+
+def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
+    store = PersistentReplayStore(store_dir, config).open()
+    print(f"ready recovery_s={store.recovery_s:.4f} count={len(store)}", flush=True)
+    rx, pub = TransitionReceiver(data), WeightPublisher(status)
+    boot = uuid.uuid4().hex[:12]
+    stop = False
+
+    def _term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _term)
+    next_status = 0.0
+    while not stop:
+        for msg in rx.poll(timeout_ms=5):
+            if isinstance(msg, TransitionBatch):
+                try:
+                    store.insert(msg)
+                except ReplayError as e:
+                    logging.error("rejected: %s", e)
+        if time.monotonic() >= next_status:
+            next_status = time.monotonic() + 0.02
+            pub.publish_status(LearnerStatus(0, 0, len(store), 2**62, False, boot,
+                                             tuple(sorted(store.high_water().items()))))
+    store.close()
+    rx.close()
+    pub.close()
+
+
+def make_row(seq: int, state_dim: int, images: int, size: int) -> tuple[dict, dict]:
+    """Observation and next observation for transition `seq` (state[0] == seq)."""
+    obs = {"state": np.full(state_dim, seq, np.float32)}
+    nxt = {"state": np.full(state_dim, seq + 1, np.float32)}
+    for c in range(images):  # a gradient that shifts with seq: realistic to compress, unique per frame
+        base = np.add.outer(np.arange(size), np.arange(size)).astype(np.uint8)
+        obs[f"cam{c}"] = np.stack([base + seq % 251, base * 2 + c, base + seq // 251], -1).astype(np.uint8)
+        nxt[f"cam{c}"] = np.stack([base + (seq + 1) % 251, base * 2 + c, base + (seq + 1) // 251], -1).astype(np.uint8)
+    return obs, nxt
+
+
+def produce(data: str, status: str, journal: str | None, until: int, actor_id: int = 0, images: int = 0,
+            size: int = 128, per_s: float = 0.0, flush_every: int = 32, drain_s: float = 120.0) -> int:
+    """Send transitions up to seq `until`, then wait until all are acked. Prints the start seq."""
+    client = WeightClient(status).start()
+    uplink = Uplink(actor_id, data, lambda: client.status,
+                    UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50))
+    journal_next = uplink.open()
+    while client.status is None:
+        time.sleep(0.01)
+    acked = client.status.acked_for(actor_id) or 0
+    start = max(acked, journal_next)
+    print(f"start seq={start} acked={acked} journal={journal_next}", flush=True)
+    uplink.start(acked)
+    adder = Adder(actor_id, uplink, flush_every, start_seq=start)
+    t0 = time.monotonic()
+    while adder.seq < until:
+        seq = adder.seq
+        obs, nxt = make_row(seq, 4, images, size)
+        adder.add(obs, np.zeros(2, np.float32), float(seq), nxt, False, False, 0)
+        if per_s > 0:
+            delay = t0 + (seq - start + 1) / per_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    adder.flush()
+    deadline = time.monotonic() + drain_s
+    while uplink.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    left = uplink.unacked
+    uplink.close(drain_s=0)
+    client.close()
+    print(f"done unacked={left} resends={uplink.resends}", flush=True)
+    return 0 if left == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m robo_async.buffer.loadgen")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--store", required=True)
+    s.add_argument("--commit-ms", type=float, default=50.0)
+    r = sub.add_parser("produce")
+    r.add_argument("--journal", default=None)
+    r.add_argument("--until", type=int, required=True)
+    r.add_argument("--images", type=int, default=0)
+    r.add_argument("--per-s", type=float, default=0.0)
+    for q in (s, r):
+        q.add_argument("--data", required=True)
+        q.add_argument("--status", required=True)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    if a.cmd == "serve":
+        serve(a.store, a.data, a.status, StoreConfig(commit_ms=a.commit_ms))
+        return 0
+    return produce(a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

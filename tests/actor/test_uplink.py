@@ -1,0 +1,90 @@
+"""The actor's delivery path against real sockets: resend until acked, journal across restarts."""
+
+import time
+
+import numpy as np
+
+from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+from robo_async.transport.wire import LearnerStatus, TransitionBatch
+from tests.buffer.test_lmdb_store import batch
+
+
+class Learnerish:
+    """Receiver plus a status publisher whose acks the test controls."""
+
+    def __init__(self):
+        self.rx = TransitionReceiver("tcp://127.0.0.1:0")
+        self.pub = WeightPublisher("tcp://127.0.0.1:0")
+        self.boot, self.acked = "a", 0
+        self.status = None
+
+    def publish(self):
+        self.status = LearnerStatus(0, 0, 0, 0, False, self.boot, ((0, self.acked),))
+        self.pub.publish_status(self.status)
+
+    def collect(self, until, timeout=20.0):
+        got, deadline = [], time.monotonic() + timeout
+        while time.monotonic() < deadline and not until(got):
+            self.publish()
+            got += [m for m in self.rx.poll(timeout_ms=10) if isinstance(m, TransitionBatch)]
+        return got
+
+    def close(self):
+        self.rx.close()
+        self.pub.close()
+
+
+def seqs(msgs):
+    return [m.seq for m in msgs]
+
+
+def test_resends_until_acked_and_after_a_learner_restart(tmp_path):
+    L = Learnerish()
+    up = Uplink(0, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None, resend_s=0.3))
+    L.publish()
+    up.start(0)
+    for s in (0, 10, 20):
+        up.put(batch(0, s, 10))
+    got = L.collect(lambda g: len(g) >= 6)  # nothing acked: everything sent twice
+    assert seqs(got)[:6] == [0, 10, 20, 0, 10, 20] and up.resends >= 1
+    L.acked = 20
+    L.collect(lambda g: up.unacked == 10)
+    L.boot = "b"  # the learner restarted: what is unacked goes again at once
+    got = L.collect(lambda g: 20 in seqs(g))
+    assert 0 not in seqs(got) and 10 not in seqs(got)
+    L.acked = 30
+    L.collect(lambda g: up.unacked == 0)
+    assert up.unacked == 0
+    up.close(drain_s=0)
+    L.close()
+
+
+def test_journal_survives_a_restart_and_spills_beyond_the_ram_budget(tmp_path):
+    L = Learnerish()
+    cfg = UplinkConfig(journal_dir=str(tmp_path / "j"), max_ram_mb=0.01, resend_s=60)
+    up = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    assert up.open() == 0
+    L.publish()
+    up.start(0)
+    for s in range(0, 200, 20):
+        up.put(batch(0, s, 20, images=1, size=16))
+    L.collect(lambda g: len(g) >= 10 and up.spilled > 0)
+    assert up.spilled > 0  # the oldest batches live only in the journal now
+    L.acked = 60
+    L.collect(lambda g: up.unacked == 140)
+    up.close(drain_s=0)
+    up2 = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    assert up2.open() == 200 and up2.unacked == 140  # acked batches were deleted from the journal
+    L.boot = "c"
+    up2.start(60)
+    got = L.collect(lambda g: len(g) >= 7)
+    assert seqs(got)[:7] == list(range(60, 200, 20))  # read back from disk, in order
+    np.testing.assert_array_equal(got[0].arrays["obs/cam0"], batch(0, 60, 20, images=1, size=16).arrays["obs/cam0"])
+    L.acked = 200
+    L.collect(lambda g: up2.unacked == 0)
+    up2.close(drain_s=0)
+    up3 = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    assert up3.open() == 0 and up3.unacked == 0
+    up3.close(drain_s=0)
+    L.close()
