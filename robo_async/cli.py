@@ -15,7 +15,9 @@ commands:
   train [overrides]                    train (Hydra overrides, e.g. actors=2 task.cameras=[front])
   train resume=<run dir> [overrides]   continue a run from its last checkpoint
   eval checkpoint=<file|run dir> [episodes=20] [video=out.mp4] [task=reach]
+  buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
+  bench buffer                         replay store: ingest, sample latency, recovery, crash trials
 """
 
 
@@ -46,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             return train(rest)
         if cmd == "eval":
             return _eval(_kv(rest))
+        if cmd == "buffer":
+            from robo_async.buffer.cli import main as buffer_main
+
+            return buffer_main(rest)
         if cmd == "bench":
             from robo_async.bench import run_bench
 

@@ -31,13 +31,20 @@ def prepare(overrides: list[str]):
     cfg = compose_config(overrides, base=resume)
     meta = None
     if resume is not None:
-        try:
-            tensors, metadata = checkpoint.read(checkpoint.resolve(resume))
-        except checkpoint.CheckpointError as e:
-            raise UserError(str(e)) from None
-        meta = checkpoint.meta_of(metadata)
-        if meta["task"] != cfg.task.name:
-            raise UserError(f"{resume} holds a checkpoint for task '{meta['task']}', not '{cfg.task.name}'")
+        has_ckpt = bool(checkpoint.list_checkpoints(resume / "checkpoints")) if (resume / "checkpoints").is_dir() else False
+        if has_ckpt:
+            try:
+                tensors, metadata = checkpoint.read(checkpoint.resolve(resume))
+            except checkpoint.CheckpointError as e:
+                raise UserError(str(e)) from None
+            meta = checkpoint.meta_of(metadata)
+            if meta["task"] != cfg.task.name:
+                raise UserError(f"{resume} holds a checkpoint for task '{meta['task']}', not '{cfg.task.name}'")
+        elif (resume / "replay" / "data.mdb").exists():  # died before its first checkpoint: keep the data
+            print(f"{resume} has no checkpoint yet; the learner starts afresh on its stored data", flush=True)
+            meta = {"fresh_learner": True}
+        else:
+            raise UserError(f"{resume} has neither a checkpoint nor replay data to resume from")
         run_dir = resume
     else:
         run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, cfg.task.name)
@@ -54,6 +61,7 @@ def train(overrides: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run_dir}", flush=True)
+    import_history(cfg, run_dir)
     title = f"robo_async · {cfg.task.name} · {cfg.algo.name} · {cfg.actors} actor(s)"
     try:
         with ProgressDisplay(title) as display:
@@ -63,6 +71,37 @@ def train(overrides: list[str]) -> int:
         print(f"run directory: {run_dir}", file=sys.stderr)
         return 1
     return report(cfg, run_dir, result)
+
+
+def import_history(cfg, run_dir: Path) -> None:
+    """`buffer.imports`: earlier stores / LeRobot datasets into this run's store, before training.
+    Re-running (e.g. on resume) adds nothing: imported transitions keep stable ids."""
+    from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreError
+    from robo_async.buffer.store import ReplayError
+    from robo_async.buffer.tools import import_source
+
+    entries = OmegaConf.to_container(cfg.buffer.imports, resolve=True) or []
+    for e in entries:
+        if not (isinstance(e, dict) and "path" in e and set(e) <= {"path", "table"}):
+            raise UserError(f"buffer.imports entries look like {{path: DIR, table: demos}}, got {e!r}")
+        if e.get("table", "demos") not in TABLES:
+            raise UserError(f"buffer.imports: unknown table '{e['table']}'; tables: {list(TABLES)}")
+        if not Path(e["path"]).exists():
+            raise UserError(f"buffer.imports: {e['path']} does not exist")
+    if not entries:
+        return
+    store = PersistentReplayStore(run_dir / "replay").open()
+    try:
+        for e in entries:
+            table = e.get("table", "demos")
+            try:
+                n = import_source(store, Path(e["path"]), table)
+            except (StoreError, ReplayError, ValueError, FileNotFoundError) as err:
+                raise UserError(f"buffer.imports {e['path']}: {err}") from None
+            print(f"imported {n:,} transitions from {e['path']} into '{table}' "
+                  f"(table now {store.counts[table]:,})", flush=True)
+    finally:
+        store.close()
 
 
 def report(cfg, run_dir: Path, result: RunResult) -> int:
@@ -79,8 +118,9 @@ def report(cfg, run_dir: Path, result: RunResult) -> int:
                        video=run_dir / "eval.mp4" if cfg.video else None)
         print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes"
               + (f"; video {res.video}" if res.video else ""))
-    print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/"
+    print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/, replay/"
           + (f", {curve.name}" if curve else ""))
+    print(f"replay data: robo-async buffer inspect {run_dir}")
     if result.checkpoint:
         print(f"resume with: robo-async train resume={run_dir}")
     return 130 if result.interrupted else 0

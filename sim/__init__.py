@@ -4,5 +4,6 @@ from sim.reach import ReachConfig, ReachExpert, ReachTask
 from sim.sim_robot import SimRobot
 
 TASKS = {"reach": (ReachTask, ReachConfig)}
+EXPERTS = {"reach": ReachExpert}  # scripted experts by task name
 
-__all__ = ["ReachConfig", "ReachExpert", "ReachTask", "SimRobot", "TASKS"]
+__all__ = ["ReachConfig", "ReachExpert", "ReachTask", "SimRobot", "TASKS", "EXPERTS"]

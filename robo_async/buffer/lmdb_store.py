@@ -393,13 +393,21 @@ class PersistentReplayStore(ReplayStore):
     def rows(self, table: str = "online", start: int = 0, stop: int | None = None
              ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Decoded transitions `[start, stop)` of a table in order; damaged ones are skipped (logged)."""
+        for i, _, _, row in self.records(table, start, stop):
+            yield i, row
+
+    def records(self, table: str = "online", start: int = 0, stop: int | None = None
+                ) -> Iterator[tuple[int, int, int, dict[str, np.ndarray]]]:
+        """Like `rows`, with each transition's (actor_id, seq): (index, actor_id, seq, row)."""
         assert self._env is not None
         stop = self.counts[table] if stop is None else stop
         for lo in range(start, stop, 1024):
             with self._env.begin() as txn:
                 for i in range(lo, min(lo + 1024, stop)):
                     try:
-                        yield i, self._read_row(txn, table, i)
+                        row = self._read_row(txn, table, i)
+                        actor, seq = peek_record(txn.get(_key(i), db=self._dbs[f"t:{table}"]))
+                        yield i, actor, seq, row
                     except CorruptRecord as e:
                         self._corrupt(table, i, e)
 

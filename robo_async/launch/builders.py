@@ -142,7 +142,9 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         publish_every=cfg.learner.publish_every, checkpoint_every_s=cfg.learner.checkpoint_every_s,
         log_every_s=cfg.learner.log_every_s, budget_s=cfg.budget.seconds,
         budget_env_steps=cfg.budget.env_steps, stop_at_success=cfg.stop_at_success,
-        success_window=cfg.success_window, seed=cfg.seed, resume=resume_meta is not None,
+        success_window=cfg.success_window, seed=cfg.seed,
+        resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
+        count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=cfg.learner.threads,
     )
     hw = (resume_meta or {}).get("high_water", {})

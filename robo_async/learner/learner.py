@@ -62,6 +62,7 @@ class LearnerConfig:
     success_window: int = 20
     seed: int = 0
     resume: bool = False
+    count_stored: bool = False  # online data already in the store counts as env steps (resume without checkpoint)
     threads: int = 1
     tensorboard: bool = True
 
@@ -109,7 +110,7 @@ class Learner:
         self.store.open()
         if self.store.repaired:
             log.warning("replay store recovered with repairs: %s", "; ".join(self.store.repaired))
-        self._online_seen = self.store.counts["online"]
+        self._online_seen = 0 if self.config.count_stored else self.store.counts["online"]
         if self.config.resume:
             self.restore(checkpoint.resolve(self.run_dir))
         self.high_water = self.store.high_water()

@@ -62,6 +62,54 @@ def test_resume_restores_counters_and_weights(trained, tmp_path):
     rows = read_metrics(run_dir)
     resumed = [r for r in rows if r["time/env_steps"] >= meta0["env_steps"]]
     assert resumed and min(r["time/updates"] for r in resumed) >= meta0["updates"]
+    assert meta1["limiter"]["inserted"] >= meta0["limiter"]["inserted"] + 700  # the rate limiter carried on
+    assert_contiguous(run_dir, 0)
+
+
+def actor_seqs(run_dir, actor):
+    from robo_async.buffer.lmdb_store import PersistentReplayStore
+
+    store = PersistentReplayStore(run_dir / "replay").open(readonly=True)
+    seqs = [s for _, a, s, _ in store.records("online") if a == actor]
+    store.close()
+    return seqs
+
+
+def assert_contiguous(run_dir, actor):
+    """The store holds actor's transitions 0..n-1, each once: nothing lost, nothing doubled."""
+    seqs = actor_seqs(run_dir, actor)
+    assert sorted(seqs) == list(range(len(seqs))), "gaps or duplicates in the replay store"
+    return len(seqs)
+
+
+def test_learner_killed_mid_run_then_resumed_loses_nothing(tmp_path):
+    demos = tmp_path / "demos"
+    res = run(["buffer", "demos", f"out={demos}", "episodes=5"])
+    assert res.returncode == 0 and "recorded" in res.stdout, res.stderr
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY,
+                                   f"buffer.imports=[{{path: {demos}, table: demos}}]"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = run_dir / "processes.json"
+    deadline = time.monotonic() + 120
+    while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert pids.exists(), proc.communicate(timeout=30)
+    time.sleep(4.0)
+    os.kill(json.loads(pids.read_text())["learner"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "learner" in err and "died" in err
+    assert "imported" in out
+    before = len(actor_seqs(run_dir, 0))
+    assert before > 0
+    res = run(["train", f"resume={run_dir}", f"budget.env_steps={before + 1000}", *TINY])
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "imported 0 transitions" in res.stdout  # the demos were already there
+    assert assert_contiguous(run_dir, 0) >= before + 1000
+    inspect = run(["buffer", "inspect", str(run_dir)])
+    assert inspect.returncode == 0
+    demos_line = [ln for ln in inspect.stdout.splitlines() if ln.startswith("demos")][0]
+    assert int(demos_line.split()[1].replace(",", "")) > 0
 
 
 def test_learner_restore_loads_exact_weights(trained):

@@ -1,0 +1,109 @@
+"""`robo-async buffer inspect|export|import|demos`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from robo_async.config import UserError
+
+USAGE = """usage:
+  robo-async buffer inspect <run dir | store dir>
+  robo-async buffer export <run dir | store dir> --format lerobot out=<new dir> [table=online] [task=NAME] [fps=30]
+  robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
+  robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0]   (scripted expert)"""
+
+
+def _split(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    pos, kv = [], {}
+    it = iter(args)
+    for a in it:
+        if a == "--format":
+            kv["format"] = next(it, "")
+        elif a.startswith("--format="):
+            kv["format"] = a.split("=", 1)[1]
+        elif "=" in a:
+            k, v = a.split("=", 1)
+            kv[k] = v
+        else:
+            pos.append(a)
+    return pos, kv
+
+
+def _allow(kv: dict[str, str], allowed: set[str]) -> None:
+    unknown = set(kv) - allowed
+    if unknown:
+        raise UserError(f"unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
+
+
+class _Ticker:
+    """A progress line every second on long work."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.next = what, time.monotonic() + 1.0
+
+    def __call__(self, n: int) -> None:
+        if time.monotonic() >= self.next:
+            self.next = time.monotonic() + 1.0
+            print(f"  {self.what}: {n:,}", flush=True)
+
+
+def main(args: list[str]) -> int:
+    from robo_async.buffer import tools
+    from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreError
+    from robo_async.buffer.store import ReplayError
+
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    cmd, (pos, kv) = args[0], _split(args[1:])
+    try:
+        if cmd == "demos":
+            _allow(kv, {"out", "episodes", "task", "seed"})
+            if "out" not in kv:
+                raise UserError("buffer demos needs out=<store dir>")
+            from robo_async.config import compose_config
+            from robo_async.launch.builders import task_args
+
+            targs = task_args(compose_config([f"task={kv.get('task', 'reach')}"]).task)
+            n, rate = tools.record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
+                                         int(kv.get("seed", 0)), progress=_Ticker("episodes"))
+            print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
+                  f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'")
+            return 0
+        if len(pos) != 1:
+            raise UserError(f"buffer {cmd} needs one directory\n{USAGE}")
+        path = Path(pos[0])
+        if cmd != "import" and not path.exists():
+            raise UserError(f"{path} does not exist")
+        if cmd == "inspect":
+            _allow(kv, set())
+            print(tools.inspect(path))
+            return 0
+        if cmd == "export":
+            _allow(kv, {"format", "out", "table", "task", "fps"})
+            if kv.get("format", "lerobot") != "lerobot":
+                raise UserError(f"export format '{kv['format']}' unknown; formats: lerobot")
+            if "out" not in kv:
+                raise UserError("buffer export needs out=<new directory>")
+            eps, frames = tools.export(path, Path(kv["out"]), kv.get("table", "online"), kv.get("task"),
+                                       int(kv["fps"]) if "fps" in kv else None)
+            print(f"wrote a LeRobotDataset v3 with {eps:,} episodes, {frames:,} frames to {kv['out']}")
+            return 0
+        if cmd == "import":
+            _allow(kv, {"from", "table"})
+            table = kv.get("table", "demos")
+            if table not in TABLES:
+                raise UserError(f"unknown table '{table}'; tables: {list(TABLES)}")
+            if "from" not in kv:
+                raise UserError("buffer import needs from=<store or LeRobot dataset>")
+            store = PersistentReplayStore(tools.store_path(path)).open()
+            try:
+                n = tools.import_source(store, Path(kv["from"]), table, _Ticker("transitions"))
+            finally:
+                store.close()
+            print(f"imported {n:,} new transitions into table '{table}' of {store.path}")
+            return 0
+        raise UserError(f"unknown buffer command '{cmd}'\n{USAGE}")
+    except (StoreError, ReplayError, ValueError, FileNotFoundError, FileExistsError) as e:
+        raise UserError(str(e)) from None

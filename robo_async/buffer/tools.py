@@ -1,0 +1,184 @@
+"""`robo-async buffer ...`: inspect a store, import earlier data into it, export it, record demos."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreConfig
+from robo_async.transport.wire import Message, TransitionBatch
+
+IMPORT_ACTOR_BASE = 1 << 40  # imported data is numbered apart from live actors (ids below this)
+
+
+def is_store(path: Path) -> bool:
+    return (path / "data.mdb").exists()
+
+
+def is_lerobot(path: Path) -> bool:
+    return (path / "meta" / "info.json").exists()
+
+
+def store_path(path: Path) -> Path:
+    """A run directory or a store directory -> the store directory."""
+    return path / "replay" if is_store(path / "replay") else path
+
+
+def inspect(path: Path) -> str:
+    store = PersistentReplayStore(store_path(path)).open(readonly=True)
+    try:
+        lines = [f"replay store {store.path}"]
+        if store.schema is None:
+            return lines[0] + ": empty"
+        lines.append(f"{'table':<14}{'transitions':>12}{'episodes':>10}{'success':>9}{'actors':>8}")
+        for t in TABLES:
+            eps = succ = 0
+            actors: set[int] = set()
+            ep_success = False
+            for _, actor, _, row in store.records(t):
+                actors.add(actor)
+                ep_success = ep_success or bool(row.get("success", row["terminated"]))
+                if row["terminated"] or row["truncated"]:
+                    eps += 1
+                    succ += ep_success
+                    ep_success = False
+            rate = f"{succ / eps:.0%}" if eps else "-"
+            lines.append(f"{t:<14}{store.counts[t]:>12,}{eps:>10,}{rate:>9}{len(actors):>8}")
+        cols = ", ".join(f"{c.name} {c.describe()}" for c in store.schema.columns)
+        last = store.last_commit()
+        lines += [f"columns: {cols}",
+                  f"disk: {store.disk_bytes() / 2**20:.1f} MiB",
+                  "last commit: " + (dt.datetime.fromtimestamp(last).isoformat(sep=" ", timespec="seconds")
+                                     if last else "never")]
+        if store.repaired or store.corrupt_records:
+            lines.append(f"damage: {'; '.join(store.repaired)} {store.corrupt_records} damaged record(s) skipped")
+        return "\n".join(lines)
+    finally:
+        store.close()
+
+
+def _batches(rows: Iterator[tuple[int, dict[str, np.ndarray]]], size: int = 256) -> Iterator[TransitionBatch]:
+    """Group (actor_id, row) into contiguous per-actor batches numbered 0, 1, 2, ... per actor."""
+    pending: dict[int, list[dict]] = {}
+    seqs: dict[int, int] = {}
+
+    def emit(actor: int) -> TransitionBatch:
+        rs = pending.pop(actor)
+        b = TransitionBatch(actor, seqs.get(actor, 0), {k: np.stack([r[k] for r in rs]) for k in rs[0]})
+        seqs[actor] = b.seq + len(rs)
+        return b
+
+    for actor, row in rows:
+        pending.setdefault(actor, []).append(row)
+        if len(pending[actor]) >= size:
+            yield emit(actor)
+    for actor in list(pending):
+        yield emit(actor)
+
+
+def import_source(store: PersistentReplayStore, source: Path, table: str,
+                  progress: Callable[[int], None] | None = None) -> int:
+    """Copy an earlier run's store or a LeRobotDataset into `table`. Idempotent: importing the
+    same source again adds nothing (its transitions keep stable ids). Returns transitions added."""
+    from robo_async.buffer.lerobot_io import read_lerobot
+
+    source = store_path(Path(source))
+    tag = IMPORT_ACTOR_BASE + (zlib.crc32(str(source.resolve()).encode()) % (1 << 16)) * (1 << 8)
+    if is_store(source):
+        src = PersistentReplayStore(source).open(readonly=True)
+        rows = ((tag + a % 256, row) for t in TABLES for _, a, _, row in src.records(t))
+    elif is_lerobot(source):
+        src = None
+        rows = ((tag, row) for row in read_lerobot(source, store.schema))
+    else:
+        raise FileNotFoundError(f"{source} is neither a replay store (data.mdb) nor a LeRobot dataset (meta/info.json)")
+    added = 0
+    try:
+        for b in _batches(rows):
+            added += store.insert(b, table)
+            if progress:
+                progress(added)
+        store.flush()
+    finally:
+        if src is not None:
+            src.close()
+    return added
+
+
+def export(path: Path, out: Path, table: str = "online", task: str | None = None, fps: int | None = None) -> tuple[int, int]:
+    from robo_async.buffer.lerobot_io import export_lerobot
+
+    path = Path(path)
+    run_cfg = path / "config.yaml"
+    if (task is None or fps is None) and run_cfg.exists():  # a run directory knows its task and rate
+        import yaml
+
+        cfg = yaml.safe_load(run_cfg.read_text())
+        task = task or cfg["task"]["name"]
+        fps = fps or int(cfg["task"]["hz"])
+    store = PersistentReplayStore(store_path(path)).open(readonly=True)
+    try:
+        if store.schema is None or store.counts[table] == 0:
+            raise ValueError(f"table '{table}' of {store.path} is empty")
+        rows = ((a, row) for _, a, _, row in store.records(table))
+        return export_lerobot(rows, store.schema, Path(out), task=task or "task", fps=fps or 30)
+    finally:
+        store.close()
+
+
+class StoreOutlet:
+    """An `Adder` outlet that writes straight into a store table (demo recording, imports)."""
+
+    def __init__(self, store: PersistentReplayStore, table: str) -> None:
+        self.store, self.table = store, table
+
+    def put(self, msg: Message) -> None:
+        if isinstance(msg, TransitionBatch):
+            self.store.insert(msg, self.table)
+
+
+def record_demos(task_args, out: Path, episodes: int, seed: int = 0, table: str = "demos",
+                 progress: Callable[[int], None] | None = None) -> tuple[int, float]:
+    """Scripted-expert episodes into `out` (a new or existing store). Returns (transitions, success rate)."""
+    from hal.safety import SafeRobot
+    from robo_async.actor.adder import Adder
+    from robo_async.launch.builders import make_robot
+    from sim import EXPERTS
+
+    if task_args.name not in EXPERTS:
+        raise ValueError(f"task '{task_args.name}' has no scripted expert; experts: {sorted(EXPERTS)}")
+    store = PersistentReplayStore(out, StoreConfig()).open()
+    sim_robot = make_robot(task_args)
+    robot = SafeRobot(sim_robot)
+    expert = EXPERTS[task_args.name](sim_robot.task)
+    demo_actor = IMPORT_ACTOR_BASE - 1  # demos are numbered apart from live actors
+    start = store.ack(demo_actor)
+    adder = Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start)
+    ticks = int(task_args.options.get("episode_ticks", 50))
+    wins = 0
+    robot.connect()
+    try:
+        for ep in range(episodes):
+            obs = robot.reset(seed=seed * 100_003 + ep).as_dict()
+            for n in range(1, ticks + 1):
+                applied = robot.send_action(expert.act())
+                out_ = robot.outcome()
+                nxt = robot.get_observation().as_dict()
+                truncated = n == ticks and not out_.terminated
+                adder.add(obs, applied, out_.reward, nxt, out_.terminated, truncated, -1, out_.success)
+                obs = nxt
+                if out_.terminated or truncated:
+                    wins += out_.success
+                    break
+            if progress:
+                progress(ep + 1)
+        adder.flush()
+        store.flush()
+        return adder.seq - start, wins / max(episodes, 1)
+    finally:
+        robot.close()
+        store.close()
