@@ -20,7 +20,7 @@ from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.bench import register
 from robo_async.launch.builders import TaskArgs, make_robot
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
-from robo_async.transport.wire import LearnerStatus
+from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
 TASK = TaskArgs("reach", {})
 
@@ -57,20 +57,26 @@ def raw_sim_rate(steps: int) -> float:
 
 
 def _sink(address_q: mp.Queue, stop: mp.Event, counts: mp.Queue) -> None:
-    """A stand-in learner: receives everything and grants an unlimited step allowance."""
+    """A stand-in learner: receives and acks everything, grants an unlimited step allowance."""
     rx = TransitionReceiver("tcp://127.0.0.1:0")
     pub = WeightPublisher("tcp://127.0.0.1:0")
     address_q.put((rx.address, pub.address))
-    n, next_status = 0, 0.0
+    hw: dict[int, int] = {}
+    next_status = 0.0
+
+    def take(msgs: list) -> None:
+        for m in msgs:
+            if isinstance(m, TransitionBatch) and m.seq <= hw.get(m.actor_id, 0):
+                hw[m.actor_id] = max(hw.get(m.actor_id, 0), m.seq + m.count)
+
     while not stop.is_set():
-        for m in rx.poll(timeout_ms=5):
-            n += getattr(m, "count", 0) if m.kind == "transitions" else 0
+        take(rx.poll(timeout_ms=5))
         if time.monotonic() >= next_status:  # the learner's cadence (status_every_s = 0.02)
             next_status = time.monotonic() + 0.02
-            pub.publish_status(LearnerStatus(0, 0, n, 1 << 60))
-    for m in rx.poll(timeout_ms=200, max_messages=100_000):
-        n += getattr(m, "count", 0) if m.kind == "transitions" else 0
-    counts.put(n)
+            pub.publish_status(LearnerStatus(0, 0, sum(hw.values()), 1 << 60, False, "sink",
+                                             tuple(sorted(hw.items()))))
+    take(rx.poll(timeout_ms=200, max_messages=100_000))
+    counts.put(sum(hw.values()))
     rx.close()
     pub.close()
 

@@ -45,10 +45,13 @@ class TableCache:
         if n > cap:
             arrays = {k: a[-cap:] for k, a in arrays.items()}
             n = cap
-        idx = (self._next + np.arange(n)) % cap
+        first = min(n, cap - self._next)  # up to the end of the ring, then from its start
         with self.lock:
             for k, a in arrays.items():
-                self._recent[k][idx] = a
+                col = self._recent[k]
+                col[self._next:self._next + first] = a[:first]
+                if first < n:
+                    col[:n - first] = a[first:]
             self._next = int((self._next + n) % cap)
             self.recent_filled = min(cap, self.recent_filled + n)
             self.total = total_after

@@ -3,13 +3,14 @@ transition, and camera images stored once each, encoded (PNG by default) and key
 
 A record is `crc32(payload) || payload` with payload = msgpack
 `{"a": actor_id, "s": seq, "c": [raw bytes per array column], "i": [image key per image column]}`.
-An image key is a 16-byte BLAKE2b digest of the raw pixels, so `next_obs` images, which equal the
-next transition's `obs` images, are stored once. Nothing here is pickled.
+An image key names the frame that was stored: `(actor_id, seq, column)`. A `next_obs` frame equal
+to the next transition's `obs` frame (the usual case inside an episode) is not stored again: its
+key points at that `obs` frame. Nothing here is pickled.
 """
 
 from __future__ import annotations
 
-import hashlib
+import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,17 +90,17 @@ class Schema:
         return Schema(tuple(Column(n, t, tuple(s)) for n, t, s in d["columns"]))
 
 
-def image_key(img: np.ndarray) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(img).data, digest_size=16).digest()
+def image_key(actor_id: int, seq: int, column: int) -> bytes:
+    return struct.pack(">QQH", actor_id, seq, column)
 
 
 def encode_image(img: np.ndarray, codec: str = "png", jpeg_quality: int = 95) -> bytes:
-    """Lossless PNG (fast setting) by default; JPEG trades exactness for ~2x smaller files."""
-    bgr = img[..., ::-1] if img.shape[2] == 3 else img  # OpenCV's channel order
+    """Lossless PNG (fast setting) by default; JPEG trades exactness for ~2x smaller files.
+    Channels are stored in the order given (no RGB/BGR swap: decode returns them as they came)."""
     if codec == "png":
-        ok, buf = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+        ok, buf = cv2.imencode(".png", img, [cv2.IMWRITE_PNG_COMPRESSION, 1])
     elif codec == "jpeg":
-        ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
     else:
         raise ValueError(f"unknown image codec '{codec}'; use one of {CODECS}")
     if not ok:
@@ -117,8 +118,6 @@ def decode_image(blob: bytes, column: Column) -> np.ndarray:
         raise CorruptRecord(f"image for '{column.name}' does not decode")
     if img.ndim == 2:
         img = img[..., None]
-    elif img.shape[2] == 3:
-        img = img[..., ::-1]
     if img.shape != column.shape:
         raise CorruptRecord(f"image for '{column.name}' is {img.shape}, schema says {column.shape}")
     return np.ascontiguousarray(img)

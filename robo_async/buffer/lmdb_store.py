@@ -28,7 +28,6 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ class StoreConfig:
     tail_check: int = 64  # records at the end of each table verified on open
     max_queued_batches: int = 1024  # insert() waits for the writer beyond this (backpressure)
     page_chunk: int = 256  # records the pager reads per step
-    refresh_per_s: float = 500.0  # older records swapped into a full reservoir per second (bounded CPU)
+    refresh_per_s: float = 200.0  # older records swapped into a full reservoir per second (bounded CPU)
 
 
 def _key(i: int) -> bytes:
@@ -103,10 +102,13 @@ class PersistentReplayStore(ReplayStore):
         self._lock = threading.Lock()
         self._env: lmdb.Environment | None = None
         self._queue: queue.Queue[_Item | None] = queue.Queue(config.max_queued_batches)
-        self._recent_keys: OrderedDict[bytes, None] = OrderedDict()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._commits: queue.Queue = queue.Queue(1)  # groups from the writer to the committer
+        self._encode_s = 0.5e-3  # running mean of one frame's encode time (s)
+        self._writer_hw: dict[int, int] = {}  # high-water marks including groups not yet committed
+        self._fail_gen = 0  # bumped by each failed commit
         self._outstanding = 0  # queued items not yet committed or dropped
         self._drained = threading.Condition(self._lock)
 
@@ -128,7 +130,9 @@ class PersistentReplayStore(ReplayStore):
             self._set_schema(expect) if self.schema is None else self._check_expected(expect)
         if not readonly:
             self._pool = ThreadPoolExecutor(self.config.encode_threads, thread_name_prefix="png")
-            for target, name in ((self._writer, "replay-writer"), (self._pager, "replay-pager")):
+            self._writer_hw = dict(self._committed_hw)
+            for target, name in ((self._writer, "replay-writer"), (self._committer, "replay-commit"),
+                                 (self._pager, "replay-pager")):
                 t = threading.Thread(target=target, name=name, daemon=True)
                 t.start()
                 self._threads.append(t)
@@ -271,39 +275,71 @@ class PersistentReplayStore(ReplayStore):
 
     # --- the writer thread -------------------------------------------------------------------
     def _writer(self) -> None:
+        """Groups queued batches and starts encoding their frames; the committer writes them.
+        The two overlap, so the encoders stay busy while a group is being committed."""
         cfg = self.config
-        while not self._stop.is_set() or not self._queue.empty():
+        fail_gen = 0
+        while True:
             try:
                 item = self._queue.get(timeout=0.05)
             except queue.Empty:
+                if self._stop.is_set() and self._queue.empty():
+                    break
                 continue
             if item is None:
                 break
-            group: list[tuple[_Item, int, dict, dict[bytes, bytes]]] = []
-            group_hw = dict(self._committed_hw)
+            if fail_gen != self._fail_gen:  # a commit failed: restart numbering from what is on disk
+                self._commits.join()
+                fail_gen = self._fail_gen
+                self._writer_hw = dict(self._committed_hw)
+            group: list[tuple] = []
             deadline = time.monotonic() + cfg.commit_ms / 1000
-            n, taken = 0, 1
+            n, images, taken, last = 0, 0, 1, False
+            # Frames this group may hold so that encoding it takes about commit_ms (measured).
+            image_cap = max(8, cfg.commit_ms / 1000 * cfg.encode_threads / max(self._encode_s, 1e-5))
             while True:
-                prepared = self._prepare(item, group_hw, group)
+                prepared = self._prepare(item, self._writer_hw)
                 if prepared is not None:
                     group.append(prepared)
                     n += prepared[0].batch.count - prepared[1]
-                if n >= cfg.commit_every:
+                    images += len(prepared[3])
+                if n >= cfg.commit_every or images >= image_cap or time.monotonic() >= deadline:
                     break
                 try:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
                 if item is None:
-                    self._stop.set()
+                    last = True
                     break
                 taken += 1
-            if group:
-                self._commit(group)
-            self._done(taken)
+            self._commits.put((group, taken))
+            if last:
+                break
+        self._commits.put(None)
 
-    def _prepare(self, item: _Item, group_hw: dict[int, int], group: list) -> tuple | None:
-        """Trim what is already stored, hash and encode new images. None if nothing is new."""
+    def _encode(self, img: np.ndarray, codec: str, quality: int) -> bytes:
+        t0 = time.perf_counter()
+        blob = encode_image(img, codec, quality)
+        self._encode_s = 0.95 * self._encode_s + 0.05 * (time.perf_counter() - t0)  # running mean
+        return blob
+
+    def _committer(self) -> None:
+        while True:
+            job = self._commits.get()
+            if job is None:
+                self._commits.task_done()
+                break
+            group, taken = job
+            try:
+                if group:
+                    self._commit(group)
+            finally:
+                self._done(taken)
+                self._commits.task_done()
+
+    def _prepare(self, item: _Item, group_hw: dict[int, int]) -> tuple | None:
+        """Trim what is already stored; encode the frames that are new. None if nothing is new."""
         b = item.batch
         start = group_hw.get(b.actor_id, 0)
         skip = start - b.seq
@@ -312,34 +348,45 @@ class PersistentReplayStore(ReplayStore):
                 self.out_of_order += 1
             return None
         group_hw[b.actor_id] = b.seq + b.count
-        assert self.schema is not None
+        assert self.schema is not None and self._pool is not None
+        col_index = {c.name: j for j, c in enumerate(self.schema.columns)}
         keys: dict[str, list[bytes]] = {}
         todo: dict[bytes, np.ndarray] = {}
-        pending = {k for g in group for k in g[3]}
+        n = b.count - skip
         for c in self.schema.images:
-            col = b.arrays[c.name]
-            keys[c.name] = []
-            for img in col[skip:]:
-                k = image_key(img)
-                keys[c.name].append(k)
-                if k not in self._recent_keys and k not in pending and k not in todo:
-                    todo[k] = img
-        assert self._pool is not None
+            col = b.arrays[c.name][skip:]
+            obs_twin = "obs/" + c.name.removeprefix("next_obs/") if c.name.startswith("next_obs/") else None
+            twin = b.arrays[obs_twin][skip:] if obs_twin in b.arrays else None
+            ks = []
+            for i in range(n):
+                seq = b.seq + skip + i
+                if twin is not None and i + 1 < n and np.array_equal(col[i], twin[i + 1]):
+                    ks.append(image_key(b.actor_id, seq + 1, col_index[obs_twin]))  # stored as the next obs
+                    continue
+                k = image_key(b.actor_id, seq, col_index[c.name])
+                ks.append(k)
+                todo[k] = col[i]
+            keys[c.name] = ks
         codec, q = self.config.image_codec, self.config.jpeg_quality
-        blobs = dict(zip(todo, self._pool.map(lambda im: encode_image(im, codec, q), todo.values())))
-        return item, skip, keys, blobs
+        futures = {k: self._pool.submit(self._encode, im, codec, q) for k, im in todo.items()}
+        return item, skip, keys, futures
 
     def _commit(self, group: list) -> None:
         assert self._env is not None and self.schema is not None
         counts = dict(self.counts)
         hw: dict[int, int] = {}
         meta = self._dbs["meta"]
+        kept = []
         try:
             with self._env.begin(write=True) as txn:
-                for item, skip, keys, blobs in group:
-                    for k, blob in blobs.items():
-                        txn.put(k, blob, db=self._dbs["img"], overwrite=False)
+                for item, skip, keys, futures in group:
                     b, db = item.batch, self._dbs[f"t:{item.table}"]
+                    if b.seq + skip != hw.get(b.actor_id, self._committed_hw.get(b.actor_id, 0)):
+                        self.out_of_order += 1  # follows a group that failed: the actor resends it
+                        continue
+                    kept.append((item, skip))
+                    for k, fut in futures.items():
+                        txn.put(k, fut.result(), db=self._dbs["img"])
                     for i in range(skip, b.count):
                         row_keys = {c: ks[i - skip] for c, ks in keys.items()}
                         txn.put(_key(counts[item.table]), encode_record(self.schema, b.actor_id, b.seq + i,
@@ -352,14 +399,18 @@ class PersistentReplayStore(ReplayStore):
                 for a, s in hw.items():
                     txn.put(f"hw:{a}".encode(), _key(s), db=meta)
                 txn.put(b"last_commit", msgpack.packb(time.time()), db=meta)
-        except lmdb.Error as e:  # disk full, map full, I/O error: nothing of the group is stored
+        except (lmdb.Error, OSError, ValueError) as e:  # disk/map full, I/O, encode error: nothing stored
             self.write_errors += 1
             self.last_error = f"{type(e).__name__}: {e}"
+            for _, _, _, futures in group:
+                for fut in futures.values():
+                    fut.cancel()
             lost = sum(g[0].batch.count - g[1] for g in group)
             log.error("replay store %s: commit of %d transitions failed (%s); they are not acked, "
                       "the actors keep them and resend", self.path, lost, self.last_error)
             with self._lock:
                 self._accepted_hw = dict(self._committed_hw)
+                self._fail_gen += 1
             return
         now = time.monotonic()
         with self._lock:
@@ -367,27 +418,30 @@ class PersistentReplayStore(ReplayStore):
             self.counts = counts
             self.commit_times.append(now)
             del self.commit_times[:-10_000]
-        for _, _, _, blobs in group:
-            for k in blobs:
-                self._recent_keys[k] = None
-        while len(self._recent_keys) > 8192:
-            self._recent_keys.popitem(last=False)
-        for item, skip, _, _ in group:
+        for item, skip in kept:
             rows = {k: a[skip:] for k, a in item.batch.arrays.items()}
             self.caches[item.table].append(rows, counts[item.table])
 
     # --- reading -----------------------------------------------------------------------------
-    def _read_row(self, txn: lmdb.Transaction, table: str, i: int) -> dict[str, np.ndarray]:
+    def _read_row(self, txn: lmdb.Transaction, table: str, i: int,
+                  memo: dict[bytes, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """One decoded transition. `memo` keeps decoded frames across calls: consecutive records
+        share frames (a next_obs frame is the next record's obs frame), decoded once."""
         assert self.schema is not None
         value = txn.get(_key(i), db=self._dbs[f"t:{table}"])
         if value is None:
             raise CorruptRecord(f"record {i} of '{table}' is missing")
         actor, seq, row, img_keys = decode_record(self.schema, value)
         for c, k in zip(self.schema.images, img_keys):
+            if memo is not None and k in memo:
+                row[c.name] = memo[k]
+                continue
             blob = txn.get(k, db=self._dbs["img"])
             if blob is None:
                 raise CorruptRecord(f"record {i} of '{table}': image '{c.name}' is missing")
             row[c.name] = decode_image(blob, c)
+            if memo is not None:
+                memo[k] = row[c.name]
         return row
 
     def rows(self, table: str = "online", start: int = 0, stop: int | None = None
@@ -442,10 +496,11 @@ class PersistentReplayStore(ReplayStore):
                     continue
                 busy = True
                 assert self._env is not None
+                memo: dict[bytes, np.ndarray] = {}
                 with self._env.begin() as txn:
                     for slot, i in zip(slots, idx):
                         try:
-                            cache.put_reservoir(slot, i, self._read_row(txn, table, i))
+                            cache.put_reservoir(slot, i, self._read_row(txn, table, i, memo))
                         except CorruptRecord as e:
                             self._corrupt(table, i, e)
             self._stop.wait(0.002 if busy else 0.05)

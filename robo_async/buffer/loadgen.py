@@ -12,6 +12,7 @@ actor's delivery path without a robot: `Adder` + `Uplink` (+ journal) fed with t
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -29,8 +30,14 @@ from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
 
 def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
+    """Ingest until SIGTERM. Prints `ready ...` once open and a JSON stats line every second."""
+    t0 = time.monotonic()
     store = PersistentReplayStore(store_dir, config).open()
-    print(f"ready recovery_s={store.recovery_s:.4f} count={len(store)}", flush=True)
+    opened = time.monotonic() - t0
+    while len(store) and not store.can_sample() and time.monotonic() - t0 < 60:
+        time.sleep(0.001)  # the pager brings the newest data in first
+    first_sample = time.monotonic() - t0
+    print(f"ready recovery_s={opened:.4f} first_sample_s={first_sample:.4f} count={len(store)}", flush=True)
     rx, pub = TransitionReceiver(data), WeightPublisher(status)
     boot = uuid.uuid4().hex[:12]
     stop = False
@@ -40,7 +47,7 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
         stop = True
 
     signal.signal(signal.SIGTERM, _term)
-    next_status = 0.0
+    next_status = next_stats = 0.0
     while not stop:
         for msg in rx.poll(timeout_ms=5):
             if isinstance(msg, TransitionBatch):
@@ -48,19 +55,39 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
                     store.insert(msg)
                 except ReplayError as e:
                     logging.error("rejected: %s", e)
-        if time.monotonic() >= next_status:
-            next_status = time.monotonic() + 0.02
+        now = time.monotonic()
+        if now >= next_status:
+            next_status = now + 0.02
             pub.publish_status(LearnerStatus(0, 0, len(store), 2**62, False, boot,
                                              tuple(sorted(store.high_water().items()))))
+        if now >= next_stats:
+            next_stats = now + 1.0
+            gaps = np.diff(store.commit_times[-1000:]) * 1000 if len(store.commit_times) > 1 else np.zeros(1)
+            print(json.dumps({"count": len(store), "commits": len(store.commit_times),
+                              "commit_p50_ms": float(np.median(gaps)), "commit_p99_ms": float(np.percentile(gaps, 99)),
+                              "commit_max_ms": float(gaps.max()), "write_errors": store.write_errors}), flush=True)
     store.close()
     rx.close()
     pub.close()
 
 
-def make_row(seq: int, state_dim: int, images: int, size: int) -> tuple[dict, dict]:
-    """Observation and next observation for transition `seq` (state[0] == seq)."""
+def _frame(frames: np.ndarray, seq: int) -> np.ndarray:
+    """A recorded camera frame made unique to `seq` (its seq in the first pixels' bytes)."""
+    f = frames[seq % len(frames)].copy()
+    f.reshape(-1)[:8] = np.frombuffer(np.int64(seq).tobytes(), np.uint8)
+    return f
+
+
+def make_row(seq: int, state_dim: int, images: int, size: int,
+             frames: list[np.ndarray] | None = None) -> tuple[dict, dict]:
+    """Observation and next observation for transition `seq` (state[0] == seq). Images are
+    gradients, or (with `frames`, one array of recorded frames per camera) real renders."""
     obs = {"state": np.full(state_dim, seq, np.float32)}
     nxt = {"state": np.full(state_dim, seq + 1, np.float32)}
+    if frames is not None:
+        for c, fr in enumerate(frames):
+            obs[f"cam{c}"], nxt[f"cam{c}"] = _frame(fr, seq), _frame(fr, seq + 1)
+        return obs, nxt
     for c in range(images):  # a gradient that shifts with seq: realistic to compress, unique per frame
         base = np.add.outer(np.arange(size), np.arange(size)).astype(np.uint8)
         obs[f"cam{c}"] = np.stack([base + seq % 251, base * 2 + c, base + seq // 251], -1).astype(np.uint8)
@@ -69,8 +96,14 @@ def make_row(seq: int, state_dim: int, images: int, size: int) -> tuple[dict, di
 
 
 def produce(data: str, status: str, journal: str | None, until: int, actor_id: int = 0, images: int = 0,
-            size: int = 128, per_s: float = 0.0, flush_every: int = 32, drain_s: float = 120.0) -> int:
-    """Send transitions up to seq `until`, then wait until all are acked. Prints the start seq."""
+            size: int = 128, per_s: float = 0.0, flush_every: int = 32, drain_s: float = 300.0,
+            frames_file: str | None = None) -> int:
+    """Send transitions up to seq `until`, then wait until all are acked. Prints the start seq,
+    then `done ...` with the send and ack timings and the highest ack ever seen."""
+    frames = None
+    if frames_file:
+        with np.load(frames_file) as z:
+            frames = [z[k] for k in sorted(z.files)]
     client = WeightClient(status).start()
     uplink = Uplink(actor_id, data, lambda: client.status,
                     UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50))
@@ -83,22 +116,41 @@ def produce(data: str, status: str, journal: str | None, until: int, actor_id: i
     uplink.start(acked)
     adder = Adder(actor_id, uplink, flush_every, start_seq=start)
     t0 = time.monotonic()
+    max_acked = [acked]
+
+    def watch() -> None:  # the highest ack ever published: all below it was reported durable
+        while not stop_watch.is_set():
+            st = client.status
+            if st is not None:
+                max_acked[0] = max(max_acked[0], st.acked_for(actor_id) or 0)
+            time.sleep(0.005)
+
+    import threading
+
+    stop_watch = threading.Event()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     while adder.seq < until:
         seq = adder.seq
-        obs, nxt = make_row(seq, 4, images, size)
+        obs, nxt = make_row(seq, 4, images, size, frames)
         adder.add(obs, np.zeros(2, np.float32), float(seq), nxt, False, False, 0)
         if per_s > 0:
             delay = t0 + (seq - start + 1) / per_s - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
     adder.flush()
+    sent_s = time.monotonic() - t0
     deadline = time.monotonic() + drain_s
     while uplink.pending and time.monotonic() < deadline:
         time.sleep(0.01)
+    acked_s = time.monotonic() - t0
     left = uplink.unacked
+    stop_watch.set()
+    watcher.join()
     uplink.close(drain_s=0)
     client.close()
-    print(f"done unacked={left} resends={uplink.resends}", flush=True)
+    print(f"done unacked={left} resends={uplink.resends} sent_s={sent_s:.3f} acked_s={acked_s:.3f} "
+          f"n={until - start} max_acked={max_acked[0]}", flush=True)
     return 0 if left == 0 else 1
 
 
@@ -113,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--until", type=int, required=True)
     r.add_argument("--images", type=int, default=0)
     r.add_argument("--per-s", type=float, default=0.0)
+    r.add_argument("--frames", default=None, help="an .npz of recorded frames, one array per camera")
     for q in (s, r):
         q.add_argument("--data", required=True)
         q.add_argument("--status", required=True)
@@ -121,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "serve":
         serve(a.store, a.data, a.status, StoreConfig(commit_ms=a.commit_ms))
         return 0
-    return produce(a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s)
+    return produce(a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s, frames_file=a.frames)
 
 
 if __name__ == "__main__":
