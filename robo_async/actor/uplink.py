@@ -82,6 +82,7 @@ class Uplink:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._unacked_count = 0
+        self._warned_ram = False
         self.resends = 0
         self.spilled = 0
         self.journal_errors = 0
@@ -230,7 +231,7 @@ class Uplink:
 
     def _run(self) -> None:
         sock = self._ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.SNDHWM, 200)  # batches queued in ZMQ; the rest wait in unacked
         sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to a live learner; resend covers the rest
         sock.setsockopt(zmq.LINGER, 2000)
         sock.connect(self.address)
@@ -305,7 +306,13 @@ class Uplink:
 
     def _spill(self) -> None:
         """Past the RAM budget, keep only the journal's copy of the oldest unacked batches."""
-        if self._env is None or self._ram <= self.config.max_ram_mb * 2**20:
+        if self._ram <= self.config.max_ram_mb * 2**20:
+            return
+        if self._env is None:  # nowhere to spill: keep it (losing it is worse), say so once
+            if not self._warned_ram:
+                log.warning("actor %d: %.0f MB unacked and no journal to spill to; holding it in RAM",
+                            self.actor_id, self._ram / 2**20)
+                self._warned_ram = True
             return
         victims = []
         for e in self._unacked:

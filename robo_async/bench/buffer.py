@@ -205,7 +205,8 @@ def bench_buffer(args: dict[str, str]) -> int:
     figures.update(ingest_per_s=round(n / done["acked_s"], 1),
                    commit_interval_ms=round(stats.get("commit_p50_ms", 0.0), 1),
                    commit_interval_p99_ms=round(stats.get("commit_p99_ms", 0.0), 1),
-                   commit_interval_max_ms=round(stats.get("commit_max_ms", 0.0), 1))
+                   commit_interval_max_ms=round(stats.get("commit_max_ms", 0.0), 1),
+                   ingest_server_peak_rss_mb=round(stats.get("peak_rss_mb", 0.0)))
 
     print("kill -9 with everything on disk, then restart ...", flush=True)
     server.kill()

@@ -62,7 +62,7 @@ class StoreConfig:
     map_size_gb: float = 1024.0  # LMDB address space; the file grows only as data is written
     encode_threads: int = 2  # image encoders (OpenCV releases the GIL)
     tail_check: int = 64  # records at the end of each table verified on open
-    max_queued_batches: int = 1024  # insert() waits for the writer beyond this (backpressure)
+    max_queued_mb: float = 256.0  # uncommitted data; insert() waits beyond this (backpressure)
     page_chunk: int = 256  # records the pager reads per step
     refresh_per_s: float = 200.0  # older records swapped into a full reservoir per second (bounded CPU)
 
@@ -79,6 +79,7 @@ def _int(b: bytes | None) -> int:
 class _Item:
     table: str
     batch: TransitionBatch
+    nbytes: int = 0
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -101,7 +102,8 @@ class PersistentReplayStore(ReplayStore):
         self._accepted_hw: dict[int, int] = {}
         self._lock = threading.Lock()
         self._env: lmdb.Environment | None = None
-        self._queue: queue.Queue[_Item | None] = queue.Queue(config.max_queued_batches)
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._queued_bytes = 0  # uncommitted batch bytes, bounded by max_queued_mb
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
@@ -251,8 +253,12 @@ class PersistentReplayStore(ReplayStore):
             if new <= 0:
                 return 0
             self._accepted_hw[batch.actor_id] = batch.seq + batch.count
+            nbytes = sum(a.nbytes for a in batch.arrays.values())
+            limit = self.config.max_queued_mb * 2**20
+            self._drained.wait_for(lambda: self._queued_bytes + nbytes <= limit or self._outstanding == 0)
             self._outstanding += 1
-        self._queue.put(_Item(table, batch))
+            self._queued_bytes += nbytes
+        self._queue.put(_Item(table, batch, nbytes))
         return new
 
     def ack(self, actor_id: int) -> int:
@@ -268,9 +274,15 @@ class PersistentReplayStore(ReplayStore):
         with self._drained:
             return self._drained.wait_for(lambda: self._outstanding == 0, timeout)
 
-    def _done(self, n: int) -> None:
+    def accepting(self) -> bool:
+        """False while the writer is behind by max_queued_mb: leave messages in the socket
+        (backpressure reaches the actors, whose uplinks keep the data)."""
+        return self._queued_bytes < self.config.max_queued_mb * 2**20
+
+    def _done(self, n: int, nbytes: int) -> None:
         with self._drained:
             self._outstanding -= n
+            self._queued_bytes -= nbytes
             self._drained.notify_all()
 
     # --- the writer thread -------------------------------------------------------------------
@@ -294,7 +306,7 @@ class PersistentReplayStore(ReplayStore):
                 self._writer_hw = dict(self._committed_hw)
             group: list[tuple] = []
             deadline = time.monotonic() + cfg.commit_ms / 1000
-            n, images, taken, last = 0, 0, 1, False
+            n, images, taken, nbytes, last = 0, 0, 1, item.nbytes, False
             # Frames this group may hold so that encoding it takes about commit_ms (measured).
             image_cap = max(8, cfg.commit_ms / 1000 * cfg.encode_threads / max(self._encode_s, 1e-5))
             while True:
@@ -313,7 +325,8 @@ class PersistentReplayStore(ReplayStore):
                     last = True
                     break
                 taken += 1
-            self._commits.put((group, taken))
+                nbytes += item.nbytes
+            self._commits.put((group, taken, nbytes))
             if last:
                 break
         self._commits.put(None)
@@ -330,12 +343,12 @@ class PersistentReplayStore(ReplayStore):
             if job is None:
                 self._commits.task_done()
                 break
-            group, taken = job
+            group, taken, nbytes = job
             try:
                 if group:
                     self._commit(group)
             finally:
-                self._done(taken)
+                self._done(taken, nbytes)
                 self._commits.task_done()
 
     def _prepare(self, item: _Item, group_hw: dict[int, int]) -> tuple | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 import signal
 import sys
 import time
@@ -49,7 +50,7 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
     signal.signal(signal.SIGTERM, _term)
     next_status = next_stats = 0.0
     while not stop:
-        for msg in rx.poll(timeout_ms=5):
+        for msg in (rx.poll(timeout_ms=5) if store.accepting() else time.sleep(0.005) or []):
             if isinstance(msg, TransitionBatch):
                 try:
                     store.insert(msg)
@@ -65,7 +66,8 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
             gaps = np.diff(store.commit_times[-1000:]) * 1000 if len(store.commit_times) > 1 else np.zeros(1)
             print(json.dumps({"count": len(store), "commits": len(store.commit_times),
                               "commit_p50_ms": float(np.median(gaps)), "commit_p99_ms": float(np.percentile(gaps, 99)),
-                              "commit_max_ms": float(gaps.max()), "write_errors": store.write_errors}), flush=True)
+                              "commit_max_ms": float(gaps.max()), "write_errors": store.write_errors,
+                              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
     store.close()
     rx.close()
     pub.close()
@@ -97,7 +99,7 @@ def make_row(seq: int, state_dim: int, images: int, size: int,
 
 def produce(data: str, status: str, journal: str | None, until: int, actor_id: int = 0, images: int = 0,
             size: int = 128, per_s: float = 0.0, flush_every: int = 32, drain_s: float = 300.0,
-            frames_file: str | None = None) -> int:
+            frames_file: str | None = None, max_pending: int = 4096) -> int:
     """Send transitions up to seq `until`, then wait until all are acked. Prints the start seq,
     then `done ...` with the send and ack timings and the highest ack ever seen."""
     frames = None
@@ -131,6 +133,8 @@ def produce(data: str, status: str, journal: str | None, until: int, actor_id: i
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     while adder.seq < until:
+        while uplink.pending > max_pending:  # an as-fast-as-possible actor waits for the learner
+            time.sleep(0.001)
         seq = adder.seq
         obs, nxt = make_row(seq, 4, images, size, frames)
         adder.add(obs, np.zeros(2, np.float32), float(seq), nxt, False, False, 0)

@@ -37,17 +37,16 @@ def inspect(path: Path) -> str:
         lines.append(f"{'table':<14}{'transitions':>12}{'episodes':>10}{'success':>9}{'actors':>8}")
         for t in TABLES:
             eps = succ = 0
-            actors: set[int] = set()
-            ep_success = False
+            ep_success: dict[int, bool] = {}  # per actor: the episode under way succeeded so far
             for _, actor, _, row in store.records(t):
-                actors.add(actor)
-                ep_success = ep_success or bool(row.get("success", row["terminated"]))
+                won = ep_success.get(actor, False) or bool(row.get("success", row["terminated"]))
+                ep_success[actor] = won
                 if row["terminated"] or row["truncated"]:
                     eps += 1
-                    succ += ep_success
-                    ep_success = False
+                    succ += won
+                    ep_success[actor] = False
             rate = f"{succ / eps:.0%}" if eps else "-"
-            lines.append(f"{t:<14}{store.counts[t]:>12,}{eps:>10,}{rate:>9}{len(actors):>8}")
+            lines.append(f"{t:<14}{store.counts[t]:>12,}{eps:>10,}{rate:>9}{len(ep_success):>8}")
         cols = ", ".join(f"{c.name} {c.describe()}" for c in store.schema.columns)
         last = store.last_commit()
         lines += [f"columns: {cols}",

@@ -141,8 +141,9 @@ class Learner:
     def step(self) -> None:
         """One iteration: ingest, then update while the rate limiter allows (bounded)."""
         assert self._receiver is not None and self._publisher is not None
-        for msg in self._receiver.poll(timeout_ms=0 if self.limiter.can_update() else 1):
-            self._ingest(msg)
+        if self.store.accepting():  # else leave data in the socket: backpressure to the actors
+            for msg in self._receiver.poll(timeout_ms=0 if self.limiter.can_update() else 1):
+                self._ingest(msg)
         self._count_committed()
         for _ in range(8):
             if not (self.limiter.can_update() and self._update()):

@@ -43,12 +43,12 @@ class TransitionReceiver:
     def __init__(self, address: str, ctx: zmq.Context | None = None) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.RCVHWM, 10_000)
+        self._sock.setsockopt(zmq.RCVHWM, 200)  # batches; beyond it backpressure reaches the actors
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.dropped = 0
 
-    def poll(self, timeout_ms: int = 0, max_messages: int = 256) -> list[Message]:
+    def poll(self, timeout_ms: int = 0, max_messages: int = 64) -> list[Message]:
         out: list[Message] = []
         if not self._sock.poll(timeout_ms):
             return out
