@@ -195,7 +195,8 @@ def bench_buffer(args: dict[str, str]) -> int:
 
     print(f"ingest of {n:,} transitions through producer -> ZMQ -> store ...", flush=True)
     data, status = f"tcp://127.0.0.1:{_port()}", f"tcp://127.0.0.1:{_port()}"
-    serve = ["serve", "--store", str(root / "store"), "--data", data, "--status", status]
+    serve = ["serve", "--store", str(root / "store"), "--data", data, "--status", status,
+             "--commit-ms", str(float(args.get("commit_ms", StoreConfig.commit_ms)))]
     server = Proc(serve)
     server.wait_line("ready")
     producer = Proc(["produce", "--until", str(n), "--images", "2", "--frames", str(frames_file),

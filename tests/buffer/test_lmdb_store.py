@@ -250,3 +250,20 @@ def test_split_and_mixed_batches(tmp_path):
     with pytest.raises(ValueError, match="unknown tables"):
         Sampler(s, 8, {"offline": 1.0})
     s.close()
+
+
+def test_damaged_record_mid_table_is_skipped_and_counted(tmp_path, caplog):
+    s = opened(tmp_path / "r", refresh_per_s=0)
+    s.insert(batch(0, 0, 100))
+    s.flush()
+    s.close()
+    env = lmdb.open(str(tmp_path / "r"), max_dbs=8)
+    with env.begin(write=True, db=env.open_db(b"t:online")) as txn:
+        txn.put((40).to_bytes(8, "big"), b"garbage")
+    env.close()
+    with caplog.at_level(logging.WARNING):
+        s = opened(tmp_path / "r")  # the tail is fine: nothing discarded at open
+        rows = [float(r["reward"]) for _, r in s.rows()]
+    assert len(s) == 100 and 40.0 not in rows and len(rows) == 99
+    assert s.corrupt_records >= 1 and "skipping damaged record 40" in caplog.text  # (the pager may meet it too)
+    s.close()

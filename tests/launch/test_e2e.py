@@ -209,3 +209,21 @@ def test_crashed_actor_stops_the_run_naming_it(tmp_path):
     assert f"actor 0 (pid {actor_pid}) died: exit code -9; stopping the run" in err
     # The learner still wrote a final checkpoint on the way down.
     assert checkpoint.list_checkpoints(run_dir / "checkpoints")
+
+
+def test_learner_refuses_batches_that_do_not_fit_the_spec(tmp_path):
+    import numpy as np
+
+    from robo_async.learner.learner import Learner, LearnerConfig
+    from robo_async.transport.wire import TransitionBatch
+
+    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", ("state",), (6,),
+                        (-1.0,) * 6, (1.0,) * 6)
+    learner = Learner(cfg)
+    good = {"obs/state": np.zeros((2, 6), np.float32), "next_obs/state": np.zeros((2, 6), np.float32),
+            "action": np.zeros((2, 6), np.float32)}
+    assert learner._check_batch(TransitionBatch(0, 0, good)) is None
+    assert learner._check_batch(TransitionBatch(0, 0, {**good, "action": np.zeros((2, 5), np.float32)})) == \
+        "'action' is float32(5,), this run expects float32(6,)"
+    assert learner._check_batch(TransitionBatch(0, 0, {k: v for k, v in good.items() if k != "obs/state"})) == \
+        "'obs/state' is missing"
