@@ -68,6 +68,18 @@ def test_resume_restores_counters_and_weights(trained, tmp_path):
     assert_contiguous(run_dir, 0)
 
 
+def start_training(run_dir, *extra):
+    """A long training run in the background; returns it once its processes are up, with their pids."""
+    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY, *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids = run_dir / "processes.json"
+    deadline = time.monotonic() + 120
+    while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert pids.exists(), proc.communicate(timeout=30)
+    return proc, json.loads(pids.read_text())
+
+
 def actor_seqs(run_dir, actor):
     from robo_async.buffer.lmdb_store import PersistentReplayStore
 
@@ -89,16 +101,9 @@ def test_learner_killed_mid_run_then_resumed_loses_nothing(tmp_path):
     res = run(["buffer", "demos", f"out={demos}", "episodes=5"])
     assert res.returncode == 0 and "recorded" in res.stdout, res.stderr
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY,
-                                   f"buffer.imports=[{{path: {demos}, table: demos}}]"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pids = run_dir / "processes.json"
-    deadline = time.monotonic() + 120
-    while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert pids.exists(), proc.communicate(timeout=30)
+    proc, pids = start_training(run_dir, f"buffer.imports=[{{path: {demos}, table: demos}}]")
     time.sleep(4.0)
-    os.kill(json.loads(pids.read_text())["learner"], signal.SIGKILL)
+    os.kill(pids["learner"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "learner" in err and "died" in err
     assert "imported" in out
@@ -194,14 +199,8 @@ def test_port_in_use_fails_fast_with_message(tmp_path):
 
 def test_crashed_actor_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "crash"
-    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pids = run_dir / "processes.json"
-    deadline = time.monotonic() + 120
-    while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert pids.exists(), proc.communicate(timeout=30)
-    actor_pid = json.loads(pids.read_text())["actor 0"]
+    proc, pids = start_training(run_dir)
+    actor_pid = pids["actor 0"]
     time.sleep(1.0)
     os.kill(actor_pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
