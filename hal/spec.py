@@ -38,7 +38,8 @@ class RobotSpec:
     cameras: tuple[CameraSpec, ...] = ()
     features: tuple[tuple[str, int], ...] = ()
     max_step_rad: float = float("inf")  # largest change of a joint target per tick, rad
-    control_mode: str = "joint_position"
+    control_mode: str = "joint_position"  # or e.g. "gym": actions are not joint targets
+    state_size: int | None = None  # length of Observation.state when it is not one value per joint
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -58,7 +59,14 @@ class RobotSpec:
 
     @property
     def state_dim(self) -> int:
-        return len(self.joint_names)
+        return self.state_size if self.state_size is not None else len(self.joint_names)
+
+    def hold_action(self, state: np.ndarray) -> np.ndarray:
+        """The action that keeps the robot where it is: the current joint positions for position
+        control, the middle of the action range otherwise (e.g. zero torque)."""
+        if self.control_mode == "joint_position":
+            return np.asarray(state, dtype=np.float32)[: self.action_dim].copy()
+        return ((self.low + self.high) / 2).astype(np.float32)
 
     @property
     def dt(self) -> float:

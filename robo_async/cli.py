@@ -16,6 +16,7 @@ commands:
   train resume=<run dir> [overrides]   continue a run from its last checkpoint
   eval checkpoint=<file|run dir> [episodes=20] [video=out.mp4] [task=reach]
   buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
+  resources [inventory=robots.yaml] [sims=reach:4]   robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
   bench buffer                         replay store: ingest, sample latency, recovery, crash trials
 """
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             return train(rest)
         if cmd == "eval":
             return _eval(_kv(rest))
+        if cmd == "resources":
+            return _resources(_kv(rest))
         if cmd == "buffer":
             from robo_async.buffer.cli import main as buffer_main
 
@@ -62,6 +65,31 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _resources(args: dict[str, str]) -> int:
+    from hal.leases import LeaseManager
+    from hal.resources import InventoryError, discover
+
+    unknown = set(args) - {"inventory", "sims"}
+    if unknown:
+        raise UserError(f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,...")
+    sims = {}
+    for part in filter(None, args.get("sims", "reach:1").split(",")):
+        task, _, n = part.partition(":")
+        sims[task] = int(n or 1)
+    try:
+        found = discover(args.get("inventory"), sims)
+    except InventoryError as e:
+        raise UserError(str(e)) from None
+    leases = LeaseManager()
+    print(f"{'kind':<8}{'id':<36}{'where':<24}{'health':<28}holder")
+    for r in found:
+        h = leases.holder(r.id)
+        holder = f"{h.get('job')} (pid {h.get('pid')}, since {h.get('since')})" if h else "-"
+        print(f"{r.kind:<8}{r.id:<36}{r.where:<24}{r.health:<28}{holder}")
+    print(f"leases in {leases.directory}")
+    return 0
 
 
 def _eval(args: dict[str, str]) -> int:

@@ -1,9 +1,12 @@
 """MuJoCo tasks exposed as `hal.Robot`s (`SimRobot`) and as Gymnasium envs."""
 
+from sim.gym_robot import GymConfig, GymRobot
 from sim.reach import ReachConfig, ReachExpert, ReachTask
-from sim.sim_robot import SimRobot
+from sim.sim_robot import SimImperfections, SimRobot
 
-TASKS = {"reach": (ReachTask, ReachConfig)}
+# name -> (class, config class). A task class is wrapped in `SimRobot`; a `hal.Robot` is used as is.
+TASKS = {"reach": (ReachTask, ReachConfig), "gym": (GymRobot, GymConfig)}
 EXPERTS = {"reach": ReachExpert}  # scripted experts by task name
 
-__all__ = ["ReachConfig", "ReachExpert", "ReachTask", "SimRobot", "TASKS", "EXPERTS"]
+__all__ = ["GymConfig", "GymRobot", "ReachConfig", "ReachExpert", "ReachTask", "SimImperfections", "SimRobot",
+           "TASKS", "EXPERTS"]

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import time
+from collections import deque
+from dataclasses import dataclass
 
+import mujoco
 import numpy as np
 
 from hal.robot import Robot, RobotError
 from hal.spec import Observation, Outcome, RobotSpec
 from sim.reach import ReachTask
+
+
+@dataclass(frozen=True)
+class SimImperfections:
+    """Make the simulator behave like hardware: delays in whole control ticks, Gaussian noise."""
+
+    obs_latency_ticks: int = 0  # observations are this many ticks old
+    action_latency_ticks: int = 0  # commands take effect this many ticks after they are sent
+    obs_noise_std: float = 0.0  # rad, added to the joint state
+    action_noise_std: float = 0.0  # rad, added to the joint targets the motors receive
 
 
 class SimRobot(Robot):
@@ -19,8 +32,13 @@ class SimRobot(Robot):
     fast as the caller drives it.
     """
 
-    def __init__(self, task: ReachTask, *, realtime: bool = False) -> None:
+    def __init__(self, task: ReachTask, *, realtime: bool = False,
+                 imperfections: SimImperfections = SimImperfections()) -> None:
         self._task = task
+        self._imp = imperfections
+        self._obs_queue: deque[Observation] = deque()
+        self._act_queue: deque[np.ndarray] = deque()
+        self._fk_data: mujoco.MjData | None = None
         self._spec = task.spec()
         self._realtime = realtime
         self._rng = np.random.default_rng()
@@ -56,16 +74,34 @@ class SimRobot(Robot):
         self._task.reset(self._rng)
         self._outcome = Outcome()
         self._next_deadline = time.monotonic()
+        self._obs_queue.clear()
+        self._act_queue.clear()
         return self.get_observation()
 
     def get_observation(self) -> Observation:
         self._require()
         t = self._task
-        return Observation(time.monotonic(), t.state(), t.features(), t.images())
+        state = t.state()
+        if self._imp.obs_noise_std > 0:
+            state = (state + self._rng.normal(0, self._imp.obs_noise_std, state.shape)).astype(np.float32)
+        obs = Observation(time.monotonic(), state, t.features(), t.images())
+        if self._imp.obs_latency_ticks <= 0:
+            return obs
+        self._obs_queue.append(obs)  # one observation per tick; hand out the one from k ticks ago
+        while len(self._obs_queue) > self._imp.obs_latency_ticks + 1:
+            self._obs_queue.popleft()
+        return self._obs_queue[0]
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         self._require()
         a = self._spec.check_action(action)
+        if self._imp.action_latency_ticks > 0:
+            self._act_queue.append(a)
+            a = self._act_queue.popleft() if len(self._act_queue) > self._imp.action_latency_ticks \
+                else self._task.state()[: len(a)]  # nothing due yet: keep where it is
+        if self._imp.action_noise_std > 0:
+            a = np.clip(a + self._rng.normal(0, self._imp.action_noise_std, a.shape), self._spec.low,
+                        self._spec.high).astype(np.float32)
         applied = self._task.step(a)
         reward, success = self._task.reward_success()
         self._outcome = Outcome(reward, success, terminated=success)
@@ -80,6 +116,17 @@ class SimRobot(Robot):
 
     def outcome(self) -> Outcome:
         return self._outcome
+
+    def ee_position(self, q: np.ndarray) -> np.ndarray:
+        """Forward kinematics: end-effector position (m) for joint positions `q` (for safety)."""
+        self._require()
+        model = self._task.model
+        if self._fk_data is None:
+            self._fk_data = mujoco.MjData(model)
+        d = self._fk_data
+        d.qpos[: len(q)] = q
+        mujoco.mj_kinematics(model, d)
+        return d.site_xpos[model.site("ee").id].copy()
 
     @property
     def truncated(self) -> bool:

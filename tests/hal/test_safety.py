@@ -60,3 +60,41 @@ def test_spec_check_action_message():
     spec = ReachTask().spec()
     with pytest.raises(SpecMismatch, match=r"action has shape \(5,\), robot sim_so101_reach expects \(6,\)"):
         spec.check_action(np.zeros(5))
+
+
+def test_workspace_box_holds_targets_outside(robot):
+    from hal.safety import WorkspaceBox
+
+    sim = robot.inner
+    here = sim.ee_position(robot.get_observation().state)
+    box = WorkspaceBox(sim.ee_position, tuple(here - 0.05), tuple(here + 0.05))
+    guarded = SafeRobot(sim, workspace=box)
+    before = guarded.reset(seed=0).state.copy()
+    applied = guarded.send_action(before + np.array([1.0, -1.0, 1.0, 0, 0, 0], np.float32))
+    np.testing.assert_allclose(applied, before, atol=1e-6)
+    assert guarded.stats.workspace == 1
+    small = guarded.send_action(before + 0.001)
+    assert guarded.stats.workspace == 1 and not np.allclose(small, before)
+
+
+def test_estop_latches_until_cleared(robot):
+    before = robot.get_observation().state.copy()
+    robot.estop("operator pressed the button")
+    for _ in range(3):
+        np.testing.assert_allclose(robot.send_action(before + 0.3), before, atol=1e-5)
+    assert robot.stats.estopped == 3 and robot.estopped
+    robot.clear_estop()
+    assert not np.allclose(robot.send_action(before + 0.01), before, atol=1e-4)
+
+
+def test_watchdog_holds_when_the_loop_goes_quiet():
+    import time
+
+    r = SafeRobot(SimRobot(ReachTask()), watchdog_s=0.05)
+    r.connect()
+    r.reset(seed=0)
+    deadline = time.monotonic() + 10
+    while r.stats.watchdog_holds < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the control loop sends nothing
+    assert r.stats.watchdog_holds >= 2
+    r.close()

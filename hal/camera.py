@@ -1,0 +1,78 @@
+"""`Camera`: a frame source (OpenCV device, a robot's built-in camera, a simulator's render).
+
+    cam.connect()
+    frame = cam.read()          # Frame(timestamp, image H x W x 3 uint8)
+    cam.close()
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hal.spec import CameraSpec
+
+
+class CameraError(RuntimeError):
+    """A camera that is missing, unplugged or returns no frame."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    timestamp: float  # time.monotonic() when the frame was read
+    image: np.ndarray  # H x W x 3 uint8, RGB
+
+
+class Camera(abc.ABC):
+    @property
+    @abc.abstractmethod
+    def spec(self) -> CameraSpec: ...
+
+    @abc.abstractmethod
+    def connect(self) -> None: ...
+
+    @abc.abstractmethod
+    def read(self) -> Frame: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class OpenCVCamera(Camera):
+    """A V4L2/USB camera through OpenCV, resized to the spec's size."""
+
+    def __init__(self, index_or_path: int | str, spec: CameraSpec) -> None:
+        self._source = index_or_path
+        self._spec = spec
+        self._cap = None
+
+    @property
+    def spec(self) -> CameraSpec:
+        return self._spec
+
+    def connect(self) -> None:
+        import cv2
+
+        cap = cv2.VideoCapture(self._source)
+        if not cap.isOpened():
+            raise CameraError(f"camera {self._spec.name} at {self._source!r} cannot be opened (unplugged?)")
+        self._cap = cap
+
+    def read(self) -> Frame:
+        import cv2
+
+        if self._cap is None:
+            raise CameraError(f"camera {self._spec.name} is not connected")
+        ok, bgr = self._cap.read()
+        if not ok:
+            raise CameraError(f"camera {self._spec.name} at {self._source!r} returned no frame")
+        img = cv2.resize(bgr[..., ::-1], (self._spec.width, self._spec.height))
+        return Frame(time.monotonic(), np.ascontiguousarray(img))
+
+    def close(self) -> None:
+        if self._cap is not None:
+            self._cap.release()
+            self._cap = None

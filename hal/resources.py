@@ -1,0 +1,185 @@
+"""What a machine has: robots, motor buses, cameras, GPUs and simulators, and leasing them to jobs.
+
+    found = discover(inventory="robots.yaml", sims={"reach": 4})
+    leases = acquire_needs(found, parse_needs(["sim:reach*2", "gpu*1"]), LeaseManager(), job="exp1")
+
+Resource ids read `<kind>:<type>/<name>`: `robot:so101_follower/left`, `serial:feetech/ttyACM0`,
+`camera:opencv/video0`, `gpu:nvidia/0`, `sim:reach/3`. Simulators are always available, as many
+as configured. Serial motor buses are recognised by the USB ids of the adapter boards LeRobot
+arms use; robots themselves are declared in an inventory file (YAML list).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
+
+# USB (vendor, product) of the motor-bus adapters LeRobot arms ship with.
+MOTOR_BUS_USB = {
+    ("1a86", "7523"): "feetech",  # CH340 (Waveshare bus servo adapter: SO-100/SO-101)
+    ("1a86", "55d3"): "feetech",  # CH343 (newer Waveshare boards)
+    ("0403", "6014"): "dynamixel",  # FTDI FT232H (Robotis U2D2: Koch, OMX)
+    ("0403", "6001"): "dynamixel",  # FTDI FT232R
+}
+KINDS = ("robot", "serial", "camera", "gpu", "sim", "teleop")
+
+
+class InventoryError(ValueError):
+    """An inventory file that does not parse or has a bad entry (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str  # one of KINDS
+    type: str  # robot/teleop type (so101_follower), bus type (feetech), task for sims
+    name: str
+    where: str  # device path, host, or "local"
+    health: str = "ok"  # ok | missing: ... | ...
+    options: tuple[tuple[str, object], ...] = ()  # inventory extras (port, id, cameras ...)
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}:{self.type}/{self.name}"
+
+    def option(self, key: str, default: object = None) -> object:
+        return dict(self.options).get(key, default)
+
+
+def _usb_ids(tty: Path) -> tuple[str, str] | None:
+    dev = (tty / "device").resolve()
+    for d in (dev, *dev.parents):
+        v, p = d / "idVendor", d / "idProduct"
+        if v.exists() and p.exists():
+            return v.read_text().strip().lower(), p.read_text().strip().lower()
+    return None
+
+
+def serial_buses(sys_tty: Path = Path("/sys/class/tty")) -> list[Resource]:
+    out = []
+    for tty in sorted(sys_tty.glob("tty[AU][CS][MB]*")):  # ttyACM*, ttyUSB*
+        ids = _usb_ids(tty)
+        if ids in MOTOR_BUS_USB:
+            out.append(Resource("serial", MOTOR_BUS_USB[ids], tty.name, f"/dev/{tty.name}"))
+    return out
+
+
+def cameras(dev: Path = Path("/dev")) -> list[Resource]:
+    return [Resource("camera", "opencv", p.name, str(p)) for p in sorted(dev.glob("video*"))]
+
+
+def gpus() -> list[Resource]:
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = re.findall(r"GPU (\d+): (.+?) \(UUID", out)
+    return [Resource("gpu", "nvidia", i, "local", options=(("model", model),)) for i, model in found]
+
+
+def load_inventory(path: str | Path) -> list[Resource]:
+    """Robots and teleop devices declared by hand. Each entry: kind (robot|teleop|camera), type,
+    name, and device options (port, id, host, ...)."""
+    path = Path(path)
+    try:
+        entries = yaml.safe_load(path.read_text()) or []
+    except (OSError, yaml.YAMLError) as e:
+        raise InventoryError(f"inventory {path} cannot be read: {str(e).splitlines()[0]}") from None
+    if not isinstance(entries, list):
+        raise InventoryError(f"inventory {path} must be a list of entries, got {type(entries).__name__}")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"inventory {path} entry {i + 1}"
+        if not isinstance(e, dict):
+            raise InventoryError(f"{where}: expected a mapping like {{kind: robot, type: so101_follower, "
+                                 f"name: left, port: /dev/ttyACM0}}, got {e!r}")
+        missing = [k for k in ("kind", "type", "name") if k not in e]
+        if missing:
+            raise InventoryError(f"{where}: missing {missing}")
+        if e["kind"] not in ("robot", "teleop", "camera"):
+            raise InventoryError(f"{where}: kind '{e['kind']}' unknown; use robot, teleop or camera")
+        port = e.get("port")
+        health = "ok" if port is None or Path(str(port)).exists() else f"missing: {port} not found"
+        opts = tuple(sorted((k, v) for k, v in e.items() if k not in ("kind", "type", "name")))
+        out.append(Resource(e["kind"], str(e["type"]), str(e["name"]), str(port or e.get("host", "local")),
+                            health, opts))
+    return out
+
+
+def discover(inventory: str | Path | None = None, sims: dict[str, int] | None = None) -> list[Resource]:
+    """Everything attached to this machine plus declared robots and configured simulators."""
+    found = [*serial_buses(), *cameras(), *gpus()]
+    if inventory is not None:
+        found += load_inventory(inventory)
+    for task, count in (sims or {}).items():
+        found += [Resource("sim", task, str(i), "local") for i in range(count)]
+    return found
+
+
+@dataclass(frozen=True)
+class Need:
+    kind: str
+    type: str | None  # None: any type of that kind
+    count: int = 1
+
+    def matches(self, r: Resource) -> bool:
+        return r.kind == self.kind and (self.type is None or r.type == self.type)
+
+    def __str__(self) -> str:
+        return f"{self.count} x {self.kind}" + (f":{self.type}" if self.type else "")
+
+
+def parse_needs(specs: list[str]) -> list[Need]:
+    """`["robot:so101_follower*2", "gpu", "sim:reach*4"]` -> needs."""
+    out = []
+    for s in specs:
+        m = re.fullmatch(r"(\w+)(?::([\w.-]+))?(?:\*(\d+))?", s.strip())
+        if not m or m.group(1) not in KINDS:
+            raise ValueError(f"resource need '{s}' should look like kind[:type][*count], kind one of {KINDS}")
+        out.append(Need(m.group(1), m.group(2), int(m.group(3) or 1)))
+    return out
+
+
+def acquire_needs(found: list[Resource], needs: list[Need], leases: LeaseManager, job: str,
+                  wait_s: float = 0.0) -> list[tuple[Resource, Lease]]:
+    """Lease everything a job needs, all or nothing. Waits up to `wait_s` for held resources,
+    then raises LeaseHeld naming the holders; raises LeaseError when too few exist at all."""
+    for need in needs:
+        usable = [r for r in found if need.matches(r) and r.health == "ok"]
+        if len(usable) < need.count:
+            have = ", ".join(f"{r.id} ({r.health})" for r in found if need.matches(r)) or "none"
+            raise LeaseError(f"job '{job}' needs {need}; this machine has {have}")
+    deadline = time.monotonic() + wait_s
+    while True:
+        taken: list[tuple[Resource, Lease]] = []
+        blocked: list[str] = []
+        for need in needs:
+            got = 0
+            for r in (r for r in found if need.matches(r) and r.health == "ok"):
+                if got == need.count:
+                    break
+                if any(r is t[0] for t in taken):
+                    continue
+                try:
+                    taken.append((r, leases.acquire(r.id, job)))
+                    got += 1
+                except LeaseHeld as e:
+                    blocked.append(str(e))
+            if got < need.count:
+                for _, lease in taken:
+                    lease.release()
+                if time.monotonic() >= deadline:
+                    raise LeaseHeld(f"job '{job}' needs {need} but: " + "; ".join(blocked))
+                time.sleep(0.1)
+                break
+        else:
+            return taken
