@@ -22,6 +22,7 @@ class SimImperfections:
     action_latency_ticks: int = 0  # commands take effect this many ticks after they are sent
     obs_noise_std: float = 0.0  # rad, added to the joint state
     action_noise_std: float = 0.0  # rad, added to the joint targets the motors receive
+    disconnect_after_ticks: int | None = None  # fault injection: the robot "unplugs" at this tick
 
 
 class SimRobot(Robot):
@@ -39,6 +40,7 @@ class SimRobot(Robot):
         self._obs_queue: deque[Observation] = deque()
         self._act_queue: deque[np.ndarray] = deque()
         self._fk_data: mujoco.MjData | None = None
+        self._ticks = 0
         self._spec = task.spec()
         self._realtime = realtime
         self._rng = np.random.default_rng()
@@ -95,6 +97,11 @@ class SimRobot(Robot):
     def send_action(self, action: np.ndarray) -> np.ndarray:
         self._require()
         a = self._spec.check_action(action)
+        self._ticks += 1
+        if self._imp.disconnect_after_ticks is not None and self._ticks > self._imp.disconnect_after_ticks:
+            self._connected = False
+            raise RobotError(f"{self._spec.name} disconnected (injected fault after "
+                             f"{self._imp.disconnect_after_ticks} ticks)")
         if self._imp.action_latency_ticks > 0:
             self._act_queue.append(a)
             a = self._act_queue.popleft() if len(self._act_queue) > self._imp.action_latency_ticks \

@@ -13,7 +13,7 @@ from multiprocessing.synchronize import Event
 
 import numpy as np
 
-from hal.robot import Robot
+from hal.robot import Robot, RobotError
 from hal.safety import SafeRobot
 from policies.base import Policy, WeightsMismatch
 from robo_async.actor.adder import Adder
@@ -135,7 +135,10 @@ class Actor:
                 self._loop(stop, client, adder)
             finally:
                 adder.flush()
-                self.robot.close()
+                try:
+                    self.robot.close()
+                except RobotError as e:
+                    log.error("actor %d: closing the robot failed: %s", cfg.actor_id, e)
         finally:
             self.uplink.close(cfg.drain_s)
             client.close()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from hal.robot import Robot
+from hal.safety import SafeRobot, WorkspaceBox
 from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
 from robo_async.actor.actor import ActorConfig
@@ -16,7 +18,7 @@ from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
 from robo_async.learner.learner import LearnerConfig
 from robo_async.learner.sac import SACConfig
-from sim import TASKS, SimRobot
+from sim import TASKS, SimImperfections, SimRobot
 
 
 class ConfigError(ValueError):
@@ -28,6 +30,21 @@ class TaskArgs:
     name: str
     options: dict  # the task's own config dataclass fields
     realtime: bool = False
+    imperfections: dict = field(default_factory=dict)  # SimImperfections fields (latency, noise, faults)
+    robot: dict | None = None  # a LeRobot device (type, port, id, ...) instead of the simulator
+    safety: dict = field(default_factory=dict)  # watchdog_s, workspace_low/high (m)
+
+    @property
+    def resource_need(self) -> str:
+        """What this actor leases: its robot, or a simulator slot of its task."""
+        if self.robot is not None:
+            return f"robot:{self.robot['type']}"
+        return f"sim:{self.name}"
+
+    def resource_id(self, index: int) -> str:
+        if self.robot is not None:
+            return f"robot:{self.robot['type']}/{self.robot.get('id') or self.robot.get('port') or index}"
+        return f"sim:{self.name}/{index}"
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,12 @@ class TrainPlan:
     actors: tuple[ActorConfig, ...]
     start_timeout_s: float
     shutdown_timeout_s: float
+    actor_tasks: tuple[TaskArgs, ...] = ()  # per actor (heterogeneous robots); default: `task` for all
+    leases: dict = field(default_factory=dict)  # lease_dir, wait_s, sim_slots
+    launcher: dict = field(default_factory=dict)  # launcher options (ray: address, num_cpus, ...)
+
+    def task_of(self, actor_id: int) -> TaskArgs:
+        return self.actor_tasks[actor_id] if self.actor_tasks else self.task
 
 
 def _dataclass_kwargs(cls: type, values: dict, where: str) -> dict:
@@ -66,24 +89,54 @@ def _dataclass_kwargs(cls: type, values: dict, where: str) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
-def task_args(task: DictConfig | dict) -> TaskArgs:
+IMPERFECTIONS = ("obs_latency_ticks", "action_latency_ticks", "obs_noise_std", "action_noise_std",
+                 "disconnect_after_ticks")
+
+
+def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None) -> TaskArgs:
     values = OmegaConf.to_container(task, resolve=True) if isinstance(task, DictConfig) else dict(task)
     name = values.pop("name")
     realtime = bool(values.pop("realtime", False))
+    imperfections = {k: values.pop(k) for k in IMPERFECTIONS if k in values}
     if name not in TASKS:
         raise ConfigError(f"unknown task '{name}'; available: {sorted(TASKS)}")
     _, cfg_cls = TASKS[name]
-    return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime)
+    robot = dict(robot) if robot and robot.get("type") else None
+    return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime,
+                    {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}))
 
 
-def make_robot(args: TaskArgs) -> SimRobot:
+def make_robot(args: TaskArgs) -> Robot:
+    """The robot an actor drives: a LeRobot device through the adapter, or a simulator."""
+    if args.robot is not None:
+        from hardware.lerobot_adapter import LeRobotRobot, make_lerobot_device
+
+        opts = dict(args.robot)
+        limits = opts.pop("joint_low", None), opts.pop("joint_high", None)
+        hz = float(opts.pop("hz", args.options.get("hz", 30.0)))
+        return LeRobotRobot(make_lerobot_device(opts), *(tuple(x) if x else None for x in limits), hz=hz)
     task_cls, cfg_cls = TASKS[args.name]
-    return SimRobot(task_cls(cfg_cls(**args.options)))
+    made = task_cls(cfg_cls(**args.options))
+    if isinstance(made, Robot):
+        return made
+    return SimRobot(made, imperfections=SimImperfections(**args.imperfections))
+
+
+def make_safe_robot(args: TaskArgs) -> SafeRobot:
+    """`make_robot` behind the safety layer, with the configured watchdog and workspace box."""
+    robot = make_robot(args)
+    workspace = None
+    low, high = args.safety.get("workspace_low"), args.safety.get("workspace_high")
+    if low is not None and high is not None:
+        fk = getattr(robot, "ee_position", None)
+        if fk is None:
+            raise ConfigError(f"safety.workspace_* needs forward kinematics; {robot.spec.name} has none")
+        workspace = WorkspaceBox(fk, tuple(low), tuple(high))
+    return SafeRobot(robot, workspace=workspace, watchdog_s=args.safety.get("watchdog_s"))
 
 
 def task_spec(args: TaskArgs) -> RobotSpec:
-    task_cls, cfg_cls = TASKS[args.name]
-    return task_cls(cfg_cls(**args.options)).spec()
+    return make_robot(args).spec
 
 
 def obs_dims(spec: RobotSpec, keys: tuple[str, ...]) -> tuple[int, ...]:
@@ -112,9 +165,28 @@ def new_run_dir(root: str, task: str) -> Path:
     return path
 
 
+def _plain(node: object) -> object:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig | ListConfig) else node
+
+
 def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
-    task = task_args(cfg.task)
+    safety = _plain(cfg.get("safety")) or {}
+    robots = list(_plain(cfg.get("robots")) or [])
+    task = task_args(cfg.task, _plain(cfg.get("robot")), safety)
+    actor_tasks: tuple[TaskArgs, ...] = ()
+    if robots:  # one entry per actor: a LeRobot device dict, or {} for the task's simulator
+        if len(robots) != cfg.actors:
+            raise ConfigError(f"robots lists {len(robots)} robots but actors={cfg.actors}; give one per actor")
+        # an entry with `type` is a LeRobot device; one without is the task's simulator with
+        # these task keys overridden (e.g. {disconnect_after_ticks: 300} to inject a fault)
+        actor_tasks = tuple(task_args(cfg.task, r, safety) if r and r.get("type")
+                            else task_args({**_plain(cfg.task), **(r or {})}, None, safety) for r in robots)
     spec = task_spec(task)
+    for i, t in enumerate(actor_tasks):
+        other = task_spec(t)
+        if (other.action_dim, other.state_dim, other.features) != (spec.action_dim, spec.state_dim, spec.features):
+            raise ConfigError(f"robots[{i}] ({other.name}) does not fit the policy built for {spec.name}: "
+                              f"{other.action_dim} joints, features {other.features}")
     algo = OmegaConf.to_container(cfg.algo, resolve=True)
     if algo.pop("name") != "sac":
         raise ConfigError("only algo=sac exists so far")
@@ -164,5 +236,6 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     )
     if not actors:
         raise ConfigError("actors must be at least 1")
-    return TrainPlan(run_dir, learner, task, pol, actors, cfg.launcher.start_timeout_s,
-                     cfg.launcher.shutdown_timeout_s)
+    launcher = _plain(cfg.launcher)
+    return TrainPlan(run_dir, learner, task, pol, actors, launcher["start_timeout_s"],
+                     launcher["shutdown_timeout_s"], actor_tasks, _plain(cfg.get("resources")) or {}, launcher)

@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
+from hal.resources import Resource, acquire_needs, parse_needs
 from robo_async.launch.builders import TrainPlan
-from robo_async.launch.processes import actor_main, learner_main, with_addresses
+from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main, with_addresses
 from robo_async.launch.progress import ProgressDisplay
 
 
@@ -40,7 +42,44 @@ def _drain_errors(errors: mp.Queue) -> dict[str, str]:
         out[who] = msg
 
 
+def lease_resources(plan: TrainPlan) -> list[Lease]:
+    """One lease per actor (its robot or a simulator slot), all or nothing, held for the run;
+    released by the kernel if this process dies."""
+    opts = plan.leases
+    leases = LeaseManager(opts.get("lease_dir"))
+    found: list[Resource] = []
+    needs: dict[str, int] = {}
+    for cfg in plan.actors:
+        t = plan.task_of(cfg.actor_id)
+        needs[t.resource_need] = needs.get(t.resource_need, 0) + 1
+        if t.robot is not None:
+            rid = t.resource_id(cfg.actor_id)
+            kind, _, rest = rid.partition(":")
+            typ, _, name = rest.partition("/")
+            found.append(Resource(kind, typ, name, str(t.robot.get("port", "local"))))
+    for need in needs:
+        if need.startswith("sim:"):
+            task = need.split(":", 1)[1]
+            found += [Resource("sim", task, str(i), "local") for i in range(int(opts.get("sim_slots", 64)))]
+    job = plan.run_dir.name
+    try:
+        got = acquire_needs(found, parse_needs([f"{k}*{n}" for k, n in needs.items()]), leases, job,
+                            float(opts.get("wait_s") or 0))
+    except (LeaseHeld, LeaseError) as e:
+        raise RunFailed(str(e)) from None
+    return [lease for _, lease in got]
+
+
 def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
+    held = lease_resources(plan)
+    try:
+        return _launch(plan, display)
+    finally:
+        for lease in held:
+            lease.release()
+
+
+def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     ctx = mp.get_context("spawn")
     stop, status, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
     learner = ctx.Process(target=learner_main, args=(plan.learner, stop, status, errors), name="learner")
@@ -66,7 +105,8 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                 raise RunFailed(f"the learner did not start within {plan.start_timeout_s:.0f} s")
         for cfg in plan.actors:
             p = ctx.Process(target=actor_main, name=f"actor-{cfg.actor_id}",
-                            args=(plan.task, plan.policy, with_addresses(cfg, *addresses), stop, errors))
+                            args=(plan.task_of(cfg.actor_id), plan.policy, with_addresses(cfg, *addresses),
+                                  stop, errors))
             p.start()
             procs[f"actor {cfg.actor_id}"] = p
         (plan.run_dir / "processes.json").write_text(json.dumps({w: p.pid for w, p in procs.items()}))
@@ -80,9 +120,17 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                     done = payload
             except queue.Empty:
                 pass
-            for who, p in procs.items():
+            for who, p in list(procs.items()):
                 if not p.is_alive() and done is None and not (who == "learner" and p.exitcode == 0):
                     why = _drain_errors(errors).get(who, f"exit code {p.exitcode}")
+                    if p.exitcode == ROBOT_LOST and who != "learner":
+                        del procs[who]  # that robot is stopped and held; the others carry on
+                        left = [w for w in procs if w != "learner"]
+                        display.message(f"[red]{who} (pid {p.pid}) stopped: {why}; continuing with "
+                                        f"{len(left)} actor(s)[/]")
+                        if not left:
+                            raise RunFailed(f"{who} (pid {p.pid}): {why}; no robots left, stopping the run")
+                        continue
                     raise RunFailed(f"{who} (pid {p.pid}) died: {why}; stopping the run")
     except KeyboardInterrupt:
         interrupted = True

@@ -12,8 +12,12 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_robot
+from hal.robot import RobotError
+from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot
 from robo_async.learner.learner import Learner, LearnerConfig
+
+
+ROBOT_LOST = 3  # exit code of an actor whose robot failed: the run continues with the others
 
 
 def _child_setup() -> None:
@@ -55,9 +59,12 @@ def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: Event
     _child_setup()
     who = f"actor {cfg.actor_id}"
     try:
-        robot = make_robot(task)
+        robot = make_safe_robot(task)
         actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg)
         actor.run(stop)
+    except RobotError as e:  # unplugged / faulted: this robot stops (held, closed), the job goes on
+        errors.put((who, f"robot lost: {e}"))
+        sys.exit(ROBOT_LOST)
     except Exception as e:
         _fail(who, errors, e)
 

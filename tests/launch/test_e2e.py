@@ -159,7 +159,7 @@ def test_unknown_config_key():
 
 
 def test_unknown_task_names_options():
-    assert "unknown task 'nope'; available: reach" in _one_error_line(run(["train", "task=nope"]))
+    assert "unknown task 'nope'; available: gym, reach" in _one_error_line(run(["train", "task=nope"]))
 
 
 def test_unknown_algo_and_policy():
@@ -226,3 +226,35 @@ def test_learner_refuses_batches_that_do_not_fit_the_spec(tmp_path):
         "'action' is float32(5,), this run expects float32(6,)"
     assert learner._check_batch(TransitionBatch(0, 0, {k: v for k, v in good.items() if k != "obs/state"})) == \
         "'obs/state' is missing"
+
+
+def test_two_heterogeneous_actors_and_a_robot_unplugged_mid_run(tmp_path):
+    """Actor 0 drives the MuJoCo arm directly, actor 1 the same arm through LeRobot's Robot API
+    (sim_so101 via our adapter), actor 2 is unplugged after 400 ticks: it stops, the run goes on."""
+    run_dir = tmp_path / "two"
+    res = run(["train", f"run_dir={run_dir}", "actors=3", "budget.env_steps=2500", *TINY,
+               "robots=[{}, {type: sim_so101, id: e2e_arm}, {disconnect_after_ticks: 400}]"])
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    text = " ".join((res.stdout + res.stderr).split())  # the console may wrap lines
+    assert "actor 2" in text and "robot lost" in text and "continuing with 2 actor(s)" in text
+    assert "disconnected (injected fault after 400 ticks)" in text
+    counts = {a: len(actor_seqs(run_dir, a)) for a in (0, 1, 2)}
+    assert counts[0] > 0 and counts[1] > 0  # both arms fed the learner
+    assert 0 < counts[2] <= 400  # the unplugged one stopped at its fault
+    for a in (0, 1, 2):
+        assert_contiguous(run_dir, a)
+
+
+def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
+    env = {**os.environ, "ROBO_ASYNC_LEASE_DIR": str(tmp_path / "leases")}
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from hal.leases import LeaseManager; "
+        "l = LeaseManager(sys.argv[1]).acquire('robot:sim_so101/shared_arm', job='someone-else'); "
+        "print('held', flush=True); time.sleep(600)"), str(tmp_path / "leases")],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    res = run(["train", f"run_dir={tmp_path / 'r'}", "robot=sim_so101", "robot.id=shared_arm", *TINY], env=env)
+    holder.kill()
+    holder.wait()
+    assert res.returncode == 1
+    assert f"robot:sim_so101/shared_arm is held by job 'someone-else' (pid {holder.pid}" in res.stderr
