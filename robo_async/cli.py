@@ -16,7 +16,8 @@ commands:
   train resume=<run dir> [overrides]   continue a run from its last checkpoint
   eval checkpoint=<file|run dir> [episodes=20] [video=out.mp4] [task=reach]
   buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
-  resources [inventory=robots.yaml] [sims=reach:4]   robots, buses, cameras, GPUs, sims; who holds them
+  resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
+                                       robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
   bench buffer                         replay store: ingest, sample latency, recovery, crash trials
 """
@@ -71,9 +72,9 @@ def _resources(args: dict[str, str]) -> int:
     from hal.leases import LeaseManager
     from hal.resources import InventoryError, discover
 
-    unknown = set(args) - {"inventory", "sims"}
+    unknown = set(args) - {"inventory", "sims", "ray"}
     if unknown:
-        raise UserError(f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,...")
+        raise UserError(f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,... ray=true")
     sims = {}
     for part in filter(None, args.get("sims", "reach:1").split(",")):
         task, _, n = part.partition(":")
@@ -89,6 +90,11 @@ def _resources(args: dict[str, str]) -> int:
         holder = f"{h.get('job')} (pid {h.get('pid')}, since {h.get('since')})" if h else "-"
         print(f"{r.kind:<8}{r.id:<36}{r.where:<24}{r.health:<28}{holder}")
     print(f"leases in {leases.directory}")
+    if args.get("ray", "false") == "true":
+        import json
+
+        robots = {r.id: 1 for r in found if r.kind in ("robot", "teleop", "camera") and r.health == "ok"}
+        print(f"ray start --address=<head>:6379 --resources='{json.dumps(robots)}'")
     return 0
 
 

@@ -65,7 +65,12 @@ def train(overrides: list[str]) -> int:
     title = f"robo_async · {cfg.task.name} · {cfg.algo.name} · {cfg.actors} actor(s)"
     try:
         with ProgressDisplay(title) as display:
-            result = launch_local(plan, display)
+            if plan.launcher.get("name") == "ray":
+                from robo_async.launch.ray_launcher import launch_ray
+
+                result = launch_ray(plan, display)
+            else:
+                result = launch_local(plan, display)
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)

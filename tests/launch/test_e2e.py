@@ -258,3 +258,14 @@ def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
     holder.wait()
     assert res.returncode == 1
     assert f"robot:sim_so101/shared_arm is held by job 'someone-else' (pid {holder.pid}" in res.stderr
+
+
+def test_two_actor_smoke_run_on_a_local_ray(tmp_path):
+    run_dir = tmp_path / "ray"
+    res = run(["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=2",
+               "budget.env_steps=1500", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]"], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    assert "training ended: env-step budget" in res.stdout
+    for a in (0, 1):  # both actors (one placed by the robot's Ray custom resource) fed the learner
+        assert assert_contiguous(run_dir, a) > 0
+    assert checkpoint.list_checkpoints(run_dir / "checkpoints")
