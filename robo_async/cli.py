@@ -20,6 +20,7 @@ commands:
                                        robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
   bench buffer                         replay store: ingest, sample latency, recovery, crash trials
+  bench multi-actor [seconds=30]       env steps/s and updates/s with 1, 2, 4 actors; lease latency
 """
 
 
