@@ -3,10 +3,12 @@
 from sim.gym_robot import GymConfig, GymRobot
 from sim.reach import ReachConfig, ReachExpert, ReachTask
 from sim.sim_robot import SimImperfections, SimRobot
+from sim.table import PickLiftExpert, PickLiftTask, PushExpert, PushTask, TableConfig
 
 # name -> (class, config class). A task class is wrapped in `SimRobot`; a `hal.Robot` is used as is.
-TASKS = {"reach": (ReachTask, ReachConfig), "gym": (GymRobot, GymConfig)}
-EXPERTS = {"reach": ReachExpert}  # scripted experts by task name
+TASKS = {"reach": (ReachTask, ReachConfig), "push": (PushTask, TableConfig),
+         "pick_lift": (PickLiftTask, TableConfig), "gym": (GymRobot, GymConfig)}
+EXPERTS = {"reach": ReachExpert, "push": PushExpert, "pick_lift": PickLiftExpert}  # scripted experts
 
 __all__ = ["GymConfig", "GymRobot", "ReachConfig", "ReachExpert", "ReachTask", "SimImperfections", "SimRobot",
-           "TASKS", "EXPERTS"]
+           "TASKS", "EXPERTS", "PushTask", "PickLiftTask", "TableConfig", "PushExpert", "PickLiftExpert"]

@@ -68,7 +68,7 @@ class ReachTask:
     def build(self) -> None:
         if self.model is not None:
             return
-        model = mujoco.MjModel.from_xml_path(str(ASSET))
+        model = self._load_model()
         model.opt.timestep = 1.0 / (self.config.hz * self.config.substeps)
         self.model, self.data = model, mujoco.MjData(model)
         self._ik_data = mujoco.MjData(model)
@@ -76,6 +76,9 @@ class ReachTask:
         self._target_mocap = model.body("target").mocapid[0]
         if self.config.cameras:
             self._renderer = mujoco.Renderer(model, self.config.image_size, self.config.image_size)
+
+    def _load_model(self) -> mujoco.MjModel:
+        return mujoco.MjModel.from_xml_path(str(ASSET))
 
     def close(self) -> None:
         if self._renderer is not None:
@@ -88,7 +91,7 @@ class ReachTask:
         assert self.model is not None and self.data is not None, "call build() first"
         mujoco.mj_resetData(self.model, self.data)
         q = HOME + rng.uniform(-self.config.home_noise, self.config.home_noise, size=HOME.shape)
-        self.data.qpos[:] = q
+        self.data.qpos[: len(JOINTS)] = q
         self.data.ctrl[:] = q
         self.set_target(rng.uniform(TARGET_LOW, TARGET_HIGH))
         mujoco.mj_forward(self.model, self.data)
@@ -124,7 +127,7 @@ class ReachTask:
 
     def state(self) -> np.ndarray:
         assert self.data is not None
-        return self.data.qpos.astype(np.float32)
+        return self.data.qpos[: len(JOINTS)].astype(np.float32)
 
     def features(self) -> dict[str, np.ndarray]:
         ee, target = self.ee_pos, self.target
@@ -172,7 +175,7 @@ class ReachTask:
             j = jacp[:, :4]
             dq = j.T @ np.linalg.solve(j @ j.T + damping * np.eye(3), err)
             d.qpos[:4] = np.clip(d.qpos[:4] + dq, lo, hi)
-        return d.qpos.astype(np.float32).copy()
+        return d.qpos[: len(JOINTS)].astype(np.float32).copy()
 
 
 class ReachExpert:

@@ -67,3 +67,43 @@ def test_sim_latency_delays_observations_and_actions_by_whole_ticks():
     np.testing.assert_allclose(second, s0, atol=1e-6)
     np.testing.assert_allclose(third, np.clip(s0 + 0.2, act.spec.low, act.spec.high), atol=1e-6)
     act.close()
+
+
+@pytest.mark.parametrize("name", ["push", "pick_lift"])
+def test_table_tasks_conform_and_their_experts_succeed(name):
+    from sim import EXPERTS, TASKS
+
+    cls, cfg = TASKS[name]
+    check_robot(lambda: SimRobot(cls(cfg(cameras=("front",), image_size=32))), ticks=10)
+    task = cls(cfg())
+    task.build()
+    expert = EXPERTS[name](task)
+    wins, starts = 0, set()
+    for ep in range(10):
+        task.reset(np.random.default_rng(ep))
+        starts.add(tuple(task.cube_pos.round(3)))
+        for _ in range(task.config.episode_ticks):
+            task.step(expert.act())
+            _, success = task.reward_success()
+            if success:
+                break
+        wins += success
+    assert wins >= 8, f"{name} expert solved {wins}/10"
+    assert len(starts) == 10  # randomized resets
+
+
+def test_pick_lift_holds_the_cube_only_while_the_gripper_is_closed():
+    from sim import PickLiftExpert, PickLiftTask, TableConfig
+
+    task = PickLiftTask(TableConfig())
+    task.build()
+    task.reset(np.random.default_rng(0))
+    expert = PickLiftExpert(task)
+    for _ in range(30):
+        task.step(expert.act())
+    assert task.grasped and task.cube_pos[2] > 0.04
+    q = task.state().copy()
+    q[-1] = 1.2  # open
+    for _ in range(15):
+        task.step(q)
+    assert not task.grasped and task.cube_pos[2] < 0.02  # it fell back to the table
