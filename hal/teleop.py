@@ -50,3 +50,18 @@ class Teleop(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+
+def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot") -> list[TeleopEvent]:
+    """Collect every teleop's events (never blocks); an ESTOP from any of them latches the
+    robot's e-stop at once. Returns the events for the caller (labels, interventions)."""
+    out = []
+    for t in teleops:
+        for e in t.events():
+            if e.kind is TeleopEventKind.ESTOP:
+                robot.estop(f"e-stop from {t.name}")
+            out.append(e)
+    return out
+
+
+from hal.safety import SafeRobot  # noqa: E402  (type used above; safety does not import teleop)

@@ -31,6 +31,7 @@ TELEOP_MODULES = ("so_leader", "koch_leader", "gamepad", "keyboard")
 def _register(package: str, modules: tuple[str, ...]) -> None:
     import importlib
 
+    import hardware.sim_leader  # noqa: F401  (registers sim_leader with LeRobot)
     import hardware.sim_so101  # noqa: F401  (registers sim_so101 with LeRobot)
 
     for m in modules:

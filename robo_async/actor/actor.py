@@ -15,6 +15,7 @@ import numpy as np
 
 from hal.robot import Robot, RobotError
 from hal.safety import SafeRobot
+from hal.teleop import Teleop, poll_events
 from policies.base import Policy, WeightsMismatch
 from robo_async.actor.adder import Adder
 from robo_async.actor.uplink import Uplink, UplinkConfig
@@ -51,8 +52,9 @@ class Actor:
     """One control loop. `run()` returns when `stop` is set, the learner says it is stopping,
     or `max_steps` is reached."""
 
-    def __init__(self, robot: Robot, policy: Policy, config: ActorConfig) -> None:
+    def __init__(self, robot: Robot, policy: Policy, config: ActorConfig, teleops: tuple[Teleop, ...] = ()) -> None:
         self.robot = robot if isinstance(robot, SafeRobot) else SafeRobot(robot)
+        self.teleops = teleops  # polled every tick; an e-stop from any of them holds the robot
         self.policy = policy
         self.config = config
         self.env_steps = 0
@@ -161,6 +163,8 @@ class Actor:
             if cfg.max_steps is not None and self.env_steps >= cfg.max_steps:
                 break
             self._swap_weights(client)  # between ticks, never mid-inference
+            if self.teleops:
+                poll_events(self.teleops, self.robot)
             if not cfg.realtime and not self._wait_for_allowance(client, stop):
                 break
             version = self.policy.version
@@ -187,5 +191,6 @@ class Actor:
                 st = self.robot.stats
                 adder.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version,
                                                {"clipped": st.clipped, "rejected": st.rejected,
+                                                "workspace": st.workspace, "estopped": st.estopped,
                                                 "unacked": self.uplink.unacked,
                                                 "resends": self.uplink.resends}))

@@ -33,6 +33,7 @@ class TaskArgs:
     imperfections: dict = field(default_factory=dict)  # SimImperfections fields (latency, noise, faults)
     robot: dict | None = None  # a LeRobot device (type, port, id, ...) instead of the simulator
     safety: dict = field(default_factory=dict)  # watchdog_s, workspace_low/high (m)
+    teleop: dict | None = None  # a LeRobot teleoperator (type, port, ...) polled for e-stop and events
 
     @property
     def resource_need(self) -> str:
@@ -93,7 +94,8 @@ IMPERFECTIONS = ("obs_latency_ticks", "action_latency_ticks", "obs_noise_std", "
                  "disconnect_after_ticks")
 
 
-def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None) -> TaskArgs:
+def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None,
+              teleop: dict | None = None) -> TaskArgs:
     values = OmegaConf.to_container(task, resolve=True) if isinstance(task, DictConfig) else dict(task)
     name = values.pop("name")
     realtime = bool(values.pop("realtime", False))
@@ -103,7 +105,8 @@ def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict |
     _, cfg_cls = TASKS[name]
     robot = dict(robot) if robot and robot.get("type") else None
     return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime,
-                    {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}))
+                    {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}),
+                    dict(teleop) if teleop and teleop.get("type") else None)
 
 
 def make_robot(args: TaskArgs) -> Robot:
@@ -120,6 +123,14 @@ def make_robot(args: TaskArgs) -> Robot:
     if isinstance(made, Robot):
         return made
     return SimRobot(made, imperfections=SimImperfections(**args.imperfections))
+
+
+def make_teleops(args: TaskArgs) -> tuple:
+    if not args.teleop:
+        return ()
+    from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+
+    return (LeRobotTeleop(make_lerobot_teleop_device(args.teleop)),)
 
 
 def make_safe_robot(args: TaskArgs) -> SafeRobot:
@@ -172,15 +183,16 @@ def _plain(node: object) -> object:
 def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
     safety = _plain(cfg.get("safety")) or {}
     robots = list(_plain(cfg.get("robots")) or [])
-    task = task_args(cfg.task, _plain(cfg.get("robot")), safety)
+    teleop = _plain(cfg.get("teleop"))
+    task = task_args(cfg.task, _plain(cfg.get("robot")), safety, teleop)
     actor_tasks: tuple[TaskArgs, ...] = ()
     if robots:  # one entry per actor: a LeRobot device dict, or {} for the task's simulator
         if len(robots) != cfg.actors:
             raise ConfigError(f"robots lists {len(robots)} robots but actors={cfg.actors}; give one per actor")
         # an entry with `type` is a LeRobot device; one without is the task's simulator with
         # these task keys overridden (e.g. {disconnect_after_ticks: 300} to inject a fault)
-        actor_tasks = tuple(task_args(cfg.task, r, safety) if r and r.get("type")
-                            else task_args({**_plain(cfg.task), **(r or {})}, None, safety) for r in robots)
+        actor_tasks = tuple(task_args(cfg.task, r, safety, teleop) if r and r.get("type")
+                            else task_args({**_plain(cfg.task), **(r or {})}, None, safety, teleop) for r in robots)
     spec = task_spec(task)
     for i, t in enumerate(actor_tasks):
         other = task_spec(t)

@@ -13,7 +13,7 @@ from multiprocessing.synchronize import Event
 
 from robo_async.actor.actor import Actor, ActorConfig
 from hal.robot import RobotError
-from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot
+from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
 from robo_async.learner.learner import Learner, LearnerConfig
 
 
@@ -60,7 +60,10 @@ def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: Event
     who = f"actor {cfg.actor_id}"
     try:
         robot = make_safe_robot(task)
-        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg)
+        teleops = make_teleops(task)
+        for t in teleops:
+            t.connect()
+        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg, teleops)
         actor.run(stop)
     except RobotError as e:  # unplugged / faulted: this robot stops (held, closed), the job goes on
         errors.put((who, f"robot lost: {e}"))

@@ -159,7 +159,7 @@ def test_unknown_config_key():
 
 
 def test_unknown_task_names_options():
-    assert "unknown task 'nope'; available: gym, reach" in _one_error_line(run(["train", "task=nope"]))
+    assert "unknown task 'nope'; available: gym, pick_lift, push, reach" in _one_error_line(run(["train", "task=nope"]))
 
 
 def test_unknown_algo_and_policy():
@@ -262,8 +262,9 @@ def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
 
 def test_two_actor_smoke_run_on_a_local_ray(tmp_path):
     run_dir = tmp_path / "ray"
+    # a budget long enough for the LeRobot-backed actor to start (it imports LeRobot) under load
     res = run(["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=2",
-               "budget.env_steps=1500", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]"], timeout=300)
+               "budget.env_steps=6000", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]"], timeout=300)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     assert "training ended: env-step budget" in res.stdout
     for a in (0, 1):  # both actors (one placed by the robot's Ray custom resource) fed the learner

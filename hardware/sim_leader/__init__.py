@@ -1,0 +1,73 @@
+"""`SimLeader`: a LeRobot `Teleoperator` standing in for a leader arm and its buttons: joint
+positions follow a scripted sway (degrees, gripper 0..100, like `so101_leader`), and events fire
+at scripted call numbers. It lets the teleop adapter and the e-stop path run end to end here."""
+
+from __future__ import annotations
+
+import math
+
+from lerobot.teleoperators.teleoperator import Teleoperator
+
+from hardware.sim_leader.config import SimLeaderConfig
+from hardware.sim_so101 import MOTORS
+
+HOME_DEG = (0.0, 11.5, 74.5, 51.6, 0.0)
+
+
+class SimLeader(Teleoperator):
+    config_class = SimLeaderConfig
+    name = "sim_leader"
+
+    def __init__(self, config: SimLeaderConfig) -> None:
+        super().__init__(config)
+        self.config = config
+        self._connected = False
+        self._calls = 0
+        self._intervening = False
+
+    @property
+    def action_features(self) -> dict:
+        return {f"{m}.pos": float for m in MOTORS}
+
+    @property
+    def feedback_features(self) -> dict:
+        return {}
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    def connect(self, calibrate: bool = True) -> None:
+        self._connected = True
+
+    @property
+    def is_calibrated(self) -> bool:
+        return True
+
+    def calibrate(self) -> None:
+        pass
+
+    def configure(self) -> None:
+        pass
+
+    def get_action(self) -> dict[str, float]:
+        self._calls += 1
+        s = math.sin(2 * math.pi * self._calls / self.config.period_calls) * self.config.amplitude_deg
+        out = {f"{m}.pos": h + s for m, h in zip(MOTORS[:-1], HOME_DEG)}
+        out["gripper.pos"] = 50.0 + s
+        return out
+
+    def get_teleop_events(self) -> dict[str, bool]:
+        event = self.config.events.get(self._calls)
+        if event == "is_intervention":
+            self._intervening = not self._intervening
+        return {"is_intervention": self._intervening, **({event: True} if event and event != "is_intervention" else {})}
+
+    def send_feedback(self, feedback: dict) -> None:
+        pass
+
+    def disconnect(self) -> None:
+        self._connected = False
+
+
+__all__ = ["SimLeader", "SimLeaderConfig"]

@@ -1,0 +1,15 @@
+"""Config of the scripted virtual leader arm, registered with LeRobot as `sim_leader`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lerobot.teleoperators.config import TeleoperatorConfig
+
+
+@TeleoperatorConfig.register_subclass("sim_leader")
+@dataclass(kw_only=True)
+class SimLeaderConfig(TeleoperatorConfig):
+    amplitude_deg: float = 10.0  # joints sway around home by this much
+    period_calls: int = 60  # calls to get_action per sway
+    events: dict[int, str] = field(default_factory=dict)  # call number -> event (is_intervention, success, estop ...)
