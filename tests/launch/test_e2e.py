@@ -232,7 +232,7 @@ def test_two_heterogeneous_actors_and_a_robot_unplugged_mid_run(tmp_path):
     """Actor 0 drives the MuJoCo arm directly, actor 1 the same arm through LeRobot's Robot API
     (sim_so101 via our adapter), actor 2 is unplugged after 400 ticks: it stops, the run goes on."""
     run_dir = tmp_path / "two"
-    res = run(["train", f"run_dir={run_dir}", "actors=3", "budget.env_steps=2500", *TINY,
+    res = run(["train", f"run_dir={run_dir}", "actors=3", "budget.env_steps=6000", *TINY,
                "robots=[{}, {type: sim_so101, id: e2e_arm}, {disconnect_after_ticks: 400}]"])
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     text = " ".join((res.stdout + res.stderr).split())  # the console may wrap lines
