@@ -83,7 +83,7 @@ class Learner:
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
         self.heartbeats: dict[int, dict] = {}
-        self.limiter = SampleToInsertRatio(config.sac.utd_ratio, config.sac.warmup_steps)
+        self.limiter = SampleToInsertRatio(config.sac.utd_ratio, config.sac.warmup_steps, config.sac.limiter_slack)
         self.version = 0
         self.updates = 0
         self.env_steps = 0

@@ -26,6 +26,7 @@ class SACConfig:
     batch_size: int = 256
     utd_ratio: float = 1.0  # learner updates per environment step
     warmup_steps: int = 1000  # transitions in the store before the first update
+    limiter_slack: int = 512  # env steps as-fast-as-possible actors may run ahead of the update ratio
     hidden: tuple[int, ...] = (256, 256)
 
 

@@ -100,3 +100,18 @@ def test_resources_command_lists_what_is_here(tmp_path):
     assert [ln for ln in out.stdout.splitlines() if "sim:reach/1" in ln][0].rstrip().endswith("-")
     p.kill()
     p.wait()
+
+
+def test_motor_buses_are_recognised_by_usb_ids(tmp_path):
+    from hal.resources import serial_buses
+
+    sys_tty = tmp_path / "class" / "tty"
+    for tty, (vid, pid) in {"ttyACM0": ("1a86", "55d3"), "ttyUSB0": ("0403", "6014"), "ttyACM1": ("2341", "0043")}.items():
+        usb = tmp_path / "devices" / tty / "usb1"
+        (usb / "iface").mkdir(parents=True)
+        (usb / "idVendor").write_text(vid + "\n")
+        (usb / "idProduct").write_text(pid + "\n")
+        (sys_tty / tty).mkdir(parents=True)
+        (sys_tty / tty / "device").symlink_to(usb / "iface")
+    found = {r.id: r.where for r in serial_buses(sys_tty)}
+    assert found == {"serial:feetech/ttyACM0": "/dev/ttyACM0", "serial:dynamixel/ttyUSB0": "/dev/ttyUSB0"}

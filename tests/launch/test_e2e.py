@@ -270,3 +270,11 @@ def test_two_actor_smoke_run_on_a_local_ray(tmp_path):
     for a in (0, 1):  # both actors (one placed by the robot's Ray custom resource) fed the learner
         assert assert_contiguous(run_dir, a) > 0
     assert checkpoint.list_checkpoints(run_dir / "checkpoints")
+
+
+def test_any_gymnasium_env_trains_as_a_sim_resource(tmp_path):
+    run_dir = tmp_path / "gym"
+    res = run(["train", f"run_dir={run_dir}", "task=gym", "task.env_id=Pendulum-v1", "policy.obs_keys=[state]",
+               "policy.action_mode=absolute", "budget.env_steps=800", *TINY])
+    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
+    assert assert_contiguous(run_dir, 0) >= 800
