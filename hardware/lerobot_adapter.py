@@ -41,6 +41,16 @@ def _register(package: str, modules: tuple[str, ...]) -> None:
             pass
 
 
+def _choice(registry, what: str, options: Mapping[str, object]) -> tuple[type, dict]:
+    """The registered config class for `options["type"]`, and the remaining options."""
+    opts = dict(options)
+    kind = str(opts.pop("type"))
+    try:
+        return registry.get_choice_class(kind), opts
+    except KeyError:
+        raise RobotError(f"LeRobot has no {what} type '{kind}'; known: {sorted(registry.get_known_choices())}") from None
+
+
 def make_lerobot_device(options: Mapping[str, object]):
     """A LeRobot robot from a plain dict: `type` plus that robot config's fields (cameras as
     `{name: {type: opencv, index_or_path: 0, width: 640, height: 480, fps: 30}}`)."""
@@ -49,12 +59,8 @@ def make_lerobot_device(options: Mapping[str, object]):
     from lerobot.robots.config import RobotConfig
     from lerobot.robots.utils import make_robot_from_config
 
-    opts = dict(options)
-    kind = str(opts.pop("type"))
-    try:
-        cfg_cls = RobotConfig.get_choice_class(kind)
-    except KeyError:
-        raise RobotError(f"LeRobot has no robot type '{kind}'; known: {sorted(RobotConfig.get_known_choices())}") from None
+    cfg_cls, opts = _choice(RobotConfig, "robot", options)
+    kind = str(options["type"])
     cams = opts.pop("cameras", None)
     if cams and kind != "sim_so101":
         opts["cameras"] = {n: CameraConfig.get_choice_class(c.pop("type", "opencv"))(**c) for n, c in dict(cams).items()}
@@ -158,13 +164,7 @@ def make_lerobot_teleop_device(options: Mapping[str, object]):
     from lerobot.teleoperators.config import TeleoperatorConfig
     from lerobot.teleoperators.utils import make_teleoperator_from_config
 
-    opts = dict(options)
-    kind = str(opts.pop("type"))
-    try:
-        cfg_cls = TeleoperatorConfig.get_choice_class(kind)
-    except KeyError:
-        raise RobotError(f"LeRobot has no teleoperator type '{kind}'; "
-                         f"known: {sorted(TeleoperatorConfig.get_known_choices())}") from None
+    cfg_cls, opts = _choice(TeleoperatorConfig, "teleoperator", options)
     return make_teleoperator_from_config(cfg_cls(**opts))
 
 

@@ -8,13 +8,14 @@ import math
 
 from lerobot.teleoperators.teleoperator import Teleoperator
 
+from hardware._no_calibration import NoCalibration
 from hardware.sim_leader.config import SimLeaderConfig
 from hardware.sim_so101 import MOTORS
 
 HOME_DEG = (0.0, 11.5, 74.5, 51.6, 0.0)
 
 
-class SimLeader(Teleoperator):
+class SimLeader(NoCalibration, Teleoperator):
     config_class = SimLeaderConfig
     name = "sim_leader"
 
@@ -39,16 +40,6 @@ class SimLeader(Teleoperator):
 
     def connect(self, calibrate: bool = True) -> None:
         self._connected = True
-
-    @property
-    def is_calibrated(self) -> bool:
-        return True
-
-    def calibrate(self) -> None:
-        pass
-
-    def configure(self) -> None:
-        pass
 
     def get_action(self) -> dict[str, float]:
         self._calls += 1

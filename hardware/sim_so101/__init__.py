@@ -13,6 +13,7 @@ from lerobot.robots.robot import Robot as LeRobotRobot
 from lerobot.utils.errors import DeviceAlreadyConnectedError, DeviceNotConnectedError
 
 from hal.spec import Outcome
+from hardware._no_calibration import NoCalibration
 from hardware.sim_so101.config import SimSO101Config
 from sim.reach import ReachConfig, ReachTask
 
@@ -24,7 +25,7 @@ def gripper_range(task: ReachTask) -> tuple[float, float]:
     return spec.joint_low[-1], spec.joint_high[-1]
 
 
-class SimSO101(LeRobotRobot):
+class SimSO101(NoCalibration, LeRobotRobot):
     config_class = SimSO101Config
     name = "sim_so101"
 
@@ -58,16 +59,6 @@ class SimSO101(LeRobotRobot):
         self.task.build()
         self.task.reset(self._rng)
         self._connected = True
-
-    @property
-    def is_calibrated(self) -> bool:
-        return True
-
-    def calibrate(self) -> None:
-        pass
-
-    def configure(self) -> None:
-        pass
 
     def _to_lerobot(self, q: np.ndarray) -> dict[str, float]:
         out = {f"{m}.pos": float(np.degrees(v)) for m, v in zip(MOTORS[:-1], q[:-1])}
