@@ -1,0 +1,133 @@
+"""A flow-matching action-chunk policy (pi0-style, small): observations -> H x A joint targets.
+
+Training (behaviour cloning): for data chunks x1 (normalized to [-1, 1]), noise x0 and t ~ U(0, 1),
+the network learns the velocity x1 - x0 at x_t = (1 - t) x0 + t x1. Sampling integrates
+`steps` Euler steps from noise. Real-time chunking (Black et al. 2025): when the first `d`
+actions are already committed (`prefix`), they are held on their data path during sampling
+(x_t[:d] = (1 - t) x0[:d] + t prefix) and returned exactly, so the rest of the chunk is sampled
+consistent with them; training with the same prefix conditioning teaches the network to use it.
+The network also sees `d` (the inference delay in ticks) and the forwarded state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.base import ActionChunk, Policy, register
+
+
+def _time_embedding(t: torch.Tensor, dim: int = 16) -> torch.Tensor:
+    freqs = torch.exp(torch.arange(dim // 2, dtype=torch.float32) * (-math.log(1000.0) / (dim // 2)))
+    ang = t[:, None] * freqs[None] * 100.0
+    return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
+
+
+class FlowNet(nn.Module):
+    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)) -> None:
+        super().__init__()
+        self.horizon, self.action_dim = horizon, action_dim
+        dims = [horizon * action_dim + 16 + cond_dim + 1 + horizon, *hidden]
+        layers: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.SiLU()]
+        layers.append(nn.Linear(dims[-1], horizon * action_dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, delay: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        """x [B, H, A], t [B], cond [B, C], delay [B] (ticks / H), mask [B, H] (1: committed)."""
+        b = x.shape[0]
+        h = torch.cat([x.reshape(b, -1), _time_embedding(t), cond, delay[:, None], mask], dim=-1)
+        return self.net(h).reshape(b, self.horizon, self.action_dim)
+
+
+@register("flow")
+class FlowChunkPolicy(Policy):
+    def __init__(self, obs_keys: tuple[str, ...], obs_dims: tuple[int, ...], action_low: tuple[float, ...],
+                 action_high: tuple[float, ...], horizon: int = 10, steps: int = 5,
+                 hidden: tuple[int, ...] = (256, 256), dt: float = 1 / 30, obs_scale: Mapping[str, float] | None = None,
+                 seed: int = 0, **_: object) -> None:
+        torch.manual_seed(seed)
+        self.obs_keys, self.obs_dims = tuple(obs_keys), tuple(obs_dims)
+        self.low = np.asarray(action_low, np.float32)
+        self.high = np.asarray(action_high, np.float32)
+        self.horizon, self.steps, self.dt = horizon, steps, dt
+        self.obs_scale = dict(obs_scale or {})
+        self.net = FlowNet(sum(obs_dims), horizon, len(action_low), tuple(hidden))
+        self._gen = torch.Generator().manual_seed(seed)
+
+    @property
+    def architecture(self) -> str:
+        return f"flow:{sum(self.obs_dims)}-H{self.horizon}x{len(self.low)}-" + "-".join(
+            str(m.out_features) for m in self.net.net if isinstance(m, nn.Linear))
+
+    def module(self) -> nn.Module:
+        return self.net
+
+    # --- normalization -----------------------------------------------------------------------
+    def normalize(self, actions: np.ndarray) -> np.ndarray:
+        return (2 * (actions - self.low) / (self.high - self.low) - 1).astype(np.float32)
+
+    def denormalize(self, x: np.ndarray) -> np.ndarray:
+        return (self.low + (np.clip(x, -1, 1) + 1) / 2 * (self.high - self.low)).astype(np.float32)
+
+    def condition(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> np.ndarray:
+        """Flat conditioning vector(s); `state` is replaced by the forwarded state when given.
+        Works on single observations ([D]) and batches ([B, D])."""
+        parts = []
+        for k in self.obs_keys:
+            v = forwarded_state if (k == "state" and forwarded_state is not None) else obs[k]
+            parts.append(np.asarray(v, np.float32) * self.obs_scale.get(k, 1.0))
+        return np.concatenate(parts, axis=-1).astype(np.float32)
+
+    # --- sampling -----------------------------------------------------------------------------
+    def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int = 0) -> torch.Tensor:
+        """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly."""
+        b, h, a = cond.shape[0], self.horizon, len(self.low)
+        x0 = torch.randn(b, h, a, generator=self._gen)
+        d = 0 if prefix is None else min(prefix.shape[1], h)
+        mask = torch.zeros(b, h)
+        mask[:, :d] = 1
+        delay_t = torch.full((b,), delay / h)
+        x = x0.clone()
+        with torch.no_grad():
+            for k in range(self.steps):
+                t = k / self.steps
+                if d:
+                    x[:, :d] = (1 - t) * x0[:, :d] + t * prefix[:, :d]
+                v = self.net(x, torch.full((b,), t), cond, delay_t, mask)
+                x = x + v / self.steps
+        if d:
+            x[:, :d] = prefix[:, :d]
+        return x
+
+    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
+                      prefix: np.ndarray | None = None) -> ActionChunk:
+        cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
+        p = None
+        if prefix is not None and len(prefix):
+            p = torch.as_tensor(self.normalize(np.asarray(prefix, np.float32)))[None]
+        x = self.sample(cond, p, delay=0 if prefix is None else len(prefix))[0].numpy()
+        actions = self.denormalize(x)
+        if prefix is not None and len(prefix):
+            actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # exact, no round trip
+        return ActionChunk(actions, self.dt, self.version)
+
+    # --- training -----------------------------------------------------------------------------
+    def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor) -> torch.Tensor:
+        """Flow-matching loss on normalized data chunks [B, H, A]; rows with delay d > 0 hold their
+        first d actions fixed as a committed prefix (as at inference) and are scored on the rest."""
+        b, h, _ = chunks.shape
+        x0 = torch.randn_like(chunks)
+        t = torch.rand(b)
+        mask = (torch.arange(h)[None] < delays[:, None]).float()  # [B, H]
+        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * chunks
+        v = self.net(xt, t, cond, delays.float() / h, mask)
+        err = ((v - (chunks - x0)) ** 2).mean(-1)  # [B, H]
+        free = 1 - mask
+        return (err * free).sum() / free.sum().clamp(min=1)

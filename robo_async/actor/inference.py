@@ -1,0 +1,255 @@
+"""Asynchronous action-chunk inference beside the control loop, with latency-aware state forwarding.
+
+The control loop calls `AsyncChunkRunner.tick(t, obs)` once per control tick; it never waits on
+the policy. An `InferenceEngine` thread runs `policy.predict_chunk`; when the actions still
+committed fall to the measured inference latency (p95, in ticks) plus a margin, the runner asks
+for the next chunk about the state the robot will be in when that chunk starts: the current state
+rolled forward through the committed actions (`forward_state`). Arriving chunks are merged into
+the schedule by `ChunkSchedule.merge`:
+
+- `drop_stale`: actions for ticks already past are dropped, the rest replace what was scheduled;
+- `blend`: overlapping ticks average the old and new action (temporal ensembling);
+- `rtc`: the committed prefix was held fixed while sampling (real-time chunking), so the new chunk
+  continues it exactly; it replaces the schedule from its first new tick.
+
+Bad chunks (NaN, wrong shape) are dropped and counted; an inference running past `timeout_s` is
+reported and the loop keeps holding the last action until it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from hal.spec import RobotSpec
+from policies.base import ActionChunk, Policy
+
+log = logging.getLogger(__name__)
+MODES = ("sync", "drop_stale", "blend", "rtc")
+
+
+def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:
+    """The joint state expected after the committed actions run (DESIGN's timing model): for
+    position control the last committed target; for velocity control the integral; else `state`."""
+    state = np.asarray(state, np.float32)
+    if len(committed) == 0:
+        return state.copy()
+    if spec.control_mode == "joint_position":
+        return np.asarray(committed[-1], np.float32).copy()
+    if spec.control_mode == "joint_velocity":
+        return (state + np.sum(committed, axis=0) * spec.dt).astype(np.float32)
+    return state.copy()
+
+
+class LatencyTracker:
+    """Inference latency over a sliding window (seconds)."""
+
+    def __init__(self, window: int = 50, initial_s: float = 0.0) -> None:
+        self._samples: deque[float] = deque(maxlen=window)
+        self._initial = initial_s
+
+    def add(self, seconds: float) -> None:
+        self._samples.append(seconds)
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self._samples, q)) if self._samples else self._initial
+
+    def ticks(self, dt: float, q: float = 95) -> int:
+        """Whole control ticks an inference takes (rounded up)."""
+        return int(math.ceil(self.percentile(q) / dt - 1e-9))
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    chunk: ActionChunk
+    start_tick: int  # the tick the chunk's first action is for
+    latency_s: float
+
+
+class InferenceEngine:
+    """One inference at a time on a daemon thread; the caller polls for results."""
+
+    def __init__(self, policy: Policy, action_dim: int, horizon: int, timeout_s: float = 2.0) -> None:
+        self.policy = policy
+        self.action_dim, self.horizon = action_dim, horizon
+        self.timeout_s = timeout_s
+        self.latency = LatencyTracker()
+        self.bad_chunks = 0
+        self.hung_reports = 0
+        self._lock = threading.Lock()
+        self._job: tuple | None = None
+        self._result: ChunkResult | None = None
+        self._started = 0.0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._pending_weights: tuple[int, Mapping[str, np.ndarray]] | None = None
+        self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._job is not None
+
+    def submit(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
+               prefix: np.ndarray | None, start_tick: int) -> bool:
+        """Start an inference; False if one is still running."""
+        with self._lock:
+            if self._job is not None:
+                return False
+            self._job = (dict(obs), forwarded_state, prefix, start_tick)
+            self._started = time.monotonic()
+        self._wake.set()
+        return True
+
+    def swap_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """New weights, loaded by the inference thread between two inferences (never mid-chunk)."""
+        self._pending_weights = (version, arrays)
+        self._wake.set()
+
+    def hung(self) -> bool:
+        """True (and reported once per inference) when the running inference is past the timeout."""
+        if self._job is not None and time.monotonic() - self._started > self.timeout_s:
+            if self.hung_reports == 0 or getattr(self, "_reported", None) != self._started:
+                self._reported = self._started
+                self.hung_reports += 1
+                log.error("inference running for %.1f s (timeout %.1f s): holding position",
+                          time.monotonic() - self._started, self.timeout_s)
+            return True
+        return False
+
+    def poll(self) -> ChunkResult | None:
+        with self._lock:
+            r, self._result = self._result, None
+        return r
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(0.05)
+            self._wake.clear()
+            if self._pending_weights is not None:  # between two inferences: never mid-chunk
+                version, arrays = self._pending_weights
+                self._pending_weights = None
+                try:
+                    self.policy.load_weights(version, arrays)
+                except ValueError as e:
+                    log.error("inference: rejected weights v%d, keeping v%d: %s", version, self.policy.version, e)
+            job = self._job
+            if job is None:
+                continue
+            obs, fstate, prefix, start = job
+            t0 = time.monotonic()
+            try:
+                chunk = self.policy.predict_chunk(obs, forwarded_state=fstate, prefix=prefix)
+                a = np.asarray(chunk.actions, np.float32)
+                if a.ndim != 2 or a.shape[1] != self.action_dim or len(a) == 0 or not np.all(np.isfinite(a)):
+                    raise ValueError(f"policy returned actions of shape {a.shape}"
+                                     + ("" if a.size == 0 or np.all(np.isfinite(a)) else " with NaN/Inf"))
+                result: ChunkResult | None = ChunkResult(chunk, start, time.monotonic() - t0)
+                self.latency.add(time.monotonic() - t0)
+            except Exception as e:  # a broken policy never takes the control loop down
+                self.bad_chunks += 1
+                log.error("inference: dropped a chunk: %s", e)
+                result = None
+            with self._lock:
+                self._result = result
+                self._job = None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=1)
+
+
+class ChunkSchedule:
+    """Actions keyed by the absolute tick they are for."""
+
+    def __init__(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown chunk merge mode '{mode}'; modes: {MODES}")
+        self.mode = mode
+        self._actions: dict[int, np.ndarray] = {}
+        self.stale_dropped = 0
+
+    def remaining(self, tick: int) -> int:
+        n = 0
+        while tick + n in self._actions:
+            n += 1
+        return n
+
+    def upcoming(self, tick: int, n: int) -> np.ndarray:
+        """The committed actions for ticks tick .. tick+n-1 (fewer if the schedule runs out)."""
+        out = []
+        for k in range(tick, tick + n):
+            if k not in self._actions:
+                break
+            out.append(self._actions[k])
+        return np.asarray(out, np.float32)
+
+    def merge(self, chunk: np.ndarray, start_tick: int, now: int) -> None:
+        for i, a in enumerate(np.asarray(chunk, np.float32)):
+            k = start_tick + i
+            if k < now:
+                self.stale_dropped += 1  # already in the past when the chunk arrived
+                continue
+            if self.mode == "blend" and k in self._actions:
+                self._actions[k] = 0.5 * (self._actions[k] + a)
+            else:
+                self._actions[k] = a
+        if self.mode != "blend":  # the new chunk is the plan now: forget what lies beyond it
+            end = start_tick + len(chunk)
+            for k in [k for k in self._actions if k >= end]:
+                del self._actions[k]
+
+    def pop(self, tick: int) -> np.ndarray | None:
+        for k in [k for k in self._actions if k < tick]:
+            del self._actions[k]
+        return self._actions.pop(tick, None)
+
+
+class AsyncChunkRunner:
+    """Per-tick glue between the control loop, the schedule and the inference engine."""
+
+    def __init__(self, engine: InferenceEngine, spec: RobotSpec, mode: str = "rtc", forward: bool = True,
+                 margin_ticks: int = 1) -> None:
+        self.engine, self.spec = engine, spec
+        self.schedule = ChunkSchedule("drop_stale" if mode == "sync" else mode)
+        self.mode, self.forward, self.margin = mode, forward, margin_ticks
+        self.holds = 0
+        self._last: np.ndarray | None = None
+        self.versions: list[int] = []
+
+    def _take(self, now: int) -> None:
+        r = self.engine.poll()
+        if r is not None:
+            self.schedule.merge(r.chunk.actions, r.start_tick, now)
+            self.versions.append(r.chunk.policy_version)
+
+    def tick(self, now: int, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The action for tick `now`. Never waits on the policy (except in `sync` mode, the baseline)."""
+        self._take(now)
+        d = 0 if self.mode == "sync" else self.engine.latency.ticks(self.spec.dt)
+        if not self.engine.busy and self.schedule.remaining(now) <= d + self.margin:
+            committed = self.schedule.upcoming(now, d)
+            fstate = forward_state(obs["state"], committed, self.spec) if self.forward else None
+            if self.mode == "rtc":  # the chunk starts now and continues the committed prefix
+                self.engine.submit(obs, fstate, committed, now)
+            else:  # it is about tick now + d (naive: start now; its first d actions go stale)
+                self.engine.submit(obs, fstate, None, now + len(committed) if self.forward else now)
+            if self.mode == "sync":
+                while self.engine.busy:  # the baseline: the robot waits for the policy
+                    time.sleep(0.0005)
+                self._take(now)
+        self.engine.hung()
+        a = self.schedule.pop(now)
+        if a is None:  # nothing scheduled: hold
+            self.holds += 1
+            a = self._last if self._last is not None else self.spec.hold_action(obs["state"])
+        self._last = a
+        return a
