@@ -18,6 +18,7 @@ from hal.safety import SafeRobot
 from hal.teleop import Teleop, poll_events
 from policies.base import Policy, WeightsMismatch
 from robo_async.actor.adder import Adder
+from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus
@@ -41,6 +42,8 @@ class ActorConfig:
     max_steps: int | None = None  # stop after this many env steps (benchmarks, tests)
     eval_every: int = 2  # every n-th episode runs the deterministic policy (0: never)
     uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
+    inference: str = "inline"  # inline (chunk per tick on the loop), or one of inference.ACTOR_MODES
+    inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
 
 
@@ -62,6 +65,17 @@ class Actor:
         self.versions_seen: list[int] = []
         self._rng = np.random.default_rng(config.seed)
         self._bad_weights_logged: set[int] = set()
+        self.runner: AsyncChunkRunner | None = None
+        self.tick = 0  # control ticks since start (the async schedule's clock)
+        if config.inference != "inline":
+            if config.inference not in ACTOR_MODES:
+                raise ValueError(f"actor.inference '{config.inference}' unknown; use inline or one of "
+                                 f"{sorted(ACTOR_MODES)}")
+            merge, forward = ACTOR_MODES[config.inference]
+            spec = self.robot.spec
+            engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1),
+                                     config.inference_timeout_s)
+            self.runner = AsyncChunkRunner(engine, spec, merge, forward)
 
     def _swap_weights(self, client: WeightClient) -> None:
         w = client.take_weights()
@@ -71,6 +85,10 @@ class Actor:
             if w.architecture and w.architecture != self.policy.architecture:
                 raise WeightsMismatch(f"weights v{w.version} are for {w.architecture}, "
                                       f"this actor runs {self.policy.architecture}")
+            if self.runner is not None:  # the inference thread loads them between two chunks
+                self.runner.engine.swap_weights(w.version, w.arrays)
+                self.versions_seen.append(w.version)
+                return
             self.policy.load_weights(w.version, w.arrays)
             self.versions_seen.append(w.version)
         except WeightsMismatch as e:
@@ -142,6 +160,8 @@ class Actor:
                 except RobotError as e:
                     log.error("actor %d: closing the robot failed: %s", cfg.actor_id, e)
         finally:
+            if self.runner is not None:
+                self.runner.engine.close()
             self.uplink.close(cfg.drain_s)
             client.close()
 
@@ -170,7 +190,15 @@ class Actor:
             version = self.policy.version
             if ep_len == 0:
                 evaluation = self._is_eval()
-            applied = self.robot.send_action(self._act(obs, evaluation))
+            if self.runner is not None:
+                if hasattr(self.policy, "deterministic"):
+                    self.policy.deterministic = evaluation
+                action = self.runner.tick(self.tick, obs)
+                version = self.runner.version
+            else:
+                action = self._act(obs, evaluation)
+            self.tick += 1
+            applied = self.robot.send_action(action)
             out = self.robot.outcome()
             next_obs = self.robot.get_observation().as_dict()
             ep_len += 1
@@ -185,6 +213,8 @@ class Actor:
                                                 ep_success, version, evaluation))
                 self.episodes += 1
                 obs = self.robot.reset(seed=cfg.seed * 100_003 + self.episodes).as_dict()
+                if self.runner is not None:
+                    self.runner.reset()
                 ep_return, ep_len, ep_success = 0.0, 0, False
             if time.monotonic() >= next_beat:
                 next_beat += cfg.heartbeat_s

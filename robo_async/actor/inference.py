@@ -33,6 +33,9 @@ from policies.base import ActionChunk, Policy
 
 log = logging.getLogger(__name__)
 MODES = ("sync", "drop_stale", "blend", "rtc")
+# Actor-level inference modes -> (schedule merge mode, forward the state)
+ACTOR_MODES = {"sync": ("sync", False), "async_naive": ("drop_stale", False), "async_forward": ("drop_stale", True),
+               "async_forward_blend": ("blend", True), "async_forward_rtc": ("rtc", True)}
 
 
 def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:
@@ -71,6 +74,7 @@ class ChunkResult:
     chunk: ActionChunk
     start_tick: int  # the tick the chunk's first action is for
     latency_s: float
+    tag: int = 0  # the submitter's epoch (results from an earlier episode are discarded)
 
 
 class InferenceEngine:
@@ -98,12 +102,12 @@ class InferenceEngine:
         return self._job is not None
 
     def submit(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
-               prefix: np.ndarray | None, start_tick: int) -> bool:
+               prefix: np.ndarray | None, start_tick: int, tag: int = 0) -> bool:
         """Start an inference; False if one is still running."""
         with self._lock:
             if self._job is not None:
                 return False
-            self._job = (dict(obs), forwarded_state, prefix, start_tick)
+            self._job = (dict(obs), forwarded_state, prefix, start_tick, tag)
             self._started = time.monotonic()
         self._wake.set()
         return True
@@ -143,7 +147,7 @@ class InferenceEngine:
             job = self._job
             if job is None:
                 continue
-            obs, fstate, prefix, start = job
+            obs, fstate, prefix, start, tag = job
             t0 = time.monotonic()
             try:
                 chunk = self.policy.predict_chunk(obs, forwarded_state=fstate, prefix=prefix)
@@ -151,7 +155,7 @@ class InferenceEngine:
                 if a.ndim != 2 or a.shape[1] != self.action_dim or len(a) == 0 or not np.all(np.isfinite(a)):
                     raise ValueError(f"policy returned actions of shape {a.shape}"
                                      + ("" if a.size == 0 or np.all(np.isfinite(a)) else " with NaN/Inf"))
-                result: ChunkResult | None = ChunkResult(chunk, start, time.monotonic() - t0)
+                result: ChunkResult | None = ChunkResult(chunk, start, time.monotonic() - t0, tag)
                 self.latency.add(time.monotonic() - t0)
             except Exception as e:  # a broken policy never takes the control loop down
                 self.bad_chunks += 1
@@ -175,7 +179,9 @@ class ChunkSchedule:
             raise ValueError(f"unknown chunk merge mode '{mode}'; modes: {MODES}")
         self.mode = mode
         self._actions: dict[int, np.ndarray] = {}
+        self._versions: dict[int, int] = {}
         self.stale_dropped = 0
+        self.popped_version = -1  # policy version of the last popped action
 
     def remaining(self, tick: int) -> int:
         n = 0
@@ -192,7 +198,11 @@ class ChunkSchedule:
             out.append(self._actions[k])
         return np.asarray(out, np.float32)
 
-    def merge(self, chunk: np.ndarray, start_tick: int, now: int) -> None:
+    def clear(self) -> None:
+        self._actions.clear()
+        self._versions.clear()
+
+    def merge(self, chunk: np.ndarray, start_tick: int, now: int, version: int = -1) -> None:
         for i, a in enumerate(np.asarray(chunk, np.float32)):
             k = start_tick + i
             if k < now:
@@ -202,14 +212,18 @@ class ChunkSchedule:
                 self._actions[k] = 0.5 * (self._actions[k] + a)
             else:
                 self._actions[k] = a
+            self._versions[k] = version
         if self.mode != "blend":  # the new chunk is the plan now: forget what lies beyond it
             end = start_tick + len(chunk)
             for k in [k for k in self._actions if k >= end]:
                 del self._actions[k]
+                self._versions.pop(k, None)
 
     def pop(self, tick: int) -> np.ndarray | None:
         for k in [k for k in self._actions if k < tick]:
             del self._actions[k]
+            self._versions.pop(k, None)
+        self.popped_version = self._versions.pop(tick, self.popped_version)
         return self._actions.pop(tick, None)
 
 
@@ -224,11 +238,23 @@ class AsyncChunkRunner:
         self.holds = 0
         self._last: np.ndarray | None = None
         self.versions: list[int] = []
+        self.epoch = 0
+
+    def reset(self) -> None:
+        """A new episode: forget the plan; a chunk still being computed is discarded on arrival."""
+        self.schedule.clear()
+        self._last = None
+        self.epoch += 1
+
+    @property
+    def version(self) -> int:
+        """Policy version of the action returned by the last `tick`."""
+        return self.schedule.popped_version
 
     def _take(self, now: int) -> None:
         r = self.engine.poll()
-        if r is not None:
-            self.schedule.merge(r.chunk.actions, r.start_tick, now)
+        if r is not None and r.tag == self.epoch:
+            self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version)
             self.versions.append(r.chunk.policy_version)
 
     def tick(self, now: int, obs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -239,9 +265,9 @@ class AsyncChunkRunner:
             committed = self.schedule.upcoming(now, d)
             fstate = forward_state(obs["state"], committed, self.spec) if self.forward else None
             if self.mode == "rtc":  # the chunk starts now and continues the committed prefix
-                self.engine.submit(obs, fstate, committed, now)
+                self.engine.submit(obs, fstate, committed, now, self.epoch)
             else:  # it is about tick now + d (naive: start now; its first d actions go stale)
-                self.engine.submit(obs, fstate, None, now + len(committed) if self.forward else now)
+                self.engine.submit(obs, fstate, None, now + len(committed) if self.forward else now, self.epoch)
             if self.mode == "sync":
                 while self.engine.busy:  # the baseline: the robot waits for the policy
                     time.sleep(0.0005)

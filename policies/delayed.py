@@ -1,0 +1,47 @@
+"""Latency injection: a policy wrapper whose every inference takes `delay_ms` (plus optional
+uniform jitter) longer, for benchmarks and tests with the sim in wall-clock real-time mode."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from policies.base import ActionChunk, Policy
+
+
+class DelayedPolicy(Policy):
+    def __init__(self, inner: Policy, delay_ms: float, jitter_ms: float = 0.0, seed: int = 0) -> None:
+        self.inner = inner
+        self.delay_ms, self.jitter_ms = delay_ms, jitter_ms
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def architecture(self) -> str:
+        return self.inner.architecture
+
+    @property
+    def version(self) -> int:  # type: ignore[override]
+        return self.inner.version
+
+    @property
+    def horizon(self) -> int:
+        return getattr(self.inner, "horizon", 1)
+
+    def module(self) -> torch.nn.Module:
+        return self.inner.module()
+
+    def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
+        self.inner.load_weights(version, arrays)
+
+    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
+                      prefix: np.ndarray | None = None) -> ActionChunk:
+        t0 = time.monotonic()
+        chunk = self.inner.predict_chunk(obs, forwarded_state=forwarded_state, prefix=prefix)
+        extra = self.delay_ms + (self._rng.uniform(0, self.jitter_ms) if self.jitter_ms > 0 else 0.0)
+        left = t0 + extra / 1000 - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+        return chunk
