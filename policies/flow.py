@@ -60,6 +60,7 @@ class FlowChunkPolicy(Policy):
         self.obs_scale = dict(obs_scale or {})
         self.net = FlowNet(sum(obs_dims), horizon, len(action_low), tuple(hidden))
         self._gen = torch.Generator().manual_seed(seed)
+        self.deterministic = False  # True: integrate from zero noise (the mode of the flow, repeatable)
 
     @property
     def architecture(self) -> str:
@@ -89,7 +90,7 @@ class FlowChunkPolicy(Policy):
     def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int = 0) -> torch.Tensor:
         """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly."""
         b, h, a = cond.shape[0], self.horizon, len(self.low)
-        x0 = torch.randn(b, h, a, generator=self._gen)
+        x0 = torch.zeros(b, h, a) if self.deterministic else torch.randn(b, h, a, generator=self._gen)
         d = 0 if prefix is None else min(prefix.shape[1], h)
         mask = torch.zeros(b, h)
         mask[:, :d] = 1

@@ -34,6 +34,8 @@ class ReachConfig:
     cameras: tuple[str, ...] = ()  # subset of ("front", "wrist")
     image_size: int = 128  # square camera frames, pixels
     home_noise: float = 0.1  # rad, uniform noise on the start pose
+    target_moves: int = 0  # the target jumps to a new place this many times per episode, at random ticks
+    move_gap: int = 20  # ticks at least between two moves (and before the first)
 
 
 class ReachTask:
@@ -96,6 +98,14 @@ class ReachTask:
         self.set_target(rng.uniform(TARGET_LOW, TARGET_HIGH))
         mujoco.mj_forward(self.model, self.data)
         self.tick = 0
+        c = self.config
+        self._rng = rng
+        self.move_ticks: list[int] = []  # ticks at which the target jumps this episode
+        t = 0
+        for _ in range(getattr(c, "target_moves", 0)):
+            t += c.move_gap + int(rng.integers(0, c.move_gap))
+            self.move_ticks.append(t)
+        self.moves_done = 0
 
     def set_target(self, pos: np.ndarray) -> None:
         assert self.data is not None
@@ -109,6 +119,9 @@ class ReachTask:
         self.data.ctrl[:] = applied
         mujoco.mj_step(self.model, self.data, nstep=self.config.substeps)
         self.tick += 1
+        if self.moves_done < len(getattr(self, "move_ticks", ())) and self.tick >= self.move_ticks[self.moves_done]:
+            self.moves_done += 1  # the target jumps: a moment the policy must react to
+            self.set_target(self._rng.uniform(TARGET_LOW, TARGET_HIGH))
         return applied.astype(np.float32)
 
     # --- readings --------------------------------------------------------------------------
@@ -149,7 +162,7 @@ class ReachTask:
     def reward_success(self) -> tuple[float, bool]:
         """Dense reward: -10 x distance (m); +10 and success once within `success_radius`."""
         d = self.distance()
-        success = d <= self.config.success_radius
+        success = d <= self.config.success_radius and self.moves_done >= len(getattr(self, "move_ticks", ()))
         return (10.0 if success else -10.0 * d), success
 
     @property

@@ -75,6 +75,7 @@ class ChunkResult:
     start_tick: int  # the tick the chunk's first action is for
     latency_s: float
     tag: int = 0  # the submitter's epoch (results from an earlier episode are discarded)
+    obs_tick: int = 0  # the tick whose observation the chunk was computed from
 
 
 class InferenceEngine:
@@ -102,12 +103,12 @@ class InferenceEngine:
         return self._job is not None
 
     def submit(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
-               prefix: np.ndarray | None, start_tick: int, tag: int = 0) -> bool:
+               prefix: np.ndarray | None, start_tick: int, tag: int = 0, obs_tick: int = 0) -> bool:
         """Start an inference; False if one is still running."""
         with self._lock:
             if self._job is not None:
                 return False
-            self._job = (dict(obs), forwarded_state, prefix, start_tick, tag)
+            self._job = (dict(obs), forwarded_state, prefix, start_tick, tag, obs_tick)
             self._started = time.monotonic()
         self._wake.set()
         return True
@@ -147,7 +148,7 @@ class InferenceEngine:
             job = self._job
             if job is None:
                 continue
-            obs, fstate, prefix, start, tag = job
+            obs, fstate, prefix, start, tag, obs_tick = job
             t0 = time.monotonic()
             try:
                 chunk = self.policy.predict_chunk(obs, forwarded_state=fstate, prefix=prefix)
@@ -155,7 +156,7 @@ class InferenceEngine:
                 if a.ndim != 2 or a.shape[1] != self.action_dim or len(a) == 0 or not np.all(np.isfinite(a)):
                     raise ValueError(f"policy returned actions of shape {a.shape}"
                                      + ("" if a.size == 0 or np.all(np.isfinite(a)) else " with NaN/Inf"))
-                result: ChunkResult | None = ChunkResult(chunk, start, time.monotonic() - t0, tag)
+                result: ChunkResult | None = ChunkResult(chunk, start, time.monotonic() - t0, tag, obs_tick)
                 self.latency.add(time.monotonic() - t0)
             except Exception as e:  # a broken policy never takes the control loop down
                 self.bad_chunks += 1
@@ -180,8 +181,10 @@ class ChunkSchedule:
         self.mode = mode
         self._actions: dict[int, np.ndarray] = {}
         self._versions: dict[int, int] = {}
+        self._obs_ticks: dict[int, int] = {}
         self.stale_dropped = 0
         self.popped_version = -1  # policy version of the last popped action
+        self.popped_obs_tick = -1  # the observation tick the last popped action was computed from
 
     def remaining(self, tick: int) -> int:
         n = 0
@@ -201,8 +204,9 @@ class ChunkSchedule:
     def clear(self) -> None:
         self._actions.clear()
         self._versions.clear()
+        self._obs_ticks.clear()
 
-    def merge(self, chunk: np.ndarray, start_tick: int, now: int, version: int = -1) -> None:
+    def merge(self, chunk: np.ndarray, start_tick: int, now: int, version: int = -1, obs_tick: int = -1) -> None:
         for i, a in enumerate(np.asarray(chunk, np.float32)):
             k = start_tick + i
             if k < now:
@@ -213,6 +217,8 @@ class ChunkSchedule:
             else:
                 self._actions[k] = a
             self._versions[k] = version
+            if not (self.mode == "blend" and k in self._obs_ticks):
+                self._obs_ticks[k] = obs_tick
         if self.mode != "blend":  # the new chunk is the plan now: forget what lies beyond it
             end = start_tick + len(chunk)
             for k in [k for k in self._actions if k >= end]:
@@ -224,6 +230,9 @@ class ChunkSchedule:
             del self._actions[k]
             self._versions.pop(k, None)
         self.popped_version = self._versions.pop(tick, self.popped_version)
+        self.popped_obs_tick = self._obs_ticks.pop(tick, -1) if tick in self._actions else -1
+        for k in [k for k in self._obs_ticks if k < tick]:
+            del self._obs_ticks[k]
         return self._actions.pop(tick, None)
 
 
@@ -254,7 +263,7 @@ class AsyncChunkRunner:
     def _take(self, now: int) -> None:
         r = self.engine.poll()
         if r is not None and r.tag == self.epoch:
-            self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version)
+            self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version, r.obs_tick)
             self.versions.append(r.chunk.policy_version)
 
     def tick(self, now: int, obs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -265,9 +274,9 @@ class AsyncChunkRunner:
             committed = self.schedule.upcoming(now, d)
             fstate = forward_state(obs["state"], committed, self.spec) if self.forward else None
             if self.mode == "rtc":  # the chunk starts now and continues the committed prefix
-                self.engine.submit(obs, fstate, committed, now, self.epoch)
+                self.engine.submit(obs, fstate, committed, now, self.epoch, now)
             else:  # it is about tick now + d (naive: start now; its first d actions go stale)
-                self.engine.submit(obs, fstate, None, now + len(committed) if self.forward else now, self.epoch)
+                self.engine.submit(obs, fstate, None, now + len(committed) if self.forward else now, self.epoch, now)
             if self.mode == "sync":
                 while self.engine.busy:  # the baseline: the robot waits for the policy
                     time.sleep(0.0005)

@@ -1,0 +1,190 @@
+"""`robo-async bench async-inference`: synchronous vs asynchronous chunk inference with injected
+latency, on `reach` whose target jumps at random moments, in wall-clock real time at 30 Hz.
+
+A flow-matching chunk policy is trained by delay-consistent behaviour cloning from the scripted
+expert in the benchmark itself (cached under ~/.cache/robo_async/bench). For each injected
+latency and mode (sync, async_naive, async_forward, async_forward_rtc; same chunk length):
+success rate, mean completion time, reaction latency (target jump -> first executed action that
+was computed from an observation taken after the jump), control-tick jitter p99 and missed ticks.
+Saves a PNG of the commanded trajectories around chunk boundaries for each mode at 200 ms.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+from safetensors.torch import load_file, save_file
+
+from policies.delayed import DelayedPolicy
+from policies.flow import FlowChunkPolicy
+from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine
+from robo_async.bench import register
+from robo_async.learner.bc import record_expert, train_bc
+from sim import ReachConfig, ReachExpert, ReachTask, SimRobot
+
+MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc")
+KEYS, DIMS = ("state", "target", "ee_to_target"), (6, 3, 3)
+SCALE = {"ee_to_target": 10.0, "target": 5.0}
+
+
+def task_config(ticks: int) -> ReachConfig:
+    return ReachConfig(target_moves=2, move_gap=25, episode_ticks=ticks, success_radius=0.03)
+
+
+def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
+    spec = ReachTask().spec()
+    policy = FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5,
+                             hidden=(512, 512), obs_scale=SCALE)
+    key = hashlib.sha1(f"{policy.architecture}-{steps}-v1".encode()).hexdigest()[:10]
+    path = cache / f"flow_reach_{key}.safetensors"
+    if path.exists():
+        policy.net.load_state_dict(load_file(str(path)))
+        print(f"chunk policy from {path}", flush=True)
+    else:
+        print(f"training the chunk policy by behaviour cloning ({steps} steps) ...", flush=True)
+        task = ReachTask(task_config(150))
+        robot = SimRobot(task)
+        robot.connect()
+        demos = record_expert(robot, ReachExpert(task), 200, 150)
+        robot.close()
+        train_bc(policy, demos, steps, max_delay=12, log_every=max(steps // 5, 1))
+        cache.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in policy.net.state_dict().items()}, str(path))
+    policy.deterministic = True
+    return policy
+
+
+def run_episode(policy: FlowChunkPolicy, mode: str, latency_ms: float, seed: int, ticks: int) -> dict:
+    task = ReachTask(task_config(ticks))
+    robot = SimRobot(task)
+    robot.connect()
+    spec = robot.spec
+    merge, forward = ACTOR_MODES[mode]
+    engine = InferenceEngine(DelayedPolicy(policy, latency_ms), spec.action_dim, policy.horizon, timeout_s=5)
+    runner = AsyncChunkRunner(engine, spec, merge, forward)
+    obs = robot.reset(seed=seed).as_dict()
+    dt = spec.dt
+    t0 = time.monotonic()
+    lateness, stamps, actions, arrivals = [], [], [], []
+    success_t, reactions = None, []
+    moves = list(task.move_ticks)
+    pending_move: tuple[float, int] | None = None  # (time of the jump, first tick that can see it)
+    next_t = t0
+    for k in range(ticks):
+        now = time.monotonic()
+        if now < next_t:
+            time.sleep(next_t - now)
+            now = time.monotonic()
+        lateness.append(now - next_t)
+        next_t = max(next_t + dt, now) if now - next_t > dt else next_t + dt  # a missed tick resets pacing
+        n_before = len(runner.versions)
+        action = runner.tick(k, obs)
+        if len(runner.versions) > n_before:
+            arrivals.append(k)
+        stamps.append(time.monotonic() - t0)
+        actions.append(action.copy())
+        # reaction: the first action computed from an observation taken after the jump
+        if pending_move is not None and runner.schedule.popped_obs_tick >= pending_move[1]:
+            reactions.append((time.monotonic() - pending_move[0]) * 1000)
+            pending_move = None
+        robot.send_action(action)
+        obs = robot.get_observation().as_dict()
+        if moves and task.moves_done and k + 1 >= moves[0]:  # the target just jumped
+            moves.pop(0)
+            pending_move = (time.monotonic(), k + 1)
+        if robot.outcome().success:
+            success_t = time.monotonic() - t0
+            break
+    engine.close()
+    robot.close()
+    late = np.asarray(lateness) * 1000
+    return {"success": success_t is not None, "time_s": success_t if success_t else time.monotonic() - t0,
+            "reactions_ms": reactions, "lateness_ms": late, "missed": int(np.sum(late > dt * 1000)),
+            "actions": np.asarray(actions), "arrivals": arrivals, "stamps": stamps}
+
+
+def plot(trajs: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(trajs), 1, figsize=(8, 2.2 * len(trajs)), sharex=True)
+    for ax, (mode, r) in zip(np.atleast_1d(axes), trajs.items()):
+        a = r["actions"][:90]
+        for j in range(3):
+            ax.plot(a[:, j], lw=1.2, label=f"joint {j}")
+        for k in r["arrivals"]:
+            if k < len(a):
+                ax.axvline(k, color="grey", lw=0.6, ls=":")
+        ax.set_title(f"{mode}: commanded joint targets (dotted: a chunk arrives)", fontsize=9)
+        ax.set_ylabel("rad")
+    np.atleast_1d(axes)[-1].set_xlabel("control tick (30 Hz)")
+    np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@register("async-inference")
+def bench_async_inference(args: dict[str, str]) -> int:
+    torch.set_num_threads(1)
+    episodes = int(args.get("episodes", 4))
+    horizon = int(args.get("chunk_len", 12))
+    ticks = int(args.get("ticks", 150))
+    latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",")]
+    out = Path(args.get("out", "runs/bench-async-inference"))
+    out.mkdir(parents=True, exist_ok=True)
+    policy = trained_policy(horizon, int(args.get("bc_steps", 4000)), Path.home() / ".cache" / "robo_async" / "bench")
+    rows: dict[str, dict] = {}
+    trajs: dict[str, dict] = {}
+    for lat in latencies:
+        for mode in MODES:
+            rs = [run_episode(policy, mode, lat, 5000 + e, ticks) for e in range(episodes)]
+            if lat == 200:
+                trajs[mode] = rs[0]
+            react = [x for r in rs for x in r["reactions_ms"]]
+            late = np.concatenate([r["lateness_ms"] for r in rs])
+            rows[f"{mode}@{lat}"] = {
+                "mode": mode, "latency_ms": lat, "success": float(np.mean([r["success"] for r in rs])),
+                "time_s": float(np.mean([r["time_s"] for r in rs])),
+                "reaction_ms": float(np.median(react)) if react else None,
+                "jitter_p99_ms": float(np.percentile(late, 99)), "missed_ticks": int(sum(r["missed"] for r in rs))}
+            r = rows[f"{mode}@{lat}"]
+            print(f"  {mode:<18} {lat:>4} ms: success {r['success']:.0%}  time {r['time_s']:.2f} s  "
+                  f"reaction {r['reaction_ms']} ms  jitter p99 {r['jitter_p99_ms']:.2f} ms  missed {r['missed_ticks']}",
+                  flush=True)
+    if trajs:
+        plot(trajs, out / "chunk_boundaries_200ms.png")
+    table = Table(title=f"bench async-inference (chunk length {horizon}, {episodes} episodes each)")
+    for col in ("mode", "latency ms", "success", "time s", "reaction ms", "jitter p99 ms", "missed ticks"):
+        table.add_column(col, justify="right")
+    for r in rows.values():
+        table.add_row(r["mode"], str(r["latency_ms"]), f"{r['success']:.0%}", f"{r['time_s']:.2f}",
+                      "-" if r["reaction_ms"] is None else f"{r['reaction_ms']:.0f}", f"{r['jitter_p99_ms']:.2f}",
+                      str(r["missed_ticks"]))
+    Console().print(table)
+    figures: dict[str, object] = {"chunk_len": horizon, "episodes": episodes}
+    if 200 in latencies:
+        s, f, base = rows["sync@200"], rows["async_forward@200"], rows.get("async_forward@0", rows["sync@200"])
+        figures.update(
+            speedup_vs_sync_200ms=round(s["time_s"] / f["time_s"], 3),
+            reaction_ms_200ms=f["reaction_ms"],
+            reaction_over_latency_200ms=round(f["reaction_ms"] / 200, 3) if f["reaction_ms"] else None,
+            reaction_ratio_sync_200ms=round(s["reaction_ms"] / f["reaction_ms"], 3)
+            if s["reaction_ms"] and f["reaction_ms"] else None,
+            success_drop_pts_200ms=round(100 * (base["success"] - f["success"]), 1))
+    asyncs = [r for r in rows.values() if r["mode"] != "sync"]
+    figures["jitter_p99_ms"] = round(max(r["jitter_p99_ms"] for r in asyncs), 3)
+    figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))
+    figures["plot"] = str(out / "chunk_boundaries_200ms.png")
+    figures["table"] = list(rows.values())
+    print(json.dumps(figures))
+    return 0

@@ -1,0 +1,76 @@
+"""Behaviour cloning of chunk policies from scripted-expert demonstrations, delay-consistent.
+
+Each training sample is what the asynchronous actor will ask at inference, for a delay d drawn
+from [0, max_delay] ticks:
+- `rtc`-style: observation at tick t, the expert's actions for t..t+d-1 as a committed prefix,
+  the forwarded state (position control: the last committed target), target chunk t..t+H-1
+  (scored after the prefix);
+- `forward`-style: observation at tick t, forwarded state after d committed actions, target chunk
+  t+d..t+d+H-1 (no prefix).
+So the policy learns to act from forwarded states and stale observations, as it will run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from policies.flow import FlowChunkPolicy
+
+
+def record_expert(robot, expert, episodes: int, ticks: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Expert rollouts: per episode, stacked observations (`obs/<key>`) and `action`s."""
+    out = []
+    for ep in range(episodes):
+        obs = robot.reset(seed=seed + ep).as_dict()
+        rows: dict[str, list] = {}
+        for _ in range(ticks):
+            a = expert.act()
+            for k, v in obs.items():
+                rows.setdefault(f"obs/{k}", []).append(np.asarray(v, np.float32))
+            rows.setdefault("action", []).append(np.asarray(a, np.float32))
+            robot.send_action(a)
+            obs = robot.get_observation().as_dict()
+        out.append({k: np.stack(v) for k, v in rows.items()})
+    return out
+
+
+def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy, max_delay: int,
+                  rng: np.random.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n (condition, normalized chunk, delay-mask length) samples; see the module docstring."""
+    h = policy.horizon
+    conds, chunks, masks = [], [], []
+    for _ in range(n):
+        ep = episodes[rng.integers(len(episodes))]
+        acts = ep["action"]
+        t = int(rng.integers(0, len(acts)))
+        d = int(rng.integers(0, max_delay + 1))
+        rtc = bool(rng.integers(0, 2))
+        start = t if rtc else t + d
+        idx = np.minimum(np.arange(start, start + h), len(acts) - 1)
+        committed = acts[t:t + d]
+        state = ep["obs/state"][t]
+        fstate = committed[-1] if len(committed) else state
+        obs = {k.removeprefix("obs/"): v[t] for k, v in ep.items() if k.startswith("obs/")}
+        conds.append(policy.condition(obs, fstate))
+        chunks.append(policy.normalize(acts[idx]))
+        masks.append(min(d, len(committed)) if rtc else 0)
+    return (torch.as_tensor(np.stack(conds)), torch.as_tensor(np.stack(chunks)), torch.as_tensor(masks))
+
+
+def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 256,
+             lr: float = 1e-3, max_delay: int = 10, seed: int = 0, log_every: int = 0) -> list[float]:
+    """Adam on the flow-matching loss; returns the loss per step."""
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        cond, chunks, delays = delay_samples(episodes, policy, max_delay, rng, batch)
+        loss = policy.bc_loss(cond, chunks, delays)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if log_every and (step + 1) % log_every == 0:
+            print(f"  bc step {step + 1}/{steps}: loss {np.mean(losses[-log_every:]):.4f}", flush=True)
+    return losses
