@@ -13,8 +13,12 @@ import abc
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hal.safety import SafeRobot
 
 
 class TeleopEventKind(enum.Enum):
@@ -63,5 +67,3 @@ def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot"
             out.append(e)
     return out
 
-
-from hal.safety import SafeRobot  # noqa: E402  (type used above; safety does not import teleop)
