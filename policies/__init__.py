@@ -1,9 +1,11 @@
 """Policies: networks mapping observations to action chunks."""
 
 from policies.base import ActionChunk, Policy, WeightsMismatch, available, make_policy, register
+from policies.flow import FlowChunkPolicy
 from policies.mlp import GaussianActor, MLPPolicy, TwinCritic, flatten_obs
+import policies.lerobot_chunk  # noqa: F401,E402  (registers `lerobot`)
 
 __all__ = [
-    "ActionChunk", "GaussianActor", "MLPPolicy", "Policy", "TwinCritic", "WeightsMismatch",
+    "ActionChunk", "FlowChunkPolicy", "GaussianActor", "MLPPolicy", "Policy", "TwinCritic", "WeightsMismatch",
     "available", "flatten_obs", "make_policy", "register",
 ]

@@ -27,6 +27,15 @@ class DelayedPolicy(Policy):
         return self.inner.version
 
     @property
+    def deterministic(self) -> bool:
+        return bool(getattr(self.inner, "deterministic", False))
+
+    @deterministic.setter
+    def deterministic(self, value: bool) -> None:
+        if hasattr(self.inner, "deterministic"):
+            self.inner.deterministic = value
+
+    @property
     def horizon(self) -> int:
         return getattr(self.inner, "horizon", 1)
 

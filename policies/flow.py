@@ -27,10 +27,35 @@ def _time_embedding(t: torch.Tensor, dim: int = 16) -> torch.Tensor:
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
 
 
+class ImageEncoder(nn.Module):
+    """A small conv net per camera (shared weights): uint8-range frames -> `out` features each."""
+
+    def __init__(self, cameras: int, size: int, out: int = 64) -> None:
+        super().__init__()
+        self.size = size
+        self.conv = nn.Sequential(
+            nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.SiLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.SiLU(),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(),
+            nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(32 * 16, out), nn.LayerNorm(out))
+        self.cameras, self.out = cameras, out
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """images [B, n_cams, H, W, 3] (uint8 values) -> [B, n_cams * out]."""
+        b, n = images.shape[:2]
+        x = images.reshape(b * n, *images.shape[2:]).permute(0, 3, 1, 2).float() / 127.5 - 1
+        if x.shape[-1] != self.size or x.shape[-2] != self.size:
+            x = nn.functional.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
+        return self.conv(x).reshape(b, n * self.out)
+
+
 class FlowNet(nn.Module):
-    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...] = (256, 256)) -> None:
+    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...] = (256, 256),
+                 cameras: int = 0, image_size: int = 64) -> None:
         super().__init__()
         self.horizon, self.action_dim = horizon, action_dim
+        self.vision = ImageEncoder(cameras, image_size) if cameras else None
+        cond_dim += self.vision.out * cameras if self.vision is not None else 0
         dims = [horizon * action_dim + 16 + cond_dim + 1 + horizon, *hidden]
         layers: list[nn.Module] = []
         for a, b in zip(dims[:-1], dims[1:]):
@@ -45,36 +70,59 @@ class FlowNet(nn.Module):
         h = torch.cat([x.reshape(b, -1), _time_embedding(t), cond, delay[:, None], mask], dim=-1)
         return self.net(h).reshape(b, self.horizon, self.action_dim)
 
+    def encode(self, cond: torch.Tensor, images: torch.Tensor | None) -> torch.Tensor:
+        """The full conditioning: vector inputs plus image features (computed once per chunk)."""
+        if self.vision is None:
+            return cond
+        if images is None:
+            raise ValueError("this flow policy has cameras; the observation brought no images")
+        return torch.cat([cond, self.vision(images)], dim=-1)
+
 
 @register("flow")
 class FlowChunkPolicy(Policy):
     def __init__(self, obs_keys: tuple[str, ...], obs_dims: tuple[int, ...], action_low: tuple[float, ...],
                  action_high: tuple[float, ...], horizon: int = 10, steps: int = 5,
                  hidden: tuple[int, ...] = (256, 256), dt: float = 1 / 30, obs_scale: Mapping[str, float] | None = None,
-                 seed: int = 0, **_: object) -> None:
+                 seed: int = 0, action_mode: str = "absolute", delta_range: float = 0.5,
+                 cameras: tuple[str, ...] = (), image_size: int = 64, **_: object) -> None:
+        if action_mode not in ("absolute", "delta"):
+            raise ValueError(f"flow policy action_mode must be 'absolute' or 'delta', not '{action_mode}'")
         torch.manual_seed(seed)
+        self.action_mode, self.delta_range = action_mode, float(delta_range)
         self.obs_keys, self.obs_dims = tuple(obs_keys), tuple(obs_dims)
         self.low = np.asarray(action_low, np.float32)
         self.high = np.asarray(action_high, np.float32)
         self.horizon, self.steps, self.dt = horizon, steps, dt
         self.obs_scale = dict(obs_scale or {})
-        self.net = FlowNet(sum(obs_dims), horizon, len(action_low), tuple(hidden))
+        self.cameras, self.image_size = tuple(cameras), int(image_size)
+        self.net = FlowNet(sum(obs_dims), horizon, len(action_low), tuple(hidden), len(self.cameras), self.image_size)
         self._gen = torch.Generator().manual_seed(seed)
         self.deterministic = False  # True: integrate from zero noise (the mode of the flow, repeatable)
 
     @property
     def architecture(self) -> str:
-        return f"flow:{sum(self.obs_dims)}-H{self.horizon}x{len(self.low)}-" + "-".join(
+        cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
+        return f"flow-{self.action_mode}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-" + "-".join(
             str(m.out_features) for m in self.net.net if isinstance(m, nn.Linear))
 
     def module(self) -> nn.Module:
         return self.net
 
     # --- normalization -----------------------------------------------------------------------
-    def normalize(self, actions: np.ndarray) -> np.ndarray:
+    # absolute: joint range -> [-1, 1]; delta: ref +- delta_range -> [-1, 1], where ref is the
+    # (forwarded) joint state the chunk starts from: finer resolution where the arm actually goes.
+    def normalize(self, actions: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        actions = np.asarray(actions, np.float32)
+        if self.action_mode == "delta":
+            r = np.asarray(ref, np.float32)[..., None, : len(self.low)] if actions.ndim > 1 else ref[: len(self.low)]
+            return ((actions - r) / self.delta_range).astype(np.float32)
         return (2 * (actions - self.low) / (self.high - self.low) - 1).astype(np.float32)
 
-    def denormalize(self, x: np.ndarray) -> np.ndarray:
+    def denormalize(self, x: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        if self.action_mode == "delta":
+            r = np.asarray(ref, np.float32)[..., None, : len(self.low)] if x.ndim > 1 else ref[: len(self.low)]
+            return np.clip(r + np.clip(x, -1, 1) * self.delta_range, self.low, self.high).astype(np.float32)
         return (self.low + (np.clip(x, -1, 1) + 1) / 2 * (self.high - self.low)).astype(np.float32)
 
     def condition(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> np.ndarray:
@@ -86,10 +134,22 @@ class FlowChunkPolicy(Policy):
             parts.append(np.asarray(v, np.float32) * self.obs_scale.get(k, 1.0))
         return np.concatenate(parts, axis=-1).astype(np.float32)
 
+    def images(self, obs: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """Camera frames [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batched observations)."""
+        if not self.cameras:
+            return None
+        missing = [c for c in self.cameras if c not in obs]
+        if missing:
+            raise KeyError(f"flow policy needs camera(s) {missing}; the observation has {sorted(obs)}")
+        return np.stack([np.asarray(obs[c]) for c in self.cameras], axis=-4)
+
     # --- sampling -----------------------------------------------------------------------------
-    def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int = 0) -> torch.Tensor:
+    def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int = 0,
+               images: torch.Tensor | None = None) -> torch.Tensor:
         """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly."""
         b, h, a = cond.shape[0], self.horizon, len(self.low)
+        with torch.no_grad():
+            cond = self.net.encode(cond, images)
         x0 = torch.zeros(b, h, a) if self.deterministic else torch.randn(b, h, a, generator=self._gen)
         d = 0 if prefix is None else min(prefix.shape[1], h)
         mask = torch.zeros(b, h)
@@ -110,20 +170,25 @@ class FlowChunkPolicy(Policy):
     def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
                       prefix: np.ndarray | None = None) -> ActionChunk:
         cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
+        ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
         p = None
         if prefix is not None and len(prefix):
-            p = torch.as_tensor(self.normalize(np.asarray(prefix, np.float32)))[None]
-        x = self.sample(cond, p, delay=0 if prefix is None else len(prefix))[0].numpy()
-        actions = self.denormalize(x)
+            p = torch.as_tensor(self.normalize(np.asarray(prefix, np.float32)[: self.horizon], ref))[None]
+        imgs = self.images(obs)
+        x = self.sample(cond, p, delay=0 if prefix is None else len(prefix),
+                        images=None if imgs is None else torch.as_tensor(imgs)[None])[0].numpy()
+        actions = self.denormalize(x, ref)
         if prefix is not None and len(prefix):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # exact, no round trip
         return ActionChunk(actions, self.dt, self.version)
 
     # --- training -----------------------------------------------------------------------------
-    def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor) -> torch.Tensor:
+    def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,
+                images: torch.Tensor | None = None) -> torch.Tensor:
         """Flow-matching loss on normalized data chunks [B, H, A]; rows with delay d > 0 hold their
         first d actions fixed as a committed prefix (as at inference) and are scored on the rest."""
         b, h, _ = chunks.shape
+        cond = self.net.encode(cond, images)
         x0 = torch.randn_like(chunks)
         t = torch.rand(b)
         mask = (torch.arange(h)[None] < delays[:, None]).float()  # [B, H]

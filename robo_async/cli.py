@@ -15,12 +15,15 @@ commands:
   train [overrides]                    train (Hydra overrides, e.g. actors=2 task.cameras=[front])
   train resume=<run dir> [overrides]   continue a run from its last checkpoint
   eval checkpoint=<file|run dir> [episodes=20] [video=out.mp4] [task=reach]
+  bc policy=flow [overrides]           behaviour cloning of a chunk policy from expert demos, then an
+                                       evaluation with async inference (actor.inference, policy.inference_delay_ms)
   buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
   resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
                                        robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
   bench buffer                         replay store: ingest, sample latency, recovery, crash trials
   bench multi-actor [seconds=30]       env steps/s and updates/s with 1, 2, 4 actors; lease latency
+  bench async-inference [episodes=5]   sync vs async chunk inference at 0-300 ms latency: speed, reaction, jitter
 """
 
 
@@ -49,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(OmegaConf.to_yaml(compose_config([])))
                 return 0
             return train(rest)
+        if cmd == "bc":
+            from robo_async.imitate import bc
+
+            return bc(rest)
         if cmd == "eval":
             return _eval(_kv(rest))
         if cmd == "resources":

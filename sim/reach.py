@@ -192,10 +192,24 @@ class ReachTask:
 
 
 class ReachExpert:
-    """Scripted expert: solves IK for the current target and commands it, every tick."""
+    """Scripted expert: solves IK for the current target and commands it, every tick.
 
-    def __init__(self, task: ReachTask) -> None:
+    With `max_step` (rad per tick) the commanded joint targets move toward the IK solution at
+    most that far per tick: smooth trajectories like a human demonstrator's, along which the robot
+    only moves while it is commanded (a robot waiting for its policy stands still)."""
+
+    def __init__(self, task: ReachTask, max_step: float | None = None) -> None:
         self._task = task
+        self.max_step = max_step
+        self._last: np.ndarray | None = None
+        self._tick = -1
 
     def act(self) -> np.ndarray:
-        return self._task.solve_ik(self._task.target)
+        goal = self._task.solve_ik(self._task.target)
+        if self.max_step is None:
+            return goal
+        if self._last is None or self._task.tick < self._tick or self._task.tick == 0:
+            self._last = self._task.state().copy()  # a new episode starts from where the arm is
+        self._tick = self._task.tick
+        self._last = (self._last + np.clip(goal - self._last, -self.max_step, self.max_step)).astype(np.float32)
+        return self._last.copy()

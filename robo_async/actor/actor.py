@@ -44,6 +44,7 @@ class ActorConfig:
     uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
     inference: str = "inline"  # inline (chunk per tick on the loop), or one of inference.ACTOR_MODES
     inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
+    replan: str = "due"  # due: next chunk when the committed actions fall to latency + 1; continuous: always
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
 
 
@@ -75,7 +76,7 @@ class Actor:
             spec = self.robot.spec
             engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1),
                                      config.inference_timeout_s)
-            self.runner = AsyncChunkRunner(engine, spec, merge, forward)
+            self.runner = AsyncChunkRunner(engine, spec, merge, forward, replan=config.replan)
 
     def _swap_weights(self, client: WeightClient) -> None:
         w = client.take_weights()
@@ -95,6 +96,15 @@ class Actor:
             if w.version not in self._bad_weights_logged:
                 log.error("actor %d rejected weights, keeping v%d: %s", self.config.actor_id, self.policy.version, e)
                 self._bad_weights_logged.add(w.version)
+
+    def _inference_stats(self) -> dict[str, float]:
+        if self.runner is None:
+            return {}
+        e = self.runner.engine
+        return {"infer_p50_ms": round(e.latency.percentile(50) * 1000, 2),
+                "infer_p95_ms": round(e.latency.percentile(95) * 1000, 2),
+                "held_ticks": self.runner.holds, "bad_chunks": e.bad_chunks, "hung": e.hung_reports,
+                "stale_dropped": self.runner.schedule.stale_dropped}
 
     def _is_eval(self) -> bool:
         n = self.config.eval_every
@@ -223,4 +233,4 @@ class Actor:
                                                {"clipped": st.clipped, "rejected": st.rejected,
                                                 "workspace": st.workspace, "estopped": st.estopped,
                                                 "unacked": self.uplink.unacked,
-                                                "resends": self.uplink.resends}))
+                                                "resends": self.uplink.resends, **self._inference_stats()}))

@@ -240,10 +240,18 @@ class AsyncChunkRunner:
     """Per-tick glue between the control loop, the schedule and the inference engine."""
 
     def __init__(self, engine: InferenceEngine, spec: RobotSpec, mode: str = "rtc", forward: bool = True,
-                 margin_ticks: int = 1) -> None:
+                 margin_ticks: int | None = None, replan: str = "due") -> None:
+        if replan not in ("due", "continuous"):
+            raise ValueError(f"replan must be 'due' or 'continuous', not '{replan}'")
         self.engine, self.spec = engine, spec
         self.schedule = ChunkSchedule("drop_stale" if mode == "sync" else mode)
-        self.mode, self.forward, self.margin = mode, forward, margin_ticks
+        # sync runs each chunk to its end before asking again (LeRobot's synchronous loop); async
+        # modes ask when what is left falls to the latency plus this margin
+        margin = (0 if mode == "sync" else 1) if margin_ticks is None else margin_ticks
+        self.mode, self.forward, self.margin = mode, forward, margin
+        # due: ask when the committed actions fall to latency + margin; continuous: whenever the
+        # engine is idle (async modes), so a change in the world is seen one inference sooner
+        self.continuous = replan == "continuous"
         self.holds = 0
         self._last: np.ndarray | None = None
         self.versions: list[int] = []
@@ -270,13 +278,18 @@ class AsyncChunkRunner:
         """The action for tick `now`. Never waits on the policy (except in `sync` mode, the baseline)."""
         self._take(now)
         d = 0 if self.mode == "sync" else self.engine.latency.ticks(self.spec.dt)
-        if not self.engine.busy and self.schedule.remaining(now) <= d + self.margin:
+        due = self.schedule.remaining(now) <= d + self.margin or (self.continuous and self.mode != "sync")
+        if not self.engine.busy and due:
             committed = self.schedule.upcoming(now, d)
+            if len(committed) < d:  # the schedule runs out before the chunk lands: the robot holds
+                hold = committed[-1] if len(committed) else self._hold(obs)
+                committed = np.concatenate([committed.reshape(-1, len(hold)),
+                                            np.repeat(np.asarray(hold, np.float32)[None], d - len(committed), 0)])
             fstate = forward_state(obs["state"], committed, self.spec) if self.forward else None
             if self.mode == "rtc":  # the chunk starts now and continues the committed prefix
                 self.engine.submit(obs, fstate, committed, now, self.epoch, now)
-            else:  # it is about tick now + d (naive: start now; its first d actions go stale)
-                self.engine.submit(obs, fstate, None, now + len(committed) if self.forward else now, self.epoch, now)
+            else:  # about tick now + d, when it lands (naive: about now; its first d actions go stale)
+                self.engine.submit(obs, fstate, None, now + d if self.forward else now, self.epoch, now)
             if self.mode == "sync":
                 while self.engine.busy:  # the baseline: the robot waits for the policy
                     time.sleep(0.0005)
@@ -285,6 +298,9 @@ class AsyncChunkRunner:
         a = self.schedule.pop(now)
         if a is None:  # nothing scheduled: hold
             self.holds += 1
-            a = self._last if self._last is not None else self.spec.hold_action(obs["state"])
+            a = self._hold(obs)
         self._last = a
         return a
+
+    def _hold(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self._last if self._last is not None else self.spec.hold_action(obs["state"])

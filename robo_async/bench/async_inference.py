@@ -34,15 +34,18 @@ KEYS, DIMS = ("state", "target", "ee_to_target"), (6, 3, 3)
 SCALE = {"ee_to_target": 10.0, "target": 5.0}
 
 
+EXPERT_STEP = 0.03  # rad per tick: the demonstrator moves its joint targets at most this fast
+
+
 def task_config(ticks: int) -> ReachConfig:
-    return ReachConfig(target_moves=2, move_gap=25, episode_ticks=ticks, success_radius=0.03)
+    return ReachConfig(target_moves=2, move_gap=20, episode_ticks=ticks, success_radius=0.03)
 
 
 def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     spec = ReachTask().spec()
     policy = FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5,
-                             hidden=(512, 512), obs_scale=SCALE)
-    key = hashlib.sha1(f"{policy.architecture}-{steps}-v1".encode()).hexdigest()[:10]
+                             hidden=(512, 512), obs_scale=SCALE, action_mode="delta", delta_range=0.6)
+    key = hashlib.sha1(f"{policy.architecture}-{steps}-{EXPERT_STEP}-v2".encode()).hexdigest()[:10]
     path = cache / f"flow_reach_{key}.safetensors"
     if path.exists():
         policy.net.load_state_dict(load_file(str(path)))
@@ -52,7 +55,7 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
         task = ReachTask(task_config(150))
         robot = SimRobot(task)
         robot.connect()
-        demos = record_expert(robot, ReachExpert(task), 200, 150)
+        demos = record_expert(robot, ReachExpert(task, EXPERT_STEP), 200, 150)
         robot.close()
         train_bc(policy, demos, steps, max_delay=12, log_every=max(steps // 5, 1))
         cache.mkdir(parents=True, exist_ok=True)
@@ -110,7 +113,9 @@ def run_episode(policy: FlowChunkPolicy, mode: str, latency_ms: float, seed: int
             "actions": np.asarray(actions), "arrivals": arrivals, "stamps": stamps}
 
 
-def plot(trajs: dict[str, dict], path: Path) -> None:
+def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0, 2.6)) -> None:
+    """Commanded joint targets against wall-clock time (a waiting robot shows as a flat stretch),
+    one panel per mode; dotted lines where a chunk lands."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,15 +123,17 @@ def plot(trajs: dict[str, dict], path: Path) -> None:
 
     fig, axes = plt.subplots(len(trajs), 1, figsize=(8, 2.2 * len(trajs)), sharex=True)
     for ax, (mode, r) in zip(np.atleast_1d(axes), trajs.items()):
-        a = r["actions"][:90]
+        t, a = np.asarray(r["stamps"]), r["actions"]
+        sel = (t >= window[0]) & (t <= window[1])
         for j in range(3):
-            ax.plot(a[:, j], lw=1.2, label=f"joint {j}")
+            ax.plot(t[sel], a[sel, j], lw=1.0, marker=".", ms=3, label=f"joint {j}")
         for k in r["arrivals"]:
-            if k < len(a):
-                ax.axvline(k, color="grey", lw=0.6, ls=":")
-        ax.set_title(f"{mode}: commanded joint targets (dotted: a chunk arrives)", fontsize=9)
+            if k < len(t) and window[0] <= t[k] <= window[1]:
+                ax.axvline(t[k], color="grey", lw=0.6, ls=":")
+        ax.set_title(f"{mode}: commanded joint targets, one dot per control tick (dotted: a chunk lands)",
+                     fontsize=9)
         ax.set_ylabel("rad")
-    np.atleast_1d(axes)[-1].set_xlabel("control tick (30 Hz)")
+    np.atleast_1d(axes)[-1].set_xlabel("wall-clock time since the episode started (s)")
     np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -48,6 +48,9 @@ class TaskArgs:
         return f"sim:{self.name}/{index}"
 
 
+_POLICY_KEYS = ("name", "obs_keys", "hidden", "action_mode", "delta_scale", "obs_scale")
+
+
 @dataclass(frozen=True)
 class PolicyArgs:
     name: str
@@ -56,13 +59,26 @@ class PolicyArgs:
     action_mode: str = "delta"
     delta_scale: float = 0.15
     obs_scale: tuple[tuple[str, float], ...] = ()
+    options: tuple[tuple[str, object], ...] = ()  # the policy's other keys (horizon, cameras, path, ...)
 
     @staticmethod
     def from_config(policy: dict) -> "PolicyArgs":
         p = dict(policy)
         scale = tuple((str(k), float(v)) for k, v in (p.get("obs_scale") or {}).items())
-        return PolicyArgs(p["name"], tuple(p["obs_keys"]), tuple(p["hidden"]),
-                          p.get("action_mode", "delta"), float(p.get("delta_scale", 0.15)), scale)
+        options = tuple((k, _hashable(v)) for k, v in sorted(p.items()) if k not in _POLICY_KEYS and k != "bc")
+        return PolicyArgs(p["name"], tuple(p["obs_keys"]), tuple(p.get("hidden") or ()),
+                          p.get("action_mode", "delta"), float(p.get("delta_scale", 0.15)), scale, options)
+
+    def option(self, key: str, default: object = None) -> object:
+        return dict(self.options).get(key, default)
+
+
+def _hashable(v: object) -> object:
+    if isinstance(v, list | tuple):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple((k, _hashable(x)) for k, x in v.items())
+    return v
 
 
 @dataclass(frozen=True)
@@ -160,10 +176,67 @@ def obs_dims(spec: RobotSpec, keys: tuple[str, ...]) -> tuple[int, ...]:
 
 
 def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = False) -> Policy:
-    return make_policy(args.name, obs_keys=args.obs_keys, obs_dims=obs_dims(spec, args.obs_keys),
-                       action_low=spec.joint_low, action_high=spec.joint_high, hidden=args.hidden,
-                       dt=spec.dt, deterministic=deterministic, action_mode=args.action_mode,
-                       delta_scale=args.delta_scale, obs_scale=dict(args.obs_scale))
+    """The policy an actor runs: built from the config, weights from `path` when given, wrapped
+    in an injected inference delay when `inference_delay_ms` is set (sim and tests)."""
+    opts = {k: (dict(v) if k == "overrides" else v) for k, v in args.options}
+    if args.name == "lerobot":
+        policy = _make_lerobot_policy(args, spec, opts)
+    else:
+        policy = make_policy(args.name, obs_keys=args.obs_keys, obs_dims=obs_dims(spec, args.obs_keys),
+                             action_low=spec.joint_low, action_high=spec.joint_high, hidden=args.hidden,
+                             dt=spec.dt, deterministic=deterministic, action_mode=args.action_mode,
+                             delta_scale=args.delta_scale, obs_scale=dict(args.obs_scale),
+                             **{k: v for k, v in opts.items() if k not in ("path", "inference_delay_ms", "type")})
+        if hasattr(policy, "deterministic"):
+            policy.deterministic = deterministic
+        if opts.get("path"):
+            load_policy_file(policy, Path(str(opts["path"])))
+    delay = opts.get("inference_delay_ms")
+    if delay:
+        from policies.delayed import DelayedPolicy
+
+        lo, hi = (float(delay[0]), float(delay[1])) if isinstance(delay, tuple) else (float(delay), float(delay))
+        policy = DelayedPolicy(policy, lo, hi - lo)
+    return policy
+
+
+def load_policy_file(policy: Policy, path: Path) -> None:
+    """Weights saved by `robo-async bc` (policy.safetensors, or the run directory holding it)."""
+    from safetensors.numpy import load_file
+
+    file = path / "policy.safetensors" if path.is_dir() else path
+    if not file.is_file():
+        raise ConfigError(f"policy.path={path}: no policy.safetensors there (train one with `robo-async bc`)")
+    try:
+        policy.load_weights(0, load_file(str(file)))
+    except ValueError as e:
+        raise ConfigError(f"policy.path={file}: {e}") from None
+
+
+def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Policy:
+    from policies.lerobot_chunk import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
+
+    env_keys = tuple(k for k in args.obs_keys if k != "state")
+    cams = tuple(opts.get("cameras") or ())
+    units = str(opts.get("units", "rad"))
+    try:
+        if opts.get("path"):
+            return load_lerobot_policy(str(opts["path"]), action_low=spec.joint_low, action_high=spec.joint_high,
+                                       env_keys=env_keys, cameras=cams, dt=spec.dt, units=units,
+                                       task=str(opts.get("instruction", "")))
+        sizes = {c.name: (c.height, c.width) for c in spec.cameras}
+        missing = [c for c in cams if c not in sizes]
+        if missing:
+            raise ConfigError(f"policy.cameras {missing} are not cameras of {spec.name} (it has {sorted(sizes)})")
+        dims = obs_dims(spec, env_keys) if env_keys else ()
+        return build_lerobot_policy(str(opts.get("type", "act")), state_dim=spec.state_dim,
+                                    action_low=spec.joint_low, action_high=spec.joint_high, env_keys=env_keys,
+                                    env_dim=int(sum(dims)), env_scale=float(opts.get("env_scale", 1.0)),
+                                    cameras=tuple((c, *sizes[c]) for c in cams),
+                                    chunk_size=int(opts.get("chunk_size", 10)), dt=spec.dt, units=units,
+                                    task=str(opts.get("instruction", "")), **dict(opts.get("overrides") or {}))
+    except LeRobotPolicyUnavailable as e:
+        raise ConfigError(str(e)) from None
 
 
 def new_run_dir(root: str, task: str) -> Path:
@@ -204,6 +277,10 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         raise ConfigError("only algo=sac exists so far")
     sac = SACConfig(**_dataclass_kwargs(SACConfig, algo, "algo sac"))
     pol = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
+    if pol.name != "mlp":
+        raise ConfigError(f"train runs SAC, which trains policy=mlp; policy={pol.name} is a chunk policy: train "
+                          f"it by behaviour cloning with `robo-async bc policy={pol.name}` (RL fine-tuning of chunk "
+                          "policies is not built yet)")
     if pol.hidden != sac.hidden:
         sac = SACConfig(**{**sac.__dict__, "hidden": pol.hidden})
     dims = obs_dims(spec, pol.obs_keys)
@@ -240,7 +317,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             flush_every=cfg.actor.flush_every, heartbeat_s=cfg.actor.heartbeat_s,
             seed=cfg.seed * 1000 + i, start_seq=int(hw.get(str(i), 0)),
             start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
-            inference=str(cfg.actor.get("inference", "inline")),
+            inference=str(cfg.actor.get("inference", "inline")), replan=str(cfg.actor.get("replan", "due")),
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s)),

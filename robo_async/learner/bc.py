@@ -12,6 +12,8 @@ So the policy learns to act from forwarded states and stale observations, as it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -36,10 +38,12 @@ def record_expert(robot, expert, episodes: int, ticks: int, seed: int = 0) -> li
 
 
 def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy, max_delay: int,
-                  rng: np.random.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """n (condition, normalized chunk, delay-mask length) samples; see the module docstring."""
+                  rng: np.random.Generator, n: int
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """n (condition, normalized chunk, delay-mask length, camera frames or None) samples; see the
+    module docstring."""
     h = policy.horizon
-    conds, chunks, masks = [], [], []
+    conds, chunks, masks, frames = [], [], [], []
     for _ in range(n):
         ep = episodes[rng.integers(len(episodes))]
         acts = ep["action"]
@@ -53,24 +57,30 @@ def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy
         fstate = committed[-1] if len(committed) else state
         obs = {k.removeprefix("obs/"): v[t] for k, v in ep.items() if k.startswith("obs/")}
         conds.append(policy.condition(obs, fstate))
-        chunks.append(policy.normalize(acts[idx]))
+        if policy.cameras:
+            frames.append(policy.images(obs))
+        chunks.append(policy.normalize(acts[idx], fstate))
         masks.append(min(d, len(committed)) if rtc else 0)
-    return (torch.as_tensor(np.stack(conds)), torch.as_tensor(np.stack(chunks)), torch.as_tensor(masks))
+    return (torch.as_tensor(np.stack(conds)), torch.as_tensor(np.stack(chunks)), torch.as_tensor(masks),
+            torch.as_tensor(np.stack(frames)) if frames else None)
 
 
 def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 256,
-             lr: float = 1e-3, max_delay: int = 10, seed: int = 0, log_every: int = 0) -> list[float]:
+             lr: float = 1e-3, max_delay: int = 10, seed: int = 0, log_every: int = 0,
+             on_step: Callable[[int, float], None] | None = None) -> list[float]:
     """Adam on the flow-matching loss; returns the loss per step."""
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
     losses = []
     for step in range(steps):
-        cond, chunks, delays = delay_samples(episodes, policy, max_delay, rng, batch)
-        loss = policy.bc_loss(cond, chunks, delays)
+        cond, chunks, delays, frames = delay_samples(episodes, policy, max_delay, rng, batch)
+        loss = policy.bc_loss(cond, chunks, delays, frames)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
+        if on_step is not None:
+            on_step(step + 1, losses[-1])
         if log_every and (step + 1) % log_every == 0:
             print(f"  bc step {step + 1}/{steps}: loss {np.mean(losses[-log_every:]):.4f}", flush=True)
     return losses

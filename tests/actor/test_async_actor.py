@@ -48,3 +48,61 @@ def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_pat
     versions = [int(r["policy_version"]) for _, r in store.rows()]
     store.close()
     assert len(versions) == 45 and set(versions) <= {-1}  # stamped by the chunk that produced them
+
+
+def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path):
+    """A stand-in learner (real ZMQ sockets, real store) publishes new weights while the
+    real-time actor runs async inference; a set for another architecture is refused."""
+    from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+    from robo_async.transport.wire import LearnerStatus, TransitionBatch, Weights
+
+    spec = ReachTask().spec()
+
+    def flow(hidden):
+        return FlowChunkPolicy(("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=8,
+                               steps=2, hidden=hidden)
+
+    rx, pub = TransitionReceiver("tcp://127.0.0.1:0"), WeightPublisher("tcp://127.0.0.1:0")
+    store = PersistentReplayStore(tmp_path / "r").open()
+    stop, boot = threading.Event(), "hotswap"
+    swapped, wrong = threading.Event(), threading.Event()
+
+    def learner():
+        new = flow((32,)).weights()
+        while not stop.is_set():
+            for msg in rx.poll(timeout_ms=5):
+                if isinstance(msg, TransitionBatch):
+                    store.insert(msg)
+            pub.publish_status(LearnerStatus(0, 0, len(store), 2**62, False, boot,
+                                             tuple(sorted(store.high_water().items()))))
+            if len(store) >= 10 and not wrong.is_set():  # another architecture: refused, old weights kept
+                pub.publish(Weights(1, flow((64,)).weights(), flow((64,)).architecture))
+                wrong.set()
+            if len(store) >= 20 and not swapped.is_set():  # mid-episode (episodes are 50 ticks)
+                pub.publish(Weights(2, new, flow((32,)).architecture))
+                swapped.set()
+
+    t = threading.Thread(target=learner, daemon=True)
+    t.start()
+    policy = DelayedPolicy(flow((32,)), delay_ms=60)
+    cfg = ActorConfig(0, rx.address, pub.address, realtime=True, max_steps=45, eval_every=0,
+                      inference="async_forward_rtc", episode_ticks=50, flush_every=4)
+    actor = Actor(SimRobot(ReachTask()), policy, cfg)
+    try:
+        actor.run(threading.Event())
+        deadline = __import__("time").monotonic() + 20
+        while len(store) < 45 and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.01)
+    finally:
+        stop.set()
+        t.join(5)
+    versions = [int(r["policy_version"]) for _, r in store.rows()]
+    store.close()
+    rx.close()
+    pub.close()
+    assert swapped.is_set() and actor.env_steps == 45 and actor.tick == 45  # every tick ran
+    assert len(versions) == 45
+    assert versions[0] == -1 and versions[-1] == 2  # the new version reached the robot mid-episode
+    assert versions == sorted(versions)  # never back to older weights
+    assert 1 not in versions and policy.version == 2  # the other architecture was refused
+    assert 1 in actor._bad_weights_logged

@@ -189,3 +189,80 @@ def test_flow_policy_rtc_prefix_is_exact_and_bc_learns():
         opt.step()
         losses.append(loss.item())
     assert np.mean(losses[-30:]) < 0.5 * np.mean(losses[:30])
+
+
+def test_a_short_schedule_is_padded_with_the_hold_so_the_chunk_is_about_its_landing_tick():
+    """Latency 3 ticks, nothing committed yet: the robot will hold its last target until the chunk
+    lands, so RTC gets that hold as a 3-action prefix and forwarding is about tick now + 3."""
+    for mode, forward in (("rtc", True), ("drop_stale", True)):
+        policy = Scripted(horizon=8)
+        engine = InferenceEngine(policy, A, 8)
+        engine.latency = FixedLatency(3)
+        runner = AsyncChunkRunner(engine, SPEC, mode=mode, forward=forward)
+        here = np.full(A, 0.2, np.float32)
+        runner.tick(0, obs(here))  # nothing scheduled: holds `here` and asks for a chunk
+        wait_idle(engine)
+        fstate, prefix = policy.calls[0]
+        np.testing.assert_array_equal(fstate, here)
+        if mode == "rtc":
+            np.testing.assert_array_equal(prefix, np.tile(here, (3, 1)))
+        else:
+            assert prefix is None
+        runner.tick(1, obs(here))
+        runner.tick(2, obs(here))
+        a3 = runner.tick(3, obs(here))  # the chunk's first action is for tick 3, none went stale
+        want = np.full(A, 0.03, np.float32) if mode == "rtc" else np.zeros(A, np.float32)
+        np.testing.assert_array_equal(a3, want)
+        if mode != "rtc":  # (rtc re-emits the prefix; its ticks already run are dropped on arrival)
+            assert runner.schedule.stale_dropped == 0
+        engine.close()
+
+
+def test_continuous_replanning_asks_whenever_the_engine_is_idle():
+    due, cont = Scripted(horizon=8), Scripted(horizon=8)
+    for policy, replan in ((due, "due"), (cont, "continuous")):
+        engine = InferenceEngine(policy, A, 8)
+        engine.latency = FixedLatency(1)
+        runner = AsyncChunkRunner(engine, SPEC, mode="drop_stale", forward=True, replan=replan)
+        for t in range(16):
+            runner.tick(t, obs())
+            wait_idle(engine)
+        engine.close()
+    assert len(cont.calls) == 16 and len(due.calls) < 6
+    with pytest.raises(ValueError, match="replan"):
+        AsyncChunkRunner(InferenceEngine(Scripted(), A, 8), SPEC, replan="sometimes")
+
+
+def test_flow_policy_delta_mode_and_image_inputs():
+    p = FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, horizon=4, steps=2, hidden=(32,),
+                        action_mode="delta", delta_range=0.5, cameras=("front",), image_size=32)
+    ref = np.full(A, 0.1, np.float32)
+    acts = np.tile(ref + 0.2, (4, 1))
+    np.testing.assert_allclose(p.denormalize(p.normalize(acts, ref), ref), acts, atol=1e-6)
+    o = {"state": ref, "front": np.zeros((48, 48, 3), np.uint8)}  # resized to 32 inside
+    p.deterministic = True
+    a = p.predict_chunk(o).actions
+    assert a.shape == (4, A) and np.all(np.abs(a - ref) <= 0.5 + 1e-6)  # within delta_range of the state
+    b = p.predict_chunk({**o, "front": np.full((48, 48, 3), 255, np.uint8)}).actions
+    assert not np.allclose(a, b)  # the image is an input
+    assert "1cam32" in p.architecture
+    with pytest.raises(KeyError, match="front"):
+        p.predict_chunk({"state": ref})
+    with pytest.raises(ValueError, match="action_mode"):
+        FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, action_mode="relative")
+
+
+def test_bc_with_camera_frames_lowers_the_loss():
+    from robo_async.learner.bc import train_bc
+
+    rng = np.random.default_rng(0)
+    eps = []
+    for _ in range(4):  # the action depends on the image's brightness only
+        level = rng.uniform(0, 1, 30).astype(np.float32)
+        frames = (level[:, None, None, None] * 255 * np.ones((30, 16, 16, 3))).astype(np.uint8)
+        acts = np.tile((level[:, None] - 0.5), (1, A)).astype(np.float32)
+        eps.append({"obs/state": np.zeros((30, A), np.float32), "obs/front": frames, "action": acts})
+    p = FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, horizon=2, steps=2, hidden=(64,),
+                        cameras=("front",), image_size=16)
+    losses = train_bc(p, eps, 150, batch=32, max_delay=0)
+    assert np.mean(losses[-20:]) < 0.6 * np.mean(losses[:20])

@@ -1,0 +1,214 @@
+"""`robo-async bc`: train a chunk policy by delay-consistent behaviour cloning, then evaluate it on
+the simulator with asynchronous inference (the mode and injected latency the actor would use).
+
+    robo-async bc policy=flow                                   # reach, scripted-expert demos
+    robo-async bc policy=flow policy.bc.from_store=runs/x/replay  # the demos table of a store
+    robo-async bc policy=flow actor.inference=async_forward_rtc policy.inference_delay_ms=200
+
+Writes <run dir>/policy.safetensors (+ policy.yaml), bc_loss.png and eval.json.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from omegaconf import OmegaConf
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from robo_async.config import UserError, compose_config
+from robo_async.launch.builders import (ConfigError, PolicyArgs, load_policy_file, make_actor_policy, make_robot,
+                                        new_run_dir, task_args)
+
+
+def episodes_from_store(store_dir: Path, table: str = "demos") -> list[dict[str, np.ndarray]]:
+    """A store's table as episodes (consecutive transitions of one actor up to a terminal or
+    truncated one), in the layout `record_expert` returns."""
+    from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreError
+
+    if not (store_dir / "data.mdb").exists():
+        raise UserError(f"policy.bc.from_store={store_dir}: not a replay store (no data.mdb)")
+    try:
+        store = PersistentReplayStore(store_dir).open(readonly=True)
+    except StoreError as e:
+        raise UserError(str(e)) from None
+    episodes: list[dict[str, np.ndarray]] = []
+    current: dict[int, dict[str, list]] = {}
+    try:
+        for _, actor, _, row in store.records(table):
+            ep = current.setdefault(actor, {})
+            for k, v in row.items():
+                if k.startswith("obs/") or k == "action":
+                    ep.setdefault(k, []).append(np.asarray(v))
+            if bool(row["terminated"]) or bool(row["truncated"]):
+                episodes.append({k: np.stack(v) for k, v in current.pop(actor).items()})
+    finally:
+        store.close()
+    if not episodes:
+        raise UserError(f"{store_dir}: table '{table}' holds no complete episode to learn from")
+    return episodes
+
+
+def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[dict[str, np.ndarray]]:
+    from robo_async.learner.bc import record_expert
+    from sim import EXPERTS
+
+    if targs.name not in EXPERTS:
+        raise UserError(f"task '{targs.name}' has no scripted expert; give policy.bc.from_store=<store with demos>")
+    robot = make_robot(targs)
+    cls = EXPERTS[targs.name]
+    expert = cls(robot.task, max_step) if "max_step" in inspect.signature(cls).parameters else cls(robot.task)
+    ticks = int(targs.options.get("episode_ticks", 50))
+    job = progress.add_task("recording expert demos", total=episodes, info="")
+    robot.connect()
+    try:
+        out = []
+        for ep in range(episodes):
+            out += record_expert(robot, expert, 1, ticks, seed=ep)
+            progress.advance(job)
+    finally:
+        robot.close()
+    return out
+
+
+def evaluate_chunk_policy(policy, targs, mode: str, episodes: int, seed: int = 10_000) -> dict:
+    """Episodes in wall-clock real time at the robot's rate with the actor's async inference."""
+    from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine
+
+    robot = make_robot(targs)
+    spec = robot.spec
+    merge, forward = ACTOR_MODES[mode]
+    ticks = int(targs.options.get("episode_ticks", 50))
+    wins, lengths, holds, lat = [], [], 0, []
+    robot.connect()
+    try:
+        for ep in range(episodes):
+            engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1))
+            runner = AsyncChunkRunner(engine, spec, merge, forward)
+            obs = robot.reset(seed=seed + ep).as_dict()
+            next_t, n, success = time.monotonic(), 0, False
+            for n in range(1, ticks + 1):
+                now = time.monotonic()
+                if now < next_t:
+                    time.sleep(next_t - now)
+                next_t = next_t + spec.dt if time.monotonic() - next_t < spec.dt else time.monotonic()
+                robot.send_action(runner.tick(n - 1, obs))
+                obs = robot.get_observation().as_dict()
+                if robot.outcome().success:
+                    success = True
+                    break
+            holds += runner.holds
+            lat += list(engine.latency._samples)
+            engine.close()
+            wins.append(success)
+            lengths.append(n)
+    finally:
+        robot.close()
+    return {"episodes": episodes, "mode": mode, "success_rate": float(np.mean(wins)),
+            "mean_ticks": float(np.mean(lengths)), "holds": holds,
+            "latency_p50_ms": float(np.percentile(lat, 50) * 1000) if lat else None,
+            "latency_p95_ms": float(np.percentile(lat, 95) * 1000) if lat else None}
+
+
+def plot_losses(losses: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    k = max(len(losses) // 100, 1)
+    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
+    ax.plot(losses, lw=0.5, alpha=0.4, label="per step")
+    ax.plot(np.arange(len(smooth)) + k - 1, smooth, lw=1.5, label=f"mean of {k}")
+    ax.set_yscale("log")
+    ax.set_xlabel("BC step")
+    ax.set_ylabel("flow-matching loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bc(overrides: list[str]) -> int:
+    from robo_async.learner.bc import train_bc
+
+    cfg = compose_config(overrides)
+    pol_cfg = OmegaConf.to_container(cfg.policy, resolve=True)
+    if pol_cfg["name"] != "flow":
+        raise UserError(f"bc trains the flow chunk policy (policy=flow), not policy={pol_cfg['name']}")
+    mode = str(cfg.actor.get("inference", "inline"))
+    if mode == "inline":
+        mode = "async_forward_rtc"
+    b = pol_cfg["bc"]
+    targs = task_args(cfg.task)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, f"{targs.name}-bc")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
+        spec = make_robot(targs).spec
+        policy = make_actor_policy(pargs, spec)
+    except (ConfigError, TypeError, ValueError, KeyError) as e:
+        raise UserError(f"bad config: {e}") from None
+    torch.set_num_threads(max(1, int(cfg.learner.threads)))
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    steps = int(b["steps"])
+    losses: list[float] = []
+    demos: list = []
+    if steps == 0 and not pol_cfg.get("path"):
+        raise UserError("policy.bc.steps=0 evaluates existing weights: give policy.path=<bc run dir>")
+    with Progress(*columns) as progress:
+        if steps == 0:
+            pass
+        elif b.get("from_store"):
+            demos = episodes_from_store(Path(b["from_store"]), b.get("table", "demos"))
+            progress.console.print(f"{len(demos)} episodes from {b['from_store']} (table {b.get('table', 'demos')})")
+        else:
+            demos = _record(targs, int(b["demos"]), float(b.get("expert_max_step", 0.03)), progress)
+        missing = [k for k in (*pargs.obs_keys, *policy.cameras) if demos and f"obs/{k}" not in demos[0]]
+        if missing:
+            raise UserError(f"the demonstrations have no {missing} (they have "
+                            f"{sorted(k[4:] for k in demos[0] if k.startswith('obs/'))})")
+        if steps:
+            job = progress.add_task("behaviour cloning", total=steps, info="")
+
+            def tick(step: int, loss: float) -> None:
+                progress.update(job, completed=step, info=f"loss {loss:.4f}")
+
+            losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
+                              max_delay=int(b["max_delay"]), seed=int(cfg.seed), on_step=tick)
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
+    (run_dir / "policy.yaml").write_text(yaml.safe_dump(
+        {"policy": pol_cfg, "task": OmegaConf.to_container(cfg.task, resolve=True),
+         "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)}, sort_keys=False))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if losses:
+        plot_losses(losses, run_dir / "bc_loss.png")
+        print(f"trained {len(losses)} steps on {len(demos)} episodes: final loss {np.mean(losses[-50:]):.4f}",
+              flush=True)
+    result: dict = {}
+    if int(cfg.eval_episodes) > 0:
+        eval_policy = make_actor_policy(PolicyArgs.from_config({**pol_cfg, "path": str(run_dir)}), spec,
+                                        deterministic=True)
+        print(f"evaluating {cfg.eval_episodes} episodes in real time: {mode}, injected latency "
+              f"{pol_cfg.get('inference_delay_ms') or 0} ms ...", flush=True)
+        result = evaluate_chunk_policy(eval_policy, targs, mode, int(cfg.eval_episodes))
+        print(f"success rate {result['success_rate']:.0%} over {result['episodes']} episodes, "
+              f"mean {result['mean_ticks']:.0f} ticks, {result['holds']} held ticks, "
+              f"inference p50 {result['latency_p50_ms'] or 0:.1f} ms", flush=True)
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
+    print(f"results in {run_dir}: policy.safetensors, policy.yaml, bc_loss.png, eval.json", flush=True)
+    print(f"evaluate again (other modes/latencies): robo-async bc policy=flow policy.path={run_dir} "
+          f"policy.bc.steps=0 actor.inference=<mode> policy.inference_delay_ms=<ms>", flush=True)
+    return 0
+
+
+__all__ = ["bc", "episodes_from_store", "evaluate_chunk_policy", "load_policy_file"]

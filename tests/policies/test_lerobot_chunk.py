@@ -1,0 +1,101 @@
+"""LeRobot chunk policies behind our Policy interface: ACT built with random init, saved and loaded
+from a local directory, driven by the async runner; VLAs that need the hub are refused clearly."""
+
+import numpy as np
+import pytest
+
+from policies.base import WeightsMismatch
+from policies.lerobot_chunk import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
+from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
+from sim import ReachConfig, ReachTask, SimRobot
+
+SPEC = ReachTask().spec()
+SMALL_ACT = dict(dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_vae_encoder_layers=1,
+                 latent_dim=8, use_vae=False)
+
+
+def act(cameras=(("front", 48, 48),), chunk=6, **kw):
+    return build_lerobot_policy("act", state_dim=6, action_low=SPEC.joint_low, action_high=SPEC.joint_high,
+                                env_keys=("target", "ee_to_target"), env_dim=6, env_scale=10.0, cameras=cameras,
+                                chunk_size=chunk, **{**SMALL_ACT, **kw})
+
+
+@pytest.fixture(scope="module")
+def observation():
+    task = ReachTask(ReachConfig(cameras=("front",), image_size=48))
+    robot = SimRobot(task)
+    robot.connect()
+    obs = robot.reset(seed=3).as_dict()
+    robot.close()
+    return obs
+
+
+def test_act_random_init_predicts_a_chunk_in_limits(observation):
+    p = act()
+    assert "image/front" in observation or "front" in observation
+    c = p.predict_chunk(observation)
+    assert c.actions.shape == (6, SPEC.action_dim)
+    assert np.all(c.actions >= np.asarray(SPEC.joint_low) - 1e-6) and np.all(c.actions <= np.asarray(SPEC.joint_high) + 1e-6)
+    # the forwarded state is what the policy sees: a different state gives a different chunk
+    other = p.predict_chunk(observation, forwarded_state=np.asarray(SPEC.joint_high, np.float32) * 0.9)
+    assert not np.allclose(other.actions, c.actions)
+
+
+def test_prefix_is_returned_exactly(observation):
+    p = act()
+    prefix = np.full((2, SPEC.action_dim), 0.1234, np.float32)
+    c = p.predict_chunk(observation, prefix=prefix)
+    np.testing.assert_array_equal(c.actions[:2], prefix)
+
+
+def test_saved_policy_loads_from_a_local_directory_with_the_same_outputs(observation, tmp_path):
+    p = act()
+    want = p.predict_chunk(observation).actions
+    p.save(tmp_path / "act")
+    q = load_lerobot_policy(tmp_path / "act", action_low=SPEC.joint_low, action_high=SPEC.joint_high,
+                            env_keys=("target", "ee_to_target"), cameras=("front",))
+    assert q.architecture == p.architecture
+    np.testing.assert_allclose(q.predict_chunk(observation).actions, want, atol=1e-5)
+    with pytest.raises(LeRobotPolicyUnavailable, match="config.json missing"):
+        load_lerobot_policy(tmp_path / "nothing", action_low=SPEC.joint_low, action_high=SPEC.joint_high)
+
+
+def test_weights_sync_and_other_architectures_are_rejected(observation):
+    p, q = act(), act()
+    q.load_weights(7, p.weights())
+    assert q.version == 7
+    np.testing.assert_allclose(q.predict_chunk(observation).actions, p.predict_chunk(observation).actions, atol=1e-5)
+    bigger = act(dim_model=64)
+    with pytest.raises(WeightsMismatch):
+        q.load_weights(8, bigger.weights())
+    assert q.version == 7  # old weights kept
+
+
+def test_act_drives_the_async_runner(observation):
+    p = act(cameras=(), chunk=5)
+    engine = InferenceEngine(p, SPEC.action_dim, p.horizon)
+    runner = AsyncChunkRunner(engine, SPEC, "rtc", True)
+    obs = {k: v for k, v in observation.items() if not k.startswith("image")}
+    try:
+        for k in range(40):
+            a = runner.tick(k, obs)
+            assert a.shape == (SPEC.action_dim,) and np.all(np.isfinite(a))
+            if k % 5 == 4:  # let the engine catch up: this test counts chunks, not time
+                import time
+                deadline = time.monotonic() + 10
+                while engine.busy and time.monotonic() < deadline:
+                    time.sleep(0.001)
+        assert len(runner.versions) >= 2 and engine.bad_chunks == 0
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", ["smolvla", "pi0", "pi05"])
+def test_vlas_that_need_the_hub_are_refused_by_name(kind):
+    with pytest.raises(LeRobotPolicyUnavailable, match="hub"):
+        build_lerobot_policy(kind, state_dim=6, action_low=SPEC.joint_low, action_high=SPEC.joint_high)
+
+
+def test_unknown_policy_type_is_named():
+    with pytest.raises((LeRobotPolicyUnavailable, ValueError, KeyError), match="nosuch"):
+        build_lerobot_policy("nosuch", state_dim=6, action_low=SPEC.joint_low, action_high=SPEC.joint_high)
