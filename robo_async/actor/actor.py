@@ -44,6 +44,7 @@ class ActorConfig:
     uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
     inference: str = "inline"  # inline (chunk per tick on the loop), or one of inference.ACTOR_MODES
     inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
+    inference_workers: int = 1  # inferences in flight at once (pipelined when > 1)
     replan: str = "due"  # due: next chunk when the committed actions fall to latency + 1; continuous: always
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
 
@@ -75,7 +76,7 @@ class Actor:
             merge, forward = ACTOR_MODES[config.inference]
             spec = self.robot.spec
             engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1),
-                                     config.inference_timeout_s)
+                                     config.inference_timeout_s, config.inference_workers)
             self.runner = AsyncChunkRunner(engine, spec, merge, forward, replan=config.replan)
 
     def _swap_weights(self, client: WeightClient) -> None:

@@ -78,77 +78,119 @@ class ChunkResult:
     obs_tick: int = 0  # the tick whose observation the chunk was computed from
 
 
-class InferenceEngine:
-    """One inference at a time on a daemon thread; the caller polls for results."""
+class _Slot:
+    """One inference worker: its job (None when idle), when it started, and its wake-up."""
 
-    def __init__(self, policy: Policy, action_dim: int, horizon: int, timeout_s: float = 2.0) -> None:
+    def __init__(self) -> None:
+        self.job: tuple | None = None
+        self.started = 0.0
+        self.reported = -1.0
+        self.wake = threading.Event()
+
+
+class InferenceEngine:
+    """Inference on daemon threads beside the control loop; the caller polls for results.
+
+    `workers=1` (default): one inference at a time. `workers=N`: up to N in flight (pipelined,
+    the runner staggers them), so a change in the world waits for at most 1/N of an inference
+    before one starts that sees it; this costs N times the inference compute."""
+
+    def __init__(self, policy: Policy, action_dim: int, horizon: int, timeout_s: float = 2.0,
+                 workers: int = 1) -> None:
+        if workers < 1:
+            raise ValueError(f"inference workers must be at least 1, not {workers}")
         self.policy = policy
         self.action_dim, self.horizon = action_dim, horizon
         self.timeout_s = timeout_s
         self.latency = LatencyTracker()
         self.bad_chunks = 0
         self.hung_reports = 0
+        self.workers = workers
         self._lock = threading.Lock()
-        self._job: tuple | None = None
-        self._result: ChunkResult | None = None
-        self._started = 0.0
-        self._wake = threading.Event()
+        self._results: deque[ChunkResult] = deque()
         self._stop = threading.Event()
+        self._model = threading.Condition()  # weights are swapped only while no inference runs
+        self._running = 0
         self._pending_weights: tuple[int, Mapping[str, np.ndarray]] | None = None
-        self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
-        self._thread.start()
+        self._slots = [_Slot() for _ in range(workers)]
+        self._threads = [threading.Thread(target=self._run, args=(slot,), name=f"inference-{i}", daemon=True)
+                         for i, slot in enumerate(self._slots)]
+        for t in self._threads:
+            t.start()
 
     @property
     def busy(self) -> bool:
-        return self._job is not None
+        """True when no worker is free for another inference."""
+        return all(s.job is not None for s in self._slots)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(s.job is not None for s in self._slots)
 
     def submit(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
                prefix: np.ndarray | None, start_tick: int, tag: int = 0, obs_tick: int = 0) -> bool:
-        """Start an inference; False if one is still running."""
+        """Start an inference; False if every worker is still busy."""
         with self._lock:
-            if self._job is not None:
+            slot = next((s for s in self._slots if s.job is None), None)
+            if slot is None:
                 return False
-            self._job = (dict(obs), forwarded_state, prefix, start_tick, tag, obs_tick)
-            self._started = time.monotonic()
-        self._wake.set()
+            slot.job = (dict(obs), forwarded_state, prefix, start_tick, tag, obs_tick)
+            slot.started = time.monotonic()
+        slot.wake.set()
         return True
 
     def swap_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
-        """New weights, loaded by the inference thread between two inferences (never mid-chunk)."""
-        self._pending_weights = (version, arrays)
-        self._wake.set()
+        """New weights, loaded by an inference thread between inferences (never mid-chunk)."""
+        with self._model:
+            self._pending_weights = (version, arrays)
+        self._slots[0].wake.set()
 
     def hung(self) -> bool:
-        """True (and reported once per inference) when the running inference is past the timeout."""
-        if self._job is not None and time.monotonic() - self._started > self.timeout_s:
-            if self.hung_reports == 0 or getattr(self, "_reported", None) != self._started:
-                self._reported = self._started
-                self.hung_reports += 1
-                log.error("inference running for %.1f s (timeout %.1f s): holding position",
-                          time.monotonic() - self._started, self.timeout_s)
-            return True
-        return False
+        """True (and reported once per inference) when a running inference is past the timeout."""
+        now, hung = time.monotonic(), False
+        for s in self._slots:
+            if s.job is not None and now - s.started > self.timeout_s:
+                hung = True
+                if s.reported != s.started:
+                    s.reported = s.started
+                    self.hung_reports += 1
+                    log.error("inference running for %.1f s (timeout %.1f s): holding position",
+                              now - s.started, self.timeout_s)
+        return hung
 
     def poll(self) -> ChunkResult | None:
+        """The oldest finished result not yet taken, or None."""
         with self._lock:
-            r, self._result = self._result, None
-        return r
+            return self._results.popleft() if self._results else None
 
-    def _run(self) -> None:
+    def _swap_if_pending(self) -> None:
+        with self._model:
+            if self._pending_weights is None:
+                return
+            while self._running and not self._stop.is_set():  # let running inferences finish
+                self._model.wait(0.05)
+            if self._pending_weights is None:
+                return
+            version, arrays = self._pending_weights
+            self._pending_weights = None
+            try:
+                self.policy.load_weights(version, arrays)
+            except ValueError as e:
+                log.error("inference: rejected weights v%d, keeping v%d: %s", version, self.policy.version, e)
+
+    def _run(self, slot: _Slot) -> None:
         while not self._stop.is_set():
-            self._wake.wait(0.05)
-            self._wake.clear()
-            if self._pending_weights is not None:  # between two inferences: never mid-chunk
-                version, arrays = self._pending_weights
-                self._pending_weights = None
-                try:
-                    self.policy.load_weights(version, arrays)
-                except ValueError as e:
-                    log.error("inference: rejected weights v%d, keeping v%d: %s", version, self.policy.version, e)
-            job = self._job
+            slot.wake.wait(0.05)
+            slot.wake.clear()
+            self._swap_if_pending()
+            job = slot.job
             if job is None:
                 continue
             obs, fstate, prefix, start, tag, obs_tick = job
+            with self._model:
+                while self._pending_weights is not None and self._running and not self._stop.is_set():
+                    self._model.wait(0.05)  # a swap is waiting: do not start another inference first
+                self._running += 1
             t0 = time.monotonic()
             try:
                 chunk = self.policy.predict_chunk(obs, forwarded_state=fstate, prefix=prefix)
@@ -162,14 +204,22 @@ class InferenceEngine:
                 self.bad_chunks += 1
                 log.error("inference: dropped a chunk: %s", e)
                 result = None
+            finally:
+                with self._model:
+                    self._running -= 1
+                    self._model.notify_all()
             with self._lock:
-                self._result = result
-                self._job = None
+                if result is not None:
+                    self._results.append(result)
+                slot.job = None
+            self._swap_if_pending()
 
     def close(self) -> None:
         self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=1)
+        for s in self._slots:
+            s.wake.set()
+        for t in self._threads:
+            t.join(timeout=1)
 
 
 class ChunkSchedule:
@@ -252,6 +302,9 @@ class AsyncChunkRunner:
         # due: ask when the committed actions fall to latency + margin; continuous: whenever the
         # engine is idle (async modes), so a change in the world is seen one inference sooner
         self.continuous = replan == "continuous"
+        self.superseded = 0  # results dropped because a newer observation's chunk had landed
+        self._merged_obs_tick = -1
+        self._last_submit = -(10**9)
         self.holds = 0
         self._last: np.ndarray | None = None
         self.versions: list[int] = []
@@ -262,6 +315,8 @@ class AsyncChunkRunner:
         self.schedule.clear()
         self._last = None
         self.epoch += 1
+        self._merged_obs_tick = -1
+        self._last_submit = -(10**9)
 
     @property
     def version(self) -> int:
@@ -269,8 +324,13 @@ class AsyncChunkRunner:
         return self.schedule.popped_version
 
     def _take(self, now: int) -> None:
-        r = self.engine.poll()
-        if r is not None and r.tag == self.epoch:
+        while (r := self.engine.poll()) is not None:
+            if r.tag != self.epoch:
+                continue  # from an earlier episode
+            if r.obs_tick < self._merged_obs_tick:  # overtaken by a chunk from a newer observation
+                self.superseded += 1
+                continue
+            self._merged_obs_tick = r.obs_tick
             self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version, r.obs_tick)
             self.versions.append(r.chunk.policy_version)
 
@@ -279,7 +339,10 @@ class AsyncChunkRunner:
         self._take(now)
         d = 0 if self.mode == "sync" else self.engine.latency.ticks(self.spec.dt)
         due = self.schedule.remaining(now) <= d + self.margin or (self.continuous and self.mode != "sync")
-        if not self.engine.busy and due:
+        # with several workers, requests are spread over the latency so one always starts soon
+        spaced = self.engine.in_flight == 0 or now - self._last_submit >= max(1, -(-d // self.engine.workers))
+        if not self.engine.busy and due and spaced:
+            self._last_submit = now
             committed = self.schedule.upcoming(now, d)
             if len(committed) < d:  # the schedule runs out before the chunk lands: the robot holds
                 hold = committed[-1] if len(committed) else self._hold(obs)
@@ -291,7 +354,7 @@ class AsyncChunkRunner:
             else:  # about tick now + d, when it lands (naive: about now; its first d actions go stale)
                 self.engine.submit(obs, fstate, None, now + d if self.forward else now, self.epoch, now)
             if self.mode == "sync":
-                while self.engine.busy:  # the baseline: the robot waits for the policy
+                while self.engine.in_flight:  # the baseline: the robot waits for the policy
                     time.sleep(0.0005)
                 self._take(now)
         self.engine.hung()

@@ -3,10 +3,13 @@ latency, on `reach` whose target jumps at random moments, in wall-clock real tim
 
 A flow-matching chunk policy is trained by delay-consistent behaviour cloning from the scripted
 expert in the benchmark itself (cached under ~/.cache/robo_async/bench). For each injected
-latency and mode (sync, async_naive, async_forward, async_forward_rtc; same chunk length):
-success rate, mean completion time, reaction latency (target jump -> first executed action that
-was computed from an observation taken after the jump), control-tick jitter p99 and missed ticks.
-Saves a PNG of the commanded trajectories around chunk boundaries for each mode at 200 ms.
+latency and mode (sync, async_naive, async_forward, async_forward_rtc; same chunk length; plus
+async_forward_pipelined: two inferences in flight, staggered): success rate, mean completion time,
+reaction latency (target jump -> first executed action that was computed from an observation taken
+after the jump), control-tick jitter p99 and missed ticks. Saves a PNG of the commanded
+trajectories around chunk boundaries for each mode at 200 ms.
+
+Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> bc_steps= out=
 """
 
 from __future__ import annotations
@@ -29,7 +32,11 @@ from robo_async.bench import register
 from robo_async.learner.bc import record_expert, train_bc
 from sim import ReachConfig, ReachExpert, ReachTask, SimRobot
 
-MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc")
+MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc", "async_forward_pipelined")
+# bench mode -> (actor inference mode, inference workers, replan rule)
+RUNS = {"sync": ("sync", 1, "due"), "async_naive": ("async_naive", 1, "due"),
+        "async_forward": ("async_forward", 1, "due"), "async_forward_rtc": ("async_forward_rtc", 1, "due"),
+        "async_forward_pipelined": ("async_forward", 2, "continuous")}
 KEYS, DIMS = ("state", "target", "ee_to_target"), (6, 3, 3)
 SCALE = {"ee_to_target": 10.0, "target": 5.0}
 
@@ -37,8 +44,9 @@ SCALE = {"ee_to_target": 10.0, "target": 5.0}
 EXPERT_STEP = 0.03  # rad per tick: the demonstrator moves its joint targets at most this fast
 
 
-def task_config(ticks: int) -> ReachConfig:
-    return ReachConfig(target_moves=2, move_gap=20, episode_ticks=ticks, success_radius=0.03)
+def task_config(ticks: int, cameras: tuple[str, ...] = ()) -> ReachConfig:
+    return ReachConfig(target_moves=2, move_gap=20, episode_ticks=ticks, success_radius=0.03, cameras=cameras,
+                       image_size=96)
 
 
 def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
@@ -64,14 +72,16 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     return policy
 
 
-def run_episode(policy: FlowChunkPolicy, mode: str, latency_ms: float, seed: int, ticks: int) -> dict:
-    task = ReachTask(task_config(ticks))
+def run_episode(policy, mode: str, latency_ms: float, seed: int, ticks: int, cameras: tuple[str, ...] = ()) -> dict:
+    task = ReachTask(task_config(ticks, cameras))
     robot = SimRobot(task)
     robot.connect()
     spec = robot.spec
-    merge, forward = ACTOR_MODES[mode]
-    engine = InferenceEngine(DelayedPolicy(policy, latency_ms), spec.action_dim, policy.horizon, timeout_s=5)
-    runner = AsyncChunkRunner(engine, spec, merge, forward)
+    actor_mode, workers, replan = RUNS[mode]
+    merge, forward = ACTOR_MODES[actor_mode]
+    engine = InferenceEngine(DelayedPolicy(policy, latency_ms), spec.action_dim, policy.horizon, timeout_s=5,
+                             workers=workers)
+    runner = AsyncChunkRunner(engine, spec, merge, forward, replan=replan)
     obs = robot.reset(seed=seed).as_dict()
     dt = spec.dt
     t0 = time.monotonic()
@@ -105,12 +115,13 @@ def run_episode(policy: FlowChunkPolicy, mode: str, latency_ms: float, seed: int
         if robot.outcome().success:
             success_t = time.monotonic() - t0
             break
+    infer_ms = [x * 1000 for x in engine.latency._samples]
     engine.close()
     robot.close()
     late = np.asarray(lateness) * 1000
     return {"success": success_t is not None, "time_s": success_t if success_t else time.monotonic() - t0,
             "reactions_ms": reactions, "lateness_ms": late, "missed": int(np.sum(late > dt * 1000)),
-            "actions": np.asarray(actions), "arrivals": arrivals, "stamps": stamps}
+            "actions": np.asarray(actions), "arrivals": arrivals, "stamps": stamps, "infer_ms": infer_ms}
 
 
 def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0, 2.6)) -> None:
@@ -140,11 +151,36 @@ def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0,
     plt.close(fig)
 
 
+def lerobot_act_rows(horizon: int, ticks: int) -> dict:
+    """A real LeRobot ACT (LeRobot's default size, ResNet-18 on a 96x96 camera, random init, CPU)
+    beside the loop: its own latency, no injected delay. Success is meaningless (untrained); the
+    loop's timing is the point."""
+    from policies.lerobot_chunk import build_lerobot_policy
+
+    spec = ReachTask().spec()
+    act = build_lerobot_policy("act", state_dim=6, action_low=spec.joint_low, action_high=spec.joint_high,
+                               env_keys=("target", "ee_to_target"), env_dim=6, env_scale=10.0,
+                               cameras=(("front", 96, 96),), chunk_size=horizon, use_vae=False)
+    n_params = sum(p.numel() for p in act.policy.parameters())
+    out: dict = {"lerobot_act_params_m": round(n_params / 1e6, 2)}
+    for mode in ("sync", "async_forward"):
+        rs = [run_episode(act, mode, 0, 7000 + e, ticks, cameras=("front",)) for e in range(2)]
+        late = np.concatenate([r["lateness_ms"] for r in rs])
+        inf = [x for r in rs for x in r["infer_ms"]]
+        out[f"lerobot_act_{mode}"] = {"infer_p50_ms": round(float(np.percentile(inf, 50)), 2),
+                                      "infer_p95_ms": round(float(np.percentile(inf, 95)), 2),
+                                      "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
+                                      "missed_ticks": int(sum(r["missed"] for r in rs))}
+        print(f"  LeRobot ACT (random init, {n_params / 1e6:.1f} M params) {mode}: {out[f'lerobot_act_{mode}']}",
+              flush=True)
+    return out
+
+
 @register("async-inference")
 def bench_async_inference(args: dict[str, str]) -> int:
     torch.set_num_threads(1)
-    episodes = int(args.get("episodes", 4))
-    horizon = int(args.get("chunk_len", 12))
+    episodes = int(args.get("episodes", 5))
+    horizon = int(args.get("chunk_len", 8))
     ticks = int(args.get("ticks", 150))
     latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",")]
     out = Path(args.get("out", "runs/bench-async-inference"))
@@ -152,10 +188,14 @@ def bench_async_inference(args: dict[str, str]) -> int:
     policy = trained_policy(horizon, int(args.get("bc_steps", 4000)), Path.home() / ".cache" / "robo_async" / "bench")
     rows: dict[str, dict] = {}
     trajs: dict[str, dict] = {}
+    modes = [m for m in args.get("modes", ",".join(MODES)).split(",") if m]
+    unknown = [m for m in modes if m not in RUNS]
+    if unknown:
+        raise ValueError(f"bench async-inference: unknown mode(s) {unknown}; modes: {list(RUNS)}")
     for lat in latencies:
-        for mode in MODES:
+        for mode in modes:
             rs = [run_episode(policy, mode, lat, 5000 + e, ticks) for e in range(episodes)]
-            if lat == 200:
+            if lat == 200 and mode in MODES[:4]:
                 trajs[mode] = rs[0]
             react = [x for r in rs for x in r["reactions_ms"]]
             late = np.concatenate([r["lateness_ms"] for r in rs])
@@ -179,7 +219,7 @@ def bench_async_inference(args: dict[str, str]) -> int:
                       str(r["missed_ticks"]))
     Console().print(table)
     figures: dict[str, object] = {"chunk_len": horizon, "episodes": episodes}
-    if 200 in latencies:
+    if 200 in latencies and {"sync", "async_forward"} <= set(modes):
         s, f, base = rows["sync@200"], rows["async_forward@200"], rows.get("async_forward@0", rows["sync@200"])
         figures.update(
             speedup_vs_sync_200ms=round(s["time_s"] / f["time_s"], 3),
@@ -188,6 +228,16 @@ def bench_async_inference(args: dict[str, str]) -> int:
             reaction_ratio_sync_200ms=round(s["reaction_ms"] / f["reaction_ms"], 3)
             if s["reaction_ms"] and f["reaction_ms"] else None,
             success_drop_pts_200ms=round(100 * (base["success"] - f["success"]), 1))
+        if "async_forward_pipelined@200" in rows:
+            pp = rows["async_forward_pipelined@200"]
+            figures.update(
+                speedup_vs_sync_200ms_pipelined=round(s["time_s"] / pp["time_s"], 3),
+                reaction_ms_200ms_pipelined=pp["reaction_ms"],
+                reaction_over_latency_200ms_pipelined=round(pp["reaction_ms"] / 200, 3) if pp["reaction_ms"] else None,
+                success_drop_pts_200ms_pipelined=round(
+                    100 * (rows.get("async_forward_pipelined@0", pp)["success"] - pp["success"]), 1))
+    if args.get("lerobot_act", "true") == "true":
+        figures.update(lerobot_act_rows(horizon, ticks))
     asyncs = [r for r in rows.values() if r["mode"] != "sync"]
     figures["jitter_p99_ms"] = round(max(r["jitter_p99_ms"] for r in asyncs), 3)
     figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))

@@ -318,6 +318,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             seed=cfg.seed * 1000 + i, start_seq=int(hw.get(str(i), 0)),
             start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
             inference=str(cfg.actor.get("inference", "inline")), replan=str(cfg.actor.get("replan", "due")),
+            inference_workers=int(cfg.actor.get("inference_workers", 1)),
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s)),

@@ -23,16 +23,22 @@ class Scripted(Policy):
 
     architecture = "scripted"
 
-    def __init__(self, horizon=8, output=None):
+    def __init__(self, horizon=8, output=None, gates=()):
         self.horizon, self.output = horizon, output
         self.gate = threading.Event()
         self.gate.set()
+        self.gates = list(gates)  # per call: call i waits for gates[i] (if given)
         self.calls = []
+        self.seen = []  # obs["state"][0] of each call
 
     def predict_chunk(self, obs, *, forwarded_state=None, prefix=None):
+        i = len(self.calls)
         self.calls.append((None if forwarded_state is None else forwarded_state.copy(),
                            None if prefix is None else np.array(prefix)))
+        self.seen.append(float(obs["state"][0]))
         self.gate.wait()
+        if i < len(self.gates):
+            self.gates[i].wait()
         if self.output is not None:
             return ActionChunk(self.output, 1 / 30, self.version)
         acts = np.tile(np.arange(self.horizon, dtype=np.float32)[:, None] * 0.01, (1, A))
@@ -266,3 +272,29 @@ def test_bc_with_camera_frames_lowers_the_loss():
                         cameras=("front",), image_size=16)
     losses = train_bc(p, eps, 150, batch=32, max_delay=0)
     assert np.mean(losses[-20:]) < 0.6 * np.mean(losses[:20])
+
+
+def test_pipelined_workers_stagger_requests_and_drop_overtaken_chunks():
+    first, second = threading.Event(), threading.Event()
+    policy = Scripted(horizon=8, gates=(first, second))
+    engine = InferenceEngine(policy, A, 8, workers=2)
+    engine.latency = FixedLatency(4)
+    runner = AsyncChunkRunner(engine, SPEC, mode="drop_stale", forward=True, replan="continuous")
+    for t in range(4):  # both inferences are held: the loop keeps ticking on holds
+        runner.tick(t, obs(np.full(A, t, np.float32)))
+        time.sleep(0.02)
+    assert policy.seen == [0.0, 2.0]  # the second request waited half the latency, not a whole one
+    second.set()  # the newer observation's chunk lands first ...
+    deadline = time.monotonic() + 10
+    while engine.in_flight == 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    runner.tick(4, obs(np.full(A, 4, np.float32)))
+    first.set()  # ... so the older one, landing later, is dropped
+    while engine.in_flight and time.monotonic() < deadline:
+        time.sleep(0.001)
+    runner.tick(5, obs(np.full(A, 5, np.float32)))
+    runner.tick(6, obs(np.full(A, 6, np.float32)))  # the obs-2 chunk is about tick 2 + 4
+    assert runner.superseded == 1 and runner.schedule.popped_obs_tick == 2
+    engine.close()
+    with pytest.raises(ValueError, match="workers"):
+        InferenceEngine(Scripted(), A, 8, workers=0)

@@ -99,3 +99,22 @@ def test_vlas_that_need_the_hub_are_refused_by_name(kind):
 def test_unknown_policy_type_is_named():
     with pytest.raises((LeRobotPolicyUnavailable, ValueError, KeyError), match="nosuch"):
         build_lerobot_policy("nosuch", state_dim=6, action_low=SPEC.joint_low, action_high=SPEC.joint_high)
+
+
+def test_policy_act_from_hydra_config_builds_the_wrapper():
+    from omegaconf import OmegaConf
+
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import ConfigError, PolicyArgs, make_actor_policy, task_args, task_spec
+
+    cfg = compose_config(["policy=act", "policy.overrides.dim_model=32", "policy.overrides.n_heads=2",
+                          "policy.overrides.dim_feedforward=64", "policy.overrides.n_encoder_layers=1",
+                          "policy.inference_delay_ms=5"])
+    spec = task_spec(task_args(cfg.task))
+    p = make_actor_policy(PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True)), spec)
+    assert p.horizon == 8 and p.inner.type == "act" and p.delay_ms == 5
+    o = {"state": np.zeros(6, np.float32), "target": np.zeros(3, np.float32), "ee_to_target": np.zeros(3, np.float32)}
+    assert p.predict_chunk(o).actions.shape == (8, 6)
+    bad = compose_config(["policy=act", "policy.cameras=[wrist]"])
+    with pytest.raises(ConfigError, match="wrist"):
+        make_actor_policy(PolicyArgs.from_config(OmegaConf.to_container(bad.policy, resolve=True)), spec)
