@@ -68,6 +68,24 @@ class RobotSpec:
             return np.asarray(state, dtype=np.float32)[: self.action_dim].copy()
         return ((self.low + self.high) / 2).astype(np.float32)
 
+    def forward_state(self, state: np.ndarray, committed: np.ndarray) -> np.ndarray:
+        """The robot's forward model for asynchronous inference: the state expected once the
+        `committed` actions [d, A] have run. Position control: the last committed target;
+        velocity control: the integral; otherwise the current state. Robots whose dynamics need
+        more (e.g. a slow arm that lags its targets) subclass RobotSpec and override this."""
+        state = np.asarray(state, np.float32)
+        if len(committed) == 0:
+            return state.copy()
+        if self.control_mode == "joint_position":
+            out = state.copy()
+            out[: self.action_dim] = np.asarray(committed[-1], np.float32)[: self.action_dim]
+            return out
+        if self.control_mode == "joint_velocity":
+            out = state.copy()
+            out[: self.action_dim] += np.sum(committed, axis=0)[: self.action_dim] * self.dt
+            return out.astype(np.float32)
+        return state.copy()
+
     @property
     def dt(self) -> float:
         """Control period in seconds."""

@@ -39,16 +39,10 @@ ACTOR_MODES = {"sync": ("sync", False), "async_naive": ("drop_stale", False), "a
 
 
 def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:
-    """The joint state expected after the committed actions run (DESIGN's timing model): for
-    position control the last committed target; for velocity control the integral; else `state`."""
-    state = np.asarray(state, np.float32)
-    if len(committed) == 0:
-        return state.copy()
-    if spec.control_mode == "joint_position":
-        return np.asarray(committed[-1], np.float32).copy()
-    if spec.control_mode == "joint_velocity":
-        return (state + np.sum(committed, axis=0) * spec.dt).astype(np.float32)
-    return state.copy()
+    """The joint state expected after the committed actions run (DESIGN's timing model): the
+    robot's own forward model, `RobotSpec.forward_state` (position control: the last committed
+    target; velocity control: the integral; else `state`)."""
+    return spec.forward_state(state, committed)
 
 
 class LatencyTracker:

@@ -9,7 +9,12 @@ reaction latency (target jump -> first executed action that was computed from an
 after the jump), control-tick jitter p99 and missed ticks. Saves a PNG of the commanded
 trajectories around chunk boundaries for each mode at 200 ms.
 
-Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> bc_steps= out=
+Then, at 200 ms, a sweep of chunk lengths (`sweep=4,6,8`): sync must wait for every chunk, so
+short chunks cost it most, while one-at-a-time async inference needs chunks at least as long as
+the latency; and a real LeRobot ACT (random init) beside the loop to show the loop's timing under
+real inference compute (`lerobot_act=false` skips it).
+
+Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps= out=
 """
 
 from __future__ import annotations
@@ -151,6 +156,30 @@ def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0,
     plt.close(fig)
 
 
+def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, episodes: int, ticks: int,
+                bc_steps: int) -> list[dict]:
+    """At 200 ms: how the chunk length trades sync's waiting against async's coverage of the latency."""
+    rows = []
+    for h in lengths:
+        policy = main_policy if h == main else trained_policy(h, bc_steps, Path.home() / ".cache" / "robo_async" / "bench")
+        res = {}
+        for mode in ("sync", "async_forward", "async_forward_pipelined"):
+            rs = [run_episode(policy, mode, 200, 5000 + e, ticks) for e in range(episodes)]
+            react = [x for r in rs for x in r["reactions_ms"]]
+            res[mode] = {"time_s": float(np.mean([r["time_s"] for r in rs])),
+                         "success": float(np.mean([r["success"] for r in rs])),
+                         "reaction_ms": float(np.median(react)) if react else None}
+        for mode in ("async_forward", "async_forward_pipelined"):
+            row = {"chunk_len": h, "mode": mode, "speedup_vs_sync": round(res["sync"]["time_s"] / res[mode]["time_s"], 3),
+                   "reaction_ms": res[mode]["reaction_ms"], "success": res[mode]["success"],
+                   "sync_reaction_ms": res["sync"]["reaction_ms"], "sync_success": res["sync"]["success"]}
+            rows.append(row)
+            print(f"  sweep 200 ms, chunk {h:>2}: {mode:<24} {row['speedup_vs_sync']:.2f}x faster than sync, "
+                  f"reaction {row['reaction_ms']} ms (sync {row['sync_reaction_ms']}), success {row['success']:.0%}",
+                  flush=True)
+    return rows
+
+
 def lerobot_act_rows(horizon: int, ticks: int) -> dict:
     """A real LeRobot ACT (LeRobot's default size, ResNet-18 on a 96x96 camera, random init, CPU)
     beside the loop: its own latency, no injected delay. Success is meaningless (untrained); the
@@ -236,6 +265,9 @@ def bench_async_inference(args: dict[str, str]) -> int:
                 reaction_over_latency_200ms_pipelined=round(pp["reaction_ms"] / 200, 3) if pp["reaction_ms"] else None,
                 success_drop_pts_200ms_pipelined=round(
                     100 * (rows.get("async_forward_pipelined@0", pp)["success"] - pp["success"]), 1))
+    sweep = [int(x) for x in args.get("sweep", "4,6,8").split(",") if x]
+    if sweep and 200 in latencies:
+        figures["sweep_200ms"] = chunk_sweep(sweep, horizon, policy, episodes, ticks, int(args.get("bc_steps", 4000)))
     if args.get("lerobot_act", "true") == "true":
         figures.update(lerobot_act_rows(horizon, ticks))
     asyncs = [r for r in rows.values() if r["mode"] != "sync"]

@@ -298,3 +298,18 @@ def test_pipelined_workers_stagger_requests_and_drop_overtaken_chunks():
     engine.close()
     with pytest.raises(ValueError, match="workers"):
         InferenceEngine(Scripted(), A, 8, workers=0)
+
+
+def test_forward_model_comes_from_the_robot_spec():
+    import dataclasses
+
+    vel = dataclasses.replace(SPEC, control_mode="joint_velocity")
+    committed = np.full((3, A), 0.5, np.float32)
+    np.testing.assert_allclose(forward_state(np.zeros(A), committed, vel), np.full(A, 1.5 * SPEC.dt), rtol=1e-6)
+
+    class LaggingArm(type(SPEC)):  # a robot with its own forward model
+        def forward_state(self, state, committed):
+            return np.asarray(state, np.float32) + 0.5 * (committed[-1] - state) if len(committed) else state
+
+    lag = LaggingArm(**{f.name: getattr(SPEC, f.name) for f in dataclasses.fields(SPEC)})
+    np.testing.assert_allclose(forward_state(np.zeros(A), committed, lag), np.full(A, 0.25))
