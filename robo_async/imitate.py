@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +77,7 @@ def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[d
 
 def evaluate_chunk_policy(policy, targs, mode: str, episodes: int, seed: int = 10_000) -> dict:
     """Episodes in wall-clock real time at the robot's rate with the actor's async inference."""
-    from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine
+    from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine, paced_episode
 
     robot = make_robot(targs)
     spec = robot.spec
@@ -90,23 +89,14 @@ def evaluate_chunk_policy(policy, targs, mode: str, episodes: int, seed: int = 1
         for ep in range(episodes):
             engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1))
             runner = AsyncChunkRunner(engine, spec, merge, forward)
-            obs = robot.reset(seed=seed + ep).as_dict()
-            next_t, n, success = time.monotonic(), 0, False
-            for n in range(1, ticks + 1):
-                now = time.monotonic()
-                if now < next_t:
-                    time.sleep(next_t - now)
-                next_t = next_t + spec.dt if time.monotonic() - next_t < spec.dt else time.monotonic()
-                robot.send_action(runner.tick(n - 1, obs))
-                obs = robot.get_observation().as_dict()
-                if robot.outcome().success:
-                    success = True
-                    break
+            try:
+                r = paced_episode(robot, runner, ticks, seed + ep)
+            finally:
+                engine.close()
             holds += runner.holds
             lat += list(engine.latency._samples)
-            engine.close()
-            wins.append(success)
-            lengths.append(n)
+            wins.append(r["success"])
+            lengths.append(r["ticks"])
     finally:
         robot.close()
     return {"episodes": episodes, "mode": mode, "success_rate": float(np.mean(wins)),

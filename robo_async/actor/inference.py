@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -361,3 +361,37 @@ class AsyncChunkRunner:
 
     def _hold(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._last if self._last is not None else self.spec.hold_action(obs["state"])
+
+
+def paced_episode(robot, runner: AsyncChunkRunner, ticks: int, seed: int,
+                  on_action: Callable[[int, np.ndarray], None] | None = None,
+                  on_step: Callable[[int], None] | None = None) -> dict:
+    """One episode at the robot's rate in wall-clock time, the actor's loop without data
+    collection (evaluation, benchmarks). `on_action(k, a)` runs before tick k's action is sent,
+    `on_step(k)` after the next observation. A late tick restarts the pacing (never catches up).
+    Returns success, ticks run, time_s (to success, or the whole episode) and lateness_s per tick."""
+    obs = robot.reset(seed=seed).as_dict()
+    dt = robot.spec.dt
+    t0 = next_t = time.monotonic()
+    lateness: list[float] = []
+    success_t, n = None, 0
+    for k in range(ticks):
+        now = time.monotonic()
+        if now < next_t:
+            time.sleep(next_t - now)
+            now = time.monotonic()
+        lateness.append(now - next_t)
+        next_t = now if now - next_t > dt else next_t + dt
+        action = runner.tick(k, obs)
+        if on_action is not None:
+            on_action(k, action)
+        robot.send_action(action)
+        obs = robot.get_observation().as_dict()
+        n = k + 1
+        if on_step is not None:
+            on_step(k)
+        if robot.outcome().success:
+            success_t = time.monotonic() - t0
+            break
+    return {"success": success_t is not None, "ticks": n,
+            "time_s": success_t if success_t is not None else time.monotonic() - t0, "lateness_s": lateness}

@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
-from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine
+from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine, paced_episode
 from robo_async.bench import register
 from robo_async.learner.bc import record_expert, train_bc
 from sim import ReachConfig, ReachExpert, ReachTask, SimRobot
@@ -87,45 +87,33 @@ def run_episode(policy, mode: str, latency_ms: float, seed: int, ticks: int, cam
     engine = InferenceEngine(DelayedPolicy(policy, latency_ms), spec.action_dim, policy.horizon, timeout_s=5,
                              workers=workers)
     runner = AsyncChunkRunner(engine, spec, merge, forward, replan=replan)
-    obs = robot.reset(seed=seed).as_dict()
-    dt = spec.dt
+    stamps, actions, arrivals, reactions = [], [], [], []
+    pending: list[tuple[float, int]] = []  # (time of the jump, first tick that can see it)
+    seen, jumps = [0], [0]
     t0 = time.monotonic()
-    lateness, stamps, actions, arrivals = [], [], [], []
-    success_t, reactions = None, []
-    moves = list(task.move_ticks)
-    pending_move: tuple[float, int] | None = None  # (time of the jump, first tick that can see it)
-    next_t = t0
-    for k in range(ticks):
-        now = time.monotonic()
-        if now < next_t:
-            time.sleep(next_t - now)
-            now = time.monotonic()
-        lateness.append(now - next_t)
-        next_t = max(next_t + dt, now) if now - next_t > dt else next_t + dt  # a missed tick resets pacing
-        n_before = len(runner.versions)
-        action = runner.tick(k, obs)
-        if len(runner.versions) > n_before:
+
+    def on_action(k: int, action: np.ndarray) -> None:
+        if len(runner.versions) > seen[0]:
             arrivals.append(k)
+            seen[0] = len(runner.versions)
         stamps.append(time.monotonic() - t0)
         actions.append(action.copy())
         # reaction: the first action computed from an observation taken after the jump
-        if pending_move is not None and runner.schedule.popped_obs_tick >= pending_move[1]:
-            reactions.append((time.monotonic() - pending_move[0]) * 1000)
-            pending_move = None
-        robot.send_action(action)
-        obs = robot.get_observation().as_dict()
-        if moves and task.moves_done and k + 1 >= moves[0]:  # the target just jumped
-            moves.pop(0)
-            pending_move = (time.monotonic(), k + 1)
-        if robot.outcome().success:
-            success_t = time.monotonic() - t0
-            break
+        if pending and runner.schedule.popped_obs_tick >= pending[0][1]:
+            reactions.append((time.monotonic() - pending.pop()[0]) * 1000)
+
+    def on_step(k: int) -> None:
+        if task.moves_done > jumps[0]:  # the target just jumped
+            jumps[0] = task.moves_done
+            pending[:] = [(time.monotonic(), k + 1)]
+
+    r = paced_episode(robot, runner, ticks, seed, on_action, on_step)
     infer_ms = [x * 1000 for x in engine.latency._samples]
     engine.close()
     robot.close()
-    late = np.asarray(lateness) * 1000
-    return {"success": success_t is not None, "time_s": success_t if success_t else time.monotonic() - t0,
-            "reactions_ms": reactions, "lateness_ms": late, "missed": int(np.sum(late > dt * 1000)),
+    late = np.asarray(r["lateness_s"]) * 1000
+    return {"success": r["success"], "time_s": r["time_s"],
+            "reactions_ms": reactions, "lateness_ms": late, "missed": int(np.sum(late > spec.dt * 1000)),
             "actions": np.asarray(actions), "arrivals": arrivals, "stamps": stamps, "infer_ms": infer_ms}
 
 
