@@ -83,22 +83,20 @@ def evaluate_chunk_policy(policy, targs, mode: str, episodes: int, seed: int = 1
     spec = robot.spec
     merge, forward = ACTOR_MODES[mode]
     ticks = int(targs.options.get("episode_ticks", 50))
-    wins, lengths, holds, lat = [], [], 0, []
+    wins, lengths = [], []
+    engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1))
+    runner = AsyncChunkRunner(engine, spec, merge, forward)  # one engine for all episodes, as on the actor
     robot.connect()
     try:
         for ep in range(episodes):
-            engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1))
-            runner = AsyncChunkRunner(engine, spec, merge, forward)
-            try:
-                r = paced_episode(robot, runner, ticks, seed + ep)
-            finally:
-                engine.close()
-            holds += runner.holds
-            lat += list(engine.latency._samples)
+            runner.reset()
+            r = paced_episode(robot, runner, ticks, seed + ep)
             wins.append(r["success"])
             lengths.append(r["ticks"])
     finally:
+        engine.close()
         robot.close()
+    holds, lat = runner.holds, list(engine.latency._samples)
     return {"episodes": episodes, "mode": mode, "success_rate": float(np.mean(wins)),
             "mean_ticks": float(np.mean(lengths)), "holds": holds,
             "latency_p50_ms": float(np.percentile(lat, 50) * 1000) if lat else None,
@@ -195,7 +193,8 @@ def bc(overrides: list[str]) -> int:
               f"mean {result['mean_ticks']:.0f} ticks, {result['holds']} held ticks, "
               f"inference p50 {result['latency_p50_ms'] or 0:.1f} ms", flush=True)
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
-    print(f"results in {run_dir}: policy.safetensors, policy.yaml, bc_loss.png, eval.json", flush=True)
+    written = [f for f in ("policy.safetensors", "policy.yaml", "bc_loss.png", "eval.json") if (run_dir / f).exists()]
+    print(f"results in {run_dir}: {', '.join(written)}", flush=True)
     print(f"evaluate again (other modes/latencies): robo-async bc policy=flow policy.path={run_dir} "
           f"policy.bc.steps=0 actor.inference=<mode> policy.inference_delay_ms=<ms>", flush=True)
     return 0
