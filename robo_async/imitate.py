@@ -88,6 +88,7 @@ def evaluate_chunk_policy(policy, targs, mode: str, episodes: int, seed: int = 1
     runner = AsyncChunkRunner(engine, spec, merge, forward)  # one engine for all episodes, as on the actor
     robot.connect()
     try:
+        engine.warmup(robot.reset(seed=seed).as_dict())
         for ep in range(episodes):
             runner.reset()
             r = paced_episode(robot, runner, ticks, seed + ep)

@@ -179,6 +179,8 @@ class Actor:
     def _loop(self, stop: Event, client: WeightClient, adder: Adder) -> None:
         cfg = self.config
         obs = self.robot.reset(seed=cfg.seed * 100_003 + self.episodes).as_dict()
+        if self.runner is not None:  # before the first tick: torch's slow first call, a first latency
+            self.runner.engine.warmup(obs)
         ep_return, ep_len, ep_success = 0.0, 0, False
         next_beat = time.monotonic() + cfg.heartbeat_s
         dt = self.robot.spec.dt

@@ -133,6 +133,20 @@ class InferenceEngine:
         slot.wake.set()
         return True
 
+    def warmup(self, obs: Mapping[str, np.ndarray], calls: int = 2) -> None:
+        """Run the policy `calls` times before the control loop starts (never on it): torch's first
+        call is slow, and the last call seeds the latency tracker so the first request of the run
+        already asks about the right tick. A failing policy is reported here, not raised."""
+        for i in range(calls):
+            t0 = time.monotonic()
+            try:
+                self.policy.predict_chunk(obs, forwarded_state=np.asarray(obs["state"], np.float32), prefix=None)
+            except Exception as e:  # the loop's own checks report it again per chunk
+                log.error("inference warm-up failed: %s", e)
+                return
+            if i == calls - 1:
+                self.latency.add(time.monotonic() - t0)
+
     def swap_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         """New weights, loaded by an inference thread between inferences (never mid-chunk)."""
         with self._model:

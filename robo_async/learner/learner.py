@@ -289,6 +289,12 @@ class Learner:
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
         }
+        infer = [h for h in self.heartbeats.values() if "infer_p95_ms" in h]
+        if infer:  # actors running asynchronous chunk inference
+            out["actors/infer_p50_ms"] = max(float(h["infer_p50_ms"]) for h in infer)
+            out["actors/infer_p95_ms"] = max(float(h["infer_p95_ms"]) for h in infer)
+            out["actors/held_ticks"] = sum(int(h.get("held_ticks", 0)) for h in infer)
+            out["actors/bad_chunks"] = sum(int(h.get("bad_chunks", 0)) for h in infer)
         if self.train_successes:
             out["charts/train_success_rate"] = float(np.mean(self.train_successes))
         if self.successes:

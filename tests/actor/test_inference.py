@@ -313,3 +313,16 @@ def test_forward_model_comes_from_the_robot_spec():
 
     lag = LaggingArm(**{f.name: getattr(SPEC, f.name) for f in dataclasses.fields(SPEC)})
     np.testing.assert_allclose(forward_state(np.zeros(A), committed, lag), np.full(A, 0.25))
+
+
+def test_warmup_seeds_the_latency_so_the_first_chunk_is_about_its_landing_tick():
+    policy = Scripted(horizon=8)
+    engine = InferenceEngine(policy, A, 8)
+    engine.warmup(obs(), calls=2)
+    assert len(policy.calls) == 2 and len(engine.latency._samples) == 1  # only the second call counts
+    engine.close()
+    broken = InferenceEngine(Scripted(output=np.zeros((8, A))), A, 8)
+    broken.policy.predict_chunk = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no GPU"))
+    broken.warmup(obs())  # reported, not raised: the loop's own checks handle it per chunk
+    assert len(broken.latency._samples) == 0
+    broken.close()

@@ -278,3 +278,14 @@ def test_any_gymnasium_env_trains_as_a_sim_resource(tmp_path):
                "policy.action_mode=absolute", "budget.env_steps=800", *TINY])
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     assert assert_contiguous(run_dir, 0) >= 800
+
+
+def test_training_run_with_async_inference_reports_inference_latency(tmp_path):
+    """A real-time training run whose actor runs the async inference engine (injected 40 ms):
+    the engine's latency reaches the learner's metrics through the heartbeats."""
+    run_dir = tmp_path / "async"
+    res = run(["train", f"run_dir={run_dir}", "budget.env_steps=240", "task.realtime=true",
+               "actor.inference=async_forward", "policy.inference_delay_ms=40", "actor.heartbeat_s=0.2", *TINY])
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = [r for r in read_metrics(run_dir) if "actors/infer_p50_ms" in r]
+    assert rows and rows[-1]["actors/infer_p50_ms"] >= 40 and rows[-1]["actors/bad_chunks"] == 0
