@@ -107,6 +107,8 @@ def run_episode(policy, mode: str, latency_ms: float, seed: int, ticks: int, cam
             jumps[0] = task.moves_done
             pending[:] = [(time.monotonic(), k + 1)]
 
+    if mode != "sync":  # as the actor does before its first tick (the latency is known from the start)
+        engine.warmup(robot.reset(seed=seed).as_dict())
     r = paced_episode(robot, runner, ticks, seed, on_action, on_step)
     infer_ms = [x * 1000 for x in engine.latency._samples]
     engine.close()
