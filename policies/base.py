@@ -2,7 +2,7 @@
 
 The actor calls it like this::
 
-    chunk = policy.predict_chunk(obs, forwarded_state=state_at_chunk_start)
+    chunk = policy.predict_chunk(obs, forwarded_state=state_at_chunk_start, delay_ticks=d)
     for action in chunk.actions:          # one per control tick, chunk.dt seconds apart
         robot.send_action(action)
     ...
@@ -12,6 +12,7 @@ The actor calls it like this::
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -49,9 +50,12 @@ class Policy(abc.ABC):
         *,
         forwarded_state: np.ndarray | None = None,
         prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
     ) -> ActionChunk:
         """Actions for the ticks starting when the chunk will execute. `forwarded_state` is the
-        predicted joint state at that tick; `prefix` holds actions already committed for it."""
+        predicted joint state at that tick; `prefix` holds actions already committed for it;
+        `delay_ticks` is how many ticks old `obs` will be when the chunk starts (the measured
+        inference latency), so a policy can account for acting on a stale observation."""
 
     @abc.abstractmethod
     def module(self) -> torch.nn.Module:
@@ -75,6 +79,21 @@ class Policy(abc.ABC):
         self.version = version
 
 
+def call_policy(policy: Policy, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
+                prefix: np.ndarray | None, delay_ticks: int) -> ActionChunk:
+    """`predict_chunk`, passing `delay_ticks` only to policies that take it (older or third-party
+    policies written before it existed keep working)."""
+    takes = _TAKES_DELAY.get(type(policy))
+    if takes is None:
+        params = inspect.signature(policy.predict_chunk).parameters
+        takes = "delay_ticks" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        _TAKES_DELAY[type(policy)] = takes
+    if takes:
+        return policy.predict_chunk(obs, forwarded_state=forwarded_state, prefix=prefix, delay_ticks=delay_ticks)
+    return policy.predict_chunk(obs, forwarded_state=forwarded_state, prefix=prefix)
+
+
+_TAKES_DELAY: dict[type, bool] = {}
 _REGISTRY: dict[str, Callable[..., Policy]] = {}
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from policies.base import ActionChunk, Policy
+from policies.base import ActionChunk, Policy, call_policy
 
 
 class DelayedPolicy(Policy):
@@ -46,9 +46,9 @@ class DelayedPolicy(Policy):
         self.inner.load_weights(version, arrays)
 
     def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None) -> ActionChunk:
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
         t0 = time.monotonic()
-        chunk = self.inner.predict_chunk(obs, forwarded_state=forwarded_state, prefix=prefix)
+        chunk = call_policy(self.inner, obs, forwarded_state, prefix, delay_ticks)
         extra = self.delay_ms + (self._rng.uniform(0, self.jitter_ms) if self.jitter_ms > 0 else 0.0)
         left = t0 + extra / 1000 - time.monotonic()
         if left > 0:

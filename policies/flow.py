@@ -168,14 +168,14 @@ class FlowChunkPolicy(Policy):
         return x
 
     def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None) -> ActionChunk:
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
         cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
         ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
         p = None
         if prefix is not None and len(prefix):
             p = torch.as_tensor(self.normalize(np.asarray(prefix, np.float32)[: self.horizon], ref))[None]
         imgs = self.images(obs)
-        x = self.sample(cond, p, delay=0 if prefix is None else len(prefix),
+        x = self.sample(cond, p, delay=len(prefix) if prefix is not None and len(prefix) else delay_ticks,
                         images=None if imgs is None else torch.as_tensor(imgs)[None])[0].numpy()
         actions = self.denormalize(x, ref)
         if prefix is not None and len(prefix):
@@ -184,14 +184,17 @@ class FlowChunkPolicy(Policy):
 
     # --- training -----------------------------------------------------------------------------
     def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,
-                images: torch.Tensor | None = None) -> torch.Tensor:
-        """Flow-matching loss on normalized data chunks [B, H, A]; rows with delay d > 0 hold their
-        first d actions fixed as a committed prefix (as at inference) and are scored on the rest."""
+                images: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None) -> torch.Tensor:
+        """Flow-matching loss on normalized data chunks [B, H, A]. `delays`: ticks between the
+        observation and the chunk's start (an input of the network); rows with `prefix_len` p > 0
+        (default: the delay) hold their first p actions fixed as a committed prefix (RTC, as at
+        inference) and are scored on the rest."""
         b, h, _ = chunks.shape
         cond = self.net.encode(cond, images)
         x0 = torch.randn_like(chunks)
         t = torch.rand(b)
-        mask = (torch.arange(h)[None] < delays[:, None]).float()  # [B, H]
+        plen = delays if prefix_len is None else prefix_len
+        mask = (torch.arange(h)[None] < plen[:, None]).float()  # [B, H]
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * chunks
         v = self.net(xt, t, cond, delays.float() / h, mask)
         err = ((v - (chunks - x0)) ** 2).mean(-1)  # [B, H]

@@ -129,7 +129,7 @@ class LeRobotChunkPolicy(Policy):
         return b
 
     def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None) -> ActionChunk:
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
         batch = self.pre(self.batch(obs, forwarded_state))
         kwargs = {}
         rtc = getattr(self.policy.config, "rtc_config", None)

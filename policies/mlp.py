@@ -141,8 +141,9 @@ class MLPPolicy(Policy):
         *,
         forwarded_state: np.ndarray | None = None,
         prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
     ) -> ActionChunk:
-        del prefix  # chunk length 1: nothing to keep fixed
+        del prefix, delay_ticks  # chunk length 1: nothing to keep fixed
         if forwarded_state is not None:
             obs = {**obs, "state": forwarded_state}
         x = flatten_obs(obs, self.obs_keys, self.obs_scale).unsqueeze(0)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hal.spec import RobotSpec
-from policies.base import ActionChunk, Policy
+from policies.base import ActionChunk, Policy, call_policy
 
 log = logging.getLogger(__name__)
 MODES = ("sync", "drop_stale", "blend", "rtc")
@@ -123,7 +123,8 @@ class InferenceEngine:
 
     def submit(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
                prefix: np.ndarray | None, start_tick: int, tag: int = 0, obs_tick: int = 0) -> bool:
-        """Start an inference; False if every worker is still busy."""
+        """Start an inference; False if every worker is still busy. The policy is told the chunk
+        starts `start_tick - obs_tick` ticks after its observation (`delay_ticks`)."""
         with self._lock:
             slot = next((s for s in self._slots if s.job is None), None)
             if slot is None:
@@ -201,7 +202,8 @@ class InferenceEngine:
                 self._running += 1
             t0 = time.monotonic()
             try:
-                chunk = self.policy.predict_chunk(obs, forwarded_state=fstate, prefix=prefix)
+                delay = len(prefix) if prefix is not None and len(prefix) else max(start - obs_tick, 0)
+                chunk = call_policy(self.policy, obs, fstate, prefix, delay)
                 a = np.asarray(chunk.actions, np.float32)
                 if a.ndim != 2 or a.shape[1] != self.action_dim or len(a) == 0 or not np.all(np.isfinite(a)):
                     raise ValueError(f"policy returned actions of shape {a.shape}"

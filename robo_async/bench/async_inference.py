@@ -58,7 +58,7 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     spec = ReachTask().spec()
     policy = FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5,
                              hidden=(512, 512), obs_scale=SCALE, action_mode="delta", delta_range=0.6)
-    key = hashlib.sha1(f"{policy.architecture}-{steps}-{EXPERT_STEP}-v2".encode()).hexdigest()[:10]
+    key = hashlib.sha1(f"{policy.architecture}-{steps}-{EXPERT_STEP}-v3".encode()).hexdigest()[:10]
     path = cache / f"flow_reach_{key}.safetensors"
     if path.exists():
         policy.net.load_state_dict(load_file(str(path)))

@@ -32,7 +32,7 @@ class HoldPolicy(Policy):
     architecture = "hold"
 
     def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None) -> ActionChunk:
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
         return ActionChunk(np.asarray(obs["state"], np.float32)[None], 1 / 30, self.version)
 
     def module(self) -> torch.nn.Module:

@@ -7,6 +7,7 @@ from [0, max_delay] ticks:
   (scored after the prefix);
 - `forward`-style: observation at tick t, forwarded state after d committed actions, target chunk
   t+d..t+d+H-1 (no prefix).
+Both tell the network d (`delay_ticks` at inference).
 So the policy learns to act from forwarded states and stale observations, as it will run.
 """
 
@@ -39,11 +40,11 @@ def record_expert(robot, expert, episodes: int, ticks: int, seed: int = 0) -> li
 
 def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy, max_delay: int,
                   rng: np.random.Generator, n: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """n (condition, normalized chunk, delay-mask length, camera frames or None) samples; see the
-    module docstring."""
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """n (condition, normalized chunk, delay in ticks, committed-prefix length, camera frames or
+    None) samples; see the module docstring."""
     h = policy.horizon
-    conds, chunks, masks, frames = [], [], [], []
+    conds, chunks, delays, prefixes, frames = [], [], [], [], []
     for _ in range(n):
         ep = episodes[rng.integers(len(episodes))]
         acts = ep["action"]
@@ -60,9 +61,10 @@ def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy
         if policy.cameras:
             frames.append(policy.images(obs))
         chunks.append(policy.normalize(acts[idx], fstate))
-        masks.append(min(d, len(committed)) if rtc else 0)
-    return (torch.as_tensor(np.stack(conds)), torch.as_tensor(np.stack(chunks)), torch.as_tensor(masks),
-            torch.as_tensor(np.stack(frames)) if frames else None)
+        delays.append(len(committed))
+        prefixes.append(len(committed) if rtc else 0)
+    return (torch.as_tensor(np.stack(conds)), torch.as_tensor(np.stack(chunks)), torch.as_tensor(delays),
+            torch.as_tensor(prefixes), torch.as_tensor(np.stack(frames)) if frames else None)
 
 
 def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 256,
@@ -73,8 +75,8 @@ def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], ste
     opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
     losses = []
     for step in range(steps):
-        cond, chunks, delays, frames = delay_samples(episodes, policy, max_delay, rng, batch)
-        loss = policy.bc_loss(cond, chunks, delays, frames)
+        cond, chunks, delays, prefixes, frames = delay_samples(episodes, policy, max_delay, rng, batch)
+        loss = policy.bc_loss(cond, chunks, delays, frames, prefixes)
         opt.zero_grad()
         loss.backward()
         opt.step()

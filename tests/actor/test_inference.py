@@ -251,6 +251,7 @@ def test_flow_policy_delta_mode_and_image_inputs():
     assert a.shape == (4, A) and np.all(np.abs(a - ref) <= 0.5 + 1e-6)  # within delta_range of the state
     b = p.predict_chunk({**o, "front": np.full((48, 48, 3), 255, np.uint8)}).actions
     assert not np.allclose(a, b)  # the image is an input
+    assert not np.allclose(a, p.predict_chunk(o, delay_ticks=5).actions)  # so is the delay
     assert "1cam32" in p.architecture
     with pytest.raises(KeyError, match="front"):
         p.predict_chunk({"state": ref})
@@ -326,3 +327,28 @@ def test_warmup_seeds_the_latency_so_the_first_chunk_is_about_its_landing_tick()
     broken.warmup(obs())  # reported, not raised: the loop's own checks handle it per chunk
     assert len(broken.latency._samples) == 0
     broken.close()
+
+
+def test_the_policy_is_told_how_stale_its_observation_will_be():
+    class Aware(Scripted):
+        def predict_chunk(self, obs, *, forwarded_state=None, prefix=None, delay_ticks=0):
+            self.delays = getattr(self, "delays", []) + [delay_ticks]
+            return super().predict_chunk(obs, forwarded_state=forwarded_state, prefix=prefix)
+
+    for mode, forward, want in (("drop_stale", True, 3), ("drop_stale", False, 0), ("rtc", True, 3)):
+        policy = Aware(horizon=8)
+        engine = InferenceEngine(policy, A, 8)
+        engine.latency = FixedLatency(3)
+        runner = AsyncChunkRunner(engine, SPEC, mode=mode, forward=forward)
+        runner.tick(0, obs())
+        wait_idle(engine)
+        engine.close()
+        assert policy.delays == [want], (mode, forward)
+    # a policy written without delay_ticks keeps working (Scripted has no such parameter)
+    engine = InferenceEngine(Scripted(), A, 8)
+    engine.latency = FixedLatency(3)
+    runner = AsyncChunkRunner(engine, SPEC, mode="drop_stale")
+    runner.tick(0, obs())
+    wait_idle(engine)
+    assert engine.bad_chunks == 0 and len(engine.poll().chunk.actions) == 8
+    engine.close()
