@@ -13,6 +13,7 @@ from hal.safety import SafeRobot, WorkspaceBox
 from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
 from robo_async.actor.actor import ActorConfig
+from robo_async.actor.inference import ACTOR_MODES
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
@@ -64,6 +65,12 @@ class PolicyArgs:
     @staticmethod
     def from_config(policy: dict) -> "PolicyArgs":
         p = dict(policy)
+        delay = p.get("inference_delay_ms")
+        if delay is not None:
+            lo_hi = delay if isinstance(delay, list | tuple) else [delay, delay]
+            if (len(lo_hi) != 2 or not all(isinstance(x, int | float) for x in lo_hi)
+                    or not 0 <= lo_hi[0] <= lo_hi[1]):
+                raise ConfigError(f"policy.inference_delay_ms must be a number >= 0 or [low, high], not {delay!r}")
         scale = tuple((str(k), float(v)) for k, v in (p.get("obs_scale") or {}).items())
         options = tuple((k, _hashable(v)) for k, v in sorted(p.items()) if k not in _POLICY_KEYS and k != "bc")
         return PolicyArgs(p["name"], tuple(p["obs_keys"]), tuple(p.get("hidden") or ()),
@@ -308,6 +315,13 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=cfg.learner.threads,
     )
+    inference = str(cfg.actor.get("inference", "inline"))
+    if inference != "inline" and inference not in ACTOR_MODES:
+        raise ConfigError(f"actor.inference '{inference}' unknown; use inline or one of {sorted(ACTOR_MODES)}")
+    if str(cfg.actor.get("replan", "due")) not in ("due", "continuous"):
+        raise ConfigError(f"actor.replan must be due or continuous, not '{cfg.actor.replan}'")
+    if int(cfg.actor.get("inference_workers", 1)) < 1:
+        raise ConfigError(f"actor.inference_workers must be at least 1, not {cfg.actor.inference_workers}")
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
     actors = tuple(

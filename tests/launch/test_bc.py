@@ -75,3 +75,12 @@ def test_bc_bad_inputs_are_one_clear_line(tmp_path):
     assert res.returncode == 2 and "not a replay store" in res.stderr
     res = run(["train", "policy=flow"])
     assert res.returncode == 2 and "robo-async bc policy=flow" in res.stderr
+
+
+def test_async_inference_config_errors_are_one_clear_line():
+    for args, want in ((["actor.inference=fast"], "actor.inference 'fast' unknown"),
+                       (["actor.replan=sometimes"], "actor.replan must be due or continuous"),
+                       (["actor.inference_workers=0"], "actor.inference_workers must be at least 1"),
+                       (["policy.inference_delay_ms=[300,100]"], "policy.inference_delay_ms must be")):
+        res = run(["train", *args])
+        assert res.returncode == 2 and want in res.stderr, res.stderr
