@@ -37,6 +37,10 @@ class Policy(abc.ABC):
     """Maps an observation (flat mapping of named arrays) to an action chunk."""
 
     version: int = -1  # -1 until weights from a learner are loaded
+    horizon: int = 1  # actions per chunk (the async runner plans with it)
+    # True: the policy's mode (no exploration noise, repeatable); the control loop sets it per
+    # episode (evaluation episodes) before asking for that episode's chunks
+    deterministic: bool = False
 
     @property
     @abc.abstractmethod

@@ -28,16 +28,15 @@ class DelayedPolicy(Policy):
 
     @property
     def deterministic(self) -> bool:
-        return bool(getattr(self.inner, "deterministic", False))
+        return self.inner.deterministic
 
     @deterministic.setter
     def deterministic(self, value: bool) -> None:
-        if hasattr(self.inner, "deterministic"):
-            self.inner.deterministic = value
+        self.inner.deterministic = value
 
     @property
     def horizon(self) -> int:
-        return getattr(self.inner, "horizon", 1)
+        return self.inner.horizon
 
     def module(self) -> torch.nn.Module:
         return self.inner.module()

@@ -1,4 +1,6 @@
-"""Evaluate a checkpoint: success rate over N episodes, optionally an MP4 of the first one."""
+"""`robo-async eval`: any checkpoint (SAC, BC, ...) or policy directory (`robo-async bc` output,
+a saved LeRobot policy) on the robot it was trained for, through the one control loop, in any
+inference mode; optionally an MP4 (H.264, plays in browsers) of the first episode."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from robo_async.actor.inference import INFERENCE_MODES
+from robo_async.actor.loop import ControlLoop, LoopConfig, TickInfo
+from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, task_args
 from robo_async.learner import checkpoint
-from robo_async.launch.builders import PolicyArgs, make_actor_policy, make_robot, task_args
 
 
 class CheckpointMismatch(ValueError):
@@ -23,62 +27,118 @@ class EvalResult:
     mean_return: float
     mean_length: float
     video: str | None
+    mode: str = "inline"
+    missed_ticks: int = 0
+    lateness_p99_ms: float = 0.0
 
 
-def evaluate(ckpt: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
-             seed: int = 10_000) -> EvalResult:
-    path = checkpoint.resolve(ckpt)
-    tensors, metadata = checkpoint.read(path)
+@dataclass(frozen=True)
+class PolicySource:
+    """What to evaluate: the task it was trained on, how to build it, its weights (if separate)."""
+
+    what: str  # "checkpoint" | "policy directory" | "lerobot policy"
+    task: TaskArgs
+    policy: PolicyArgs
+    spec: dict | None = None  # the robot signature it was trained for
+    weights: dict | None = None  # module state for `load_weights` (checkpoints)
+    version: int = 0
+
+
+def _task_of(cfg: dict) -> TaskArgs:
+    return task_args(cfg["task"], cfg.get("robot"), cfg.get("safety"))
+
+
+def policy_source(path: Path, task: str | None = None) -> PolicySource:
+    """A checkpoint file, a run directory (its last checkpoint), a `robo-async bc` directory
+    (policy.yaml + policy.safetensors) or a saved LeRobot policy (config.json + weights)."""
+    path = Path(path)
+    if path.is_dir() and (path / "policy.yaml").exists():
+        meta = yaml.safe_load((path / "policy.yaml").read_text())
+        return PolicySource("policy directory", task_args(meta["task"]),
+                            PolicyArgs.from_config({**meta["policy"], "path": str(path), "inference_delay_ms": 0}),
+                            meta.get("spec"))
+    if path.is_dir() and (path / "config.json").exists():  # LeRobot save_pretrained
+        from robo_async.config import compose_config
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(compose_config([f"task={task or 'reach'}", "policy=act"]), resolve=True)
+        return PolicySource("lerobot policy", _task_of(cfg),
+                            PolicyArgs.from_config({**cfg["policy"], "path": str(path), "inference_delay_ms": 0}))
+    ckpt = checkpoint.resolve(path)
+    tensors, metadata = checkpoint.read(ckpt)
     meta = checkpoint.meta_of(metadata)
     cfg = yaml.safe_load(str(meta["config"]))
-    if task is not None and task != meta["task"]:
-        raise CheckpointMismatch(f"{path} was trained on task '{meta['task']}', not '{task}'; "
-                                 f"evaluate it on its own task or pick a checkpoint for '{task}'")
-    targs = task_args(cfg["task"])
-    robot = make_robot(targs)
-    if robot.spec.signature() != meta["spec"]:
-        raise CheckpointMismatch(f"{path} was trained for robot {meta['spec'].get('name')} with "
-                                 f"{meta['spec']}, this task builds {robot.spec.signature()}")
-    pargs = PolicyArgs.from_config(cfg["policy"])
-    policy = make_actor_policy(pargs, robot.spec, deterministic=True)
-    policy.load_weights(int(meta["version"]), {k: v.numpy() for k, v in checkpoint.module_state(tensors, "actor").items()})
-    ticks = int(targs.options.get("episode_ticks", 50))
-    successes, returns, lengths, frames = [], [], [], []
+    return PolicySource("checkpoint", _task_of(cfg), PolicyArgs.from_config({**cfg["policy"], "inference_delay_ms": 0}),
+                        meta["spec"], {k: v.numpy() for k, v in checkpoint.module_state(tensors, "actor").items()},
+                        int(meta["version"]))
+
+
+def default_mode(horizon: int, realtime: bool, real_robot: bool) -> str:
+    """Chunk policies and real robots: asynchronous inference with state forwarding and RTC;
+    one-step policies on an as-fast-as-possible simulator: inline (the sim-only speed mode)."""
+    return "inline" if horizon == 1 and not realtime and not real_robot else "async_forward_rtc"
+
+
+def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
+             seed: int = 10_000, mode: str | None = None, video_size: int = 384) -> EvalResult:
+    src = policy_source(path, task)
+    if task is not None and src.what != "lerobot policy" and task != src.task.name:
+        raise CheckpointMismatch(f"{path} was trained on task '{src.task.name}', not '{task}'; "
+                                 f"evaluate it on its own task or pick one trained for '{task}'")
+    robot = make_safe_robot(src.task)
+    if src.spec is not None and robot.spec.signature() != src.spec:
+        raise CheckpointMismatch(f"{path} was trained for robot {src.spec.get('name')} with {src.spec}, "
+                                 f"this task builds {robot.spec.signature()}")
+    policy = make_actor_policy(src.policy, robot.spec, deterministic=True)
+    if src.weights is not None:
+        policy.load_weights(src.version, src.weights)
+    mode = mode or default_mode(policy.horizon, src.task.realtime, src.task.robot is not None)
+    if mode not in INFERENCE_MODES:
+        raise CheckpointMismatch(f"inference mode '{mode}' unknown; modes: {list(INFERENCE_MODES)}")
+    if mode == "inline" and src.task.robot is not None:
+        raise CheckpointMismatch("inference=inline runs the policy on the control thread, for simulators only; "
+                                 "use an async mode on a real robot")
+    frames: list[np.ndarray] = []
+    render = getattr(robot.inner, "render", None)
+    if video is not None and render is None:
+        raise CheckpointMismatch(f"video: {robot.spec.name} has no camera or render to record")
+
+    def on_tick(t: TickInfo) -> None:
+        if t.episode == 0 and render is not None:
+            frames.append(render(video_size))
+
+    loop = ControlLoop(robot, policy, LoopConfig(
+        episode_ticks=int(src.task.options.get("episode_ticks", 50)), realtime=mode != "inline" or src.task.realtime,
+        seed=seed, eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False),
+        observer=on_tick if video is not None else None)
     robot.connect()
     try:
-        for ep in range(episodes):
-            obs = robot.reset(seed=seed + ep)
-            ret, success, n = 0.0, False, 0
-            for n in range(1, ticks + 1):
-                robot.send_action(policy.predict_chunk(obs.as_dict()).actions[0])
-                out = robot.outcome()
-                ret += out.reward
-                success = success or out.success
-                if video is not None and ep == 0:
-                    frames.append(robot.task.render("front"))
-                obs = robot.get_observation()
-                if out.terminated:
-                    break
-            successes.append(success)
-            returns.append(ret)
-            lengths.append(n)
+        if video is not None:  # the first frame: the start pose
+            frames.append(render(video_size))
+        res = loop.run()
     finally:
         robot.close()
+    eps = res.episodes
     written = write_mp4(video, frames, robot.spec.hz) if video is not None and frames else None
-    return EvalResult(episodes, float(np.mean(successes)) if successes else 0.0,
-                      float(np.mean(returns)) if returns else 0.0,
-                      float(np.mean(lengths)) if lengths else 0.0, written)
+    return EvalResult(len(eps), float(np.mean([e.success for e in eps])) if eps else 0.0,
+                      float(np.mean([e.episode_return for e in eps])) if eps else 0.0,
+                      float(np.mean([e.length for e in eps])) if eps else 0.0, written, mode,
+                      res.missed_ticks, res.lateness_p99_ms)
 
 
 def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> str:
-    import cv2
+    """H.264 (yuv420p, faststart): plays in browsers. Frame sides must be even."""
+    import imageio_ffmpeg
 
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     h, w = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
-    if not writer.isOpened():
-        raise RuntimeError(f"cannot open a video writer for {path}")
+    writer = imageio_ffmpeg.write_frames(str(path), (w, h), fps=fps, codec="libx264", pix_fmt_in="rgb24",
+                                         pix_fmt_out="yuv420p", macro_block_size=2, quality=None,
+                                         output_params=["-crf", "20", "-movflags", "+faststart"],
+                                         ffmpeg_log_level="error")
+    writer.send(None)  # start the encoder
     for f in frames:
-        writer.write(np.ascontiguousarray(f[:, :, ::-1]))
-    writer.release()
+        writer.send(np.ascontiguousarray(f[:, :, :3], dtype=np.uint8))
+    writer.close()
     return str(path)

@@ -62,20 +62,31 @@ def train(overrides: list[str]) -> int:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run_dir}", flush=True)
     import_history(cfg, run_dir)
-    title = f"robo_async · {cfg.task.name} · {cfg.algo.name} · {cfg.actors} actor(s)"
+    title = f"robo_async · {cfg.task.name} · {cfg.algo.name} · {cfg.actors} actor(s) · {cfg.launcher.name}"
     try:
         with ProgressDisplay(title) as display:
-            if plan.launcher.get("name") == "ray":
-                from robo_async.launch.ray_launcher import launch_ray
-
-                result = launch_ray(plan, display)
-            else:
-                result = launch_local(plan, display)
+            result = launch(plan, display)
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)
         return 1
     return report(cfg, run_dir, result)
+
+
+def launch(plan, display: ProgressDisplay) -> RunResult:
+    """The runner named by `launcher.name`: serial, local or ray (the same wiring in each)."""
+    name = plan.launcher.get("name", "local")
+    if name == "ray":
+        from robo_async.launch.ray_launcher import launch_ray
+
+        return launch_ray(plan, display)
+    if name == "serial":
+        from robo_async.launch.serial import launch_serial
+
+        return launch_serial(plan, display)
+    if name != "local":
+        raise UserError(f"launcher '{name}' unknown; launchers: serial, local, ray")
+    return launch_local(plan, display)
 
 
 def import_history(cfg, run_dir: Path) -> None:

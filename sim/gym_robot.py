@@ -128,3 +128,19 @@ class GymRobot(Robot):
 
     def outcome(self) -> Outcome:
         return self._outcome
+
+    def render(self, size: int, camera: str | None = None) -> np.ndarray:
+        """A frame for people (videos): a camera of the observation, else the env's own
+        `render()` (envs made with `kwargs: [[render_mode, rgb_array]]`), resized to size x size."""
+        import cv2
+
+        env = self._require()
+        cams = [c.name for c in self.spec.cameras]
+        if cams and isinstance(self._obs, dict):
+            frame = np.asarray(self._obs[camera or cams[0]])
+        elif getattr(env, "render_mode", None) == "rgb_array":
+            frame = np.asarray(env.render())
+        else:
+            raise RobotError(f"{self.spec.name} has no camera and was not made with render_mode=rgb_array; "
+                             "add task.kwargs=[[render_mode,rgb_array]] for videos")
+        return cv2.resize(np.ascontiguousarray(frame[..., :3]), (size, size), interpolation=cv2.INTER_AREA)

@@ -51,6 +51,7 @@ class ReachTask:
         self.model: mujoco.MjModel | None = None
         self.data: mujoco.MjData | None = None
         self._renderer: mujoco.Renderer | None = None
+        self._extra_renderers: dict[int, mujoco.Renderer] = {}  # by size: videos at a watchable size
         self._ik_data: mujoco.MjData | None = None
         self.tick = 0
 
@@ -83,9 +84,11 @@ class ReachTask:
         return mujoco.MjModel.from_xml_path(str(ASSET))
 
     def close(self) -> None:
-        if self._renderer is not None:
-            self._renderer.close()
+        for r in [self._renderer, *self._extra_renderers.values()]:
+            if r is not None:
+                r.close()
         self._renderer = None
+        self._extra_renderers = {}
         self.model = self.data = self._ik_data = None
 
     # --- episode ---------------------------------------------------------------------------
@@ -147,9 +150,16 @@ class ReachTask:
         return {"ee_pos": ee.astype(np.float32), "target": target.astype(np.float32),
                 "ee_to_target": (target - ee).astype(np.float32)}
 
-    def render(self, camera: str) -> np.ndarray:
-        """An RGB frame (uint8, HxWx3). Works without configured cameras (builds a renderer)."""
+    def render(self, camera: str, size: int | None = None) -> np.ndarray:
+        """An RGB frame (uint8, size x size x 3; default the policy cameras' `image_size`). Works
+        without configured cameras (builds a renderer); other sizes (videos) get their own."""
         assert self.model is not None and self.data is not None
+        if size is not None and size != self.config.image_size:
+            r = self._extra_renderers.get(size)
+            if r is None:
+                r = self._extra_renderers[size] = mujoco.Renderer(self.model, size, size)
+            r.update_scene(self.data, camera=camera)
+            return r.render()
         if self._renderer is None:
             size = self.config.image_size
             self._renderer = mujoco.Renderer(self.model, size, size)

@@ -124,6 +124,13 @@ class SimRobot(Robot):
     def outcome(self) -> Outcome:
         return self._outcome
 
+    def render(self, size: int, camera: str | None = None) -> np.ndarray:
+        """A frame for people (videos): `camera` (default: the task's first camera, else 'front')
+        at size x size pixels, independent of the policy cameras' resolution."""
+        self._require()
+        cams = self._task.config.cameras
+        return self._task.render(camera or (cams[0] if cams else "front"), size)
+
     def ee_position(self, q: np.ndarray) -> np.ndarray:
         """Forward kinematics: end-effector position (m) for joint positions `q` (for safety)."""
         self._require()

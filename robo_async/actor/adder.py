@@ -1,7 +1,8 @@
 """`Adder`: the only path from an actor to the learner. Numbers transitions `(actor_id, seq)`.
 
 Rows are kept as references and stacked into columns once per flush, so the per-tick cost is
-a few list appends. Batches go to an outlet (the `Uplink`), which keeps them until the learner
+a few list appends. Batches are compact: `obs/<key>` for every row and `final_obs/<key>` for the
+last row's next observation only (`wire.expand_next_obs` rebuilds `next_obs/<key>`). Batches go to an outlet (the `Uplink`), which keeps them until the learner
 acks them; `put` never blocks the control loop.
 """
 
@@ -11,7 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
-from robo_async.transport.wire import EpisodeStats, Heartbeat, Message, TransitionBatch
+from robo_async.transport.wire import FINAL_OBS, EpisodeStats, Heartbeat, Message, TransitionBatch
 
 
 class Outlet(Protocol):
@@ -50,9 +51,12 @@ class Adder:
     def _batch(self) -> TransitionBatch:
         rows = self._rows
         arrays: dict[str, np.ndarray] = {}
+        last = rows[-1][1]
         for k in self._keys:
+            # next_obs[i] is obs[i+1] (a batch never spans episodes: send_episode flushes), so
+            # each observation, camera frames included, crosses the wire and the journal once
             arrays[f"obs/{k}"] = np.stack([r[0][k] for r in rows])
-            arrays[f"next_obs/{k}"] = np.stack([r[1][k] for r in rows])
+            arrays[f"{FINAL_OBS}{k}"] = np.asarray(last[k])[None]
         arrays["action"] = np.stack([r[2] for r in rows]).astype(np.float32, copy=False)
         arrays["reward"] = np.array([r[3] for r in rows], dtype=np.float32)
         arrays["terminated"] = np.array([r[4] for r in rows], dtype=bool)

@@ -23,7 +23,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +32,14 @@ from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, call_policy
 
 log = logging.getLogger(__name__)
-MODES = ("sync", "drop_stale", "blend", "rtc")
-# Actor-level inference modes -> (schedule merge mode, forward the state)
-ACTOR_MODES = {"sync": ("sync", False), "async_naive": ("drop_stale", False), "async_forward": ("drop_stale", True),
-               "async_forward_blend": ("blend", True), "async_forward_rtc": ("rtc", True)}
+MODES = ("sync", "drop_stale", "blend", "rtc")  # how the schedule merges a chunk (internal)
+# The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
+# the state), or None for `inline`: the policy runs on the control thread, one action per tick, a
+# sim-only speed mode (as-fast-as-possible simulators, where a tick has no wall-clock meaning).
+INFERENCE_MODES: dict[str, tuple[str, bool] | None] = {
+    "inline": None, "sync": ("sync", False), "async_naive": ("drop_stale", False),
+    "async_forward": ("drop_stale", True), "async_forward_blend": ("blend", True),
+    "async_forward_rtc": ("rtc", True)}
 
 
 def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:
@@ -105,6 +109,10 @@ class InferenceEngine:
         self._stop = threading.Event()
         self._model = threading.Condition()  # weights are swapped only while no inference runs
         self._running = 0
+        self._loading = False  # a worker is loading weights (no inference may start)
+        # The control thread only ever touches `_pending_weights` under this tiny lock (a pointer
+        # swap), never `_model`: a load in progress cannot make the loop wait.
+        self._pending_lock = threading.Lock()
         self._pending_weights: tuple[int, Mapping[str, np.ndarray]] | None = None
         self._slots = [_Slot() for _ in range(workers)]
         self._threads = [threading.Thread(target=self._run, args=(slot,), name=f"inference-{i}", daemon=True)
@@ -150,7 +158,7 @@ class InferenceEngine:
 
     def swap_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         """New weights, loaded by an inference thread between inferences (never mid-chunk)."""
-        with self._model:
+        with self._pending_lock:  # never waits on a load or an inference in progress
             self._pending_weights = (version, arrays)
         self._slots[0].wake.set()
 
@@ -173,19 +181,26 @@ class InferenceEngine:
             return self._results.popleft() if self._results else None
 
     def _swap_if_pending(self) -> None:
+        if self._pending_weights is None:
+            return
         with self._model:
-            if self._pending_weights is None:
-                return
+            if self._loading:
+                return  # another worker is loading; it takes what is pending after
             while self._running and not self._stop.is_set():  # let running inferences finish
                 self._model.wait(0.05)
-            if self._pending_weights is None:
+            with self._pending_lock:
+                pending, self._pending_weights = self._pending_weights, None
+            if pending is None:
                 return
-            version, arrays = self._pending_weights
-            self._pending_weights = None
-            try:
-                self.policy.load_weights(version, arrays)
-            except ValueError as e:
-                log.error("inference: rejected weights v%d, keeping v%d: %s", version, self.policy.version, e)
+            self._loading = True
+        try:  # outside `_model`: nothing the control thread calls waits on this
+            self.policy.load_weights(*pending)
+        except ValueError as e:
+            log.error("inference: rejected weights v%d, keeping v%d: %s", pending[0], self.policy.version, e)
+        finally:
+            with self._model:
+                self._loading = False
+                self._model.notify_all()
 
     def _run(self, slot: _Slot) -> None:
         while not self._stop.is_set():
@@ -197,8 +212,9 @@ class InferenceEngine:
                 continue
             obs, fstate, prefix, start, tag, obs_tick = job
             with self._model:
-                while self._pending_weights is not None and self._running and not self._stop.is_set():
-                    self._model.wait(0.05)  # a swap is waiting: do not start another inference first
+                while ((self._loading or (self._pending_weights is not None and self._running))
+                       and not self._stop.is_set()):
+                    self._model.wait(0.05)  # a swap is waiting or loading: no inference starts first
                 self._running += 1
             t0 = time.monotonic()
             try:
@@ -377,37 +393,3 @@ class AsyncChunkRunner:
 
     def _hold(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._last if self._last is not None else self.spec.hold_action(obs["state"])
-
-
-def paced_episode(robot, runner: AsyncChunkRunner, ticks: int, seed: int,
-                  on_action: Callable[[int, np.ndarray], None] | None = None,
-                  on_step: Callable[[int], None] | None = None) -> dict:
-    """One episode at the robot's rate in wall-clock time, the actor's loop without data
-    collection (evaluation, benchmarks). `on_action(k, a)` runs before tick k's action is sent,
-    `on_step(k)` after the next observation. A late tick restarts the pacing (never catches up).
-    Returns success, ticks run, time_s (to success, or the whole episode) and lateness_s per tick."""
-    obs = robot.reset(seed=seed).as_dict()
-    dt = robot.spec.dt
-    t0 = next_t = time.monotonic()
-    lateness: list[float] = []
-    success_t, n = None, 0
-    for k in range(ticks):
-        now = time.monotonic()
-        if now < next_t:
-            time.sleep(next_t - now)
-            now = time.monotonic()
-        lateness.append(now - next_t)
-        next_t = now if now - next_t > dt else next_t + dt
-        action = runner.tick(k, obs)
-        if on_action is not None:
-            on_action(k, action)
-        robot.send_action(action)
-        obs = robot.get_observation().as_dict()
-        n = k + 1
-        if on_step is not None:
-            on_step(k)
-        if robot.outcome().success:
-            success_t = time.monotonic() - t0
-            break
-    return {"success": success_t is not None, "ticks": n,
-            "time_s": success_t if success_t is not None else time.monotonic() - t0, "lateness_s": lateness}

@@ -13,17 +13,15 @@ from hal.safety import SafeRobot, WorkspaceBox
 from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
 from robo_async.actor.actor import ActorConfig
-from robo_async.actor.inference import ACTOR_MODES
+from robo_async.actor.inference import INFERENCE_MODES
+from robo_async.actor.loop import LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
+from robo_async.launch.schema import ConfigError, check_algo, check_buffer, check_task, check_train
+from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.learner import LearnerConfig
-from robo_async.learner.sac import SACConfig
 from sim import TASKS, SimImperfections, SimRobot
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -120,12 +118,15 @@ IMPERFECTIONS = ("obs_latency_ticks", "action_latency_ticks", "obs_noise_std", "
 def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None,
               teleop: dict | None = None) -> TaskArgs:
     values = OmegaConf.to_container(task, resolve=True) if isinstance(task, DictConfig) else dict(task)
-    name = values.pop("name")
-    realtime = bool(values.pop("realtime", False))
-    imperfections = {k: values.pop(k) for k in IMPERFECTIONS if k in values}
+    name = values.get("name")
     if name not in TASKS:
         raise ConfigError(f"unknown task '{name}'; available: {sorted(TASKS)}")
     _, cfg_cls = TASKS[name]
+    given = set(values)
+    values = {k: v for k, v in check_task(values, cfg_cls).items() if k in given}  # typed; unknown keys refused
+    values.pop("name")
+    realtime = bool(values.pop("realtime", False))
+    imperfections = {k: values.pop(k) for k in IMPERFECTIONS if k in values}
     robot = dict(robot) if robot and robot.get("type") else None
     return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime,
                     {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}),
@@ -194,8 +195,7 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
                              dt=spec.dt, deterministic=deterministic, action_mode=args.action_mode,
                              delta_scale=args.delta_scale, obs_scale=dict(args.obs_scale),
                              **{k: v for k, v in opts.items() if k not in ("path", "inference_delay_ms", "type")})
-        if hasattr(policy, "deterministic"):
-            policy.deterministic = deterministic
+        policy.deterministic = deterministic
         if opts.get("path"):
             load_policy_file(policy, Path(str(opts["path"])))
     delay = opts.get("inference_delay_ms")
@@ -246,6 +246,21 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
         raise ConfigError(str(e)) from None
 
 
+def resolve_inference(mode: str, task: TaskArgs) -> str:
+    """`auto`: `inline` (the policy on the control thread: the sim-only speed mode) for an
+    as-fast-as-possible simulator, `async_forward` (inference beside the loop) for real robots
+    and real-time simulators. `inline` on a real robot is refused: its loop must never wait."""
+    if mode != "auto" and mode not in INFERENCE_MODES:
+        raise ConfigError(f"actor.inference '{mode}' unknown; use auto or one of {list(INFERENCE_MODES)}")
+    real = task.robot is not None
+    if mode == "auto":
+        return "async_forward" if real or task.realtime else "inline"
+    if mode == "inline" and real:
+        raise ConfigError(f"actor.inference=inline runs the policy on the control thread, a sim-only speed mode; "
+                          f"robot {task.robot['type']} needs an asynchronous mode (auto, async_forward, ...)")
+    return mode
+
+
 def new_run_dir(root: str, task: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{stamp}-{task}"
@@ -261,6 +276,7 @@ def _plain(node: object) -> object:
 
 
 def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
+    check_train(OmegaConf.to_container(cfg, resolve=True))  # types and unknown keys, one line each
     safety = _plain(cfg.get("safety")) or {}
     robots = list(_plain(cfg.get("robots")) or [])
     teleop = _plain(cfg.get("teleop"))
@@ -274,38 +290,42 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         actor_tasks = tuple(task_args(cfg.task, r, safety, teleop) if r and r.get("type")
                             else task_args({**_plain(cfg.task), **(r or {})}, None, safety, teleop) for r in robots)
     spec = task_spec(task)
+
+    def plan_task(i: int) -> TaskArgs:
+        return actor_tasks[i] if actor_tasks else task
+
     for i, t in enumerate(actor_tasks):
         other = task_spec(t)
         if (other.action_dim, other.state_dim, other.features) != (spec.action_dim, spec.state_dim, spec.features):
             raise ConfigError(f"robots[{i}] ({other.name}) does not fit the policy built for {spec.name}: "
                               f"{other.action_dim} joints, features {other.features}")
-    algo = OmegaConf.to_container(cfg.algo, resolve=True)
-    if algo.pop("name") != "sac":
-        raise ConfigError("only algo=sac exists so far")
-    sac = SACConfig(**_dataclass_kwargs(SACConfig, algo, "algo sac"))
+    algo = check_algo(OmegaConf.to_container(cfg.algo, resolve=True))
+    algo_name = algo.pop("name")
+    algo_cls = config_class(algo_name)
+    algo_config = algo_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo.items()})
     pol = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
-    if pol.name != "mlp":
-        raise ConfigError(f"train runs SAC, which trains policy=mlp; policy={pol.name} is a chunk policy: train "
-                          f"it by behaviour cloning with `robo-async bc policy={pol.name}` (RL fine-tuning of chunk "
-                          "policies is not built yet)")
-    if pol.hidden != sac.hidden:
-        sac = SACConfig(**{**sac.__dict__, "hidden": pol.hidden})
-    dims = obs_dims(spec, pol.obs_keys)
-    buf = OmegaConf.to_container(cfg.buffer, resolve=True)
+    policy_spec = PolicySpec(pol.name, pol.obs_keys, obs_dims(spec, pol.obs_keys), spec.joint_low, spec.joint_high,
+                             pol.hidden, pol.action_mode, pol.delta_scale, dict(pol.obs_scale), spec.dt)
+    from robo_async.learner.algorithms import build_algorithm
+
+    try:  # the algorithm refuses a policy it cannot train, here rather than in the learner process
+        build_algorithm(algo_name, algo_config, policy_spec)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    buf = check_buffer(OmegaConf.to_container(cfg.buffer, resolve=True))
     if buf.pop("name") != "lmdb":
         raise ConfigError("only buffer=lmdb exists")
     mix = check_mix(buf.pop("mix"))
     prefetch = int(buf.pop("prefetch"))
     buf.pop("imports")
-    store = StoreConfig(**_dataclass_kwargs(StoreConfig, buf, "buffer"))
+    store = StoreConfig(**buf)
     t = cfg.transport
     learner = LearnerConfig(
         run_dir=str(run_dir),
         data_address=f"tcp://{t.host}:{t.data_port}",
         weights_address=f"tcp://{t.host}:{t.weights_port}",
-        obs_keys=pol.obs_keys, obs_dims=dims, action_low=spec.joint_low, action_high=spec.joint_high,
-        sac=sac, store=store, mix=mix, prefetch=prefetch, action_mode=pol.action_mode, delta_scale=pol.delta_scale,
-        obs_scale=dict(pol.obs_scale), task=task.name, spec_signature=spec.signature(),
+        policy=policy_spec, algo=algo_name, algo_config=algo_config,
+        store=store, mix=mix, prefetch=prefetch, task=task.name, spec_signature=spec.signature(),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
         publish_every=cfg.learner.publish_every, checkpoint_every_s=cfg.learner.checkpoint_every_s,
         log_every_s=cfg.learner.log_every_s, budget_s=cfg.budget.seconds,
@@ -315,9 +335,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=cfg.learner.threads,
     )
-    inference = str(cfg.actor.get("inference", "inline"))
-    if inference != "inline" and inference not in ACTOR_MODES:
-        raise ConfigError(f"actor.inference '{inference}' unknown; use inline or one of {sorted(ACTOR_MODES)}")
+    inference = str(cfg.actor.get("inference", "auto"))
+    resolve_inference(inference, task)
     if str(cfg.actor.get("replan", "due")) not in ("due", "continuous"):
         raise ConfigError(f"actor.replan must be due or continuous, not '{cfg.actor.replan}'")
     if int(cfg.actor.get("inference_workers", 1)) < 1:
@@ -327,12 +346,13 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     actors = tuple(
         ActorConfig(
             actor_id=i, data_address="", weights_address="",
-            episode_ticks=task.options.get("episode_ticks", 50), realtime=task.realtime,
-            flush_every=cfg.actor.flush_every, heartbeat_s=cfg.actor.heartbeat_s,
-            seed=cfg.seed * 1000 + i, start_seq=int(hw.get(str(i), 0)),
-            start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
-            inference=str(cfg.actor.get("inference", "inline")), replan=str(cfg.actor.get("replan", "due")),
-            inference_workers=int(cfg.actor.get("inference_workers", 1)),
+            loop=LoopConfig(
+                actor_id=i, episode_ticks=task.options.get("episode_ticks", 50), realtime=plan_task(i).realtime,
+                seed=cfg.seed * 1000 + i, start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
+                heartbeat_s=cfg.actor.heartbeat_s, inference=resolve_inference(inference, plan_task(i)),
+                replan=str(cfg.actor.get("replan", "due")),
+                inference_workers=int(cfg.actor.get("inference_workers", 1))),
+            flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)),
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s)),

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
 from hal.resources import Resource, acquire_needs, parse_needs
 from robo_async.launch.builders import TrainPlan
-from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main, with_addresses
+from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main
+from robo_async.launch.wiring import with_addresses
 from robo_async.launch.progress import ProgressDisplay
 
 

@@ -1,21 +1,19 @@
-"""Entry points of the learner and actor processes (spawned by a launcher)."""
+"""Entry points of the learner and actor processes of the local launcher (spawned)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import sys
-import time
 import traceback
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
-from robo_async.actor.actor import Actor, ActorConfig
 from hal.robot import RobotError
-from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
+from robo_async.actor.actor import ActorConfig
+from robo_async.launch.builders import PolicyArgs, TaskArgs
+from robo_async.launch.wiring import learner_loop, run_actor
 from robo_async.learner.learner import Learner, LearnerConfig
-
 
 ROBOT_LOST = 3  # exit code of an actor whose robot failed: the run continues with the others
 
@@ -41,16 +39,8 @@ def learner_main(cfg: LearnerConfig, stop: Event, status: Queue, errors: Queue, 
         learner = Learner(cfg)
         learner.open()
         status.put(("ready", learner.addresses))
-        next_report = 0.0
-        while not learner.done() and not stop.is_set():
-            learner.step()
-            if time.monotonic() >= next_report:
-                next_report = time.monotonic() + report_s
-                status.put(("progress", learner.progress()))
-        path = learner.save()
-        reason = learner.stop_reason or "stopped"
-        learner.close()
-        status.put(("done", {"reason": reason, "checkpoint": str(path), **learner.progress()}))
+        done = learner_loop(learner, stop.is_set, lambda p: status.put(("progress", p)), report_s)
+        status.put(("done", done))
     except Exception as e:  # report, then exit non-zero: the launcher names us and stops the run
         _fail("learner", errors, e)
 
@@ -59,18 +49,9 @@ def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: Event
     _child_setup()
     who = f"actor {cfg.actor_id}"
     try:
-        robot = make_safe_robot(task)
-        teleops = make_teleops(task)
-        for t in teleops:
-            t.connect()
-        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg, teleops)
-        actor.run(stop)
+        run_actor(task, policy, cfg, stop)
     except RobotError as e:  # unplugged / faulted: this robot stops (held, closed), the job goes on
         errors.put((who, f"robot lost: {e}"))
         sys.exit(ROBOT_LOST)
     except Exception as e:
         _fail(who, errors, e)
-
-
-def with_addresses(cfg: ActorConfig, data: str, weights: str) -> ActorConfig:
-    return dataclasses.replace(cfg, data_address=data, weights_address=weights)

@@ -43,16 +43,12 @@ class RayLearner:
         return tuple(a.replace("0.0.0.0", ip) for a in self.learner.addresses)  # type: ignore[return-value]
 
     def run(self) -> dict:
-        nxt = 0.0
-        while not self.learner.done() and not self._stop.is_set():
-            self.learner.step()
-            if time.monotonic() >= nxt:
-                nxt = time.monotonic() + 0.5
-                self._progress = self.learner.progress()
-        path = self.learner.save()
-        reason = self.learner.stop_reason or "stopped"
-        self.learner.close()
-        return {"reason": reason, "checkpoint": str(path), **self.learner.progress()}
+        from robo_async.launch.wiring import learner_loop
+
+        def report(p: dict[str, float]) -> None:
+            self._progress = p
+
+        return learner_loop(self.learner, self._stop.is_set, report)
 
     def progress(self) -> dict[str, float]:
         return self._progress
@@ -67,15 +63,12 @@ def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, le
 
     from hal.leases import LeaseManager
     from hal.robot import RobotError
-    from robo_async.actor.actor import Actor
-    from robo_async.launch.builders import make_actor_policy, make_safe_robot
+    from robo_async.launch.wiring import run_actor
 
     torch.set_num_threads(1)
     lease = LeaseManager(lease_opts.get("lease_dir")).acquire(resource_id, job, float(lease_opts.get("wait_s") or 0))
     try:
-        robot = make_safe_robot(task)
-        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg)
-        actor.run(threading.Event())
+        actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
         return f"done: {actor.env_steps} env steps"
     except RobotError as e:
         return f"robot lost: {e}"
@@ -86,7 +79,7 @@ def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, le
 def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     import ray
 
-    from robo_async.launch.processes import with_addresses
+    from robo_async.launch.wiring import with_addresses
 
     opts = plan.launcher
     robot_ids = {plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors

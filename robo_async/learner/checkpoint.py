@@ -1,6 +1,7 @@
 """Checkpoints as single safetensors files, written atomically (temp file, fsync, rename).
 
-Tensors: `<module>/<param>` for every network, `log_alpha`, `<opt>/state/<i>/<key>` for optimiser
+Tensors: `<module>/<param>` for every module of the algorithm (`actor/...` is the published
+policy), `<opt>/state/<i>/<key>` for optimiser
 state. Metadata (strings): `meta` JSON with counters, config, spec signature and architecture;
 `<opt>/param_groups` JSON. Nothing is unpickled on load.
 """
@@ -16,7 +17,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from robo_async.learner.sac import SAC
+from robo_async.learner.algorithms.base import Algorithm
 
 NAME = re.compile(r"ckpt_(\d{9})\.safetensors$")
 
@@ -39,14 +40,15 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def save(directory: Path, sac: SAC, meta: dict[str, object], keep: int = 3) -> Path:
+def save(directory: Path, algo: Algorithm, meta: dict[str, object], keep: int = 3) -> Path:
+    """Every module and optimiser of the algorithm, with `meta` (counters, config), atomically."""
     directory.mkdir(parents=True, exist_ok=True)
-    tensors: dict[str, torch.Tensor] = {"log_alpha": sac.log_alpha.detach().clone()}
+    tensors: dict[str, torch.Tensor] = {}
     metadata = {"meta": json.dumps(meta)}
-    for name, module in sac.modules().items():
+    for name, module in algo.modules().items():
         for k, v in module.state_dict().items():
             tensors[f"{name}/{k}"] = v.detach().clone().contiguous()
-    for name, opt in sac.optimizers().items():
+    for name, opt in algo.optimizers().items():
         sd = opt.state_dict()
         metadata[f"{name}/param_groups"] = json.dumps(sd["param_groups"])
         for idx, st in sd["state"].items():
@@ -99,12 +101,12 @@ def module_state(tensors: dict[str, torch.Tensor], name: str) -> dict[str, torch
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and "/state/" not in k}
 
 
-def restore(sac: SAC, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    for name, module in sac.modules().items():
+def restore(algo: Algorithm, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    if "log_alpha" in tensors:  # SAC checkpoints from before the algorithm seam
+        tensors = {**tensors, "temperature/log_alpha": tensors["log_alpha"]}
+    for name, module in algo.modules().items():
         module.load_state_dict(module_state(tensors, name))
-    with torch.no_grad():
-        sac.log_alpha.copy_(tensors["log_alpha"])
-    for name, opt in sac.optimizers().items():
+    for name, opt in algo.optimizers().items():
         state: dict[int, dict[str, torch.Tensor]] = {}
         prefix = f"{name}/state/"
         for k, v in tensors.items():

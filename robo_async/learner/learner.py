@@ -1,5 +1,6 @@
-"""The learner: ingests transitions, runs SAC under the rate limiter, publishes weights,
-logs metrics and writes checkpoints. One instance per run, in its own process.
+"""The learner: ingests transitions, runs its `Algorithm` (SAC, BC, ...; see algorithms/base.py)
+under the rate limiter, publishes weights, logs metrics, writes checkpoints, decides when to stop.
+One instance per run (its own process, a Ray actor, or beside an actor in `launcher=serial`).
 
     learner = Learner(config)           # no I/O
     learner.open()                      # bind sockets, restore a checkpoint if resuming
@@ -20,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies.mlp import MLPPolicy, flatten_obs
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.sampler import Sampler
 from robo_async.buffer.store import ReplayError, SampleToInsertRatio
 from robo_async.learner import checkpoint
-from robo_async.learner.metrics import MetricsLogger
-from robo_async.learner.sac import SAC, SACConfig
+from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorithm
+from robo_async.learner.algorithms.sac import SACConfig
+from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
 from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights
 
@@ -38,17 +39,12 @@ class LearnerConfig:
     run_dir: str
     data_address: str  # e.g. tcp://127.0.0.1:0 (0: any free port)
     weights_address: str
-    obs_keys: tuple[str, ...]
-    obs_dims: tuple[int, ...]
-    action_low: tuple[float, ...]
-    action_high: tuple[float, ...]
-    sac: SACConfig = SACConfig()
+    policy: PolicySpec  # what the actors run
+    algo: str = "sac"  # a registered algorithm (algorithms/<name>/)
+    algo_config: AlgoConfig = SACConfig()
     store: StoreConfig = StoreConfig()
     mix: dict = field(default_factory=lambda: {"online": 0.5, "demos": 0.25, "interventions": 0.25})
     prefetch: int = 2  # batches assembled ahead on a background thread
-    action_mode: str = "delta"  # the policy's action parametrisation (see MLPPolicy)
-    delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
-    obs_scale: dict = field(default_factory=dict)  # per observation key input scale
     task: str = "reach"
     spec_signature: dict = field(default_factory=dict)
     config_yaml: str = ""  # the resolved run config, stored in every checkpoint
@@ -72,18 +68,17 @@ class Learner:
         self.config = config
         self.run_dir = Path(config.run_dir)
         torch.manual_seed(config.seed)
-        self.policy = MLPPolicy(config.obs_keys, config.obs_dims, config.action_low,
-                                config.action_high, hidden=config.sac.hidden,
-                                action_mode=config.action_mode, delta_scale=config.delta_scale,
-                                obs_scale=config.obs_scale)
-        self.sac = SAC(self.policy.net, self.policy.obs_dim, len(config.action_low), config.sac)
+        self.algorithm = build_algorithm(config.algo, config.algo_config, config.policy)
+        ac = config.algo_config
+        mix = dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables)) if self.algorithm.tables \
+            else config.mix
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
-        self.sampler = Sampler(self.store, config.sac.batch_size, config.mix, config.seed, config.prefetch)
+        self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch)
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
         self.heartbeats: dict[int, dict] = {}
-        self.limiter = SampleToInsertRatio(config.sac.utd_ratio, config.sac.warmup_steps, config.sac.limiter_slack)
+        self.limiter = SampleToInsertRatio(ac.utd_ratio, ac.warmup_steps, ac.limiter_slack)
         self.version = 0
         self.updates = 0
         self.env_steps = 0
@@ -97,8 +92,8 @@ class Learner:
         self.newest_actor_version = -1  # newest policy version seen in incoming transitions
         self.stop_reason: str | None = None
         self._last_update_metrics: dict[str, float] = {}
-        self._rates = {"t": time.monotonic(), "updates": 0, "env_steps": 0}
-        self._rate_values = {"time/env_steps_per_s": 0.0, "time/updates_per_s": 0.0}
+        self.rates = RateWindows((10.0, 60.0))  # env steps/s and updates/s over sliding windows
+        self._heard: dict[int, float] = {}  # actor id -> monotonic time of its last heartbeat
         self._receiver: TransitionReceiver | None = None
         self._publisher: WeightPublisher | None = None
         self._metrics: MetricsLogger | None = None
@@ -142,11 +137,11 @@ class Learner:
         """One iteration: ingest, then update while the rate limiter allows (bounded)."""
         assert self._receiver is not None and self._publisher is not None
         if self.store.accepting():  # else leave data in the socket: backpressure to the actors
-            for msg in self._receiver.poll(timeout_ms=0 if self.limiter.can_update() else 1):
+            for msg in self._receiver.poll(timeout_ms=0 if self._may_update() else 1):
                 self._ingest(msg)
         self._count_committed()
         for _ in range(8):
-            if not (self.limiter.can_update() and self._update()):
+            if not (self._may_update() and self._update()):
                 break
         now = time.monotonic()
         if now >= self._next["status"]:
@@ -161,10 +156,14 @@ class Learner:
             self.save()
         self._check_stop(now)
 
+    def _may_update(self) -> bool:
+        return self.limiter.can_update() if self.config.algo_config.limit_to_data else True
+
     def _check_batch(self, msg: TransitionBatch) -> str | None:
         """What is wrong with a batch against this run's spec, or None."""
-        want = {"action": (len(self.config.action_low),)}
-        for k, d in zip(self.config.obs_keys, self.config.obs_dims):
+        p = self.config.policy
+        want = {"action": (len(p.action_low),)}
+        for k, d in zip(p.obs_keys, p.obs_dims):
             want[f"obs/{k}"] = want[f"next_obs/{k}"] = (d,)
         for k, shape in want.items():
             a = msg.arrays.get(k)
@@ -209,21 +208,14 @@ class Learner:
                 self.train_successes.append(msg.success)
         elif isinstance(msg, Heartbeat):
             self.heartbeats[msg.actor_id] = dict(msg.meta)
+            self._heard[msg.actor_id] = time.monotonic()
 
     def _update(self) -> bool:
-        """One SAC update on a prefetched batch; False if no batch is ready yet."""
+        """One algorithm update on a prefetched batch; False if no batch is ready yet."""
         b = self.sampler.get()
         if b is None:
             return False
-        keys = self.config.obs_keys
-        scale = self.config.obs_scale
-        obs = flatten_obs({k: b[f"obs/{k}"] for k in keys}, keys, scale)
-        next_obs = flatten_obs({k: b[f"next_obs/{k}"] for k in keys}, keys, scale)
-        act = torch.as_tensor(self.policy.to_normalized(b["action"], b["obs/state"]), dtype=torch.float32)
-        self._last_update_metrics = self.sac.update(
-            obs, act, torch.as_tensor(b["reward"]), next_obs,
-            torch.as_tensor(b["terminated"], dtype=torch.float32),
-        )
+        self._last_update_metrics = self.algorithm.update(b)
         self.updates += 1
         self.limiter.updates += 1
         if self.updates % self.config.publish_every == 0:
@@ -233,12 +225,14 @@ class Learner:
 
     def publish(self) -> None:
         assert self._publisher is not None
-        self._publisher.publish(Weights(self.version, self.policy.weights(), self.policy.architecture))
+        self._publisher.publish(Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture))
 
     def status(self, stopping: bool = False) -> LearnerStatus:
-        return LearnerStatus(self.updates, self.version, self.limiter.inserted,
-                             self.limiter.allowed_inserts(), stopping, self.boot_id,
-                             tuple(sorted(self.store.high_water().items())))
+        allowed = self.limiter.allowed_inserts() if self.config.algo_config.limit_to_data else 1 << 62
+        now = time.monotonic()
+        actors = sum(now - t < 10.0 for t in self._heard.values())
+        return LearnerStatus(self.updates, self.version, self.limiter.inserted, allowed, stopping, self.boot_id,
+                             tuple(sorted(self.store.high_water().items())), max(actors, 1))
 
     @property
     def success_rate(self) -> float | None:
@@ -258,23 +252,13 @@ class Learner:
         return self.stop_reason is not None
 
     # --- reporting -----------------------------------------------------------------------
-    def _measure_rates(self) -> None:
-        """Env steps/s and updates/s over the last logging interval."""
-        now = time.monotonic()
-        dt = max(now - self._rates["t"], 1e-6)
-        self._rate_values = {
-            "time/env_steps_per_s": (self.env_steps - self._rates["env_steps"]) / dt,
-            "time/updates_per_s": (self.updates - self._rates["updates"]) / dt,
-        }
-        self._rates = {"t": now, "updates": self.updates, "env_steps": self.env_steps}
-
     def progress(self) -> dict[str, float]:
         out = {
             "time/elapsed_s": time.monotonic() - self._t0,
             "time/env_steps": self.env_steps,
             "time/updates": self.updates,
             "time/episodes": self.episodes,
-            **self._rate_values,
+            **self.rates.rates(time.monotonic(), {"env_steps": self.env_steps, "updates": self.updates}),
             "charts/policy_version": self.version,
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
             "charts/actor_policy_version": self.newest_actor_version,
@@ -308,7 +292,6 @@ class Learner:
 
     def _log(self) -> None:
         assert self._metrics is not None
-        self._measure_rates()
         values = {**self.progress(), **self._last_update_metrics}
         self._metrics.write(self.env_steps, values)
         self.last_progress = values
@@ -325,17 +308,18 @@ class Learner:
 
     def save(self) -> Path:
         meta = {**self.counters(), "task": self.config.task, "spec": self.config.spec_signature,
-                "architecture": self.policy.architecture, "obs_keys": list(self.config.obs_keys),
+                "architecture": self.algorithm.architecture, "algo": self.config.algo, "obs_keys": list(self.config.policy.obs_keys),
                 "config": self.config.config_yaml}
-        return checkpoint.save(self.run_dir / "checkpoints", self.sac, meta)
+        return checkpoint.save(self.run_dir / "checkpoints", self.algorithm, meta)
 
     def restore(self, path: Path) -> None:
         tensors, metadata = checkpoint.read(path)
         meta = checkpoint.meta_of(metadata)
-        if meta.get("architecture") != self.policy.architecture:
+        if meta.get("architecture") != self.algorithm.architecture or meta.get("algo", "sac") != self.config.algo:
             raise checkpoint.CheckpointError(
-                f"{path} holds {meta.get('architecture')}, this run builds {self.policy.architecture}")
-        checkpoint.restore(self.sac, tensors, metadata)
+                f"{path} holds {meta.get('algo', 'sac')} for {meta.get('architecture')}, this run builds "
+                f"{self.config.algo} for {self.algorithm.architecture}")
+        checkpoint.restore(self.algorithm, tensors, metadata)
         self.updates, self.version = int(meta["updates"]), int(meta["version"])
         self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
         self.episode_counts = {int(k): int(v) for k, v in meta.get("episode_counts", {}).items()}

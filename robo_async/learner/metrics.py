@@ -9,6 +9,36 @@ from pathlib import Path
 LEARNING_CURVE = "learning_curve.png"
 
 
+class RateWindows:
+    """Rates of growing counters over sliding windows (Sample Factory style: 10 s and 60 s), so
+    a progress line shows a steady figure, not the last second's burst or pause. Bounded: one
+    sample per `resolution_s`, kept for the longest window."""
+
+    def __init__(self, windows_s: tuple[float, ...] = (10.0, 60.0), resolution_s: float = 0.5) -> None:
+        from collections import deque
+
+        self.windows = windows_s
+        self.resolution = resolution_s
+        self._samples: deque[tuple[float, dict[str, float]]] = deque(
+            maxlen=int(max(windows_s) / resolution_s) + 2)
+
+    def rates(self, now: float, counters: dict[str, float]) -> dict[str, float]:
+        """Record `counters` at `now`; `time/<name>_per_s` (shortest window) and
+        `time/<name>_per_s_<w>s` for each window. A window not yet filled uses what there is."""
+        if not self._samples or now - self._samples[-1][0] >= self.resolution:
+            self._samples.append((now, dict(counters)))
+        out: dict[str, float] = {}
+        for w in self.windows:
+            old = next(((t, c) for t, c in self._samples if now - t <= w), self._samples[0])
+            dt = now - old[0]
+            for k, v in counters.items():
+                rate = (v - old[1].get(k, 0.0)) / dt if dt > 0 else 0.0
+                out[f"time/{k}_per_s_{int(w)}s"] = rate
+                if w == self.windows[0]:
+                    out[f"time/{k}_per_s"] = rate
+        return out
+
+
 class MetricsLogger:
     """Namespaced keys (`losses/...`, `charts/...`, `time/...`), one JSON line per record."""
 

@@ -23,6 +23,27 @@ class WireError(ValueError):
     """A message that cannot be decoded or does not match the schema."""
 
 
+FINAL_OBS = "final_obs/"  # compact batches: the last row's next observation (see expand_next_obs)
+
+
+def expand_next_obs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A compact batch (`obs/<k>` [n] + `final_obs/<k>` [1], consecutive ticks of one episode)
+    with `next_obs/<k>` = obs[1:] + final rebuilt; a full batch is returned as it is."""
+    finals = [k for k in arrays if k.startswith(FINAL_OBS)]
+    if not finals:
+        return dict(arrays)
+    out = {k: v for k, v in arrays.items() if not k.startswith(FINAL_OBS)}
+    for k in finals:
+        name = k[len(FINAL_OBS):]
+        obs, last = arrays.get(f"obs/{name}"), arrays[k]
+        if obs is None or f"next_obs/{name}" in arrays:
+            raise WireError(f"'{k}' needs 'obs/{name}' and no 'next_obs/{name}' beside it")
+        if last.shape[:1] != (1,) or last.shape[1:] != obs.shape[1:] or last.dtype != obs.dtype:
+            raise WireError(f"'{k}' is {last.dtype}{last.shape}, expected {obs.dtype}(1, *{obs.shape[1:]})")
+        out[f"next_obs/{name}"] = np.concatenate([obs[1:], last])
+    return out
+
+
 @dataclass(frozen=True)
 class TransitionBatch:
     """`count` consecutive transitions from one actor, numbered `seq .. seq+count-1`.
@@ -79,6 +100,7 @@ class LearnerStatus:
     stopping: bool = False
     boot_id: str = ""  # new on every learner start: actors resend everything unacked when it changes
     acked: tuple[tuple[int, int], ...] = ()  # (actor_id, next seq): every transition below is committed
+    actors: int = 1  # actors heard from recently; each may produce its share of the allowance
 
     def acked_for(self, actor_id: int) -> int | None:
         for a, s in self.acked:
@@ -162,6 +184,12 @@ def _field(header: dict, name: str, typ: type | tuple[type, ...]) -> Scalar:
     return value
 
 
+def _count(value: object, name: str, high: int = 1 << 20) -> int:
+    if type(value) is not int or not 0 <= value <= high:
+        raise WireError(f"header field '{name}' is {value!r}, expected an int in [0, {high}]")
+    return value
+
+
 def decode(frames: Sequence[bytes | memoryview]) -> Message:
     """Parse and validate a multipart message; raises WireError on anything malformed."""
     if not frames:
@@ -184,9 +212,10 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
         if missing:
             raise WireError(f"transitions missing arrays {sorted(missing)}")
         n = arrays["reward"].shape[0] if arrays["reward"].ndim else -1
-        bad = [k for k, a in arrays.items() if a.ndim == 0 or a.shape[0] != n]
+        bad = [k for k, a in arrays.items() if a.ndim == 0 or (a.shape[0] != n and not k.startswith(FINAL_OBS))]
         if n <= 0 or bad:
             raise WireError(f"transitions arrays disagree on batch size {n}: {bad}")
+        arrays = expand_next_obs(arrays)
         return TransitionBatch(int(_field(header, "actor_id", int)), int(_field(header, "seq", int)), arrays)
     if kind == "weights":
         return Weights(int(_field(header, "version", int)), arrays, str(header.get("architecture", "")))
@@ -206,7 +235,7 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
             int(_field(header, "updates", int)), int(_field(header, "version", int)),
             int(_field(header, "env_steps", int)), int(_field(header, "allowed_env_steps", int)),
             bool(header.get("stopping", False)), str(header.get("boot_id", "")),
-            tuple((a, s) for a, s in acked),
+            tuple((a, s) for a, s in acked), _count(header.get("actors", 1), "actors"),
         )
     meta = header.get("meta", {})
     if not isinstance(meta, dict):

@@ -1,4 +1,4 @@
-"""Behaviour cloning of chunk policies from scripted-expert demonstrations, delay-consistent.
+"""Behaviour cloning of chunk policies (`robo-async bc`) from demonstration episodes, delay-consistent.
 
 Each training sample is what the asynchronous actor will ask at inference, for a delay d drawn
 from [0, max_delay] ticks:
@@ -19,23 +19,6 @@ import numpy as np
 import torch
 
 from policies.flow import FlowChunkPolicy
-
-
-def record_expert(robot, expert, episodes: int, ticks: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Expert rollouts: per episode, stacked observations (`obs/<key>`) and `action`s."""
-    out = []
-    for ep in range(episodes):
-        obs = robot.reset(seed=seed + ep).as_dict()
-        rows: dict[str, list] = {}
-        for _ in range(ticks):
-            a = expert.act()
-            for k, v in obs.items():
-                rows.setdefault(f"obs/{k}", []).append(np.asarray(v, np.float32))
-            rows.setdefault("action", []).append(np.asarray(a, np.float32))
-            robot.send_action(a)
-            obs = robot.get_observation().as_dict()
-        out.append({k: np.stack(v) for k, v in rows.items()})
-    return out
 
 
 def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy, max_delay: int,

@@ -1,0 +1,316 @@
+"""The one control loop. Every robot in every command is driven by `ControlLoop.run`: training
+actors, `eval`, `bc` evaluation, demo recording and the benchmarks. Always behind `SafeRobot`.
+
+What differs between those is a parameter or a part plugged in, never a copy of the loop:
+
+    loop = ControlLoop(safe_robot, policy, LoopConfig(episode_ticks=50, realtime=True),
+                       sink=adder,            # where transitions go (None: nowhere, e.g. eval)
+                       weights=client.take_weights,  # new weights between ticks (None: fixed)
+                       gate=allowance,        # as-fast-as-possible training: wait for the learner
+                       teleops=teleops, observer=on_tick)
+    result = loop.run(stop)                   # episodes, ticks, lateness
+
+Per tick: pace (real time: tick k starts at t0 + k*dt; a late tick restarts the pacing, never
+catches up), swap weights if new ones arrived (the inference thread loads them; `inline` loads
+here), poll teleops (an e-stop from any latches the robot's), choose the action (the async chunk
+runner, which never waits on the policy; or `inline`: the policy on this thread, the sim-only
+speed mode), send it through the safety layer, observe, hand the transition to the sink.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
+from threading import Event as ThreadEvent
+from typing import Protocol
+
+import numpy as np
+
+from hal.safety import SafeRobot
+from hal.teleop import Teleop, poll_events
+from policies.base import Policy, WeightsMismatch
+from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
+from robo_async.transport.wire import EpisodeStats, Heartbeat, Weights
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Where the loop's data goes: `Adder` (to the learner or a store), `EpisodeLog` (eval)."""
+
+    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: float, next_obs: dict[str, np.ndarray],
+            terminated: bool, truncated: bool, policy_version: int, success: bool = False) -> None: ...
+
+    def send_episode(self, stats: EpisodeStats) -> None: ...
+
+    def send_heartbeat(self, beat: Heartbeat) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class EpisodeLog:
+    """A sink that keeps episode summaries only (evaluation, benchmarks); bounded."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self.episodes: deque[EpisodeStats] = deque(maxlen=keep)
+
+    def add(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def send_episode(self, stats: EpisodeStats) -> None:
+        self.episodes.append(stats)
+
+    def send_heartbeat(self, beat: Heartbeat) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    actor_id: int = 0  # stamped on episode summaries and heartbeats
+    episode_ticks: int = 50  # truncate episodes after this many ticks
+    realtime: bool = False  # pace ticks at the robot's hz (real robots always); else as fast as possible
+    seed: int = 0  # episode k resets with seed * 100_003 + k
+    start_episode: int = 0
+    eval_every: int = 2  # every n-th episode runs the deterministic policy (1: all, 0: never)
+    max_steps: int | None = None  # stop after this many ticks
+    max_episodes: int | None = None  # stop after this many finished episodes
+    heartbeat_s: float = 1.0
+    inference: str = "inline"  # one of inference.INFERENCE_MODES (inline: on this thread, sim only)
+    inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
+    inference_workers: int = 1  # inferences in flight at once (pipelined when > 1)
+    replan: str = "due"  # due: next chunk when the committed actions fall to latency + 1; continuous
+    explore_until_weights: bool = True  # uniform random actions while the policy has no weights (v < 0)
+    end_on_terminated: bool = True  # False: run on to episode_ticks after the task ends (expert demos)
+    warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
+
+
+@dataclass(frozen=True)
+class TickInfo:
+    """What an observer sees after each tick (benchmarks, video)."""
+
+    tick: int  # since the loop started
+    episode_tick: int  # since the episode started (0-based)
+    episode: int
+    action: np.ndarray  # what the loop chose (before safety)
+    applied: np.ndarray  # what the robot got
+    chosen_at: float  # monotonic time the action was chosen
+    lateness_s: float  # how late this tick started against its schedule (0 when not real time)
+    obs_tick: int  # the tick whose observation the action was computed from (-1: hold / inline)
+    new_chunks: int  # chunks merged into the schedule so far (async modes)
+
+
+@dataclass
+class LoopResult:
+    ticks: int = 0
+    episodes: list[EpisodeStats] = field(default_factory=list)
+    lateness_p50_ms: float = 0.0
+    lateness_p99_ms: float = 0.0
+    lateness_max_ms: float = 0.0
+    missed_ticks: int = 0  # ticks that started more than half a period late
+    stop_reason: str = ""
+
+
+class LatenessTracker:
+    """Tick lateness (s) over a bounded window, and missed ticks (> half a period late) in total."""
+
+    def __init__(self, dt: float, window: int = 20_000) -> None:
+        self.dt = dt
+        self.samples: deque[float] = deque(maxlen=window)
+        self.missed = 0
+        self.max = 0.0
+
+    def add(self, lateness: float) -> None:
+        self.samples.append(lateness)
+        if lateness > self.dt / 2:
+            self.missed += 1
+        if lateness > self.max:
+            self.max = lateness
+
+    def percentile_ms(self, q: float) -> float:
+        return float(np.percentile(self.samples, q) * 1000) if self.samples else 0.0
+
+
+class ControlLoop:
+    def __init__(self, robot: SafeRobot, policy: Policy, config: LoopConfig, *, sink: Sink | None = None,
+                 weights: Callable[[], Weights | None] | None = None, gate: Callable[[], bool] | None = None,
+                 teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
+                 stats: Callable[[], Mapping[str, float | int]] | None = None) -> None:
+        if not isinstance(robot, SafeRobot):
+            raise TypeError(f"the control loop drives robots behind the safety layer; wrap "
+                            f"{type(robot).__name__} in hal.safety.SafeRobot")
+        if config.inference not in INFERENCE_MODES:
+            raise ValueError(f"inference mode '{config.inference}' unknown; modes: {list(INFERENCE_MODES)}")
+        self.robot, self.policy, self.config = robot, policy, config
+        self.sink = sink if sink is not None else EpisodeLog()
+        self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
+        self.teleops = teleops
+        self.tick = 0
+        self.env_steps = 0
+        self.episodes = config.start_episode
+        self.versions_seen: list[int] = []
+        self._rng = np.random.default_rng(config.seed)
+        self._bad_weights_logged: set[int] = set()
+        self.lateness = LatenessTracker(robot.spec.dt)
+        self.runner: AsyncChunkRunner | None = None
+        merge_forward = INFERENCE_MODES[config.inference]
+        if merge_forward is not None:
+            merge, forward = merge_forward
+            engine = InferenceEngine(policy, robot.spec.action_dim, policy.horizon, config.inference_timeout_s,
+                                     config.inference_workers)
+            self.runner = AsyncChunkRunner(engine, robot.spec, merge, forward, replan=config.replan)
+
+    # --- parts of a tick -------------------------------------------------------------------
+    def _swap_weights(self) -> None:
+        w = self._weights() if self._weights is not None else None
+        if w is None:
+            return
+        try:
+            if w.architecture and w.architecture != self.policy.architecture:
+                raise WeightsMismatch(f"weights v{w.version} are for {w.architecture}, "
+                                      f"this actor runs {self.policy.architecture}")
+            if self.runner is not None:  # an inference thread loads them between two chunks
+                self.runner.engine.swap_weights(w.version, w.arrays)
+            else:
+                self.policy.load_weights(w.version, w.arrays)
+            self.versions_seen.append(w.version)
+            del self.versions_seen[:-1000]
+        except WeightsMismatch as e:
+            if w.version not in self._bad_weights_logged and len(self._bad_weights_logged) < 100:
+                log.error("rejected weights, keeping v%d: %s", self.policy.version, e)
+                self._bad_weights_logged.add(w.version)
+
+    def _is_eval(self) -> bool:
+        n = self.config.eval_every
+        return n > 0 and self.policy.version >= 0 and self.episodes % n == n - 1
+
+    def _inline(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        if self.policy.version < 0 and self.config.explore_until_weights:
+            spec = self.robot.spec
+            return self._rng.uniform(spec.low, spec.high).astype(np.float32)
+        return self.policy.predict_chunk(obs).actions[0]
+
+    def stats(self) -> dict[str, float | int]:
+        """Heartbeat figures: safety counters, tick lateness, inference latency."""
+        st = self.robot.stats
+        out: dict[str, float | int] = {
+            "clipped": st.clipped, "rejected": st.rejected, "workspace": st.workspace, "estopped": st.estopped,
+            "late_p99_ms": round(self.lateness.percentile_ms(99), 3), "missed_ticks": self.lateness.missed}
+        if self.runner is not None:
+            e = self.runner.engine
+            out.update({"infer_p50_ms": round(e.latency.percentile(50) * 1000, 2),
+                        "infer_p95_ms": round(e.latency.percentile(95) * 1000, 2),
+                        "held_ticks": self.runner.holds, "bad_chunks": e.bad_chunks, "hung": e.hung_reports,
+                        "stale_dropped": self.runner.schedule.stale_dropped})
+        if self._extra_stats is not None:
+            out.update(self._extra_stats())
+        return out
+
+    def _reset(self) -> dict[str, np.ndarray]:
+        return self.robot.reset(seed=self.config.seed * 100_003 + self.episodes).as_dict()
+
+    # --- the loop --------------------------------------------------------------------------
+    def run(self, stop: Event | ThreadEvent | None = None) -> LoopResult:
+        """Drive the robot until `stop`, `max_steps`, `max_episodes` or the gate says stop. The
+        robot must be connected; the caller closes it. The inference engine is closed on return."""
+        try:
+            return self._run(stop)
+        finally:
+            self.sink.flush()
+            if self.runner is not None:
+                self.runner.engine.close()
+
+    def _run(self, stop: Event | ThreadEvent | None) -> LoopResult:
+        cfg, robot, sink, runner = self.config, self.robot, self.sink, self.runner
+        result = LoopResult()
+        obs = self._reset()
+        if runner is not None and cfg.warmup_inference:  # torch's slow first call; seeds the latency
+            runner.engine.warmup(obs)
+        ep_return, ep_len, ep_success, evaluation = 0.0, 0, False, self._is_eval()
+        self.policy.deterministic = evaluation
+        dt = robot.spec.dt
+        next_beat = time.monotonic() + cfg.heartbeat_s
+        next_tick = time.monotonic()
+        max_steps = math.inf if cfg.max_steps is None else cfg.max_steps
+        max_episodes = math.inf if cfg.max_episodes is None else cfg.max_episodes
+        finished = 0
+        while True:
+            if stop is not None and stop.is_set():
+                result.stop_reason = "stopped"
+                break
+            if self.env_steps >= max_steps:
+                result.stop_reason = "max_steps"
+                break
+            lateness = 0.0
+            if cfg.realtime:  # tick k starts at t0 + k * dt; a late tick restarts the pacing
+                now = time.monotonic()
+                if now < next_tick:
+                    time.sleep(next_tick - now)
+                    now = time.monotonic()
+                lateness = now - next_tick
+                self.lateness.add(lateness)
+                next_tick = now + dt if lateness > dt else next_tick + dt
+            if self._weights is not None:
+                self._swap_weights()
+            if self.teleops:
+                poll_events(self.teleops, robot)
+            if self._gate is not None and not self._gate():
+                result.stop_reason = "gate"
+                break
+            if runner is not None:
+                action = runner.tick(self.tick, obs)
+                version = runner.version
+            else:
+                action = self._inline(obs)
+                version = self.policy.version
+            chosen_at = time.monotonic()
+            applied = robot.send_action(action)
+            out = robot.outcome()
+            next_obs = robot.get_observation().as_dict()
+            ep_len += 1
+            terminated = out.terminated and cfg.end_on_terminated
+            truncated = ep_len >= cfg.episode_ticks and not terminated
+            sink.add(obs, applied, out.reward, next_obs, terminated, truncated, version, out.success)
+            if self._observer is not None:
+                self._observer(TickInfo(self.tick, ep_len - 1, self.episodes, action, applied, chosen_at, lateness,
+                                        runner.schedule.popped_obs_tick if runner is not None else -1,
+                                        len(runner.versions) if runner is not None else 0))
+            self.tick += 1
+            self.env_steps += 1
+            ep_return += out.reward
+            ep_success = ep_success or out.success
+            obs = next_obs
+            if terminated or truncated:
+                stats = EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len, ep_success, version, evaluation)
+                sink.send_episode(stats)
+                result.episodes.append(stats)
+                del result.episodes[:-1000]  # bounded on days-long runs
+                self.episodes += 1
+                finished += 1
+                if finished >= max_episodes:
+                    result.stop_reason = "max_episodes"
+                    break
+                obs = self._reset()
+                if runner is not None:
+                    runner.reset()
+                ep_return, ep_len, ep_success = 0.0, 0, False
+                evaluation = self._is_eval()
+                self.policy.deterministic = evaluation
+                if cfg.realtime:  # a reset may take a while on a real robot: restart the pacing
+                    next_tick = time.monotonic()
+            if time.monotonic() >= next_beat:
+                next_beat += cfg.heartbeat_s
+                sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.stats()))
+        result.ticks = self.env_steps
+        result.lateness_p50_ms = self.lateness.percentile_ms(50)
+        result.lateness_p99_ms = self.lateness.percentile_ms(99)
+        result.lateness_max_ms = self.lateness.max * 1000
+        result.missed_ticks = self.lateness.missed
+        return result

@@ -1,0 +1,56 @@
+"""The one wiring: what runs in a learner and in an actor, whichever runner places them (serial:
+one process; local: processes on this machine; Ray: nodes of a cluster).
+
+    addresses = learner.open()                      # run_learner does this, then the loop
+    run_actor(task, policy, with_addresses(cfg, *addresses), stop)   # per actor, anywhere
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Event
+from threading import Event as ThreadEvent
+
+from robo_async.actor.actor import Actor, ActorConfig
+from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
+from robo_async.learner.learner import Learner
+
+AnyEvent = Event | ThreadEvent
+
+
+def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEvent) -> Actor:
+    """Build the actor's robot (behind the safety layer), teleops and policy; run until the
+    learner stops or `stop`. Raises hal's RobotError when the robot is lost."""
+    robot = make_safe_robot(task)
+    teleops = make_teleops(task)
+    for t in teleops:
+        t.connect()
+    try:
+        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg, teleops)
+        actor.run(stop)
+        return actor
+    finally:
+        for t in teleops:
+            t.close()
+
+
+def learner_loop(learner: Learner, stop: Callable[[], bool], report: Callable[[dict], None],
+                 report_s: float = 0.5) -> dict:
+    """Step an opened learner until it is done or `stop()`; `report(progress)` every `report_s`.
+    Saves, closes, and returns {"reason", "checkpoint", **progress}."""
+    next_report = 0.0
+    while not learner.done() and not stop():
+        learner.step()
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + report_s
+            report(learner.progress())
+    path = learner.save()
+    reason = learner.stop_reason or "stopped"
+    learner.close()
+    return {"reason": reason, "checkpoint": str(path), **learner.progress()}
+
+
+def with_addresses(cfg: ActorConfig, data: str, weights: str) -> ActorConfig:
+    return dataclasses.replace(cfg, data_address=data, weights_address=weights)

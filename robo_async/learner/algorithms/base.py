@@ -1,0 +1,121 @@
+"""The algorithm seam: the `Learner` owns ingest, the store, the rate limiter, weight publishing,
+checkpoints, metrics and stop rules; an `Algorithm` owns the math. The learner calls it so:
+
+    algo = build_algorithm("sac", SACConfig(...), PolicySpec(...))   # no I/O
+    limiter = SampleToInsertRatio(algo.config.utd_ratio, algo.config.warmup_steps, ...)
+    sampler = Sampler(store, algo.config.batch_size, mix)            # the batch it needs
+    while running:
+        ingest()                                    # transitions -> store (durable, acked)
+        if limiter.can_update():
+            metrics = algo.update(sampler.get())    # one gradient step; {"losses/...": float}
+            if updates % publish_every == 0:
+                publish(Weights(version, algo.policy_weights(), algo.architecture))
+    checkpoint.save(algo)                           # algo.modules() and algo.optimizers()
+
+A batch maps `obs/<key>`, `next_obs/<key>`, `action` (joint targets, rad, as executed),
+`reward`, `terminated`, `truncated`, `success` to arrays with a leading batch dimension.
+
+Adding an algorithm: a folder `algorithms/<name>/` with `config.py` (a dataclass deriving from
+`AlgoConfig`, one comment per field) and `learning.py` (the `Algorithm`, registered with
+`@register("<name>", ConfigClass)`), and `configs/algo/<name>.yaml`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """What every algorithm's config has: how much data it needs and how fast it may learn."""
+
+    batch_size: int = 256
+    utd_ratio: float = 1.0  # learner updates per environment step (the rate limiter)
+    warmup_steps: int = 1000  # transitions in the store before the first update
+    limiter_slack: int = 512  # env steps as-fast-as-possible actors may run ahead of the update ratio
+    limit_to_data: bool = True  # updates wait for env steps (utd_ratio); False: as fast as the learner can
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """The policy the actors run, as plain values: what an algorithm builds and trains."""
+
+    name: str  # policy registry name (policies.base.register)
+    obs_keys: tuple[str, ...]
+    obs_dims: tuple[int, ...]
+    action_low: tuple[float, ...]  # joint limits (rad)
+    action_high: tuple[float, ...]
+    hidden: tuple[int, ...] = (256, 256)
+    action_mode: str = "delta"
+    delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
+    obs_scale: Mapping[str, float] = field(default_factory=dict)
+    dt: float = 1 / 30
+
+
+class Algorithm(abc.ABC):
+    config: AlgoConfig
+    tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
+
+    @property
+    @abc.abstractmethod
+    def architecture(self) -> str:
+        """The published policy's architecture: actors refuse weights of another."""
+
+    @abc.abstractmethod
+    def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """One learning step on a sampled batch; namespaced metrics (`losses/...`)."""
+
+    @abc.abstractmethod
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        """The actors' policy parameters, as published (and as `eval` loads from checkpoints)."""
+
+    @abc.abstractmethod
+    def modules(self) -> dict[str, nn.Module]:
+        """Everything with parameters, by name, for checkpoints; `actor` is the published policy."""
+
+    @abc.abstractmethod
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Optimisers by name, for checkpoints."""
+
+
+_REGISTRY: dict[str, tuple[Callable[[AlgoConfig, PolicySpec], Algorithm], type[AlgoConfig]]] = {}
+
+
+def register(name: str, config_cls: type[AlgoConfig]) -> Callable:
+    """Class decorator: `algo=<name>` builds `cls(config_cls(**algo keys), policy_spec)`."""
+
+    def deco(cls: Callable[[AlgoConfig, PolicySpec], Algorithm]) -> Callable[[AlgoConfig, PolicySpec], Algorithm]:
+        _REGISTRY[name] = (cls, config_cls)
+        return cls
+
+    return deco
+
+
+def algorithms() -> list[str]:
+    _load()
+    return sorted(_REGISTRY)
+
+
+def config_class(name: str) -> type[AlgoConfig]:
+    _load()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown algorithm '{name}'; available: {sorted(_REGISTRY)}")
+    return _REGISTRY[name][1]
+
+
+def build_algorithm(name: str, config: AlgoConfig, policy: PolicySpec) -> Algorithm:
+    _load()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown algorithm '{name}'; available: {sorted(_REGISTRY)}")
+    return _REGISTRY[name][0](config, policy)
+
+
+def _load() -> None:
+    """Import the algorithm folders (each registers itself)."""
+    from robo_async.learner.algorithms import bc, sac  # noqa: F401

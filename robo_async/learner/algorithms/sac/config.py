@@ -1,0 +1,19 @@
+"""SAC's hyperparameters (`configs/algo/sac.yaml` selects and overrides them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from robo_async.learner.algorithms.base import AlgoConfig
+
+
+@dataclass(frozen=True)
+class SACConfig(AlgoConfig):
+    gamma: float = 0.9  # discount per control tick
+    tau: float = 0.01  # Polyak factor for the target critics
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_alpha: float = 0.1  # initial entropy temperature
+    target_entropy: float | None = None  # None: -action_dim
+    hidden: tuple[int, ...] = (256, 256)  # critic layers (the actor's come from the policy config)

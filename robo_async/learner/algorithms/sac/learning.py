@@ -1,0 +1,113 @@
+"""Soft Actor-Critic: twin critics, target critics, learned temperature (Haarnoja et al. 2018).
+
+Actions inside the algorithm are normalised to [-1, 1]; the policy (`policies.mlp.MLPPolicy`)
+maps them to joint targets. Stored actions are joint targets as executed, mapped back here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.mlp import MLPPolicy, TwinCritic, flatten_obs
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from robo_async.learner.algorithms.sac.config import SACConfig
+
+
+class Temperature(nn.Module):
+    """The entropy temperature alpha, learned in log space."""
+
+    def __init__(self, init_alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(float(init_alpha)).log())
+
+
+@register("sac", SACConfig)
+class SAC(Algorithm):
+    def __init__(self, config: SACConfig, policy: PolicySpec) -> None:
+        if policy.name != "mlp":
+            raise ValueError(f"algo=sac trains policy=mlp; policy={policy.name} is a chunk policy (train it with "
+                             f"`robo-async bc policy={policy.name}`; RL of chunk policies is not built yet)")
+        self.config = c = config
+        self.spec = policy
+        self.policy = MLPPolicy(policy.obs_keys, policy.obs_dims, policy.action_low, policy.action_high,
+                                hidden=policy.hidden, action_mode=policy.action_mode,
+                                delta_scale=policy.delta_scale, obs_scale=policy.obs_scale)
+        self.actor = self.policy.net
+        act_dim = len(policy.action_low)
+        self.critic = TwinCritic(self.policy.obs_dim, act_dim, c.hidden)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.temperature = Temperature(c.init_alpha)
+        self.target_entropy = -float(act_dim) if c.target_entropy is None else c.target_entropy
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr)
+        self.alpha_opt = torch.optim.Adam(self.temperature.parameters(), lr=c.alpha_lr)
+
+    @property
+    def architecture(self) -> str:
+        return self.policy.architecture
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.weights()
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                "temperature": self.temperature}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt, "alpha_opt": self.alpha_opt}
+
+    def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
+        keys, scale = self.spec.obs_keys, self.spec.obs_scale
+        obs = flatten_obs({k: batch[f"obs/{k}"] for k in keys}, keys, scale)
+        next_obs = flatten_obs({k: batch[f"next_obs/{k}"] for k in keys}, keys, scale)
+        act = torch.as_tensor(self.policy.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
+        reward = torch.as_tensor(batch["reward"], dtype=torch.float32)
+        done = torch.as_tensor(batch["terminated"], dtype=torch.float32)  # truncation still bootstraps
+        return self.losses(obs, act, reward, next_obs, done)
+
+    def losses(self, obs: torch.Tensor, act: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
+               terminated: torch.Tensor) -> dict[str, float]:
+        c = self.config
+        log_alpha = self.temperature.log_alpha
+        alpha = log_alpha.exp().detach()
+
+        with torch.no_grad():
+            next_act, next_logp = self.actor.sample(next_obs)
+            q1_t, q2_t = self.critic_target(next_obs, next_act)
+            v_next = torch.min(q1_t, q2_t) - alpha * next_logp
+            target = reward + c.gamma * (1.0 - terminated) * v_next
+        q1, q2 = self.critic(obs, act)
+        critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        new_act, logp = self.actor.sample(obs)
+        q1_pi, q2_pi = self.critic(obs, new_act)
+        actor_loss = (alpha * logp - torch.min(q1_pi, q2_pi)).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        alpha_loss = -(log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+
+        with torch.no_grad():
+            for p, p_t in zip(self.critic.parameters(), self.critic_target.parameters()):
+                p_t.lerp_(p, c.tau)
+
+        return {
+            "losses/qf_loss": critic_loss.item() / 2,
+            "losses/qf1_values": q1.mean().item(),
+            "losses/actor_loss": actor_loss.item(),
+            "losses/alpha_loss": alpha_loss.item(),
+            "losses/alpha": alpha.item(),
+            "losses/entropy": -logp.mean().item(),
+        }
