@@ -49,6 +49,11 @@ class Robot(abc.ABC):
     def send_action(self, action: np.ndarray) -> np.ndarray:
         """Command joint targets (rad); returns the action actually applied after clipping."""
 
+    def send_checked_action(self, action: np.ndarray) -> np.ndarray:
+        """`send_action` for an action the safety layer has already validated (float32, shape
+        (action_dim,), finite, within limits): robots that check their input may skip it here."""
+        return self.send_action(action)
+
     def reset(self, *, seed: int | None = None) -> Observation:
         """Start an episode. Real robots have no reset of their own: they report where they are."""
         del seed

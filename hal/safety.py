@@ -62,6 +62,8 @@ class SafeRobot(Robot):
     def __init__(self, robot: Robot, *, workspace: WorkspaceCheck | None = None,
                  watchdog_s: float | None = None) -> None:
         self._robot = robot
+        self._step_finite = bool(np.isfinite(robot.spec.max_step_rad))
+        self._shape = (robot.spec.action_dim,)
         self._last: np.ndarray | None = None
         self.stats = SafetyStats()
         self._workspace = workspace
@@ -138,19 +140,25 @@ class SafeRobot(Robot):
         spec = self.spec
         self.stats.actions += 1
         if self._last is None:
-            self._last = self.spec.hold_action(self._robot.get_observation().state)
-        try:
-            a = spec.check_action(action)
-        except SpecMismatch as e:
-            self.stats.rejected += 1
-            log.warning("safety: %s; holding position", e)
-            return self._last.copy()
+            self._last = spec.hold_action(self._robot.get_observation().state)
+        a = np.asarray(action, dtype=np.float32)
+        # fast path, once per tick: one reduction finds any NaN/Inf; check_action names the fault
+        if a.shape != self._shape or not np.isfinite(a.sum()):
+            try:
+                a = spec.check_action(a)
+            except SpecMismatch as e:
+                self.stats.rejected += 1
+                log.warning("safety: %s; holding position", e)
+                return self._last.copy()
         if self._estop is not None:
             self.stats.estopped += 1
             return self._last.copy()
-        safe = np.clip(a, spec.low, spec.high)
-        if np.isfinite(spec.max_step_rad):
-            safe = np.clip(safe, self._last - spec.max_step_rad, self._last + spec.max_step_rad)
+        if self._step_finite:  # joint limits and the per-tick step in one pass
+            last = self._last
+            safe = np.minimum(np.maximum(a, np.maximum(spec.low, last - spec.max_step_rad)),
+                              np.minimum(spec.high, last + spec.max_step_rad))
+        else:
+            safe = np.minimum(np.maximum(a, spec.low), spec.high)
         if self._workspace is not None:
             why = self._workspace(safe)
             if why is not None:
@@ -158,14 +166,14 @@ class SafeRobot(Robot):
                 if self.stats.workspace <= 10:
                     log.warning("safety: %s; holding position", why)
                 return self._last.copy()
-        if not np.array_equal(safe, a):
+        if (safe != a).any():
             self.stats.clipped += 1
-        return safe.astype(np.float32)
+        return safe
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         with self._lock:
             safe = self.filter(action)
-            applied = self._robot.send_action(safe)
-            self._last = np.asarray(applied, dtype=np.float32).copy()
+            applied = self._robot.send_checked_action(safe)
+            self._last = np.array(applied, dtype=np.float32)
             self._last_send = time.monotonic()
         return applied

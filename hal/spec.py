@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,11 +95,11 @@ class RobotSpec:
 
     @property
     def low(self) -> np.ndarray:
-        return np.asarray(self.joint_low, dtype=np.float32)
+        return _frozen_array(self.joint_low)
 
     @property
     def high(self) -> np.ndarray:
-        return np.asarray(self.joint_high, dtype=np.float32)
+        return _frozen_array(self.joint_high)
 
     def feature_dims(self) -> dict[str, int]:
         return dict(self.features)
@@ -121,6 +123,14 @@ class RobotSpec:
         if not np.all(np.isfinite(a)):
             raise SpecMismatch(f"action for robot {self.name} contains NaN/Inf: {a.tolist()}")
         return a
+
+
+@functools.lru_cache(maxsize=256)
+def _frozen_array(values: tuple[float, ...]) -> np.ndarray:
+    """Joint limits as a read-only float32 array, made once (the safety layer reads them every tick)."""
+    a = np.asarray(values, dtype=np.float32)
+    a.setflags(write=False)
+    return a
 
 
 @dataclass(frozen=True)

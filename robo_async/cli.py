@@ -14,7 +14,7 @@ USAGE = """usage: robo-async <command> [key=value ...]
 commands:
   train [overrides]                    train (Hydra overrides, e.g. actors=2 task.cameras=[front])
   train resume=<run dir> [overrides]   continue a run from its last checkpoint
-  eval checkpoint=<file|run dir> [episodes=20] [video=out.mp4] [task=reach]
+  eval checkpoint=<ckpt|run dir|policy dir> [episodes=20] [inference=<mode>] [video=out.mp4] [delay_ms=]
   bc policy=flow [overrides]           behaviour cloning of a chunk policy from expert demos, then an
                                        evaluation with async inference (actor.inference, policy.inference_delay_ms)
   buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
@@ -108,24 +108,32 @@ def _resources(args: dict[str, str]) -> int:
 
 def _eval(args: dict[str, str]) -> int:
     from robo_async.evaluate import CheckpointMismatch, evaluate
+    from robo_async.launch.builders import ConfigError
     from robo_async.learner.checkpoint import CheckpointError
 
-    unknown = set(args) - {"checkpoint", "episodes", "video", "task", "seed"}
+    allowed = {"checkpoint", "episodes", "video", "video_size", "task", "seed", "inference", "delay_ms"}
+    unknown = set(args) - allowed
     if unknown:
-        raise UserError(f"unknown eval option(s) {sorted(unknown)}; use checkpoint= episodes= video= task= seed=")
+        raise UserError(f"unknown eval option(s) {sorted(unknown)}; use {', '.join(f'{a}=' for a in sorted(allowed))}")
     if "checkpoint" not in args:
-        raise UserError("eval needs checkpoint=<checkpoint file or run directory>")
+        raise UserError("eval needs checkpoint=<checkpoint file, run directory or policy directory>")
     ckpt = Path(args["checkpoint"])
     if not ckpt.exists():
         raise UserError(f"checkpoint {ckpt} does not exist")
     try:
         res = evaluate(ckpt, int(args.get("episodes", 20)),
                        video=Path(args["video"]) if "video" in args else None,
-                       task=args.get("task"), seed=int(args.get("seed", 10_000)))
-    except (CheckpointError, CheckpointMismatch) as e:
+                       task=args.get("task"), seed=int(args.get("seed", 10_000)), mode=args.get("inference"),
+                       video_size=int(args.get("video_size", 384)),
+                       inference_delay_ms=float(args["delay_ms"]) if "delay_ms" in args else None)
+    except (CheckpointError, CheckpointMismatch, ConfigError) as e:
         raise UserError(str(e)) from None
+    except ValueError as e:
+        raise UserError(f"eval: {e}") from None
     print(f"success rate {res.success_rate:.0%} over {res.episodes} episodes "
-          f"(mean return {res.mean_return:.1f}, mean length {res.mean_length:.1f} ticks)")
+          f"(mean return {res.mean_return:.1f}, mean length {res.mean_length:.1f} ticks; inference {res.mode}"
+          + (f", {res.missed_ticks} missed ticks, lateness p99 {res.lateness_p99_ms:.2f} ms" if res.mode != "inline" else "")
+          + ")")
     if res.video:
         print(f"video: {res.video}")
     return 0

@@ -28,8 +28,11 @@ class EvalResult:
     mean_length: float
     video: str | None
     mode: str = "inline"
-    missed_ticks: int = 0
+    missed_ticks: int = 0  # ticks started more than half a period late
     lateness_p99_ms: float = 0.0
+    held_ticks: int = 0  # ticks with no planned action (async modes): the robot held
+    infer_p50_ms: float | None = None
+    infer_p95_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,14 @@ def _task_of(cfg: dict) -> TaskArgs:
     return task_args(cfg["task"], cfg.get("robot"), cfg.get("safety"))
 
 
-def policy_source(path: Path, task: str | None = None) -> PolicySource:
+def policy_source(path: Path, task: str | None = None, delay_ms: float | list | None = None) -> PolicySource:
     """A checkpoint file, a run directory (its last checkpoint), a `robo-async bc` directory
     (policy.yaml + policy.safetensors) or a saved LeRobot policy (config.json + weights)."""
     path = Path(path)
     if path.is_dir() and (path / "policy.yaml").exists():
         meta = yaml.safe_load((path / "policy.yaml").read_text())
         return PolicySource("policy directory", task_args(meta["task"]),
-                            PolicyArgs.from_config({**meta["policy"], "path": str(path), "inference_delay_ms": 0}),
+                            PolicyArgs.from_config({**meta["policy"], "path": str(path), "inference_delay_ms": delay_ms or 0}),
                             meta.get("spec"))
     if path.is_dir() and (path / "config.json").exists():  # LeRobot save_pretrained
         from robo_async.config import compose_config
@@ -63,12 +66,12 @@ def policy_source(path: Path, task: str | None = None) -> PolicySource:
 
         cfg = OmegaConf.to_container(compose_config([f"task={task or 'reach'}", "policy=act"]), resolve=True)
         return PolicySource("lerobot policy", _task_of(cfg),
-                            PolicyArgs.from_config({**cfg["policy"], "path": str(path), "inference_delay_ms": 0}))
+                            PolicyArgs.from_config({**cfg["policy"], "path": str(path), "inference_delay_ms": delay_ms or 0}))
     ckpt = checkpoint.resolve(path)
     tensors, metadata = checkpoint.read(ckpt)
     meta = checkpoint.meta_of(metadata)
     cfg = yaml.safe_load(str(meta["config"]))
-    return PolicySource("checkpoint", _task_of(cfg), PolicyArgs.from_config({**cfg["policy"], "inference_delay_ms": 0}),
+    return PolicySource("checkpoint", _task_of(cfg), PolicyArgs.from_config({**cfg["policy"], "inference_delay_ms": delay_ms or 0}),
                         meta["spec"], {k: v.numpy() for k, v in checkpoint.module_state(tensors, "actor").items()},
                         int(meta["version"]))
 
@@ -80,8 +83,11 @@ def default_mode(horizon: int, realtime: bool, real_robot: bool) -> str:
 
 
 def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
-             seed: int = 10_000, mode: str | None = None, video_size: int = 384) -> EvalResult:
-    src = policy_source(path, task)
+             seed: int = 10_000, mode: str | None = None, video_size: int = 384,
+             inference_delay_ms: float | list | None = None) -> EvalResult:
+    """`episodes` deterministic episodes (seeds from `seed`); `inference_delay_ms` injects
+    latency into every inference (sim studies)."""
+    src = policy_source(path, task, inference_delay_ms)
     if task is not None and src.what != "lerobot policy" and task != src.task.name:
         raise CheckpointMismatch(f"{path} was trained on task '{src.task.name}', not '{task}'; "
                                  f"evaluate it on its own task or pick one trained for '{task}'")
@@ -120,10 +126,12 @@ def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str 
         robot.close()
     eps = res.episodes
     written = write_mp4(video, frames, robot.spec.hz) if video is not None and frames else None
+    st = loop.stats()
     return EvalResult(len(eps), float(np.mean([e.success for e in eps])) if eps else 0.0,
                       float(np.mean([e.episode_return for e in eps])) if eps else 0.0,
                       float(np.mean([e.length for e in eps])) if eps else 0.0, written, mode,
-                      res.missed_ticks, res.lateness_p99_ms)
+                      res.missed_ticks, res.lateness_p99_ms, int(st.get("held_ticks", 0)),
+                      st.get("infer_p50_ms"), st.get("infer_p95_ms"))
 
 
 def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> str:

@@ -10,7 +10,6 @@ Writes <run dir>/policy.safetensors (+ policy.yaml), bc_loss.png and eval.json.
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 
@@ -54,54 +53,27 @@ def episodes_from_store(store_dir: Path, table: str = "demos") -> list[dict[str,
 
 
 def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[dict[str, np.ndarray]]:
-    from robo_async.learner.bc import record_expert
-    from sim import EXPERTS
+    from robo_async.record import NoExpert, record_expert
 
-    if targs.name not in EXPERTS:
-        raise UserError(f"task '{targs.name}' has no scripted expert; give policy.bc.from_store=<store with demos>")
-    robot = make_robot(targs)
-    cls = EXPERTS[targs.name]
-    expert = cls(robot.task, max_step) if "max_step" in inspect.signature(cls).parameters else cls(robot.task)
-    ticks = int(targs.options.get("episode_ticks", 50))
     job = progress.add_task("recording expert demos", total=episodes, info="")
-    robot.connect()
     try:
-        out = []
-        for ep in range(episodes):
-            out += record_expert(robot, expert, 1, ticks, seed=ep)
-            progress.advance(job)
-    finally:
-        robot.close()
-    return out
+        return record_expert(targs, episodes, seed=0, max_step=max_step,
+                             progress=lambda n: progress.update(job, completed=n))
+    except NoExpert as e:
+        raise UserError(f"{e}; give policy.bc.from_store=<store with demos>") from None
 
 
-def evaluate_chunk_policy(policy, targs, mode: str, episodes: int, seed: int = 10_000) -> dict:
-    """Episodes in wall-clock real time at the robot's rate with the actor's async inference."""
-    from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine, paced_episode
+def evaluate_chunk_policy(path: Path, mode: str, episodes: int, seed: int = 10_000,
+                          delay_ms: float | list | None = None) -> dict:
+    """The saved policy on its task in wall-clock real time, through the one control loop
+    (`robo-async eval`), in inference mode `mode`, with an injected inference latency."""
+    from robo_async.evaluate import evaluate
 
-    robot = make_robot(targs)
-    spec = robot.spec
-    merge, forward = ACTOR_MODES[mode]
-    ticks = int(targs.options.get("episode_ticks", 50))
-    wins, lengths = [], []
-    engine = InferenceEngine(policy, spec.action_dim, getattr(policy, "horizon", 1))
-    runner = AsyncChunkRunner(engine, spec, merge, forward)  # one engine for all episodes, as on the actor
-    robot.connect()
-    try:
-        engine.warmup(robot.reset(seed=seed).as_dict())
-        for ep in range(episodes):
-            runner.reset()
-            r = paced_episode(robot, runner, ticks, seed + ep)
-            wins.append(r["success"])
-            lengths.append(r["ticks"])
-    finally:
-        engine.close()
-        robot.close()
-    holds, lat = runner.holds, list(engine.latency._samples)
-    return {"episodes": episodes, "mode": mode, "success_rate": float(np.mean(wins)),
-            "mean_ticks": float(np.mean(lengths)), "holds": holds,
-            "latency_p50_ms": float(np.percentile(lat, 50) * 1000) if lat else None,
-            "latency_p95_ms": float(np.percentile(lat, 95) * 1000) if lat else None}
+    res = evaluate(path, episodes, seed=seed, mode=mode, inference_delay_ms=delay_ms)
+    return {"episodes": res.episodes, "mode": mode, "success_rate": res.success_rate,
+            "mean_ticks": res.mean_length, "holds": res.held_ticks,
+            "latency_p50_ms": res.infer_p50_ms, "latency_p95_ms": res.infer_p95_ms,
+            "missed_ticks": res.missed_ticks, "late_p99_ms": res.lateness_p99_ms}
 
 
 def plot_losses(losses: list[float], path: Path) -> None:
@@ -125,14 +97,14 @@ def plot_losses(losses: list[float], path: Path) -> None:
 
 
 def bc(overrides: list[str]) -> int:
-    from robo_async.learner.bc import train_bc
+    from robo_async.learner.algorithms.bc.chunk import train_bc
 
     cfg = compose_config(overrides)
     pol_cfg = OmegaConf.to_container(cfg.policy, resolve=True)
     if pol_cfg["name"] != "flow":
         raise UserError(f"bc trains the flow chunk policy (policy=flow), not policy={pol_cfg['name']}")
-    mode = str(cfg.actor.get("inference", "inline"))
-    if mode == "inline":
+    mode = str(cfg.actor.get("inference", "auto"))
+    if mode in ("inline", "auto"):  # a chunk policy is evaluated in real time, inference beside the loop
         mode = "async_forward_rtc"
     b = pol_cfg["bc"]
     targs = task_args(cfg.task)
@@ -185,11 +157,10 @@ def bc(overrides: list[str]) -> int:
               flush=True)
     result: dict = {}
     if int(cfg.eval_episodes) > 0:
-        eval_policy = make_actor_policy(PolicyArgs.from_config({**pol_cfg, "path": str(run_dir)}), spec,
-                                        deterministic=True)
         print(f"evaluating {cfg.eval_episodes} episodes in real time: {mode}, injected latency "
               f"{pol_cfg.get('inference_delay_ms') or 0} ms ...", flush=True)
-        result = evaluate_chunk_policy(eval_policy, targs, mode, int(cfg.eval_episodes))
+        result = evaluate_chunk_policy(run_dir, mode, int(cfg.eval_episodes),
+                                       delay_ms=pol_cfg.get("inference_delay_ms"))
         print(f"success rate {result['success_rate']:.0%} over {result['episodes']} episodes, "
               f"mean {result['mean_ticks']:.0f} ticks, {result['holds']} held ticks, "
               f"inference p50 {result['latency_p50_ms'] or 0:.1f} ms", flush=True)
@@ -201,4 +172,4 @@ def bc(overrides: list[str]) -> int:
     return 0
 
 
-__all__ = ["bc", "episodes_from_store", "evaluate_chunk_policy", "load_policy_file"]
+__all__ = ["bc", "episodes_from_store", "evaluate_chunk_policy"]

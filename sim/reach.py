@@ -157,6 +157,8 @@ class ReachTask:
         if size is not None and size != self.config.image_size:
             r = self._extra_renderers.get(size)
             if r is None:
+                g = self.model.vis.global_  # the offscreen framebuffer must hold the frame
+                g.offwidth, g.offheight = max(g.offwidth, size), max(g.offheight, size)
                 r = self._extra_renderers[size] = mujoco.Renderer(self.model, size, size)
             r.update_scene(self.data, camera=camera)
             return r.render()

@@ -95,8 +95,10 @@ class SimRobot(Robot):
         return self._obs_queue[0]
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
+        return self.send_checked_action(self._spec.check_action(action))
+
+    def send_checked_action(self, a: np.ndarray) -> np.ndarray:
         self._require()
-        a = self._spec.check_action(action)
         self._ticks += 1
         if self._imp.disconnect_after_ticks is not None and self._ticks > self._imp.disconnect_after_ticks:
             self._connected = False

@@ -20,7 +20,7 @@ from hal.safety import SafeRobot
 from hal.teleop import Teleop
 from policies.base import Policy
 from robo_async.actor.adder import Adder
-from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult
+from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.wire import LearnerStatus
@@ -49,14 +49,18 @@ class Actor:
     """One robot's control loop fed by a learner. `run()` returns when `stop` is set, the learner
     says it is stopping, or `loop.max_steps` is reached."""
 
-    def __init__(self, robot: SafeRobot, policy: Policy, config: ActorConfig, teleops: tuple[Teleop, ...] = ()) -> None:
+    def __init__(self, robot: SafeRobot, policy: Policy, config: ActorConfig, teleops: tuple[Teleop, ...] = (),
+                 observer: Callable[[TickInfo], None] | None = None) -> None:
         self.robot = robot if isinstance(robot, SafeRobot) else SafeRobot(robot)
         self.teleops = teleops
+        self.observer = observer  # sees every tick (benchmarks)
         self.policy = policy
         self.config = config
         self.loop: ControlLoop | None = None
         self.result: LoopResult | None = None
         self.gate_waits = 0  # ticks that waited for the learner's allowance
+        self._gate_status: LearnerStatus | None = None
+        self._gate_limit = 0.0
 
     @property
     def env_steps(self) -> int:
@@ -66,6 +70,9 @@ class Actor:
         """As-fast-as-possible mode: wait while this actor has produced its share of the learner's
         allowance. What it produced counts (sent but not yet committed too), not what the learner
         has received, so data in flight cannot overshoot the update-to-data ratio. False: end."""
+        st = client.status
+        if st is not None and st is self._gate_status and adder.seq < self._gate_limit:
+            return True  # the common case, once per tick: no new status, still within the share
         deadline = time.monotonic() + self.config.first_status_timeout_s
         waited = False
         while not stop.is_set():
@@ -79,17 +86,22 @@ class Actor:
                 return False
             elif self._may_produce(st, adder.seq):
                 self.gate_waits += waited
+                self._gate_status = st
+                self._gate_limit = self._produce_limit(st)
                 return True
             waited = True
             time.sleep(0.001)
         return False
 
+    def _produce_limit(self, st: LearnerStatus) -> float:
+        """The seq this actor may produce up to under `st`: its share of the headroom (allowed -
+        committed), split evenly among the actors the learner hears from, counted from what the
+        learner has committed of ours (so what is produced but in flight counts against it)."""
+        share = (st.allowed_env_steps - st.env_steps) / max(st.actors, 1)
+        return (st.acked_for(self.config.actor_id) or 0) + share
+
     def _may_produce(self, st: LearnerStatus, produced: int) -> bool:
-        """This actor's share of the headroom (allowed - committed), split evenly among the actors
-        the learner knows, covers what it produced and the learner has not yet committed."""
-        actors = max(st.actors, 1)
-        in_flight = produced - (st.acked_for(self.config.actor_id) or 0)
-        return in_flight < (st.allowed_env_steps - st.env_steps) / actors
+        return produced < self._produce_limit(st)
 
     @staticmethod
     def _stopping_gate(client: WeightClient) -> Callable[[], bool]:
@@ -125,7 +137,7 @@ class Actor:
             adder = Adder(cfg.actor_id, self.uplink, cfg.flush_every, start_seq=start_seq)
             uplink = self.uplink
             self.loop = ControlLoop(
-                self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops,
+                self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops, observer=self.observer,
                 gate=self._stopping_gate(client) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
                 stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits})
             self.robot.connect()

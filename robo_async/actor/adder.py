@@ -1,7 +1,6 @@
 """`Adder`: the only path from an actor to the learner. Numbers transitions `(actor_id, seq)`.
 
-Rows are kept as references and stacked into columns once per flush, so the per-tick cost is
-a few list appends. Batches are compact: `obs/<key>` for every row and `final_obs/<key>` for the
+Rows are written into preallocated columns as they come (no stacking at flush time). Batches are compact: `obs/<key>` for every row and `final_obs/<key>` for the
 last row's next observation only (`wire.expand_next_obs` rebuilds `next_obs/<key>`). Batches go to an outlet (the `Uplink`), which keeps them until the learner
 acks them; `put` never blocks the control loop.
 """
@@ -20,14 +19,27 @@ class Outlet(Protocol):
 
 
 class Adder:
+    """Numbers transitions and writes each row straight into preallocated columns (one copy per
+    value, no per-flush stacking); a full or episode-ending batch goes to the outlet."""
+
     def __init__(self, actor_id: int, outlet: Outlet, flush_every: int = 32, start_seq: int = 0) -> None:
         self.actor_id = actor_id
         self._outlet = outlet
         self._flush_every = flush_every
         self.seq = start_seq  # seq of the next transition
         self._first_seq = start_seq
-        self._rows: list[tuple] = []
-        self._keys: tuple[str, ...] = ()
+        self._n = 0
+        self._obs_cols: list[tuple[str, np.ndarray]] = []
+        self._cols: dict[str, np.ndarray] = {}
+        self._last_next: dict[str, np.ndarray] = {}
+
+    def _allocate(self, obs: dict[str, np.ndarray], action: np.ndarray) -> None:
+        n = self._flush_every
+        self._obs_cols = [(k, np.empty((n, *np.shape(v)), np.asarray(v).dtype)) for k, v in obs.items()]
+        self._cols = {"action": np.empty((n, *np.shape(action)), np.float32),
+                      "reward": np.empty(n, np.float32), "terminated": np.empty(n, bool),
+                      "truncated": np.empty(n, bool), "policy_version": np.empty(n, np.int64),
+                      "success": np.empty(n, bool)}
 
     def add(
         self,
@@ -40,35 +52,42 @@ class Adder:
         policy_version: int,
         success: bool = False,
     ) -> None:
-        if not self._rows:
-            self._keys = tuple(obs)
+        if self._n == 0:
+            self._allocate(obs, action)  # fresh columns: the last batch's belong to the outlet now
             self._first_seq = self.seq
-        self._rows.append((obs, next_obs, action, reward, terminated, truncated, policy_version, success))
+        i = self._n
+        for k, col in self._obs_cols:
+            col[i] = obs[k]
+        c = self._cols
+        c["action"][i] = action
+        c["reward"][i] = reward
+        c["terminated"][i] = terminated
+        c["truncated"][i] = truncated
+        c["policy_version"][i] = policy_version
+        c["success"][i] = success
+        self._last_next = next_obs
+        self._n += 1
         self.seq += 1
-        if len(self._rows) >= self._flush_every:
+        if self._n >= self._flush_every:
             self.flush()
 
     def _batch(self) -> TransitionBatch:
-        rows = self._rows
+        n = self._n
         arrays: dict[str, np.ndarray] = {}
-        last = rows[-1][1]
-        for k in self._keys:
+        for k, col in self._obs_cols:
             # next_obs[i] is obs[i+1] (a batch never spans episodes: send_episode flushes), so
             # each observation, camera frames included, crosses the wire and the journal once
-            arrays[f"obs/{k}"] = np.stack([r[0][k] for r in rows])
-            arrays[f"{FINAL_OBS}{k}"] = np.asarray(last[k])[None]
-        arrays["action"] = np.stack([r[2] for r in rows]).astype(np.float32, copy=False)
-        arrays["reward"] = np.array([r[3] for r in rows], dtype=np.float32)
-        arrays["terminated"] = np.array([r[4] for r in rows], dtype=bool)
-        arrays["truncated"] = np.array([r[5] for r in rows], dtype=bool)
-        arrays["policy_version"] = np.array([r[6] for r in rows], dtype=np.int64)
-        arrays["success"] = np.array([r[7] for r in rows], dtype=bool)
+            arrays[f"obs/{k}"] = col[:n]
+            arrays[f"{FINAL_OBS}{k}"] = np.asarray(self._last_next[k], col.dtype)[None]
+        for k, col in self._cols.items():
+            arrays[k] = col[:n]
         return TransitionBatch(self.actor_id, self._first_seq, arrays)
 
     def flush(self) -> None:
-        if self._rows:
-            self._outlet.put(self._batch())
-            self._rows = []
+        if self._n:
+            batch = self._batch()
+            self._n = 0
+            self._outlet.put(batch)
 
     def send_episode(self, stats: EpisodeStats) -> None:
         self.flush()

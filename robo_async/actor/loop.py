@@ -116,6 +116,7 @@ class LoopResult:
     lateness_max_ms: float = 0.0
     missed_ticks: int = 0  # ticks that started more than half a period late
     stop_reason: str = ""
+    seconds: float = 0.0  # wall-clock time from the first tick to the end (excludes connect/warm-up)
 
 
 class LatenessTracker:
@@ -241,6 +242,7 @@ class ControlLoop:
         max_steps = math.inf if cfg.max_steps is None else cfg.max_steps
         max_episodes = math.inf if cfg.max_episodes is None else cfg.max_episodes
         finished = 0
+        t_start = time.monotonic()
         while True:
             if stop is not None and stop.is_set():
                 result.stop_reason = "stopped"
@@ -309,6 +311,7 @@ class ControlLoop:
                 next_beat += cfg.heartbeat_s
                 sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.stats()))
         result.ticks = self.env_steps
+        result.seconds = time.monotonic() - t_start
         result.lateness_p50_ms = self.lateness.percentile_ms(50)
         result.lateness_p99_ms = self.lateness.percentile_ms(99)
         result.lateness_max_ms = self.lateness.max * 1000

@@ -80,6 +80,7 @@ class Uplink:
         self._to_delete: list[int] = []
         self._env: lmdb.Environment | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by put(): the thread sleeps until there is work
         self._thread: threading.Thread | None = None
         self._unacked_count = 0
         self._warned_ram = False
@@ -163,6 +164,7 @@ class Uplink:
     def put(self, msg: Message) -> None:
         """Hand a message to the uplink thread. Never blocks."""
         self._inbox.append(msg)
+        self._wake.set()
 
     def close(self, drain_s: float = 5.0) -> None:
         """Stop after everything is acked, the learner says it is stopping, or `drain_s` passes.
@@ -174,6 +176,7 @@ class Uplink:
                 break
             time.sleep(0.01)
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
@@ -243,8 +246,9 @@ class Uplink:
                 if now >= next_commit:
                     next_commit = now + self.config.commit_ms / 1000
                     self._commit_journal()
-                if not busy:
-                    time.sleep(0.002)
+                if not busy:  # sleep until a batch is put (or acks may have moved: 20 ms)
+                    self._wake.wait(0.02)
+                    self._wake.clear()
         finally:
             sock.close()
 

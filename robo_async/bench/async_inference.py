@@ -14,13 +14,21 @@ short chunks cost it most, while one-at-a-time async inference needs chunks at l
 the latency; and a real LeRobot ACT (random init) beside the loop to show the loop's timing under
 real inference compute (`lerobot_act=false` skips it).
 
+The actor users run drives every cell: SafeRobot, the control loop, Adder, Uplink (journal)
+into a real ingest process that commits to a replay store and acks. Missed ticks: ticks started
+more than half a period late.
+
 Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps= out=
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import inspect
 import json
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -30,12 +38,18 @@ from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_file, save_file
 
+from hal.safety import SafeRobot
 from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
-from robo_async.actor.inference import ACTOR_MODES, AsyncChunkRunner, InferenceEngine, paced_episode
+from robo_async.actor.actor import Actor, ActorConfig
+from robo_async.actor.loop import LoopConfig, TickInfo
+from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import register
-from robo_async.learner.bc import record_expert, train_bc
-from sim import ReachConfig, ReachExpert, ReachTask, SimRobot
+from robo_async.bench.ingest import IngestProcess
+from robo_async.launch.builders import TaskArgs
+from robo_async.learner.algorithms.bc.chunk import train_bc
+from robo_async.record import record_expert
+from sim import ReachConfig, ReachTask, SimRobot
 
 MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc", "async_forward_pipelined")
 # bench mode -> (actor inference mode, inference workers, replan rule)
@@ -58,18 +72,24 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     spec = ReachTask().spec()
     policy = FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5,
                              hidden=(512, 512), obs_scale=SCALE, action_mode="delta", delta_range=0.6)
-    key = hashlib.sha1(f"{policy.architecture}-{steps}-{EXPERT_STEP}-v3".encode()).hexdigest()[:10]
+    demo_task = TaskArgs("reach", dataclasses.asdict(task_config(150)))
+    # the cache key hashes everything that shaped the weights: sizes, steps, demos, and the code
+    # of the demonstrator, the recorder, the BC loss and the policy
+    import robo_async.learner.algorithms.bc.chunk as bc_code
+    import robo_async.record as record_code
+    import policies.flow as flow_code
+    import sim.reach as reach_code
+
+    what = [policy.architecture, steps, EXPERT_STEP, repr(demo_task)] + [
+        inspect.getsource(m) for m in (bc_code, record_code, flow_code, reach_code)]
+    key = hashlib.sha1(json.dumps(what, default=str).encode()).hexdigest()[:12]
     path = cache / f"flow_reach_{key}.safetensors"
     if path.exists():
         policy.net.load_state_dict(load_file(str(path)))
         print(f"chunk policy from {path}", flush=True)
     else:
         print(f"training the chunk policy by behaviour cloning ({steps} steps) ...", flush=True)
-        task = ReachTask(task_config(150))
-        robot = SimRobot(task)
-        robot.connect()
-        demos = record_expert(robot, ReachExpert(task, EXPERT_STEP), 200, 150)
-        robot.close()
+        demos = record_expert(demo_task, 200, max_step=EXPERT_STEP)
         train_bc(policy, demos, steps, max_delay=12, log_every=max(steps // 5, 1))
         cache.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in policy.net.state_dict().items()}, str(path))
@@ -77,46 +97,59 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     return policy
 
 
-def run_episode(policy, mode: str, latency_ms: float, seed: int, ticks: int, cameras: tuple[str, ...] = ()) -> dict:
+class _Recorder:
+    """Observer of the actor's loop: per episode, wall time, commanded actions, chunk arrivals,
+    and reactions (target jump -> first executed action computed from an observation after it)."""
+
+    def __init__(self, task: ReachTask) -> None:
+        self.task = task
+        self.episodes: list[dict] = []
+        self._ep = -1
+
+    def __call__(self, t: TickInfo) -> None:
+        if t.episode != self._ep:  # a new episode
+            self._ep = t.episode
+            self.cur = {"t0": t.chosen_at, "stamps": [], "actions": [], "arrivals": [], "reactions": [],
+                        "pending": [], "jumps": 0, "seen": t.new_chunks, "end": t.chosen_at, "ticks": 0}
+            self.episodes.append(self.cur)
+        c = self.cur
+        if t.new_chunks > c["seen"]:
+            c["arrivals"].append(t.episode_tick)
+            c["seen"] = t.new_chunks
+        c["stamps"].append(t.chosen_at - c["t0"])
+        c["actions"].append(np.asarray(t.action, np.float32).copy())
+        if c["pending"] and t.obs_tick >= c["pending"][0][1]:
+            c["reactions"].append((t.chosen_at - c["pending"].pop()[0]) * 1000)
+        if self.task.moves_done > c["jumps"]:  # the target jumped during this tick
+            c["jumps"] = self.task.moves_done
+            c["pending"][:] = [(time.monotonic(), t.tick + 1)]
+        c["end"] = time.monotonic()
+        c["ticks"] = t.episode_tick + 1
+
+
+def run_cell(policy, mode: str, latency_ms: float, episodes: int, ticks: int, ingest: tuple[str, str],
+             actor_id: int, journal: Path, cameras: tuple[str, ...] = ()) -> list[dict]:
+    """`episodes` episodes of the training actor users run (SafeRobot, the control loop, Adder,
+    Uplink into a real ingest process) in real time, with `latency_ms` injected per inference."""
     task = ReachTask(task_config(ticks, cameras))
-    robot = SimRobot(task)
-    robot.connect()
-    spec = robot.spec
     actor_mode, workers, replan = RUNS[mode]
-    merge, forward = ACTOR_MODES[actor_mode]
-    engine = InferenceEngine(DelayedPolicy(policy, latency_ms), spec.action_dim, policy.horizon, timeout_s=5,
-                             workers=workers)
-    runner = AsyncChunkRunner(engine, spec, merge, forward, replan=replan)
-    stamps, actions, arrivals, reactions = [], [], [], []
-    pending: list[tuple[float, int]] = []  # (time of the jump, first tick that can see it)
-    seen, jumps = [0], [0]
-    t0 = time.monotonic()
-
-    def on_action(k: int, action: np.ndarray) -> None:
-        if len(runner.versions) > seen[0]:
-            arrivals.append(k)
-            seen[0] = len(runner.versions)
-        stamps.append(time.monotonic() - t0)
-        actions.append(action.copy())
-        # reaction: the first action computed from an observation taken after the jump
-        if pending and runner.schedule.popped_obs_tick >= pending[0][1]:
-            reactions.append((time.monotonic() - pending.pop()[0]) * 1000)
-
-    def on_step(k: int) -> None:
-        if task.moves_done > jumps[0]:  # the target just jumped
-            jumps[0] = task.moves_done
-            pending[:] = [(time.monotonic(), k + 1)]
-
-    if mode != "sync":  # as the actor does before its first tick (the latency is known from the start)
-        engine.warmup(robot.reset(seed=seed).as_dict())
-    r = paced_episode(robot, runner, ticks, seed, on_action, on_step)
-    infer_ms = [x * 1000 for x in engine.latency._samples]
-    engine.close()
-    robot.close()
-    late = np.asarray(r["lateness_s"]) * 1000
-    return {"success": r["success"], "time_s": r["time_s"],
-            "reactions_ms": reactions, "lateness_ms": late, "missed": int(np.sum(late > spec.dt * 1000)),
-            "actions": np.asarray(actions), "arrivals": arrivals, "stamps": stamps, "infer_ms": infer_ms}
+    rec = _Recorder(task)
+    cfg = ActorConfig(actor_id, *ingest, LoopConfig(
+        actor_id=actor_id, episode_ticks=ticks, realtime=True, seed=0, start_episode=5000, eval_every=1,
+        max_episodes=episodes, inference=actor_mode, inference_workers=workers, replan=replan,
+        inference_timeout_s=5, explore_until_weights=False, warmup_inference=mode != "sync"),
+        uplink=UplinkConfig(journal_dir=str(journal / str(actor_id))))
+    actor = Actor(SafeRobot(SimRobot(task)), DelayedPolicy(policy, latency_ms), cfg, observer=rec)
+    result = actor.run(threading.Event())
+    assert result is not None
+    infer = actor.loop.stats() if actor.loop is not None else {}
+    out = []
+    for ep, c in zip(result.episodes, rec.episodes):
+        out.append({"success": ep.success, "time_s": c["end"] - c["t0"], "reactions_ms": c["reactions"],
+                    "actions": np.asarray(c["actions"]), "arrivals": c["arrivals"], "stamps": c["stamps"]})
+    late = np.asarray(actor.loop.lateness.samples) * 1000 if actor.loop is not None else np.zeros(1)
+    return out, {"lateness_ms": late, "missed": int(actor.loop.lateness.missed) if actor.loop else 0,
+                 "infer_p50_ms": infer.get("infer_p50_ms"), "infer_p95_ms": infer.get("infer_p95_ms")}
 
 
 def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0, 2.6)) -> None:
@@ -146,7 +179,28 @@ def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0,
     plt.close(fig)
 
 
-def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, episodes: int, ticks: int,
+class _Cells:
+    """Runs cells against one ingest process, one actor id per cell (seqs never collide)."""
+
+    def __init__(self, ingest: tuple[str, str], journal: Path, ticks: int) -> None:
+        self.ingest, self.journal, self.ticks, self.next_id = ingest, journal, ticks, 0
+
+    def run(self, policy, mode: str, latency_ms: float, episodes: int, cameras: tuple[str, ...] = ()):
+        self.next_id += 1
+        return run_cell(policy, mode, latency_ms, episodes, self.ticks, self.ingest, self.next_id, self.journal,
+                        cameras)
+
+
+def speedup_interval(sync_times: list[float], async_times: list[float], n: int = 2000, seed: int = 0
+                     ) -> tuple[float, float, float]:
+    """Mean-time ratio sync/async with a 95% bootstrap interval over episodes."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(sync_times), np.asarray(async_times)
+    boots = [rng.choice(a, len(a)).mean() / rng.choice(b, len(b)).mean() for _ in range(n)]
+    return float(a.mean() / b.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, episodes: int, cells: _Cells,
                 bc_steps: int) -> list[dict]:
     """At 200 ms: how the chunk length trades sync's waiting against async's coverage of the latency."""
     rows = []
@@ -154,7 +208,7 @@ def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, epi
         policy = main_policy if h == main else trained_policy(h, bc_steps, Path.home() / ".cache" / "robo_async" / "bench")
         res = {}
         for mode in ("sync", "async_forward", "async_forward_pipelined"):
-            rs = [run_episode(policy, mode, 200, 5000 + e, ticks) for e in range(episodes)]
+            rs, _ = cells.run(policy, mode, 200, episodes)
             react = [x for r in rs for x in r["reactions_ms"]]
             res[mode] = {"time_s": float(np.mean([r["time_s"] for r in rs])),
                          "success": float(np.mean([r["success"] for r in rs])),
@@ -170,7 +224,7 @@ def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, epi
     return rows
 
 
-def lerobot_act_rows(horizon: int, ticks: int) -> dict:
+def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
     """A real LeRobot ACT (LeRobot's default size, ResNet-18 on a 96x96 camera, random init, CPU)
     beside the loop: its own latency, no injected delay. Success is meaningless (untrained); the
     loop's timing is the point."""
@@ -183,13 +237,11 @@ def lerobot_act_rows(horizon: int, ticks: int) -> dict:
     n_params = sum(p.numel() for p in act.policy.parameters())
     out: dict = {"lerobot_act_params_m": round(n_params / 1e6, 2)}
     for mode in ("sync", "async_forward"):
-        rs = [run_episode(act, mode, 0, 7000 + e, ticks, cameras=("front",)) for e in range(2)]
-        late = np.concatenate([r["lateness_ms"] for r in rs])
-        inf = [x for r in rs for x in r["infer_ms"]]
-        out[f"lerobot_act_{mode}"] = {"infer_p50_ms": round(float(np.percentile(inf, 50)), 2),
-                                      "infer_p95_ms": round(float(np.percentile(inf, 95)), 2),
+        _, t = cells.run(act, mode, 0, 2, cameras=("front",))
+        late = t["lateness_ms"]
+        out[f"lerobot_act_{mode}"] = {"infer_p50_ms": t["infer_p50_ms"], "infer_p95_ms": t["infer_p95_ms"],
                                       "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
-                                      "missed_ticks": int(sum(r["missed"] for r in rs))}
+                                      "missed_ticks": t["missed"]}
         print(f"  LeRobot ACT (random init, {n_params / 1e6:.1f} M params) {mode}: {out[f'lerobot_act_{mode}']}",
               flush=True)
     return out
@@ -198,50 +250,68 @@ def lerobot_act_rows(horizon: int, ticks: int) -> dict:
 @register("async-inference")
 def bench_async_inference(args: dict[str, str]) -> int:
     torch.set_num_threads(1)
-    episodes = int(args.get("episodes", 5))
+    episodes = int(args.get("episodes", 10))
     horizon = int(args.get("chunk_len", 8))
     ticks = int(args.get("ticks", 150))
     latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",")]
     out = Path(args.get("out", "runs/bench-async-inference"))
     out.mkdir(parents=True, exist_ok=True)
     policy = trained_policy(horizon, int(args.get("bc_steps", 4000)), Path.home() / ".cache" / "robo_async" / "bench")
-    rows: dict[str, dict] = {}
-    trajs: dict[str, dict] = {}
     modes = [m for m in args.get("modes", ",".join(MODES)).split(",") if m]
     unknown = [m for m in modes if m not in RUNS]
     if unknown:
         raise ValueError(f"bench async-inference: unknown mode(s) {unknown}; modes: {list(RUNS)}")
-    for lat in latencies:
-        for mode in modes:
-            rs = [run_episode(policy, mode, lat, 5000 + e, ticks) for e in range(episodes)]
-            if lat == 200 and mode in MODES[:4]:
-                trajs[mode] = rs[0]
-            react = [x for r in rs for x in r["reactions_ms"]]
-            late = np.concatenate([r["lateness_ms"] for r in rs])
-            rows[f"{mode}@{lat}"] = {
-                "mode": mode, "latency_ms": lat, "success": float(np.mean([r["success"] for r in rs])),
-                "time_s": float(np.mean([r["time_s"] for r in rs])),
-                "reaction_ms": float(np.median(react)) if react else None,
-                "jitter_p99_ms": float(np.percentile(late, 99)), "missed_ticks": int(sum(r["missed"] for r in rs))}
-            r = rows[f"{mode}@{lat}"]
-            print(f"  {mode:<18} {lat:>4} ms: success {r['success']:.0%}  time {r['time_s']:.2f} s  "
-                  f"reaction {r['reaction_ms']} ms  jitter p99 {r['jitter_p99_ms']:.2f} ms  missed {r['missed_ticks']}",
-                  flush=True)
+    rows: dict[str, dict] = {}
+    trajs: dict[str, dict] = {}
+    times: dict[str, list[float]] = {}
+    ingest = IngestProcess(str(out / "ingest-store"))
+    with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp, ingest as addresses:
+        cells = _Cells(addresses, Path(tmp), ticks)
+        for lat in latencies:
+            for mode in modes:
+                rs, timing = cells.run(policy, mode, lat, episodes)
+                if lat == 200 and mode in MODES[:4]:
+                    trajs[mode] = rs[0]
+                react = [x for r in rs for x in r["reactions_ms"]]
+                late = timing["lateness_ms"]
+                times[f"{mode}@{lat}"] = [r["time_s"] for r in rs]
+                rows[f"{mode}@{lat}"] = {
+                    "mode": mode, "latency_ms": lat, "loop": "actor", "episodes": len(rs),
+                    "success": float(np.mean([r["success"] for r in rs])),
+                    "time_s": float(np.mean([r["time_s"] for r in rs])),
+                    "reaction_ms": float(np.median(react)) if react else None,
+                    "late_p50_ms": round(float(np.percentile(late, 50)), 3),
+                    "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
+                    "late_max_ms": round(float(np.max(late)), 3), "missed_ticks": timing["missed"]}
+                r = rows[f"{mode}@{lat}"]
+                print(f"  {mode:<24} {lat:>4} ms: success {r['success']:.0%}  time {r['time_s']:.2f} s  "
+                      f"reaction {r['reaction_ms']} ms  late p50/p99/max {r['late_p50_ms']:.2f}/"
+                      f"{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f} ms  missed {r['missed_ticks']}", flush=True)
+        sweep = [int(x) for x in args.get("sweep", "4,6,8").split(",") if x]
+        sweep_rows = chunk_sweep(sweep, horizon, policy, episodes, cells, int(args.get("bc_steps", 4000))) \
+            if sweep and 200 in latencies else None
+        act_rows = lerobot_act_rows(horizon, cells) if args.get("lerobot_act", "true") == "true" else {}
     if trajs:
         plot(trajs, out / "chunk_boundaries_200ms.png")
-    table = Table(title=f"bench async-inference (chunk length {horizon}, {episodes} episodes each)")
-    for col in ("mode", "latency ms", "success", "time s", "reaction ms", "jitter p99 ms", "missed ticks"):
+    table = Table(title=f"bench async-inference: the actor loop (chunk length {horizon}, {episodes} episodes each)")
+    for col in ("mode", "latency ms", "success", "time s", "reaction ms", "late p50/p99/max ms", "missed ticks"):
         table.add_column(col, justify="right")
     for r in rows.values():
         table.add_row(r["mode"], str(r["latency_ms"]), f"{r['success']:.0%}", f"{r['time_s']:.2f}",
-                      "-" if r["reaction_ms"] is None else f"{r['reaction_ms']:.0f}", f"{r['jitter_p99_ms']:.2f}",
-                      str(r["missed_ticks"]))
+                      "-" if r["reaction_ms"] is None else f"{r['reaction_ms']:.0f}",
+                      f"{r['late_p50_ms']:.2f}/{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f}", str(r["missed_ticks"]))
     Console().print(table)
-    figures: dict[str, object] = {"chunk_len": horizon, "episodes": episodes}
+    figures: dict[str, object] = {"chunk_len": horizon, "episodes": episodes, "loop": "actor",
+                                  "ingest_received": ingest.received}
     if 200 in latencies and {"sync", "async_forward"} <= set(modes):
         s, f, base = rows["sync@200"], rows["async_forward@200"], rows.get("async_forward@0", rows["sync@200"])
+        speed, lo, hi = speedup_interval(times["sync@200"], times["async_forward@200"])
+        d = int(np.ceil(0.2 * 30 - 1e-9))  # the latency in ticks at 30 Hz
+        ceiling = (horizon + d) / horizon
         figures.update(
-            speedup_vs_sync_200ms=round(s["time_s"] / f["time_s"], 3),
+            speedup_vs_sync_200ms=round(speed, 3), speedup_vs_sync_200ms_ci95=[round(lo, 3), round(hi, 3)],
+            speedup_over_ceiling_200ms=round(speed / ceiling, 3),
+            speedup_over_ceiling_200ms_ci95=[round(lo / ceiling, 3), round(hi / ceiling, 3)],
             reaction_ms_200ms=f["reaction_ms"],
             reaction_over_latency_200ms=round(f["reaction_ms"] / 200, 3) if f["reaction_ms"] else None,
             reaction_ratio_sync_200ms=round(s["reaction_ms"] / f["reaction_ms"], 3)
@@ -255,13 +325,13 @@ def bench_async_inference(args: dict[str, str]) -> int:
                 reaction_over_latency_200ms_pipelined=round(pp["reaction_ms"] / 200, 3) if pp["reaction_ms"] else None,
                 success_drop_pts_200ms_pipelined=round(
                     100 * (rows.get("async_forward_pipelined@0", pp)["success"] - pp["success"]), 1))
-    sweep = [int(x) for x in args.get("sweep", "4,6,8").split(",") if x]
-    if sweep and 200 in latencies:
-        figures["sweep_200ms"] = chunk_sweep(sweep, horizon, policy, episodes, ticks, int(args.get("bc_steps", 4000)))
-    if args.get("lerobot_act", "true") == "true":
-        figures.update(lerobot_act_rows(horizon, ticks))
+    if sweep_rows is not None:
+        figures["sweep_200ms"] = sweep_rows
+    figures.update(act_rows)
     asyncs = [r for r in rows.values() if r["mode"] != "sync"]
+    figures["late_p50_ms"] = round(max(r["late_p50_ms"] for r in asyncs), 3)
     figures["jitter_p99_ms"] = round(max(r["jitter_p99_ms"] for r in asyncs), 3)
+    figures["late_max_ms"] = round(max(r["late_max_ms"] for r in asyncs), 3)
     figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))
     figures["plot"] = str(out / "chunk_boundaries_200ms.png")
     figures["table"] = list(rows.values())

@@ -4,8 +4,8 @@ the actor path (safety layer, adder, ZMQ transport) costs against the bare simul
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,12 +15,14 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from hal.safety import SafeRobot
 from policies.base import ActionChunk, Policy
 from robo_async.actor.actor import Actor, ActorConfig
+from robo_async.actor.loop import LoopConfig
+from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import register
+from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs, make_robot
-from robo_async.transport.channels import TransitionReceiver, WeightPublisher
-from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
 TASK = TaskArgs("reach", {})
 
@@ -56,49 +58,22 @@ def raw_sim_rate(steps: int) -> float:
     return rate
 
 
-def _sink(address_q: mp.Queue, stop: mp.Event, counts: mp.Queue) -> None:
-    """A stand-in learner: receives and acks everything, grants an unlimited step allowance."""
-    rx = TransitionReceiver("tcp://127.0.0.1:0")
-    pub = WeightPublisher("tcp://127.0.0.1:0")
-    address_q.put((rx.address, pub.address))
-    hw: dict[int, int] = {}
-    next_status = 0.0
-
-    def take(msgs: list) -> None:
-        for m in msgs:
-            if isinstance(m, TransitionBatch) and m.seq <= hw.get(m.actor_id, 0):
-                hw[m.actor_id] = max(hw.get(m.actor_id, 0), m.seq + m.count)
-
-    while not stop.is_set():
-        take(rx.poll(timeout_ms=5))
-        if time.monotonic() >= next_status:  # the learner's cadence (status_every_s = 0.02)
-            next_status = time.monotonic() + 0.02
-            pub.publish_status(LearnerStatus(0, 0, sum(hw.values()), 1 << 60, False, "sink",
-                                             tuple(sorted(hw.items()))))
-    take(rx.poll(timeout_ms=200, max_messages=100_000))
-    counts.put(sum(hw.values()))
-    rx.close()
-    pub.close()
-
-
 def actor_rate(steps: int) -> tuple[float, int]:
-    ctx = mp.get_context("spawn")
-    addr_q, counts, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-    sink = ctx.Process(target=_sink, args=(addr_q, stop, counts))
-    sink.start()
-    data, weights = addr_q.get(timeout=60)
-    cfg = ActorConfig(0, data, weights, max_steps=steps, eval_every=0)
-    actor = Actor(make_robot(TASK), HoldPolicy(), cfg)
-    local_stop = ctx.Event()
-    # Warm up (connect, first status), then time a fresh run of `steps` ticks.
-    Actor(make_robot(TASK), HoldPolicy(), ActorConfig(0, data, weights, max_steps=200, eval_every=0)).run(local_stop)
-    t0 = time.perf_counter()
-    actor.run(local_stop)
-    rate = steps / (time.perf_counter() - t0)
-    stop.set()
-    received = counts.get(timeout=60)
-    sink.join(10)
-    return rate, received
+    """The training actor users run (SafeRobot, the control loop, Adder, Uplink with its journal,
+    allowance gate) against a stand-in learner process that acks everything."""
+    ingest = IngestProcess()
+    with tempfile.TemporaryDirectory(prefix="bench-actor-") as tmp, ingest as (data, weights):
+        def run(n: int, journal: str) -> float:
+            cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline"),
+                              uplink=UplinkConfig(journal_dir=journal))
+            actor = Actor(SafeRobot(make_robot(TASK)), HoldPolicy(), cfg)
+            t0 = time.perf_counter()
+            actor.run(threading.Event())
+            return n / (time.perf_counter() - t0)
+
+        run(200, f"{tmp}/warmup")  # connect, first status, imports: not timed
+        rate = run(steps, f"{tmp}/journal")
+    return rate, ingest.received - 200  # all of them arrived (acked delivery), the warm-up's too
 
 
 def learn(budget_s: float, actors: int) -> dict[str, float | None]:

@@ -174,6 +174,9 @@ class WeightClient:
 
     def take_weights(self) -> Weights | None:
         """Newest weights not yet taken, or None."""
+        w = self._weights  # lock-free look first: called every control tick
+        if w is None or w.version <= self._taken_version:
+            return None
         with self._lock:
             w = self._weights
             if w is None or w.version <= self._taken_version:
