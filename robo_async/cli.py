@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "resources":
             return _resources(_kv(rest))
         if cmd == "buffer":
-            from robo_async.buffer.cli import main as buffer_main
+            from robo_async.buffer_cli import main as buffer_main
 
             return buffer_main(rest)
         if cmd == "bench":

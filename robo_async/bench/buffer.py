@@ -31,7 +31,7 @@ from rich.table import Table
 
 from robo_async.bench import register
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
-from robo_async.buffer.loadgen import make_row
+from robo_async.bench.loadgen import make_row
 from robo_async.buffer.sampler import Sampler
 from robo_async.transport.wire import TransitionBatch
 
@@ -62,7 +62,7 @@ class Proc:
     """A loadgen process whose stdout is read on a thread (so its pipe never fills)."""
 
     def __init__(self, args: list[str]) -> None:
-        self.p = subprocess.Popen([sys.executable, "-m", "robo_async.buffer.loadgen", *args],
+        self.p = subprocess.Popen([sys.executable, "-m", "robo_async.bench.loadgen", *args],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.lines: list[str] = []
         self._t = threading.Thread(target=self._read, daemon=True)

@@ -41,7 +41,7 @@ from robo_async.buffer.cache import TableCache
 from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, CorruptRecord, Schema, decode_image, decode_record,
                                      encode_image, encode_record, image_key, peek_record)
 from robo_async.buffer.store import ReplayError, ReplayStore
-from robo_async.transport.wire import TransitionBatch
+from robo_async.transport.wire import FINAL_OBS, TransitionBatch, WireError, expand_next_obs
 
 log = logging.getLogger(__name__)
 TABLES = ("online", "demos", "interventions")
@@ -237,6 +237,11 @@ class PersistentReplayStore(ReplayStore):
         not fit the store (nothing of it is queued)."""
         if table not in TABLES:
             raise ReplayError(f"unknown table '{table}'; tables: {TABLES}")
+        if any(k.startswith(FINAL_OBS) for k in batch.arrays):  # compact (from an Adder): full rows
+            try:
+                batch = TransitionBatch(batch.actor_id, batch.seq, expand_next_obs(batch.arrays))
+            except WireError as e:
+                raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
         if self._readonly:
             raise ReplayError(f"replay store {self.path} is open read-only")
         with self._lock:

@@ -1,4 +1,4 @@
-"""`robo-async buffer ...`: inspect a store, import earlier data into it, export it, record demos."""
+"""Store-level tools behind `robo-async buffer ...`: inspect a store, import earlier data into it, export it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreConfig
-from robo_async.transport.wire import Message, TransitionBatch
+from robo_async.transport.wire import TransitionBatch
 
 IMPORT_ACTOR_BASE = 1 << 40  # imported data is numbered apart from live actors (ids below this)
 
@@ -126,58 +126,4 @@ def export(path: Path, out: Path, table: str = "online", task: str | None = None
         rows = ((a, row) for _, a, _, row in store.records(table))
         return export_lerobot(rows, store.schema, Path(out), task=task or "task", fps=fps or 30)
     finally:
-        store.close()
-
-
-class StoreOutlet:
-    """An `Adder` outlet that writes straight into a store table (demo recording, imports)."""
-
-    def __init__(self, store: PersistentReplayStore, table: str) -> None:
-        self.store, self.table = store, table
-
-    def put(self, msg: Message) -> None:
-        if isinstance(msg, TransitionBatch):
-            self.store.insert(msg, self.table)
-
-
-def record_demos(task_args, out: Path, episodes: int, seed: int = 0, table: str = "demos",
-                 progress: Callable[[int], None] | None = None) -> tuple[int, float]:
-    """Scripted-expert episodes into `out` (a new or existing store). Returns (transitions, success rate)."""
-    from hal.safety import SafeRobot
-    from robo_async.actor.adder import Adder
-    from robo_async.launch.builders import make_robot
-    from sim import EXPERTS
-
-    if task_args.name not in EXPERTS:
-        raise ValueError(f"task '{task_args.name}' has no scripted expert; experts: {sorted(EXPERTS)}")
-    store = PersistentReplayStore(out, StoreConfig()).open()
-    sim_robot = make_robot(task_args)
-    robot = SafeRobot(sim_robot)
-    expert = EXPERTS[task_args.name](sim_robot.task)
-    demo_actor = IMPORT_ACTOR_BASE - 1  # demos are numbered apart from live actors
-    start = store.ack(demo_actor)
-    adder = Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start)
-    ticks = int(task_args.options.get("episode_ticks", 50))
-    wins = 0
-    robot.connect()
-    try:
-        for ep in range(episodes):
-            obs = robot.reset(seed=seed * 100_003 + ep).as_dict()
-            for n in range(1, ticks + 1):
-                applied = robot.send_action(expert.act())
-                out_ = robot.outcome()
-                nxt = robot.get_observation().as_dict()
-                truncated = n == ticks and not out_.terminated
-                adder.add(obs, applied, out_.reward, nxt, out_.terminated, truncated, -1, out_.success)
-                obs = nxt
-                if out_.terminated or truncated:
-                    wins += out_.success
-                    break
-            if progress:
-                progress(ep + 1)
-        adder.flush()
-        store.flush()
-        return adder.seq - start, wins / max(episodes, 1)
-    finally:
-        robot.close()
         store.close()

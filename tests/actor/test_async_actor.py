@@ -11,7 +11,9 @@ import pytest
 
 from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
+from hal.safety import SafeRobot
 from robo_async.actor.actor import Actor, ActorConfig
+from robo_async.actor.loop import LoopConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore
 from sim import ReachTask, SimRobot
 
@@ -22,10 +24,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("mode", ["async_forward_rtc", "async_naive"])
+@pytest.mark.parametrize("mode", ["async_forward_rtc", "async_naive", "sync"])
 def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_path, mode):
     data, status = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    server = subprocess.Popen([sys.executable, "-m", "robo_async.buffer.loadgen", "serve", "--store",
+    server = subprocess.Popen([sys.executable, "-m", "robo_async.bench.loadgen", "serve", "--store",
                                str(tmp_path / "r"), "--data", data, "--status", status],
                               stdout=subprocess.PIPE, text=True)
     assert server.stdout.readline().startswith("ready")
@@ -33,13 +35,17 @@ def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_pat
     flow = FlowChunkPolicy(("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=10,
                            steps=2, hidden=(32,))
     policy = DelayedPolicy(flow, delay_ms=100)  # three control ticks at 30 Hz
-    cfg = ActorConfig(0, data, status, realtime=True, max_steps=45, eval_every=0, inference=mode)
-    actor = Actor(SimRobot(ReachTask()), policy, cfg)
+    cfg = ActorConfig(0, data, status, LoopConfig(realtime=True, max_steps=45, eval_every=0, inference=mode))
+    actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     actor.run(threading.Event())
     server.terminate()
     server.wait(30)
-    assert actor.env_steps == 45 and actor.tick == 45  # no tick was skipped or waited for
-    runner = actor.runner
+    assert actor.env_steps == 45
+    if mode == "sync":  # the baseline waits for every chunk: the loop sees its late ticks
+        assert actor.loop.lateness.missed >= 3
+        return
+    assert actor.loop.lateness.missed == 0  # no tick started more than half a period late
+    runner = actor.loop.runner
     assert len(runner.versions) >= 3  # chunks kept arriving while the loop ran
     assert runner.holds < 45
     if mode == "async_naive":
@@ -85,9 +91,9 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     t = threading.Thread(target=learner, daemon=True)
     t.start()
     policy = DelayedPolicy(flow((32,)), delay_ms=60)
-    cfg = ActorConfig(0, rx.address, pub.address, realtime=True, max_steps=45, eval_every=0,
-                      inference="async_forward_rtc", episode_ticks=50, flush_every=4)
-    actor = Actor(SimRobot(ReachTask()), policy, cfg)
+    cfg = ActorConfig(0, rx.address, pub.address, LoopConfig(realtime=True, max_steps=45, eval_every=0,
+                      inference="async_forward_rtc", episode_ticks=50), flush_every=4)
+    actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     try:
         actor.run(threading.Event())
         deadline = __import__("time").monotonic() + 20
@@ -100,9 +106,10 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     store.close()
     rx.close()
     pub.close()
-    assert swapped.is_set() and actor.env_steps == 45 and actor.tick == 45  # every tick ran
+    assert swapped.is_set() and actor.env_steps == 45
+    assert actor.loop.lateness.missed == 0  # the swap never made a tick start late
     assert len(versions) == 45
     assert versions[0] == -1 and versions[-1] == 2  # the new version reached the robot mid-episode
     assert versions == sorted(versions)  # never back to older weights
     assert 1 not in versions and policy.version == 2  # the other architecture was refused
-    assert 1 in actor._bad_weights_logged
+    assert 1 in actor.loop._bad_weights_logged  # refused, and said so

@@ -260,7 +260,7 @@ def test_flow_policy_delta_mode_and_image_inputs():
 
 
 def test_bc_with_camera_frames_lowers_the_loss():
-    from robo_async.learner.bc import train_bc
+    from robo_async.learner.algorithms.bc.chunk import train_bc
 
     rng = np.random.default_rng(0)
     eps = []

@@ -28,7 +28,7 @@ class Cluster:
         self.server = self.producer = None
 
     def _spawn(self, *args):
-        return subprocess.Popen([sys.executable, "-m", "robo_async.buffer.loadgen", *args,
+        return subprocess.Popen([sys.executable, "-m", "robo_async.bench.loadgen", *args,
                                  "--data", self.data, "--status", self.status],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

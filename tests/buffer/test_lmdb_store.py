@@ -10,7 +10,7 @@ import pytest
 
 from robo_async.buffer.codec import STORE_SCHEMA
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig, StoreError
-from robo_async.buffer.loadgen import make_row
+from robo_async.bench.loadgen import make_row
 from robo_async.buffer.sampler import Sampler, split
 from robo_async.buffer.store import ReplayError
 from robo_async.transport.wire import TransitionBatch

@@ -120,18 +120,20 @@ def test_learner_killed_mid_run_then_resumed_loses_nothing(tmp_path):
 
 
 def test_learner_restore_loads_exact_weights(trained):
+    from robo_async.learner.algorithms import PolicySpec
+    from robo_async.learner.algorithms.sac import SACConfig
     from robo_async.learner.learner import Learner, LearnerConfig
-    from robo_async.learner.sac import SACConfig
 
     run_dir, _ = trained
     tensors, metadata = checkpoint.read(checkpoint.resolve(run_dir))
     meta = checkpoint.meta_of(metadata)
-    cfg = LearnerConfig(str(run_dir), "", "", ("state", "ee_to_target"), (6, 3), (-1.92, -1.75, -1.69, -1.66, -2.74, -0.17),
-                        (1.92, 1.75, 1.69, 1.66, 2.84, 1.75), sac=SACConfig(hidden=(32, 32)), resume=True)
+    policy = PolicySpec("mlp", ("state", "ee_to_target"), (6, 3), (-1.92, -1.75, -1.69, -1.66, -2.74, -0.17),
+                        (1.92, 1.75, 1.69, 1.66, 2.84, 1.75), (32, 32), obs_scale={"ee_to_target": 10.0})
+    cfg = LearnerConfig(str(run_dir), "", "", policy, "sac", SACConfig(hidden=(32, 32)), resume=True)
     learner = Learner(cfg)
     learner.restore(checkpoint.resolve(run_dir))
     assert learner.updates == meta["updates"] and learner.version == meta["version"]
-    for k, v in learner.sac.critic_target.state_dict().items():
+    for k, v in learner.algorithm.critic_target.state_dict().items():
         assert (v == tensors[f"critic_target/{k}"]).all()
 
 

@@ -2,29 +2,33 @@ import numpy as np
 import pytest
 import torch
 
-from policies.mlp import GaussianActor
 from robo_async.learner import checkpoint
-from robo_async.learner.sac import SAC, SACConfig
+from robo_async.learner.algorithms import PolicySpec, build_algorithm
+from robo_async.learner.algorithms.sac import SACConfig
+
+
+def spec(obs_dim, act_dim, hidden):
+    return PolicySpec("mlp", ("state",), (obs_dim,), (-1.0,) * act_dim, (1.0,) * act_dim, hidden)
 
 
 def trained_sac(seed=0, steps=5):
     torch.manual_seed(seed)
-    sac = SAC(GaussianActor(9, 6, (32, 32)), 9, 6, SACConfig(hidden=(32, 32), batch_size=16))
+    sac = build_algorithm("sac", SACConfig(hidden=(32, 32), batch_size=16), spec(9, 6, (32, 32)))
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         o = torch.randn(16, 9, generator=g)
-        sac.update(o, torch.rand(16, 6, generator=g) * 2 - 1, torch.randn(16, generator=g), o, torch.zeros(16))
+        sac.losses(o, torch.rand(16, 6, generator=g) * 2 - 1, torch.randn(16, generator=g), o, torch.zeros(16))
     return sac
 
 
 def test_sac_update_fits_critic_to_fixed_batch():
     torch.manual_seed(0)
-    sac = SAC(GaussianActor(4, 2, (64, 64)), 4, 2, SACConfig(hidden=(64, 64), critic_lr=1e-3))
+    sac = build_algorithm("sac", SACConfig(hidden=(64, 64), critic_lr=1e-3), spec(4, 2, (64, 64)))
     o, a = torch.randn(64, 4), torch.rand(64, 2) * 2 - 1
     r, done = torch.randn(64), torch.ones(64)  # terminal: the target is just the reward
-    first = sac.update(o, a, r, o, done)["losses/qf_loss"]
+    first = sac.losses(o, a, r, o, done)["losses/qf_loss"]
     for _ in range(300):
-        last = sac.update(o, a, r, o, done)["losses/qf_loss"]
+        last = sac.losses(o, a, r, o, done)["losses/qf_loss"]
     assert last < 0.2 * first
 
 
@@ -37,7 +41,7 @@ def test_checkpoint_roundtrip_restores_everything(tmp_path):
     for name, module in src.modules().items():
         for k, v in module.state_dict().items():
             torch.testing.assert_close(dst.modules()[name].state_dict()[k], v)
-    assert dst.log_alpha.item() == pytest.approx(src.log_alpha.item())
+    assert dst.temperature.log_alpha.item() == pytest.approx(src.temperature.log_alpha.item())
     for name, opt in src.optimizers().items():
         s_state, d_state = opt.state_dict()["state"], dst.optimizers()[name].state_dict()["state"]
         for idx in s_state:
@@ -46,9 +50,9 @@ def test_checkpoint_roundtrip_restores_everything(tmp_path):
     # Restored optimisers keep training identically.
     o = torch.ones(16, 9)
     torch.manual_seed(3)
-    m1 = src.update(o, torch.zeros(16, 6), torch.ones(16), o, torch.zeros(16))
+    m1 = src.losses(o, torch.zeros(16, 6), torch.ones(16), o, torch.zeros(16))
     torch.manual_seed(3)
-    m2 = dst.update(o, torch.zeros(16, 6), torch.ones(16), o, torch.zeros(16))
+    m2 = dst.losses(o, torch.zeros(16, 6), torch.ones(16), o, torch.zeros(16))
     assert m1["losses/qf_loss"] == pytest.approx(m2["losses/qf_loss"], rel=1e-5)
 
 

@@ -66,7 +66,9 @@ def main(args: list[str]) -> int:
             from robo_async.launch.builders import task_args
 
             targs = task_args(compose_config([f"task={kv.get('task', 'reach')}"]).task)
-            n, rate = tools.record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
+            from robo_async.record import record_demos
+
+            n, rate = record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
                                          int(kv.get("seed", 0)), progress=_Ticker("episodes"))
             print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
                   f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'")

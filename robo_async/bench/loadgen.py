@@ -5,8 +5,8 @@ The server is the learner's ingest path without the learning: PULL transitions i
 actor's delivery path without a robot: `Adder` + `Uplink` (+ journal) fed with transitions whose
 `obs/state[0]` is their own seq, so a checker can tell lost, duplicated and wrong data apart.
 
-    python -m robo_async.buffer.loadgen serve --store DIR --data tcp://127.0.0.1:5555 --status tcp://127.0.0.1:5556
-    python -m robo_async.buffer.loadgen produce --data ... --status ... --journal DIR --until 5000
+    python -m robo_async.bench.loadgen serve --store DIR --data tcp://127.0.0.1:5555 --status tcp://127.0.0.1:5556
+    python -m robo_async.bench.loadgen produce --data ... --status ... --journal DIR --until 5000
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def produce(data: str, status: str, journal: str | None, until: int, actor_id: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m robo_async.buffer.loadgen")
+    p = argparse.ArgumentParser(prog="python -m robo_async.bench.loadgen")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve")
     s.add_argument("--store", required=True)

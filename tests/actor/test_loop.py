@@ -1,0 +1,78 @@
+"""The one control loop: safety on every action, sinks, episodes, lateness, the allowance."""
+
+import threading
+
+import numpy as np
+
+from hal.safety import SafeRobot
+from policies.base import ActionChunk, Policy
+from robo_async.actor.actor import Actor, ActorConfig
+from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
+from robo_async.transport.wire import LearnerStatus
+from sim import ReachTask, SimRobot
+
+import pytest
+import torch
+
+
+class NaNEvery(Policy):
+    """Every `k`-th action is NaN; otherwise hold."""
+
+    architecture = "nan-test"
+    version = 0
+
+    def __init__(self, k):
+        self.k, self.calls = k, 0
+
+    def predict_chunk(self, obs, *, forwarded_state=None, prefix=None, delay_ticks=0):
+        self.calls += 1
+        a = np.asarray(obs["state"], np.float32).copy()
+        if self.calls % self.k == 0:
+            a[0] = np.nan
+        return ActionChunk(a[None], 1 / 30, 0)
+
+    def module(self):
+        return torch.nn.Identity()
+
+
+def test_loop_refuses_a_robot_without_the_safety_layer():
+    with pytest.raises(TypeError, match="SafeRobot"):
+        ControlLoop(SimRobot(ReachTask()), NaNEvery(2), LoopConfig())
+
+
+def test_every_action_goes_through_safety_and_episodes_reach_the_sink():
+    robot = SafeRobot(SimRobot(ReachTask()))
+    sink = EpisodeLog()
+    robot.connect()
+    try:
+        res = ControlLoop(robot, NaNEvery(5), LoopConfig(episode_ticks=20, max_episodes=3, eval_every=1),
+                          sink=sink).run()
+    finally:
+        robot.close()
+    assert res.ticks == 60 and len(sink.episodes) == 3
+    assert robot.stats.rejected == 12  # every 5th of 60 actions was NaN: held, never sent
+    assert [e.episode for e in sink.episodes] == [0, 1, 2] and all(e.evaluation for e in sink.episodes)
+
+
+def test_realtime_loop_counts_a_tick_that_waited():
+    class Slow(NaNEvery):
+        def predict_chunk(self, obs, **kw):
+            self.calls += 1
+            if self.calls == 10:
+                threading.Event().wait(0.1)  # three periods at 30 Hz, on the control thread
+            return ActionChunk(np.asarray(obs["state"], np.float32)[None], 1 / 30, 0)
+
+    robot = SafeRobot(SimRobot(ReachTask()))
+    robot.connect()
+    try:
+        res = ControlLoop(robot, Slow(1), LoopConfig(realtime=True, max_steps=20, inference="inline")).run()
+    finally:
+        robot.close()
+    assert res.missed_ticks == 1 and res.lateness_max_ms > 50
+
+
+def test_allowance_counts_what_the_actor_produced_not_what_arrived():
+    actor = Actor(SafeRobot(SimRobot(ReachTask())), NaNEvery(2), ActorConfig(3, "", ""))
+    st = LearnerStatus(0, 0, env_steps=1000, allowed_env_steps=1500, acked=((3, 400),), actors=2)
+    # headroom 500 split over 2 actors: this actor may run to seq 400 + 250, counting what is in flight
+    assert actor._may_produce(st, 649) and not actor._may_produce(st, 650)
