@@ -41,7 +41,12 @@ def _missing_option(msg: str) -> str:
     for ln in lines:
         if "Could not find '" in ln:
             group, _, name = ln.split("Could not find '")[1].rstrip("'").partition("/")
-    options = [ln for ln in lines[1:] if not ln.startswith(("Available", "In ", "Could"))]
+    options = []
+    for ln in lines[1:]:
+        if ln.startswith("Config search path"):  # Hydra's internals follow
+            break
+        if not ln.startswith(("Available", "In ", "Could")):
+            options.append(ln)
     if group:
         return f"unknown {group} '{name}'; available: {', '.join(options) or 'none'}"
     return lines[0] if lines else msg

@@ -53,6 +53,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_shares: dict[str, int] = {}
+        self.error: BaseException | None = None  # what killed the prefetch thread, re-raised by get()
 
     def sample_now(self) -> dict[str, np.ndarray] | None:
         """One mixed batch assembled on the calling thread (None if nothing is cached)."""
@@ -72,6 +73,12 @@ class Sampler:
         return self
 
     def _run(self) -> None:
+        try:
+            self._prefetch()
+        except Exception as e:  # noqa: BLE001 - watched: get() raises it on the learner's thread
+            self.error = e
+
+    def _prefetch(self) -> None:
         while not self._stop.is_set():
             batch = self.sample_now()
             if batch is None:
@@ -88,6 +95,9 @@ class Sampler:
         """The next prefetched batch; None if none is ready within `timeout` seconds."""
         if self._thread is None:
             return self.sample_now()
+        if self.error is not None:
+            raise RuntimeError(f"replay prefetch thread died: {type(self.error).__name__}: {self.error}") \
+                from self.error
         try:
             return self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
         except queue.Empty:

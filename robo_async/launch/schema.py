@@ -11,8 +11,9 @@ configs, checked by LeRobot when built.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -114,9 +115,20 @@ class TrainSchema:
     resources: ResourcesSchema = field(default_factory=ResourcesSchema)
 
 
+@functools.lru_cache(maxsize=None)
+def _omegaconf_type(t: Any) -> Any:
+    """`t` where OmegaConf can check it; `Any` where it cannot (e.g. tuples of mixed pairs, which
+    the owning dataclass then checks itself)."""
+    try:
+        OmegaConf.structured(make_dataclass("_Probe", [("x", Optional[t], field(default=None))]))  # noqa: UP007
+        return t
+    except (OmegaConfBaseException, TypeError, ValueError):
+        return Any
+
+
 def _with_name(cls: type, extra: tuple[tuple[str, Any, Any], ...] = ()) -> type:
     """`cls`'s fields plus `name` (the group choice) and `extra` (name, type, field)."""
-    specs = [(f.name, f.type, field(default=f.default) if f.default_factory is MISSING
+    specs = [(f.name, _omegaconf_type(f.type), field(default=f.default) if f.default_factory is MISSING
               else field(default_factory=f.default_factory)) for f in fields(cls)]
     specs += [("name", str, field(default="")),
               *((n, t, d if isinstance(d, Field) else field(default=d)) for n, t, d in extra)]

@@ -62,3 +62,26 @@ def test_rate_limiter_ties_updates_to_inserts():
     other = SampleToInsertRatio(2.0, 10)
     other.load_state_dict(state)
     assert other.state_dict() == state
+
+
+def test_a_dead_prefetch_thread_is_reported_by_get(tmp_path):
+    import time as _time
+
+    import pytest as _pytest
+
+    from robo_async.buffer.sampler import Sampler
+
+    class Broken:
+        def can_sample(self, table):
+            return True
+
+        def sample(self, n, rng, table):
+            raise OSError("disk gone")
+
+    sampler = Sampler(Broken(), 8, {"online": 1.0}).start()
+    deadline = _time.monotonic() + 10
+    while sampler.error is None and _time.monotonic() < deadline:
+        _time.sleep(0.01)
+    with _pytest.raises(RuntimeError, match="prefetch thread died: OSError: disk gone"):
+        sampler.get()
+    sampler.close()

@@ -218,8 +218,10 @@ def test_learner_refuses_batches_that_do_not_fit_the_spec(tmp_path):
     from robo_async.learner.learner import Learner, LearnerConfig
     from robo_async.transport.wire import TransitionBatch
 
-    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", ("state",), (6,),
-                        (-1.0,) * 6, (1.0,) * 6)
+    from robo_async.learner.algorithms import PolicySpec
+
+    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
+                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6))
     learner = Learner(cfg)
     good = {"obs/state": np.zeros((2, 6), np.float32), "next_obs/state": np.zeros((2, 6), np.float32),
             "action": np.zeros((2, 6), np.float32)}

@@ -25,10 +25,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from policies.mlp import MLPPolicy
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,17 @@ class PolicySpec:
     delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
     obs_scale: Mapping[str, float] = field(default_factory=dict)
     dt: float = 1 / 30
+
+
+def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
+    """The one-step `policy=mlp` an algorithm trains (SAC, BC); other policies are refused here."""
+    from policies.mlp import MLPPolicy
+
+    if spec.name != "mlp":
+        raise ValueError(f"algo={algo} trains policy=mlp; policy={spec.name} is a chunk policy: train it with "
+                         f"`robo-async bc policy={spec.name}` (RL of chunk policies is not built yet)")
+    return MLPPolicy(spec.obs_keys, spec.obs_dims, spec.action_low, spec.action_high, hidden=spec.hidden,
+                     action_mode=spec.action_mode, delta_scale=spec.delta_scale, obs_scale=spec.obs_scale)
 
 
 class Algorithm(abc.ABC):

@@ -11,22 +11,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.mlp import MLPPolicy, flatten_obs
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from policies.mlp import flatten_obs
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register
 from robo_async.learner.algorithms.bc.config import BCConfig
 
 
 @register("bc", BCConfig)
 class BC(Algorithm):
     def __init__(self, config: BCConfig, policy: PolicySpec) -> None:
-        if policy.name != "mlp":
-            raise ValueError(f"algo=bc trains policy=mlp from the store; for policy={policy.name} use "
-                             f"`robo-async bc policy={policy.name}`")
         self.config = config
         self.spec = policy
-        self.policy = MLPPolicy(policy.obs_keys, policy.obs_dims, policy.action_low, policy.action_high,
-                                hidden=policy.hidden, action_mode=policy.action_mode,
-                                delta_scale=policy.delta_scale, obs_scale=policy.obs_scale)
+        self.policy = mlp_policy(policy, "bc")
         self.actor = self.policy.net
         self.opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr)
 

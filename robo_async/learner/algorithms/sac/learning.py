@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.mlp import MLPPolicy, TwinCritic, flatten_obs
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from policies.mlp import TwinCritic, flatten_obs
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register
 from robo_async.learner.algorithms.sac.config import SACConfig
 
 
@@ -29,14 +29,9 @@ class Temperature(nn.Module):
 @register("sac", SACConfig)
 class SAC(Algorithm):
     def __init__(self, config: SACConfig, policy: PolicySpec) -> None:
-        if policy.name != "mlp":
-            raise ValueError(f"algo=sac trains policy=mlp; policy={policy.name} is a chunk policy (train it with "
-                             f"`robo-async bc policy={policy.name}`; RL of chunk policies is not built yet)")
         self.config = c = config
         self.spec = policy
-        self.policy = MLPPolicy(policy.obs_keys, policy.obs_dims, policy.action_low, policy.action_high,
-                                hidden=policy.hidden, action_mode=policy.action_mode,
-                                delta_scale=policy.delta_scale, obs_scale=policy.obs_scale)
+        self.policy = mlp_policy(policy, "sac")
         self.actor = self.policy.net
         act_dim = len(policy.action_low)
         self.critic = TwinCritic(self.policy.obs_dim, act_dim, c.hidden)
