@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robo_async.transport.wire import TransitionBatch
+from robo_async.transport.wire import TransitionBatch, WireError, expand_next_obs
 
 
 class ReplayError(ValueError):
@@ -31,7 +31,7 @@ class ReplayStore(abc.ABC):
         """Store a batch; returns how many transitions were new (duplicates are dropped)."""
 
     @abc.abstractmethod
-    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
         """A uniformly sampled batch: the same keys as inserted, leading dim `batch_size`."""
 
     @abc.abstractmethod
@@ -44,6 +44,10 @@ class ReplayStore(abc.ABC):
 
     @abc.abstractmethod
     def __len__(self) -> int: ...
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Make everything inserted so far durable (and acked); True when done."""
+        return True
 
     def high_water(self) -> dict[int, int]:
         return {}
@@ -76,10 +80,16 @@ class InMemoryReplayStore(ReplayStore):
     def insert(self, batch: TransitionBatch, table: str = "online") -> int:
         if table != "online":
             raise ReplayError(f"the in-memory store has only the 'online' table, not '{table}'")
+        try:  # compact batches (from an Adder) become full rows
+            batch = TransitionBatch(batch.actor_id, batch.seq, expand_next_obs(batch.arrays))
+        except WireError as e:
+            raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
         if not self._cols:
             self._allocate(batch.arrays)
         self._check(batch.arrays)
         hw = self._hw.get(batch.actor_id, 0)
+        if batch.seq > hw:  # a gap: an earlier batch was lost in flight; the actor resends in order
+            return 0
         skip = max(0, hw - batch.seq)  # leading transitions already stored
         n = batch.count - skip
         if n <= 0:
@@ -92,7 +102,9 @@ class InMemoryReplayStore(ReplayStore):
         self._hw[batch.actor_id] = batch.seq + batch.count
         return n
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
+        if table != "online":
+            raise ReplayError(f"the in-memory store has only the 'online' table, not '{table}'")
         if self._size == 0:
             raise ReplayError("cannot sample from an empty store")
         idx = rng.integers(0, self._size, size=batch_size)
