@@ -103,6 +103,7 @@ class InferenceEngine:
         self.latency = LatencyTracker()
         self.bad_chunks = 0
         self.hung_reports = 0
+        self.rejected_weights = 0  # weight sets refused (another architecture); the old ones kept
         self.workers = workers
         self._lock = threading.Lock()
         self._results: deque[ChunkResult] = deque()
@@ -196,6 +197,7 @@ class InferenceEngine:
         try:  # outside `_model`: nothing the control thread calls waits on this
             self.policy.load_weights(*pending)
         except ValueError as e:
+            self.rejected_weights += 1
             log.error("inference: rejected weights v%d, keeping v%d: %s", pending[0], self.policy.version, e)
         finally:
             with self._model:

@@ -167,9 +167,11 @@ def test_hot_swap_changes_the_version_between_chunks_without_a_missed_tick():
     assert runner.versions[0] == -1 and runner.versions[-1] == 7
     engine.swap_weights(8, {"nope": np.zeros(1)})  # another architecture: refused, v7 kept
     runner.tick(40, obs())
-    wait_idle(engine)
-    time.sleep(0.1)
-    assert policy.version == 7
+    deadline = time.monotonic() + 10
+    while engine.rejected_weights == 0 and time.monotonic() < deadline:  # the refusal, seen
+        runner.tick(41, obs())
+        time.sleep(0.001)
+    assert engine.rejected_weights == 1 and policy.version == 7
     engine.close()
 
 

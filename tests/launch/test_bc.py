@@ -35,7 +35,8 @@ def test_bc_writes_weights_plot_and_evaluation(bc_run):
     for name in ("policy.safetensors", "policy.yaml", "bc_loss.png", "eval.json", "config.yaml"):
         assert (run_dir / name).exists(), name
     ev = json.loads((run_dir / "eval.json").read_text())
-    assert ev["episodes"] == 2 and ev["mode"] == "async_forward_rtc" and 0 <= ev["success_rate"] <= 1
+    assert ev["episodes"] == 2 and ev["mode"] == "async_forward_rtc"
+    assert ev["success_rate"] in (0.0, 0.5, 1.0)  # judged per episode, over the 2 episodes
     assert ev["latency_p50_ms"] >= 50  # the injected latency was in the loop
     assert f"results in {run_dir}" in res.stdout
 

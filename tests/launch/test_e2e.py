@@ -80,6 +80,19 @@ def start_training(run_dir, *extra):
     return proc, json.loads(pids.read_text())
 
 
+def wait_for_env_steps(run_dir, n, timeout=120):
+    """Until the learner's metrics show at least n env steps (a deadline, not a guess)."""
+    from robo_async.learner.metrics import read_metrics
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = read_metrics(run_dir)
+        if rows and rows[-1].get("time/env_steps", 0) >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{run_dir}: fewer than {n} env steps after {timeout} s")
+
+
 def actor_seqs(run_dir, actor):
     from robo_async.buffer.lmdb_store import PersistentReplayStore
 
@@ -102,7 +115,7 @@ def test_learner_killed_mid_run_then_resumed_loses_nothing(tmp_path):
     assert res.returncode == 0 and "recorded" in res.stdout, res.stderr
     run_dir = tmp_path / "killed"
     proc, pids = start_training(run_dir, f"buffer.imports=[{{path: {demos}, table: demos}}]")
-    time.sleep(4.0)
+    wait_for_env_steps(run_dir, 300)
     os.kill(pids["learner"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "learner" in err and "died" in err
@@ -203,7 +216,7 @@ def test_crashed_actor_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "crash"
     proc, pids = start_training(run_dir)
     actor_pid = pids["actor 0"]
-    time.sleep(1.0)
+    wait_for_env_steps(run_dir, 1)
     os.kill(actor_pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
