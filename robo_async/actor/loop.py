@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, Infere
 from robo_async.transport.wire import EpisodeStats, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
+REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (see ControlLoop.run)
 
 
 class Sink(Protocol):
@@ -221,9 +223,16 @@ class ControlLoop:
     def run(self, stop: Event | ThreadEvent | None = None) -> LoopResult:
         """Drive the robot until `stop`, `max_steps`, `max_episodes` or the gate says stop. The
         robot must be connected; the caller closes it. The inference engine is closed on return."""
+        switch = sys.getswitchinterval()
+        if self.config.realtime:
+            # When the control thread wakes for its tick while another thread (uplink, inference,
+            # weights) runs Python, it waits for the GIL up to the switch interval (5 ms by
+            # default): the tick's lateness. 0.5 ms bounds that wait.
+            sys.setswitchinterval(min(switch, REALTIME_SWITCH_S))
         try:
             return self._run(stop)
         finally:
+            sys.setswitchinterval(switch)
             self.sink.flush()
             if self.runner is not None:
                 self.runner.engine.close()
