@@ -62,8 +62,11 @@ class SafeRobot(Robot):
     def __init__(self, robot: Robot, *, workspace: WorkspaceCheck | None = None,
                  watchdog_s: float | None = None) -> None:
         self._robot = robot
-        self._step_finite = bool(np.isfinite(robot.spec.max_step_rad))
-        self._shape = (robot.spec.action_dim,)
+        spec = robot.spec  # static: the limits are read once, not per tick
+        self._low, self._high = spec.low, spec.high
+        self._max_step = np.float32(spec.max_step_rad)
+        self._step_finite = bool(np.isfinite(spec.max_step_rad))
+        self._shape = (spec.action_dim,)
         self._last: np.ndarray | None = None
         self.stats = SafetyStats()
         self._workspace = workspace
@@ -137,15 +140,14 @@ class SafeRobot(Robot):
 
     def filter(self, action: np.ndarray) -> np.ndarray:
         """The action that may be sent: finite, in limits, within the per-tick step."""
-        spec = self.spec
         self.stats.actions += 1
         if self._last is None:
-            self._last = spec.hold_action(self._robot.get_observation().state)
+            self._last = self.spec.hold_action(self._robot.get_observation().state)
         a = np.asarray(action, dtype=np.float32)
         # fast path, once per tick: one reduction finds any NaN/Inf; check_action names the fault
-        if a.shape != self._shape or not np.isfinite(a.sum()):
+        if a.shape != self._shape or not np.isfinite(np.add.reduce(a)):
             try:
-                a = spec.check_action(a)
+                a = self.spec.check_action(a)
             except SpecMismatch as e:
                 self.stats.rejected += 1
                 log.warning("safety: %s; holding position", e)
@@ -155,10 +157,10 @@ class SafeRobot(Robot):
             return self._last.copy()
         if self._step_finite:  # joint limits and the per-tick step in one pass
             last = self._last
-            safe = np.minimum(np.maximum(a, np.maximum(spec.low, last - spec.max_step_rad)),
-                              np.minimum(spec.high, last + spec.max_step_rad))
+            safe = np.minimum(np.maximum(a, np.maximum(self._low, last - self._max_step)),
+                              np.minimum(self._high, last + self._max_step))
         else:
-            safe = np.minimum(np.maximum(a, spec.low), spec.high)
+            safe = np.minimum(np.maximum(a, self._low), self._high)
         if self._workspace is not None:
             why = self._workspace(safe)
             if why is not None:
@@ -166,7 +168,7 @@ class SafeRobot(Robot):
                 if self.stats.workspace <= 10:
                     log.warning("safety: %s; holding position", why)
                 return self._last.copy()
-        if (safe != a).any():
+        if np.logical_or.reduce(safe != a):
             self.stats.clipped += 1
         return safe
 

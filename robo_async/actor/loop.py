@@ -124,7 +124,7 @@ class LoopResult:
 class LatenessTracker:
     """Tick lateness (s) over a bounded window, and missed ticks (> half a period late) in total."""
 
-    def __init__(self, dt: float, window: int = 20_000) -> None:
+    def __init__(self, dt: float, window: int = 5_000) -> None:
         self.dt = dt
         self.samples: deque[float] = deque(maxlen=window)
         self.missed = 0

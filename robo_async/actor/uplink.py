@@ -52,6 +52,7 @@ class _Entry:
     count: int
     batch: TransitionBatch | None  # None once spilled: read back from the journal to resend
     nbytes: int
+    frames: list | None = None  # the batch's wire frames, encoded once (journal and sends share them)
     journaled: bool = False
     sent_t: float = 0.0  # monotonic time of the latest send
 
@@ -137,6 +138,13 @@ class Uplink:
         except WireError:
             return None
 
+    @staticmethod
+    def _frames(e: _Entry) -> list:
+        if e.frames is None:
+            assert e.batch is not None
+            e.frames = encode(e.batch)
+        return e.frames
+
     def _commit_journal(self) -> None:
         if self._env is None or not (self._to_journal or self._to_delete):
             return
@@ -145,7 +153,7 @@ class Uplink:
                 for e in self._to_journal:
                     if e.batch is not None:
                         # frames are packed straight from the arrays' memory (no bytes() copies)
-                        txn.put(_key(e.seq), msgpack.packb(encode(e.batch), use_bin_type=True))
+                        txn.put(_key(e.seq), msgpack.packb(self._frames(e), use_bin_type=True))
                 for seq in self._to_delete:
                     txn.delete(_key(seq))
         except lmdb.Error as err:
@@ -165,7 +173,8 @@ class Uplink:
     def put(self, msg: Message) -> None:
         """Hand a message to the uplink thread. Never blocks."""
         self._inbox.append(msg)
-        self._wake.set()
+        if len(self._inbox) >= 8:  # else the thread's 10 ms timer collects it: fewer GIL hand-offs
+            self._wake.set()
 
     def close(self, drain_s: float = 5.0) -> None:
         """Stop after everything is acked, the learner says it is stopping, or `drain_s` passes.
@@ -247,8 +256,8 @@ class Uplink:
                 if now >= next_commit:
                     next_commit = now + self.config.commit_ms / 1000
                     self._commit_journal()
-                if not busy:  # sleep until a batch is put (or acks may have moved: 20 ms)
-                    self._wake.wait(0.02)
+                if not busy:  # sleep 10 ms (acks may have moved, batches may wait), or until 8 are put
+                    self._wake.wait(0.01)
                     self._wake.clear()
         finally:
             sock.close()
@@ -288,13 +297,17 @@ class Uplink:
         sent = False
         while self._cursor < len(self._unacked):
             e = self._unacked[self._cursor]
-            batch = e.batch if e.batch is not None else self._load(e)
-            if batch is None:  # journal entry lost: skip it (logged); the store will see a gap
-                log.error("actor %d: batch at seq %d missing from the journal", self.actor_id, e.seq)
-                self._cursor += 1
-                continue
+            if e.batch is not None:
+                frames = self._frames(e)
+            else:  # spilled: read back from the journal
+                batch = self._load(e)
+                if batch is None:  # journal entry lost: skip it (logged); the store will see a gap
+                    log.error("actor %d: batch at seq %d missing from the journal", self.actor_id, e.seq)
+                    self._cursor += 1
+                    continue
+                frames = encode(batch)
             try:
-                sock.send_multipart(encode(batch), flags=zmq.NOBLOCK, copy=False)
+                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return sent
             e.sent_t = time.monotonic()
@@ -331,7 +344,7 @@ class Uplink:
         self._commit_journal()
         for e in victims:
             if e.journaled:
-                e.batch = None
+                e.batch = e.frames = None
                 self.spilled += 1
             else:
                 self._ram += e.nbytes  # journal write failed: keep it in RAM
