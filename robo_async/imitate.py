@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from robo_async.config import UserError, compose_config
-from robo_async.launch.builders import (ConfigError, PolicyArgs, load_policy_file, make_actor_policy, make_robot,
+from robo_async.launch.builders import (ConfigError, PolicyArgs, make_actor_policy, make_robot,
                                         new_run_dir, task_args)
 
 

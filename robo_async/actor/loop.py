@@ -281,7 +281,7 @@ class ControlLoop:
             else:
                 action = self._inline(obs)
                 version = self.policy.version
-            chosen_at = time.monotonic()
+            chosen_at = time.monotonic() if self._observer is not None else 0.0
             applied = robot.send_action(action)
             out = robot.outcome()
             next_obs = robot.get_observation().as_dict()

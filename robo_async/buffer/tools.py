@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreConfig
+from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore
 from robo_async.transport.wire import TransitionBatch
 
 IMPORT_ACTOR_BASE = 1 << 40  # imported data is numbered apart from live actors (ids below this)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from robo_async.launch.builders import PolicyArgs, TaskArgs, TrainPlan
 from robo_async.launch.local import RunFailed, RunResult
