@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+import threading
 import traceback
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
@@ -18,8 +20,23 @@ from robo_async.learner.learner import Learner, LearnerConfig
 ROBOT_LOST = 3  # exit code of an actor whose robot failed: the run continues with the others
 
 
-def _child_setup() -> None:
+def _watch_parent(stop: Event, every_s: float = 1.0) -> None:
+    """If the launcher dies (kill -9, a crashed terminal), set `stop`: the learner writes its
+    final checkpoint and the actors hold and close their robots, instead of running orphaned."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(every_s):
+            if os.getppid() != parent:
+                logging.getLogger(__name__).error("the launcher (pid %d) is gone; stopping", parent)
+                stop.set()
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _child_setup(stop: Event) -> None:
     # The launcher owns Ctrl-C: it sets `stop` so every process shuts down in order.
+    _watch_parent(stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(processName)s %(levelname)s %(message)s")
     import torch
@@ -34,7 +51,7 @@ def _fail(who: str, errors: Queue, e: BaseException) -> None:
 
 
 def learner_main(cfg: LearnerConfig, stop: Event, status: Queue, errors: Queue, report_s: float = 0.5) -> None:
-    _child_setup()
+    _child_setup(stop)
     try:
         learner = Learner(cfg)
         learner.open()
@@ -46,7 +63,7 @@ def learner_main(cfg: LearnerConfig, stop: Event, status: Queue, errors: Queue, 
 
 
 def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: Event, errors: Queue) -> None:
-    _child_setup()
+    _child_setup(stop)
     who = f"actor {cfg.actor_id}"
     try:
         run_actor(task, policy, cfg, stop)

@@ -15,9 +15,10 @@ def _fmt(p: dict[str, float]) -> dict[str, str]:
     return {
         "elapsed": f"{p.get('time/elapsed_s', 0):.0f} s",
         "env steps": f"{int(p.get('time/env_steps', 0)):,}",
-        "steps/s": f"{p.get('time/env_steps_per_s', 0):.0f}",
+        # rates over sliding windows (10 s / 60 s), not the last interval's burst or pause
+        "steps/s 10s|60s": f"{p.get('time/env_steps_per_s_10s', 0):.0f}|{p.get('time/env_steps_per_s_60s', 0):.0f}",
         "updates": f"{int(p.get('time/updates', 0)):,}",
-        "updates/s": f"{p.get('time/updates_per_s', 0):.0f}",
+        "updates/s 10s|60s": f"{p.get('time/updates_per_s_10s', 0):.0f}|{p.get('time/updates_per_s_60s', 0):.0f}",
         "episodes": f"{int(p.get('time/episodes', 0))}",
         "success": "-" if sr is None else f"{sr:.0%}",
         "policy v": f"{int(p.get('charts/policy_version', 0))}",

@@ -306,3 +306,24 @@ def test_training_run_with_async_inference_reports_inference_latency(tmp_path):
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "actors/infer_p50_ms" in r]
     assert rows and rows[-1]["actors/infer_p50_ms"] >= 40 and rows[-1]["actors/bad_chunks"] == 0
+
+
+def test_children_stop_and_checkpoint_when_the_launcher_is_killed(tmp_path):
+    run_dir = tmp_path / "orphan"
+    proc, pids = start_training(run_dir)
+    wait_for_env_steps(run_dir, 1)
+    proc.kill()  # the launcher dies without telling anyone
+    proc.wait(30)
+    deadline = time.monotonic() + 60
+    alive = dict(pids)
+    while alive and time.monotonic() < deadline:
+        for who, pid in list(alive.items()):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                del alive[who]
+        time.sleep(0.2)
+    for pid in alive.values():
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, f"still running after the launcher died: {alive}"
+    assert checkpoint.list_checkpoints(run_dir / "checkpoints")  # the learner saved on its way out
