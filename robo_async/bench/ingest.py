@@ -4,11 +4,13 @@ is committed in its status, and grants an unlimited step allowance (no learning)
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import time
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
+from robo_async.buffer.store import ReplayError
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
 from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
@@ -23,6 +25,7 @@ def _ingest(address_q: Queue, stop: Event, counts: Queue, store_dir: str | None)
     pub = WeightPublisher("tcp://127.0.0.1:0")
     address_q.put((rx.address, pub.address))
     hw: dict[int, int] = {}
+    rejected = [0]
     next_status = 0.0
 
     def take(msgs: list) -> None:
@@ -30,7 +33,12 @@ def _ingest(address_q: Queue, stop: Event, counts: Queue, store_dir: str | None)
             if not isinstance(m, TransitionBatch):
                 continue
             if store is not None:
-                store.insert(m, "online")
+                try:
+                    store.insert(m, "online")
+                except ReplayError as e:  # like the learner: refuse it, never crash (unacked: resent)
+                    rejected[0] += 1
+                    if rejected[0] <= 3:
+                        log.error("bench ingest refused a batch: %s", e)
             elif m.seq <= hw.get(m.actor_id, 0):
                 hw[m.actor_id] = max(hw.get(m.actor_id, 0), m.seq + m.count)
 
@@ -50,6 +58,9 @@ def _ingest(address_q: Queue, stop: Event, counts: Queue, store_dir: str | None)
         counts.put(sum(hw.values()))
     rx.close()
     pub.close()
+
+
+log = logging.getLogger(__name__)
 
 
 class IngestProcess:
