@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
@@ -26,7 +27,11 @@ def _watch_parent(stop: Event, every_s: float = 1.0) -> None:
     parent = os.getppid()
 
     def watch() -> None:
-        while not stop.wait(every_s):
+        # Poll with is_set(), never stop.wait(): a process killed while waiting on a
+        # multiprocessing Event stays counted as a sleeper, and the launcher's stop.set() then
+        # blocks forever waiting for it to wake.
+        while not stop.is_set():
+            time.sleep(every_s)
             if os.getppid() != parent:
                 logging.getLogger(__name__).error("the launcher (pid %d) is gone; stopping", parent)
                 stop.set()
