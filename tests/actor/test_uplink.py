@@ -88,3 +88,30 @@ def test_journal_survives_a_restart_and_spills_beyond_the_ram_budget(tmp_path):
     assert up3.open() == 0 and up3.unacked == 0
     up3.close(drain_s=0)
     L.close()
+
+
+def test_put_sends_in_order_itself_or_through_the_thread_when_it_is_busy(tmp_path):
+    """The control loop's put() sends the newest batch itself when nothing older waits; while the
+    uplink thread holds the lock (busy), puts queue and the thread sends them, in seq order."""
+    L = Learnerish()
+    cfg = UplinkConfig(journal_dir=str(tmp_path / "j"), resend_s=60)
+    up = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    up.open()
+    L.publish()
+    up.start(0)
+    up.put(batch(0, 0, 10))
+    got = L.collect(lambda g: len(g) >= 1)
+    assert seqs(got) == [0] and up.direct_sends == 1  # sent by put(), on the caller's thread
+    with up._lock:  # the thread is at work: puts must not send, nor block
+        for s in (10, 20, 30):
+            up.put(batch(0, s, 10))
+        assert up.direct_sends == 1 and len(up._inbox) == 3
+    up.put(batch(0, 40, 10))  # older ones still wait: this one queues behind them
+    assert up.direct_sends == 1
+    got += L.collect(lambda g: len(g) >= 4)
+    assert seqs(got) == [0, 10, 20, 30, 40]  # order kept across both paths; nothing twice
+    L.acked = 50
+    L.collect(lambda g: up.unacked == 0)
+    assert up.unacked == 0
+    up.close(drain_s=0)
+    L.close()
