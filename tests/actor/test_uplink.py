@@ -99,18 +99,28 @@ def test_put_sends_in_order_itself_or_through_the_thread_when_it_is_busy(tmp_pat
     up.open()
     L.publish()
     up.start(0)
-    up.put(batch(0, 0, 10))
-    got = L.collect(lambda g: len(g) >= 1)
-    assert seqs(got) == [0] and up.direct_sends == 1  # sent by put(), on the caller's thread
+    s, deadline = 0, time.monotonic() + 20
+    while up.direct_sends == 0 and time.monotonic() < deadline:
+        # the thread may hold the lock at this instant (then the batch queues for it): try again
+        up.put(batch(0, s, 10))
+        s += 10
+        time.sleep(0.005)
+    assert up.direct_sends == 1  # sent by put(), on the caller's thread
+    up._step = lambda sock: False  # the thread takes the lock but leaves the queue alone
     with up._lock:  # the thread is at work: puts must not send, nor block
-        for s in (10, 20, 30):
+        queued = len(up._inbox)
+        for _ in range(3):
             up.put(batch(0, s, 10))
-        assert up.direct_sends == 1 and len(up._inbox) == 3
-    up.put(batch(0, 40, 10))  # older ones still wait: this one queues behind them
-    assert up.direct_sends == 1
-    got += L.collect(lambda g: len(g) >= 4)
-    assert seqs(got) == [0, 10, 20, 30, 40]  # order kept across both paths; nothing twice
-    L.acked = 50
+            s += 10
+        assert up.direct_sends == 1 and len(up._inbox) == queued + 3
+    up.put(batch(0, s, 10))  # the lock is free but older batches wait: this one queues behind them
+    s += 10
+    assert up.direct_sends == 1 and len(up._inbox) == queued + 4
+    del up._step  # the thread works again and sends the queue
+    up._wake.set()
+    got = L.collect(lambda g: len(g) >= s // 10)
+    assert seqs(got) == list(range(0, s, 10))  # order kept across both paths; nothing twice
+    L.acked = s
     L.collect(lambda g: up.unacked == 0)
     assert up.unacked == 0
     up.close(drain_s=0)
