@@ -34,17 +34,21 @@ def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_pat
     spec = ReachTask().spec()
     flow = FlowChunkPolicy(("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=10,
                            steps=2, hidden=(32,))
-    policy = DelayedPolicy(flow, delay_ms=100)  # three control ticks at 30 Hz
+    policy = DelayedPolicy(flow, delay_ms=200)  # six control ticks at 30 Hz
     cfg = ActorConfig(0, data, status, LoopConfig(realtime=True, max_steps=45, eval_every=0, inference=mode))
     actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     actor.run(threading.Event())
     server.terminate()
     server.wait(30)
     assert actor.env_steps == 45
+    late = actor.loop.lateness
     if mode == "sync":  # the baseline waits for every chunk: the loop sees its late ticks
-        assert actor.loop.lateness.missed >= 3
+        assert late.missed >= 3 and late.max > 0.15
         return
-    assert actor.loop.lateness.missed == 0  # no tick started more than half a period late
+    # No tick waited for an inference (a wait starts a tick >= 200 ms - 1 period = 167 ms late).
+    # Not `missed == 0`: on a shared machine the OS alone may start a tick a few ms past half a
+    # period; the benchmark reports those.
+    assert late.max < 0.1, f"a tick started {late.max * 1000:.0f} ms late"
     runner = actor.loop.runner
     assert len(runner.versions) >= 3  # chunks kept arriving while the loop ran
     assert runner.holds < 45
