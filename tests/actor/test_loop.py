@@ -68,7 +68,7 @@ def test_realtime_loop_counts_a_tick_that_waited():
         res = ControlLoop(robot, Slow(1), LoopConfig(realtime=True, max_steps=20, inference="inline")).run()
     finally:
         robot.close()
-    assert res.missed_ticks == 1 and res.lateness_max_ms > 50
+    assert res.missed_ticks >= 1 and res.lateness_max_ms > 50  # the waited tick is seen
 
 
 def test_allowance_counts_what_the_actor_produced_not_what_arrived():
