@@ -30,16 +30,17 @@ class Adder:
         self._first_seq = start_seq
         self._n = 0
         self._obs_cols: list[tuple[str, np.ndarray]] = []
-        self._cols: dict[str, np.ndarray] = {}
+        self._action = np.empty(0, np.float32)
+        self._scalars: list[tuple] = []
         self._last_next: dict[str, np.ndarray] = {}
 
     def _allocate(self, obs: dict[str, np.ndarray], action: np.ndarray) -> None:
         n = self._flush_every
         self._obs_cols = [(k, np.empty((n, *np.shape(v)), np.asarray(v).dtype)) for k, v in obs.items()]
-        self._cols = {"action": np.empty((n, *np.shape(action)), np.float32),
-                      "reward": np.empty(n, np.float32), "terminated": np.empty(n, bool),
-                      "truncated": np.empty(n, bool), "policy_version": np.empty(n, np.int64),
-                      "success": np.empty(n, bool)}
+        self._action = np.empty((n, *np.shape(action)), np.float32)
+        # per-row scalars go to Python lists (an append is a tenth of a numpy item write) and
+        # become columns once per batch
+        self._scalars: list[tuple] = []
 
     def add(
         self,
@@ -58,13 +59,8 @@ class Adder:
         i = self._n
         for k, col in self._obs_cols:
             col[i] = obs[k]
-        c = self._cols
-        c["action"][i] = action
-        c["reward"][i] = reward
-        c["terminated"][i] = terminated
-        c["truncated"][i] = truncated
-        c["policy_version"][i] = policy_version
-        c["success"][i] = success
+        self._action[i] = action
+        self._scalars.append((reward, terminated, truncated, policy_version, success))
         self._last_next = next_obs
         self._n += 1
         self.seq += 1
@@ -79,8 +75,13 @@ class Adder:
             # each observation, camera frames included, crosses the wire and the journal once
             arrays[f"obs/{k}"] = col[:n]
             arrays[f"{FINAL_OBS}{k}"] = np.asarray(self._last_next[k], col.dtype)[None]
-        for k, col in self._cols.items():
-            arrays[k] = col[:n]
+        arrays["action"] = self._action[:n]
+        reward, terminated, truncated, version, success = zip(*self._scalars)
+        arrays["reward"] = np.array(reward, np.float32)
+        arrays["terminated"] = np.array(terminated, bool)
+        arrays["truncated"] = np.array(truncated, bool)
+        arrays["policy_version"] = np.array(version, np.int64)
+        arrays["success"] = np.array(success, bool)
         return TransitionBatch(self.actor_id, self._first_seq, arrays)
 
     def flush(self) -> None:

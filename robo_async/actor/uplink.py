@@ -78,6 +78,7 @@ class Uplink:
         self._inbox: deque[Message] = deque()
         self._unacked: deque[_Entry] = deque()
         self._other: deque[Message] = deque()
+        self._other_in: deque[Message] = deque(maxlen=config.max_other)  # from put(), for the thread
         self._cursor = 0  # entries before it were sent since the last (re)send started
         self._ram = 0
         self._acked = 0
@@ -212,21 +213,25 @@ class Uplink:
         self._thread.start()
 
     def put(self, msg: Message) -> None:
-        """Hand a message over. Never blocks: it is sent here, now, when it is next in order and
-        the thread is not busy; else the thread sends it."""
+        """Hand a message over. Never blocks: a transition batch is sent here, now, when it is
+        next in order and the thread is not busy; else (and other messages) the thread sends it."""
+        if not isinstance(msg, TransitionBatch):
+            # episode summaries and heartbeats: the thread sends them at its next wake (within
+            # idle_s); the control loop does not pay a send and a wake-up of ZMQ's I/O thread
+            if len(self._other_in) == self._other_in.maxlen:
+                self.dropped_other += 1
+            self._other_in.append(msg)
+            return
         if self._inbox or self._sock is None or not self._lock.acquire(blocking=False):
             self._inbox.append(msg)  # older messages wait, or the thread is at work: keep the order
             self._wake.set()
             return
         try:
             self._intake_one(msg)
-            if isinstance(msg, TransitionBatch):
-                if self._cursor == len(self._unacked) - 1:  # all older batches are sent
-                    self.direct_sends += self._send_batches(self._sock, limit=1)
-                else:
-                    self._wake.set()
-            elif len(self._other) == 1:
-                self._send_other(self._sock)
+            if self._cursor == len(self._unacked) - 1:  # all older batches are sent
+                self.direct_sends += self._send_batches(self._sock, limit=1)
+            else:
+                self._wake.set()
         finally:
             self._lock.release()
 
@@ -236,7 +241,8 @@ class Uplink:
         deadline = time.monotonic() + drain_s
         while self._thread is not None and time.monotonic() < deadline:
             st = self._status()
-            if (not self._inbox and not self._unacked) or (st is not None and st.stopping):
+            idle = not (self._inbox or self._unacked or self._other_in or self._other)
+            if idle or (st is not None and st.stopping):
                 break
             time.sleep(0.01)
         self._stop.set()
@@ -320,6 +326,8 @@ class Uplink:
         while self._inbox:
             self._intake_one(self._inbox.popleft())
             busy = True
+        while self._other_in:
+            self._intake_one(self._other_in.popleft())
         st = self._status()
         now = time.monotonic()
         if st is not None:

@@ -62,7 +62,8 @@ def actor_vs_raw(steps: int, rounds: int) -> dict[str, object]:
     """The training actor users run (SafeRobot, the control loop, Adder, Uplink with its journal,
     WeightClient, allowance gate) against a stand-in learner process that acks everything, and the
     bare simulator, alternated `rounds` times: this machine's speed drifts by tens of percent
-    within a minute, so each round's ratio compares neighbours, and the median is reported. The
+    within a minute, so each actor run is compared with the mean of the bare runs just before and
+    just after it, and the median of those ratios is reported. The
     actor's rate is its loop's (first tick to last; start-up and connect are not timed)."""
     ingest = IngestProcess()
     raws, acts, ratios = [], [], []
@@ -78,10 +79,11 @@ def actor_vs_raw(steps: int, rounds: int) -> dict[str, object]:
 
         sent = [0]
         run(200, f"{tmp}/journal")  # connect, first status, imports
-        for _ in range(rounds):
-            raws.append(raw_sim_rate(steps))
+        raws.append(raw_sim_rate(steps))
+        for _ in range(rounds):  # raw, actor, raw, actor, ..., raw: each actor run between two raw ones
             acts.append(run(steps, f"{tmp}/journal"))
-            ratios.append(acts[-1] / raws[-1])
+            raws.append(raw_sim_rate(steps))
+            ratios.append(acts[-1] / ((raws[-2] + raws[-1]) / 2))
     return {"sim_steps_per_s_raw": round(float(np.median(raws)), 1),
             "sim_steps_per_s_actor": round(float(np.median(acts)), 1),
             "actor_over_raw": round(float(np.median(ratios)), 3),

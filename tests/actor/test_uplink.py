@@ -125,3 +125,25 @@ def test_put_sends_in_order_itself_or_through_the_thread_when_it_is_busy(tmp_pat
     assert up.unacked == 0
     up.close(drain_s=0)
     L.close()
+
+
+def test_episode_summaries_and_heartbeats_go_by_the_thread_and_close_waits_for_them(tmp_path):
+    """put() queues episode summaries and heartbeats for the uplink thread (the control loop pays
+    no send for them); close() waits until they are out, so the last episode's summary arrives."""
+    from robo_async.transport.wire import EpisodeStats, Heartbeat
+
+    L = Learnerish()
+    up = Uplink(0, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None))
+    L.publish()
+    up.start(0)
+    sent = [EpisodeStats(0, k, float(k), 50, k % 2 == 0, 3, False) for k in range(3)] + [Heartbeat(0, 150, 3, {})]
+    with up._lock:  # the thread cannot run: what put() did, it did on this thread
+        for m in sent:
+            up.put(m)
+        assert len(up._other_in) == 4 and not up._other
+    up.close(drain_s=10)  # returns once the thread has sent them
+    got, deadline = [], time.monotonic() + 10
+    while len(got) < 4 and time.monotonic() < deadline:
+        got += L.rx.poll(timeout_ms=50)
+    assert got == sent
+    L.close()

@@ -98,3 +98,39 @@ def test_watchdog_holds_when_the_loop_goes_quiet():
         time.sleep(0.01)  # the control loop sends nothing
     assert r.stats.watchdog_holds >= 2
     r.close()
+
+
+@pytest.mark.parametrize("max_step", [0.05, float("inf")])
+def test_filter_matches_the_numpy_reference_bit_for_bit(max_step):
+    """The per-tick filter runs on Python floats for speed; it must give exactly what float32
+    numpy clipping gives (limits and the per-tick step; the upper bound wins where they cross),
+    including from a last target outside the limits."""
+    base = ReachTask().spec()
+    spec = RobotSpec(base.name, base.joint_names, base.joint_low, base.joint_high, base.hz, max_step_rad=max_step)
+
+    class Limited(SimRobot):
+        @property
+        def spec(self):
+            return spec
+
+    r = SafeRobot(Limited(ReachTask()))
+    r.connect()
+    try:
+        rng = np.random.default_rng(1)
+        r.reset(seed=0)
+        clipped = 0
+        for i in range(500):
+            last = rng.uniform(spec.low - 0.2, spec.high + 0.2).astype(np.float32)
+            r._set_last(last)
+            a = (last + rng.normal(0, 0.1 if i % 2 else 2.0, 6)).astype(np.float32)
+            step = np.float32(max_step)
+            if np.isfinite(step):
+                want = np.minimum(np.maximum(a, np.maximum(spec.low, last - step)), np.minimum(spec.high, last + step))
+            else:
+                want = np.minimum(np.maximum(a, spec.low), spec.high)
+            got = r.filter(a)
+            assert got.dtype == np.float32 and got.tobytes() == want.tobytes(), (a, last, got, want)
+            clipped += bool(np.any(want != a))
+        assert r.stats.clipped == clipped > 0
+    finally:
+        r.close()
