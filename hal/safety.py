@@ -71,7 +71,6 @@ class SafeRobot(Robot):
         # sums are exact in float64 and rounded once to float32, as numpy's float32 ops do)
         self._low_l, self._high_l = spec.low.tolist(), spec.high.tolist()
         self._max_step = float(np.float32(spec.max_step_rad))
-        self._step_finite = bool(np.isfinite(spec.max_step_rad))
         self._shape = (spec.action_dim,)
         self._last: np.ndarray | None = None
         self._last_l: list[float] = []
@@ -172,24 +171,17 @@ class SafeRobot(Robot):
             return self._last.copy()
         clipped = False
         step = self._max_step
-        if self._step_finite:  # joint limits and the per-tick step, one pass; the upper bound wins
-            for i, (v, low, high, last) in enumerate(zip(values, self._low_l, self._high_l, self._last_l)):
-                lo, hi = last - step, last + step
-                lo, hi = (low if low > lo else lo), (high if high < hi else hi)
-                if v < lo:
-                    values[i] = v = lo
-                    clipped = True
-                if v > hi:
-                    values[i] = hi
-                    clipped = True
-        else:
-            for i, (v, low, high) in enumerate(zip(values, self._low_l, self._high_l)):
-                if v < low:
-                    values[i] = v = low
-                    clipped = True
-                if v > high:
-                    values[i] = high
-                    clipped = True
+        # joint limits and the per-tick step in one pass (an infinite step leaves the limits);
+        # where they cross, the upper bound wins
+        for i, (v, low, high, last) in enumerate(zip(values, self._low_l, self._high_l, self._last_l)):
+            lo, hi = last - step, last + step
+            lo, hi = (low if low > lo else lo), (high if high < hi else hi)
+            if v < lo:
+                values[i] = v = lo
+                clipped = True
+            if v > hi:
+                values[i] = hi
+                clipped = True
         safe = np.array(values, dtype=np.float32)
         if self._workspace is not None:
             why = self._workspace(safe)

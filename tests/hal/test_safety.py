@@ -37,16 +37,21 @@ def test_adversarial_actions_never_leave_limits(robot):
         assert np.all(applied >= robot.spec.low) and np.all(applied <= robot.spec.high)
 
 
-def test_max_step_per_tick():
+def limited_robot(max_step):
+    """A reach arm whose spec limits the change per tick to `max_step` rad."""
     base = ReachTask().spec()
-    spec = RobotSpec(base.name, base.joint_names, base.joint_low, base.joint_high, base.hz, max_step_rad=0.05)
+    spec = RobotSpec(base.name, base.joint_names, base.joint_low, base.joint_high, base.hz, max_step_rad=max_step)
 
     class Limited(SimRobot):
         @property
         def spec(self):
             return spec
 
-    r = SafeRobot(Limited(ReachTask()))
+    return SafeRobot(Limited(ReachTask())), spec
+
+
+def test_max_step_per_tick():
+    r, spec = limited_robot(0.05)
     r.connect()
     try:
         start = r.reset(seed=0).state
@@ -105,15 +110,7 @@ def test_filter_matches_the_numpy_reference_bit_for_bit(max_step):
     """The per-tick filter runs on Python floats for speed; it must give exactly what float32
     numpy clipping gives (limits and the per-tick step; the upper bound wins where they cross),
     including from a last target outside the limits."""
-    base = ReachTask().spec()
-    spec = RobotSpec(base.name, base.joint_names, base.joint_low, base.joint_high, base.hz, max_step_rad=max_step)
-
-    class Limited(SimRobot):
-        @property
-        def spec(self):
-            return spec
-
-    r = SafeRobot(Limited(ReachTask()))
+    r, spec = limited_robot(max_step)
     r.connect()
     try:
         rng = np.random.default_rng(1)
