@@ -40,7 +40,7 @@ class Adder:
         self._action = np.empty((n, *np.shape(action)), np.float32)
         # per-row scalars go to Python lists (an append is a tenth of a numpy item write) and
         # become columns once per batch
-        self._scalars: list[tuple] = []
+        self._scalars = []
 
     def add(
         self,
