@@ -3,9 +3,16 @@
 Two regions of preallocated columns:
 - `recent`: a ring of the newest committed transitions (filled by the store's writer at commit);
 - `reservoir`: a random subset of the older transitions, paged in from disk by a background
-  thread (newest first after a restart, then random replacement).
+  thread (newest first after a restart, then random runs of consecutive records).
 A sample draws from each region in proportion to the share of the table it stands for, so it is
 uniform over the whole table when the older data fits the reservoir, and close to it otherwise.
+
+Windows (`sample_windows`): each cached row remembers its `(actor_id, seq)` and where the same
+actor's next transition sits in the same region (`succ`). A window follows those links from a
+random start for H steps; a link counts only if the row it points at still holds that actor's
+next seq (slots get overwritten), so a window never mixes actors, and it stops at the first
+`terminated` or `truncated` row, so it never spans episodes. A window whose episode goes on past
+what is cached (the newest rows of a running episode) is not used.
 """
 
 from __future__ import annotations
@@ -18,54 +25,109 @@ import numpy as np
 from robo_async.buffer.codec import Schema
 
 
+class _Region:
+    """Preallocated columns plus per-row (actor, seq, successor slot)."""
+
+    def __init__(self, schema: Schema, capacity: int) -> None:
+        self.capacity = capacity
+        self.cols = {c.name: np.zeros((capacity, *c.shape), c.dtype) for c in schema.columns}
+        self.actor = np.full(capacity, -1, np.int64)
+        self.seq = np.full(capacity, -1, np.int64)
+        self.succ = np.full(capacity, -1, np.int64)
+        self.filled = 0
+
+    def link(self, slots: np.ndarray, actors: np.ndarray, seqs: np.ndarray) -> None:
+        """Rows just written to `slots`: point each at the next seq of its actor among them."""
+        order = np.lexsort((seqs, actors))
+        s, a, q = slots[order], actors[order], seqs[order]
+        nxt = np.full(len(s), -1, np.int64)
+        follows = (a[1:] == a[:-1]) & (q[1:] == q[:-1] + 1)
+        nxt[:-1] = np.where(follows, s[1:], -1)
+        self.succ[s] = nxt
+
+
 class TableCache:
     def __init__(self, schema: Schema, capacity: int) -> None:
         capacity = max(capacity, 2)
         self.schema = schema
         self.recent_capacity = capacity - capacity // 2
         self.reservoir_capacity = capacity // 2
-        self._recent = {c.name: np.zeros((self.recent_capacity, *c.shape), c.dtype) for c in schema.columns}
-        self._reservoir = {c.name: np.zeros((self.reservoir_capacity, *c.shape), c.dtype) for c in schema.columns}
+        self._rec = _Region(schema, self.recent_capacity)
+        self._res = _Region(schema, self.reservoir_capacity)
         self.reservoir_index = np.full(self.reservoir_capacity, -1, np.int64)  # table index per slot
-        self.recent_filled = 0
-        self.reservoir_filled = 0
         self._next = 0
+        self._tail: dict[int, tuple[int, int]] = {}  # actor -> (ring slot, seq) of its newest row
         self.total = 0  # committed transitions in the table (on disk)
         self.lock = threading.Lock()
+
+    @property
+    def recent_filled(self) -> int:
+        return self._rec.filled
+
+    @property
+    def reservoir_filled(self) -> int:
+        return self._res.filled
 
     # --- filled by the writer (recent) and the pager (reservoir) ----------------------------
     def set_total(self, total: int) -> None:
         with self.lock:
             self.total = total
 
-    def append(self, arrays: Mapping[str, np.ndarray], total_after: int) -> None:
-        """Newly committed rows (a batch, leading dim n) and the table size after the commit."""
+    def append(self, arrays: Mapping[str, np.ndarray], total_after: int, actor_id: int = -1,
+               first_seq: int = -1) -> None:
+        """Newly committed rows (a batch of one actor, seqs `first_seq`..., leading dim n) and the
+        table size after the commit."""
         n = len(next(iter(arrays.values())))
         cap = self.recent_capacity
         if n > cap:
             arrays = {k: a[-cap:] for k, a in arrays.items()}
+            first_seq += n - cap
             n = cap
         first = min(n, cap - self._next)  # up to the end of the ring, then from its start
+        r = self._rec
+        slots = (self._next + np.arange(n)) % cap
         with self.lock:
             for k, a in arrays.items():
-                col = self._recent[k]
+                col = r.cols[k]
                 col[self._next:self._next + first] = a[:first]
                 if first < n:
                     col[:n - first] = a[first:]
+            r.actor[slots] = actor_id
+            r.seq[slots] = first_seq + np.arange(n)
+            r.succ[slots[:-1]] = slots[1:]
+            r.succ[slots[-1]] = -1
+            tail = self._tail.get(actor_id)
+            if tail is not None and tail[1] == first_seq - 1:
+                r.succ[tail[0]] = slots[0]  # the same actor's previous batch continues here
+            self._tail[actor_id] = (int(slots[-1]), first_seq + n - 1)
             self._next = int((self._next + n) % cap)
-            self.recent_filled = min(cap, self.recent_filled + n)
+            r.filled = min(cap, r.filled + n)
             self.total = total_after
 
     def older_count(self) -> int:
         """Table indices `[0, older_count)` are not in the recent ring."""
         return max(0, self.total - self.recent_filled)
 
-    def put_reservoir(self, slot: int, table_index: int, row: Mapping[str, np.ndarray]) -> None:
+    def put_reservoir(self, slot: int, table_index: int, row: Mapping[str, np.ndarray], actor_id: int = -1,
+                      seq: int = -1) -> None:
+        self.put_reservoir_run([slot], [table_index], [row], [actor_id], [seq])
+
+    def put_reservoir_run(self, slots: list[int], table_index: list[int], rows: list[Mapping[str, np.ndarray]],
+                          actors: list[int], seqs: list[int]) -> None:
+        """Rows paged in together; consecutive records of one actor among them are linked."""
+        if not slots:
+            return
+        r = self._res
+        s = np.asarray(slots, np.int64)
         with self.lock:
-            for k, a in row.items():
-                self._reservoir[k][slot] = a
-            self.reservoir_index[slot] = table_index
-            self.reservoir_filled = max(self.reservoir_filled, slot + 1)
+            for slot, row in zip(slots, rows):
+                for k, a in row.items():
+                    r.cols[k][slot] = a
+            r.actor[s] = actors
+            r.seq[s] = seqs
+            r.link(s, np.asarray(actors, np.int64), np.asarray(seqs, np.int64))
+            self.reservoir_index[s] = table_index
+            r.filled = max(r.filled, int(s.max()) + 1)
 
     # --- read by the sampler ----------------------------------------------------------------
     def ready(self) -> bool:
@@ -74,26 +136,115 @@ class TableCache:
     def cached(self) -> int:
         return self.recent_filled + self.reservoir_filled
 
+    def _split(self, n: int, rng: np.random.Generator) -> tuple[int, int]:
+        """(from the ring, from the reservoir) for a sample of n."""
+        older = self.older_count()
+        res, rec = self._res.filled, self._rec.filled
+        if res + rec == 0:
+            raise LookupError("nothing cached yet")
+        if res == 0:
+            n_old = 0
+        elif rec == 0:
+            n_old = n
+        else:
+            n_old = int(rng.binomial(n, older / max(older + rec, 1)))
+        return n - n_old, n_old
+
     def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         with self.lock:
-            older = self.older_count()
-            res, rec = self.reservoir_filled, self.recent_filled
-            if res + rec == 0:
-                raise LookupError("nothing cached yet")
-            if res == 0:
-                n_old = 0
-            elif rec == 0:
-                n_old = n
-            else:
-                n_old = int(rng.binomial(n, older / max(older + rec, 1)))
-            i_new = rng.integers(0, rec, size=n - n_old) if n > n_old else None
-            i_old = rng.integers(0, res, size=n_old) if n_old else None
-            out = {}
+            n_new, n_old = self._split(n, rng)
+            parts = []
+            if n_new:
+                parts.append((self._rec, rng.integers(0, self._rec.filled, size=n_new)))
+            if n_old:
+                parts.append((self._res, rng.integers(0, self._res.filled, size=n_old)))
+            return {c.name: _gather(parts, c.name) for c in self.schema.columns}
+
+    def sample_windows(self, n: int, horizon: int, rng: np.random.Generator, tries: int = 8
+                       ) -> dict[str, np.ndarray] | None:
+        """n windows of `horizon` consecutive transitions of one actor's episode (see the module
+        docstring); None if no complete window is cached yet. Keys: `obs/*` (the first row),
+        `next_obs/*`, `terminated`, `truncated`, `success` (the last row inside the episode),
+        `actions` [n, H, A] and `rewards` [n, H] (repeated / 0 after an episode end), `mask`
+        [n, H] (1 inside the episode), `steps` [n] (rows inside the episode, 1..H), and the first
+        row's `policy_version`."""
+        picked: list[tuple[_Region, np.ndarray]] = []
+        got = 0
+        with self.lock:
+            for _ in range(tries):
+                n_new, n_old = self._split(2 * (n - got), rng)  # oversample: some starts fail
+                for region, k in ((self._rec, n_new), (self._res, n_old)):
+                    if k == 0 or region.filled == 0 or got >= n:
+                        continue
+                    chains = self._chains(region, rng.integers(0, region.filled, size=k), horizon)
+                    chains = chains[: n - got]
+                    if len(chains):
+                        picked.append((region, chains))
+                        got += len(chains)
+                if got >= n:
+                    break
+            if got == 0:
+                return None
+            return self._window_batch(picked, horizon, n)
+
+    def _chains(self, r: _Region, start: np.ndarray, horizon: int) -> np.ndarray:
+        """[k', H] slots of complete windows from these starts (rows after an episode end repeat
+        the last row inside it); starts that cannot complete a window are left out."""
+        term, trunc = r.cols["terminated"], r.cols["truncated"]
+        chains = np.empty((len(start), horizon), np.int64)
+        chains[:, 0] = start
+        ok = r.actor[start] >= 0
+        ended = term[start] | trunc[start]
+        for k in range(1, horizon):
+            cur = chains[:, k - 1]
+            nxt = r.succ[cur]
+            safe = np.where(nxt >= 0, nxt, 0)
+            linked = (nxt >= 0) & (r.actor[safe] == r.actor[cur]) & (r.seq[safe] == r.seq[cur] + 1)
+            ok &= ended | linked  # inside the episode the next row must be there
+            chains[:, k] = np.where(ended, cur, safe)
+            ended = ended | term[chains[:, k]] | trunc[chains[:, k]]
+        return chains[ok]
+
+    def _window_batch(self, picked: list[tuple[_Region, np.ndarray]], horizon: int, n: int) -> dict[str, np.ndarray]:
+        out: dict[str, list[np.ndarray]] = {}
+
+        def add(k: str, v: np.ndarray) -> None:
+            out.setdefault(k, []).append(v)
+
+        for r, ch in picked:
+            first = ch[:, 0]
+            same = ch[:, 1:] == ch[:, :-1]  # repeats: past the episode end
+            mask = np.ones(ch.shape, np.float32)
+            mask[:, 1:] = 1.0 - np.maximum.accumulate(same, axis=1)
+            steps = mask.sum(1).astype(np.int64)
+            last = ch[np.arange(len(ch)), steps - 1]
             for c in self.schema.columns:
-                parts = []
-                if i_new is not None:
-                    parts.append(self._recent[c.name][i_new])
-                if i_old is not None:
-                    parts.append(self._reservoir[c.name][i_old])
-                out[c.name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            return out
+                if c.name.startswith("obs/"):
+                    add(c.name, r.cols[c.name][first])
+                elif c.name.startswith("next_obs/"):
+                    add(c.name, r.cols[c.name][last])
+            add("actions", r.cols["action"][ch])
+            add("rewards", r.cols["reward"][ch] * mask)
+            add("mask", mask)
+            add("steps", steps)
+            for k in ("terminated", "truncated", "success"):
+                add(k, r.cols[k][last])
+            add("policy_version", r.cols["policy_version"][first])
+        return {k: (v[0] if len(v) == 1 else np.concatenate(v))[:n] for k, v in out.items()}
+
+
+def _gather(parts: list[tuple[_Region, np.ndarray]], name: str) -> np.ndarray:
+    arrays = [r.cols[name][i] for r, i in parts]
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def window_targets(rewards: np.ndarray, mask: np.ndarray, steps: np.ndarray, terminated: np.ndarray,
+                   gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(discounted H-step reward sum_k gamma^k r_k over the rows inside the episode, the
+    bootstrap factor gamma^steps on the value after the window, 0 after a termination; a
+    truncation (time limit) still bootstraps)."""
+    h = rewards.shape[1]
+    disc = gamma ** np.arange(h, dtype=np.float64)
+    ret = (rewards * mask * disc).sum(1).astype(np.float32)
+    boot = (gamma ** steps.astype(np.float64)) * (1.0 - terminated.astype(np.float64))
+    return ret, boot.astype(np.float32)

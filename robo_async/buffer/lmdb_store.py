@@ -65,6 +65,7 @@ class StoreConfig:
     max_queued_mb: float = 256.0  # uncommitted data; insert() waits beyond this (backpressure)
     page_chunk: int = 256  # records the pager reads per step
     refresh_per_s: float = 200.0  # older records swapped into a full reservoir per second (bounded CPU)
+    page_run: int = 64  # consecutive records per refresh (windows need neighbours)
 
 
 def _key(i: int) -> bytes:
@@ -438,13 +439,18 @@ class PersistentReplayStore(ReplayStore):
             del self.commit_times[:-10_000]
         for item, skip in kept:
             rows = {k: a[skip:] for k, a in item.batch.arrays.items()}
-            self.caches[item.table].append(rows, counts[item.table])
+            self.caches[item.table].append(rows, counts[item.table], item.batch.actor_id, item.batch.seq + skip)
 
     # --- reading -----------------------------------------------------------------------------
     def _read_row(self, txn: lmdb.Transaction, table: str, i: int,
                   memo: dict[bytes, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """One decoded transition. `memo` keeps decoded frames across calls: consecutive records
         share frames (a next_obs frame is the next record's obs frame), decoded once."""
+        return self._read_record(txn, table, i, memo)[2]
+
+    def _read_record(self, txn: lmdb.Transaction, table: str, i: int,
+                     memo: dict[bytes, np.ndarray] | None = None) -> tuple[int, int, dict[str, np.ndarray]]:
+        """(actor_id, seq, decoded transition) of record i."""
         assert self.schema is not None
         value = txn.get(_key(i), db=self._dbs[f"t:{table}"])
         if value is None:
@@ -460,7 +466,7 @@ class PersistentReplayStore(ReplayStore):
             row[c.name] = decode_image(blob, c)
             if memo is not None:
                 memo[k] = row[c.name]
-        return row
+        return actor, seq, row
 
     def rows(self, table: str = "online", start: int = 0, stop: int | None = None
              ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
@@ -488,44 +494,61 @@ class PersistentReplayStore(ReplayStore):
         log.warning("replay store %s: skipping damaged record %d of '%s': %s", self.path, i, table, e)
 
     def _pager(self) -> None:
-        """Pages older transitions into each table's reservoir: newest first, then random refresh."""
+        """Pages older transitions into each table's reservoir: newest first, then random runs of
+        consecutive records (so windows of one actor's episode exist among older data too)."""
         rng = np.random.default_rng()
-        chunk = self.config.page_chunk
+        chunk, run = self.config.page_chunk, max(1, self.config.page_run)
         self._next_refresh: dict[str, float] = {}
         while not self._stop.is_set():
             busy = False
             for table, cache in list(self.caches.items()):
                 older = cache.older_count()
-                if older == 0 or cache.reservoir_capacity == 0:
+                cap = cache.reservoir_capacity
+                if older == 0 or cap == 0:
                     continue
                 filled = cache.reservoir_filled
-                if filled < min(cache.reservoir_capacity, older):  # first fill, newest first
-                    slots = range(filled, min(filled + chunk, cache.reservoir_capacity, older))
-                    idx = [older - 1 - s for s in slots]
-                elif older > cache.reservoir_capacity and self.config.refresh_per_s > 0:
-                    # refresh random slots with random old rows, at a bounded rate
-                    n = max(1, int(self.config.refresh_per_s * 0.05))
+                if filled < min(cap, older):  # first fill, newest first, each chunk in table order
+                    m = min(chunk, cap - filled, older - filled)
+                    slots = list(range(filled, filled + m))
+                    lo = older - filled - m
+                elif older > cap and self.config.refresh_per_s > 0:
+                    # a random run of old records over a random run of slots, at a bounded rate
                     if time.monotonic() < self._next_refresh.get(table, 0.0):
                         continue
-                    self._next_refresh[table] = time.monotonic() + 0.05
-                    slots = rng.integers(0, cache.reservoir_capacity, size=n).tolist()
-                    idx = rng.integers(0, older, size=len(slots)).tolist()
+                    m = min(run, cap)
+                    self._next_refresh[table] = time.monotonic() + m / self.config.refresh_per_s
+                    first = int(rng.integers(0, cap - m + 1))
+                    slots = list(range(first, first + m))
+                    lo = int(rng.integers(0, older - m + 1))
                 else:
                     continue
                 busy = True
                 assert self._env is not None
                 memo: dict[bytes, np.ndarray] = {}
+                got: tuple[list, list, list, list, list] = ([], [], [], [], [])
                 with self._env.begin() as txn:
-                    for slot, i in zip(slots, idx):
+                    for j, slot in enumerate(slots):
                         try:
-                            cache.put_reservoir(slot, i, self._read_row(txn, table, i, memo))
+                            actor, seq, row = self._read_record(txn, table, lo + j, memo)
                         except CorruptRecord as e:
-                            self._corrupt(table, i, e)
+                            self._corrupt(table, lo + j, e)
+                            continue
+                        for part, v in zip(got, (slot, lo + j, row, actor, seq)):
+                            part.append(v)
+                cache.put_reservoir_run(*got)
             self._stop.wait(0.002 if busy else 0.05)
 
     def can_sample(self, table: str = "online") -> bool:
         c = self.caches.get(table)
         return c is not None and c.ready()
+
+    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online"
+                       ) -> dict[str, np.ndarray] | None:
+        """Windows of `horizon` consecutive transitions of one actor's episode (TableCache.sample_windows);
+        None while no complete window is cached."""
+        if not self.can_sample(table):
+            return None
+        return self.caches[table].sample_windows(batch_size, horizon, rng)
 
     def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
         if not self.can_sample(table):

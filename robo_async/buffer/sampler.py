@@ -7,6 +7,14 @@
 
 The mix is RLPD-style: each batch takes a fixed share from each table (rounded, summing to
 `batch_size`); a table with nothing cached yet gives its share to the others.
+
+`window=H` (H > 1) samples windows of H consecutive transitions of one actor's episode instead
+of single transitions (chunked critics; see `TableCache.sample_windows` for the keys).
+
+Staleness bound (AReaL-style): with `max_lag=K`, online rows whose `policy_version` is below
+`version_floor` (the learner sets it to its version - K before each update) are dropped and
+replaced by fresh draws; `dropped_stale` counts them. Other tables (demos, interventions) are
+never dropped for age.
 """
 
 from __future__ import annotations
@@ -44,8 +52,14 @@ def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
 
 class Sampler:
     def __init__(self, store: PersistentReplayStore, batch_size: int, mix: Mapping[str, float],
-                 seed: int = 0, prefetch: int = 2) -> None:
+                 seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, not {window}")
         self.store = store
+        self.window = window
+        self.max_lag = max_lag
+        self.version_floor = -(1 << 62)  # online rows from policies older than this are dropped
+        self.dropped_stale = 0
         self.batch_size = batch_size
         self.mix = check_mix(mix)
         self._rng = np.random.default_rng(seed)
@@ -61,11 +75,47 @@ class Sampler:
         shares = split(self.batch_size, live)
         if not shares:
             return None
-        parts = [self.store.sample(n, self._rng, t) for t, n in shares.items()]
+        parts = []
+        for t, n in shares.items():
+            part = self._draw(t, n)
+            if part is not None:
+                parts.append(part)
+        if not parts:
+            return None
         self.last_shares = shares
         if len(parts) == 1:
             return parts[0]
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def _one(self, table: str, n: int) -> dict[str, np.ndarray] | None:
+        if self.window > 1:
+            return self.store.sample_windows(n, self.window, self._rng, table)
+        return self.store.sample(n, self._rng, table)
+
+    def _draw(self, table: str, n: int, rounds: int = 8) -> dict[str, np.ndarray] | None:
+        """n rows (or windows) of one table; online rows below the version floor are replaced."""
+        part = self._one(table, n)
+        if part is None or self.max_lag is None or table != "online":
+            return part
+        floor = self.version_floor
+        kept: list[dict[str, np.ndarray]] = []
+        drawn = have = 0
+        for _ in range(rounds):
+            fresh = part["policy_version"] >= floor
+            drawn += len(fresh)
+            have += int(fresh.sum())
+            self.dropped_stale += int((~fresh).sum())
+            kept.append({k: v[fresh] for k, v in part.items()})
+            missing = n - have
+            if missing <= 0:
+                break
+            # draw enough that the fresh share of it covers what is missing
+            part = self._one(table, min(int(missing * drawn / max(have, drawn / 50)) + 8, 64 * n))
+            if part is None:
+                break
+        if not sum(len(p["policy_version"]) for p in kept):
+            return None  # everything cached is too old: the other tables fill the batch
+        return {k: np.concatenate([p[k] for p in kept])[:n] for k in kept[0]}
 
     def start(self) -> "Sampler":
         self._thread = threading.Thread(target=self._run, name="replay-prefetch", daemon=True)
