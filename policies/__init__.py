@@ -4,6 +4,7 @@ from policies.base import ActionChunk, Policy, WeightsMismatch, available, make_
 from policies.flow import FlowChunkPolicy
 from policies.mlp import GaussianActor, MLPPolicy, TwinCritic, flatten_obs
 import policies.lerobot_chunk  # noqa: F401,E402  (registers `lerobot`)
+import policies.onestep  # noqa: F401,E402  (registers `flow_onestep`)
 
 __all__ = [
     "ActionChunk", "FlowChunkPolicy", "GaussianActor", "MLPPolicy", "Policy", "TwinCritic", "WeightsMismatch",

@@ -145,12 +145,16 @@ class FlowChunkPolicy(Policy):
 
     # --- sampling -----------------------------------------------------------------------------
     def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int = 0,
-               images: torch.Tensor | None = None) -> torch.Tensor:
-        """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly."""
+               images: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly; `noise`
+        [B, H, A]: the starting noise (default: drawn, or zero when deterministic)."""
         b, h, a = cond.shape[0], self.horizon, len(self.low)
         with torch.no_grad():
             cond = self.net.encode(cond, images)
-        x0 = torch.zeros(b, h, a) if self.deterministic else torch.randn(b, h, a, generator=self._gen)
+        if noise is not None:
+            x0 = noise
+        else:
+            x0 = torch.zeros(b, h, a) if self.deterministic else torch.randn(b, h, a, generator=self._gen)
         d = 0 if prefix is None else min(prefix.shape[1], h)
         mask = torch.zeros(b, h)
         mask[:, :d] = 1

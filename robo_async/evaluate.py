@@ -12,7 +12,8 @@ import yaml
 
 from robo_async.actor.inference import INFERENCE_MODES
 from robo_async.actor.loop import ControlLoop, LoopConfig, TickInfo
-from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, task_args
+from robo_async.launch.builders import (PolicyArgs, TaskArgs, acting_args, algo_of, make_actor_policy,
+                                       make_safe_robot, task_args)
 from robo_async.learner import checkpoint
 
 
@@ -71,7 +72,10 @@ def policy_source(path: Path, task: str | None = None, delay_ms: float | list | 
     tensors, metadata = checkpoint.read(ckpt)
     meta = checkpoint.meta_of(metadata)
     cfg = yaml.safe_load(str(meta["config"]))
-    return PolicySource("checkpoint", _task_of(cfg), PolicyArgs.from_config({**cfg["policy"], "inference_delay_ms": delay_ms or 0}),
+    pol = PolicyArgs.from_config({**cfg["policy"], "inference_delay_ms": delay_ms or 0})
+    if cfg.get("algo"):  # what the actors ran (e.g. algo=qc publishes a one-step actor of the flow policy)
+        pol = acting_args(pol, *algo_of(cfg["algo"]))
+    return PolicySource("checkpoint", _task_of(cfg), pol,
                         meta["spec"], {k: v.numpy() for k, v in checkpoint.module_state(tensors, "actor").items()},
                         int(meta["version"]))
 

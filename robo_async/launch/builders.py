@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -207,6 +208,27 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
     return policy
 
 
+def acting_args(pol: PolicyArgs, algo_name: str, algo_config: object) -> PolicyArgs:
+    """The policy the actors run: `pol` itself, or what the algorithm publishes instead (e.g.
+    `algo=qc` trains `policy=flow` on the learner and publishes its one-step actor)."""
+    from robo_async.learner.algorithms.base import acting_policy
+
+    acting = acting_policy(algo_name, algo_config, pol.name)  # type: ignore[arg-type]
+    if acting is None:
+        return pol
+    name, extra = acting
+    opts = {k: v for k, v in pol.options if k != "path"}  # the prior's weights stay on the learner
+    opts.update({k: _hashable(v) for k, v in extra.items()})
+    return dataclasses.replace(pol, name=name, options=tuple(sorted(opts.items())))
+
+
+def algo_of(algo: dict) -> tuple[str, object]:
+    """(name, config dataclass) of a resolved `algo` config section."""
+    algo = check_algo(dict(algo))
+    name = algo.pop("name")
+    return name, config_class(name)(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo.items()})
+
+
 def load_policy_file(policy: Policy, path: Path) -> None:
     """Weights saved by `robo-async bc` (policy.safetensors, or the run directory holding it)."""
     from safetensors.numpy import load_file
@@ -299,19 +321,18 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         if (other.action_dim, other.state_dim, other.features) != (spec.action_dim, spec.state_dim, spec.features):
             raise ConfigError(f"robots[{i}] ({other.name}) does not fit the policy built for {spec.name}: "
                               f"{other.action_dim} joints, features {other.features}")
-    algo = check_algo(OmegaConf.to_container(cfg.algo, resolve=True))
-    algo_name = algo.pop("name")
-    algo_cls = config_class(algo_name)
-    algo_config = algo_cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in algo.items()})
+    algo_name, algo_config = algo_of(OmegaConf.to_container(cfg.algo, resolve=True))
     pol = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
     policy_spec = PolicySpec(pol.name, pol.obs_keys, obs_dims(spec, pol.obs_keys), spec.joint_low, spec.joint_high,
-                             pol.hidden, pol.action_mode, pol.delta_scale, dict(pol.obs_scale), spec.dt)
+                             pol.hidden, pol.action_mode, pol.delta_scale, dict(pol.obs_scale), spec.dt,
+                             dict(pol.options))
     from robo_async.learner.algorithms import build_algorithm
 
     try:  # the algorithm refuses a policy it cannot train, here rather than in the learner process
         build_algorithm(algo_name, algo_config, policy_spec)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    except (ValueError, KeyError) as e:
+        raise ConfigError(str(e).strip("'\"")) from None
+    pol = acting_args(pol, algo_name, algo_config)
     buf = check_buffer(OmegaConf.to_container(cfg.buffer, resolve=True))
     if buf.pop("name") != "lmdb":
         raise ConfigError("only buffer=lmdb exists")

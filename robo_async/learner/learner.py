@@ -73,7 +73,8 @@ class Learner:
         mix = dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables)) if self.algorithm.tables \
             else config.mix
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
-        self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch)
+        self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch,
+                               window=self.algorithm.window, max_lag=ac.max_version_lag)
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
@@ -212,6 +213,8 @@ class Learner:
 
     def _update(self) -> bool:
         """One algorithm update on a prefetched batch; False if no batch is ready yet."""
+        if self.config.algo_config.max_version_lag is not None:
+            self.sampler.version_floor = self.version - self.config.algo_config.max_version_lag
         b = self.sampler.get()
         if b is None:
             return False
@@ -261,6 +264,9 @@ class Learner:
             **self.rates.rates(time.monotonic(), {"env_steps": self.env_steps, "updates": self.updates}),
             "charts/policy_version": self.version,
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
+            "charts/version_lag_p95": float(np.percentile(self.lags, 95)) if self.lags else 0.0,
+            "charts/version_lag_max": float(max(self.lags)) if self.lags else 0.0,
+            "buffer/dropped_stale": self.sampler.dropped_stale,
             "charts/actor_policy_version": self.newest_actor_version,
             "charts/replay_size": len(self.store),
             "buffer/online": self.store.counts["online"],

@@ -44,6 +44,7 @@ class AlgoConfig:
     warmup_steps: int = 1000  # transitions in the store before the first update
     limiter_slack: int = 512  # env steps as-fast-as-possible actors may run ahead of the update ratio
     limit_to_data: bool = True  # updates wait for env steps (utd_ratio); False: as fast as the learner can
+    max_version_lag: int | None = None  # drop online transitions from policies more than this many versions old
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,15 @@ class PolicySpec:
     delta_scale: float = 0.15  # rad per tick, for action_mode="delta"
     obs_scale: Mapping[str, float] = field(default_factory=dict)
     dt: float = 1 / 30
+    options: Mapping[str, object] = field(default_factory=dict)  # the policy's other keys (horizon, path, ...)
+
+    def flow_kwargs(self) -> dict[str, object]:
+        """Constructor arguments of the chunk policies (policies.flow) built from this spec."""
+        skip = ("path", "inference_delay_ms", "type")
+        return {"obs_keys": self.obs_keys, "obs_dims": self.obs_dims, "action_low": self.action_low,
+                "action_high": self.action_high, "hidden": self.hidden, "dt": self.dt,
+                "obs_scale": dict(self.obs_scale), "action_mode": self.action_mode,
+                **{k: v for k, v in self.options.items() if k not in skip}}
 
 
 def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
@@ -76,6 +86,13 @@ def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
 class Algorithm(abc.ABC):
     config: AlgoConfig
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
+    window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
+
+    @staticmethod
+    def acting_policy(config: AlgoConfig, policy: str) -> tuple[str, dict[str, object]] | None:
+        """What the actors run when it is not `policy=<policy>` itself: (policy name, extra options).
+        E.g. `algo=qc` trains a flow policy on the learner and publishes its one-step actor."""
+        return None
 
     @property
     @abc.abstractmethod
@@ -131,6 +148,12 @@ def build_algorithm(name: str, config: AlgoConfig, policy: PolicySpec) -> Algori
     return _REGISTRY[name][0](config, policy)
 
 
+def acting_policy(name: str, config: AlgoConfig, policy: str) -> tuple[str, dict[str, object]] | None:
+    """(policy name, extra options) the actors of `algo=<name>` run, or None: `policy` itself."""
+    _load()
+    return _REGISTRY[name][0].acting_policy(config, policy)  # type: ignore[attr-defined]
+
+
 def _load() -> None:
     """Import the algorithm folders (each registers itself)."""
-    from robo_async.learner.algorithms import bc, sac  # noqa: F401
+    from robo_async.learner.algorithms import bc, qc, sac  # noqa: F401

@@ -1,0 +1,143 @@
+"""Chunk policies that RL trains against a chunked critic (`algo=qc`, Q-chunking with FQL).
+
+`OneStepChunkPolicy` (`flow_onestep`): the one-step policy of flow Q-learning (Park et al. 2025):
+an MLP maps the observation and a noise sample z ~ N(0, I) straight to a whole chunk, in one
+pass, trained to maximise Q(s, chunk) while staying close to what the BC flow policy makes of the
+same z. The actor runs it (a tenth of the flow's cost); the flow policy stays on the learner.
+With `best_of_n > 1` it also carries the chunked critic: it draws n chunks and executes the one
+with the highest Q (the critic travels with the weights).
+
+Actions use the flow policy's normalization (`action_mode`, `delta_range`), so a BC flow
+policy, its critic and this actor agree on what a chunk means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.base import ActionChunk, register
+from policies.flow import FlowChunkPolicy, ImageEncoder
+
+
+def mlp(dims: list[int], out: int, layer_norm: bool = False) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        layers += [nn.Linear(a, b), *([nn.LayerNorm(b)] if layer_norm else []), nn.SiLU()]
+    layers.append(nn.Linear(dims[-1], out))
+    return nn.Sequential(*layers)
+
+
+class Encoder(nn.Module):
+    """Observation features: the vector inputs, plus camera features when there are cameras."""
+
+    def __init__(self, cond_dim: int, cameras: int, image_size: int) -> None:
+        super().__init__()
+        self.vision = ImageEncoder(cameras, image_size) if cameras else None
+        self.out = cond_dim + (self.vision.out * cameras if self.vision is not None else 0)
+
+    def forward(self, cond: torch.Tensor, images: torch.Tensor | None = None) -> torch.Tensor:
+        if self.vision is None:
+            return cond
+        if images is None:
+            raise ValueError("this policy has cameras; the observation brought no images")
+        return torch.cat([cond, self.vision(images)], dim=-1)
+
+
+class ChunkActor(nn.Module):
+    """(observation features, noise z [B, H*A]) -> normalized chunk [B, H, A] in [-1, 1]."""
+
+    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...],
+                 cameras: int = 0, image_size: int = 64) -> None:
+        super().__init__()
+        self.horizon, self.action_dim = horizon, action_dim
+        self.encoder = Encoder(cond_dim, cameras, image_size)
+        self.net = mlp([self.encoder.out + horizon * action_dim, *hidden], horizon * action_dim)
+
+    def forward(self, cond: torch.Tensor, z: torch.Tensor, images: torch.Tensor | None = None,
+                features: torch.Tensor | None = None) -> torch.Tensor:
+        f = self.encoder(cond, images) if features is None else features
+        x = self.net(torch.cat([f, z.reshape(len(z), -1)], dim=-1))
+        return torch.tanh(x).reshape(len(z), self.horizon, self.action_dim)
+
+
+class ChunkCritic(nn.Module):
+    """Twin Q(s, a_{t:t+H}) over a normalized chunk: [B] x 2."""
+
+    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...],
+                 cameras: int = 0, image_size: int = 64) -> None:
+        super().__init__()
+        self.encoder = Encoder(cond_dim, cameras, image_size)
+        dims = [self.encoder.out + horizon * action_dim, *hidden]
+        self.q1, self.q2 = mlp(dims, 1, layer_norm=True), mlp(dims, 1, layer_norm=True)
+
+    def forward(self, cond: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None,
+                features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.encoder(cond, images) if features is None else features
+        h = torch.cat([f, chunk.reshape(len(chunk), -1)], dim=-1)
+        return self.q1(h).squeeze(-1), self.q2(h).squeeze(-1)
+
+
+@register("flow_onestep")
+class OneStepChunkPolicy(FlowChunkPolicy):
+    def __init__(self, *args: object, best_of_n: int = 1, critic_hidden: tuple[int, ...] = (256, 256),
+                 actor_hidden: tuple[int, ...] | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if int(best_of_n) < 1:
+            raise ValueError(f"best_of_n must be at least 1, not {best_of_n}")
+        self.best_of_n = int(best_of_n)
+        hidden = tuple(actor_hidden) if actor_hidden else tuple(m.out_features for m in self.net.net
+                                                               if isinstance(m, nn.Linear))[:-1]
+        cond = sum(self.obs_dims)
+        cams = len(self.cameras)
+        self.actor = ChunkActor(cond, self.horizon, len(self.low), hidden, cams, self.image_size)
+        self.critic = ChunkCritic(cond, self.horizon, len(self.low), tuple(critic_hidden), cams, self.image_size) \
+            if self.best_of_n > 1 else None
+        self.net = None  # type: ignore[assignment]  (the flow policy stays on the learner)
+        self._modules = nn.ModuleDict({"actor": self.actor, **({"critic": self.critic} if self.critic else {})})
+
+    @property
+    def architecture(self) -> str:
+        cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
+        sizes = "-".join(str(m.out_features) for m in self.actor.net if isinstance(m, nn.Linear))
+        best = f"-best{self.best_of_n}" if self.best_of_n > 1 else ""
+        return f"onestep-{self.action_mode}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-{sizes}{best}"
+
+    def module(self) -> nn.Module:
+        return self._modules
+
+    def act(self, cond: torch.Tensor, images: torch.Tensor | None = None, n: int | None = None) -> torch.Tensor:
+        """Normalized chunks [B, H, A]: one per row, or the best of n by the critic's Q."""
+        n = self.best_of_n if n is None else n
+        b = cond.shape[0]
+        shape = (b, self.horizon, len(self.low))
+        with torch.no_grad():
+            f = self.actor.encoder(cond, images)
+            if self.deterministic and n == 1:
+                return self.actor(cond, torch.zeros(shape), features=f)
+            if n == 1:
+                return self.actor(cond, torch.randn(shape, generator=self._gen), features=f)
+            assert self.critic is not None, "best-of-n needs the critic"
+            fr = f.repeat_interleave(n, 0)
+            z = torch.randn((b * n, *shape[1:]), generator=self._gen)
+            if self.deterministic:
+                z[::n] = 0  # the mode is always among the candidates
+            chunks = self.actor(cond, z, features=fr)
+            cf = self.critic.encoder(cond, images).repeat_interleave(n, 0)
+            q = torch.min(*self.critic(cond, chunks, features=cf)).reshape(b, n)
+            best = q.argmax(1)
+            return chunks.reshape(b, n, *shape[1:])[torch.arange(b), best]
+
+    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+        cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
+        ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
+        imgs = self.images(obs)
+        x = self.act(cond, None if imgs is None else torch.as_tensor(imgs)[None])[0].numpy()
+        actions = self.denormalize(x, ref)
+        if prefix is not None and len(prefix):
+            actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # committed: kept exactly
+        return ActionChunk(actions, self.dt, self.version)

@@ -1,0 +1,158 @@
+"""Q-chunking (Li et al. 2025) with flow Q-learning (Park et al. 2025): RL of chunk policies.
+
+- The critic scores whole chunks: Q(s_t, a_{t:t+H}) over the actions that were executed, from
+  store windows of H consecutive transitions of one episode, with the H-step backup
+  `sum_k gamma^k r_{t+k} + gamma^H Q'(s_{t+H}, a')` (shorter at an episode end; no bootstrap
+  after a termination, a time limit still bootstraps).
+- The flow policy (`policy=flow`) keeps learning by BC (flow matching) on the same windows: it
+  stays the behaviour prior; a `policy.path=` BC run is the warm start.
+- A one-step actor (noise z -> chunk in one pass) maximises Q while distilling the flow policy's
+  chunk for the same z (`alpha`): FQL's policy extraction. The actors run it (`flow_onestep`);
+  with `best_of_n > 1` they draw n chunks and execute the highest-Q one, and the target uses the
+  best of n too.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.flow import FlowChunkPolicy
+from policies.onestep import ChunkCritic, OneStepChunkPolicy
+from robo_async.buffer.cache import window_targets
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from robo_async.learner.algorithms.qc.config import QCConfig
+
+
+def flow_prior(spec: PolicySpec, algo: str) -> FlowChunkPolicy:
+    """The BC flow policy an algorithm builds on, with `policy.path=` weights when given."""
+    if spec.name != "flow":
+        raise ValueError(f"algo={algo} trains a chunk policy from policy=flow (its BC prior); "
+                         f"policy={spec.name} does not fit: use policy=flow")
+    flow = FlowChunkPolicy(**spec.flow_kwargs())  # type: ignore[arg-type]
+    path = spec.options.get("path")
+    if path:
+        from safetensors.numpy import load_file
+
+        file = Path(str(path)) / "policy.safetensors" if Path(str(path)).is_dir() else Path(str(path))
+        if not file.is_file():
+            raise ValueError(f"policy.path={path}: no policy.safetensors there (train one with `robo-async bc`)")
+        flow.load_weights(0, load_file(str(file)))
+    return flow
+
+
+@register("qc", QCConfig)
+class QC(Algorithm):
+    def __init__(self, config: QCConfig, policy: PolicySpec) -> None:
+        self.config = c = config
+        self.spec = policy
+        self.flow = flow_prior(policy, "qc")
+        self.window = self.flow.horizon
+        _, extra = self.acting_policy(c, policy.name)
+        self.policy = OneStepChunkPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
+        self.actor = self.policy.actor
+        cond, h, a = sum(policy.obs_dims), self.flow.horizon, len(policy.action_low)
+        cams, size = len(self.flow.cameras), self.flow.image_size
+        self.critic = self.policy.critic or ChunkCritic(cond, h, a, c.critic_hidden, cams, size)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.lr)
+        self.flow_opt = torch.optim.Adam(self.flow.net.parameters(), lr=c.lr)
+        self.updates = 0
+
+    @staticmethod
+    def acting_policy(config: QCConfig, policy: str) -> tuple[str, dict[str, object]]:  # type: ignore[override]
+        return "flow_onestep", {"best_of_n": config.best_of_n, "critic_hidden": tuple(config.critic_hidden),
+                                "actor_hidden": tuple(config.actor_hidden)}
+
+    @property
+    def architecture(self) -> str:
+        return self.policy.architecture
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.weights()
+
+    def modules(self) -> dict[str, nn.Module]:
+        out = {"actor": self.policy.module(), "critic_target": self.critic_target, "flow": self.flow.net}
+        if self.policy.critic is None:
+            out["critic"] = self.critic
+        return out
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"critic_opt": self.critic_opt, "actor_opt": self.actor_opt, "flow_opt": self.flow_opt}
+
+    # --- the batch ---------------------------------------------------------------------------
+    def _inputs(self, batch: Mapping[str, np.ndarray], prefix: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        obs = {k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)}
+        imgs = self.flow.images(obs)
+        return torch.as_tensor(self.flow.condition(obs)), None if imgs is None else torch.as_tensor(imgs)
+
+    def chunks(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """The executed windows, normalized like the policy's chunks (relative to the first state)."""
+        return torch.as_tensor(np.clip(self.flow.normalize(batch["actions"], batch["obs/state"]), -1, 1))
+
+    def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
+        c = self.config
+        cond, imgs = self._inputs(batch, "obs/")
+        next_cond, next_imgs = self._inputs(batch, "next_obs/")
+        chunk = self.chunks(batch)
+        ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
+        ret_t, boot_t = torch.as_tensor(ret), torch.as_tensor(boot)
+        b, shape = len(chunk), tuple(chunk.shape[1:])
+
+        # critic: H-step backup on the executed chunk
+        with torch.no_grad():
+            self.policy.deterministic = False
+            if c.best_of_n > 1:
+                next_chunk = self.policy.act(next_cond, next_imgs)
+            else:
+                next_chunk = self.actor(next_cond, torch.randn(b, *shape), next_imgs)
+            q_next = torch.min(*self.critic_target(next_cond, next_chunk, next_imgs))
+            target = ret_t + boot_t * q_next
+        q1, q2 = self.critic(cond, chunk, imgs)
+        critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        # flow policy: BC on the executed chunks (the behaviour prior)
+        flow_loss = torch.zeros(())
+        if c.bc_flow:
+            zeros = torch.zeros(b, dtype=torch.long)
+            flow_loss = self.flow.bc_loss(cond, chunk, zeros, imgs, zeros)
+            self.flow_opt.zero_grad(set_to_none=True)
+            flow_loss.backward()
+            self.flow_opt.step()
+
+        # one-step actor: maximise Q, stay near the flow policy's chunk for the same noise
+        z = torch.randn(b, *shape)
+        with torch.no_grad():
+            target_chunk = self.flow.sample(cond, images=imgs, noise=z)
+        act = self.actor(cond, z, imgs)
+        distill = ((act - target_chunk) ** 2).mean()
+        q_pi = torch.min(*self.critic(cond, act, imgs))
+        q_loss = -q_pi.mean() / q_pi.abs().mean().detach().clamp(min=1e-6)
+        warm = self.updates < c.distill_only_updates
+        actor_loss = c.alpha * distill + (0.0 if warm else q_loss)
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        with torch.no_grad():
+            for p, p_t in zip(self.critic.parameters(), self.critic_target.parameters()):
+                p_t.lerp_(p, c.tau)
+        self.updates += 1
+        return {
+            "losses/qf_loss": critic_loss.item() / 2,
+            "losses/qf1_values": q1.mean().item(),
+            "losses/actor_loss": actor_loss.item(),
+            "losses/q_pi": q_pi.mean().item(),
+            "losses/distill_loss": distill.item(),
+            "losses/flow_bc_loss": flow_loss.item(),
+            "losses/window_steps": float(np.mean(batch["steps"])),
+        }

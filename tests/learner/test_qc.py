@@ -1,0 +1,107 @@
+"""The chunked critic (`algo=qc`): best-of-N, the one-step actor's range, an end-to-end run."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from policies.onestep import OneStepChunkPolicy
+from robo_async.learner.algorithms import PolicySpec, build_algorithm
+from robo_async.learner.algorithms.qc import QCConfig
+from robo_async.learner.metrics import read_metrics
+
+EXE = [sys.executable, "-m", "robo_async.cli"]
+LOW, HIGH = (-1.0, -2.0, 0.0), (1.0, 2.0, 1.5)
+
+
+def policy(n: int) -> OneStepChunkPolicy:
+    return OneStepChunkPolicy(obs_keys=("state",), obs_dims=(3,), action_low=LOW, action_high=HIGH, horizon=4,
+                              hidden=(32, 32), action_mode="absolute", best_of_n=n, critic_hidden=(16,))
+
+
+class ChunkSum(nn.Module):
+    """A critic head whose Q is the sum of the chunk's entries (the last H*A inputs)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h[:, -self.width:].sum(-1, keepdim=True)
+
+
+def test_best_of_n_executes_the_highest_q_candidate():
+    p = policy(16)
+    p.critic.q1 = ChunkSum(4 * 3)
+    p.critic.q2 = ChunkSum(4 * 3)
+    seen = []
+    forward = p.actor.forward
+
+    def record(*a, **k):
+        out = forward(*a, **k)
+        seen.append(out.detach().clone())
+        return out
+
+    p.actor.forward = record
+    cond = torch.randn(5, 3)
+    best = p.act(cond)
+    cands = seen[-1].reshape(5, 16, 4, 3)
+    q = cands.sum((2, 3))
+    assert not torch.allclose(q.max(1).values, q.min(1).values)  # the candidates differ
+    torch.testing.assert_close(best, cands[torch.arange(5), q.argmax(1)])
+    p.critic.q1 = p.critic.q2 = _Neg(ChunkSum(12))  # the negated critic picks the lowest instead
+    worst = p.act(cond)
+    cands = seen[-1].reshape(5, 16, 4, 3)
+    torch.testing.assert_close(worst, cands[torch.arange(5), cands.sum((2, 3)).argmin(1)])
+
+
+class _Neg(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return -self.inner(h)
+
+
+def test_one_step_chunks_stay_inside_the_action_range():
+    p = policy(1)
+    with torch.no_grad():
+        for m in p.actor.net:
+            if isinstance(m, nn.Linear):
+                m.weight.mul_(50.0)  # push the raw outputs far outside [-1, 1]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        chunk = p.predict_chunk({"state": rng.normal(size=3).astype(np.float32) * 10}).actions
+        assert chunk.shape == (4, 3)
+        assert np.all(chunk >= np.array(LOW, np.float32)) and np.all(chunk <= np.array(HIGH, np.float32))
+    committed = np.full((2, 3), 0.5, np.float32)
+    out = p.predict_chunk({"state": np.zeros(3, np.float32)}, prefix=committed, delay_ticks=2).actions
+    np.testing.assert_array_equal(out[:2], committed)  # a committed prefix comes back exactly
+
+
+def test_qc_refuses_a_policy_it_cannot_train():
+    spec = PolicySpec("mlp", ("state",), (3,), LOW, HIGH)
+    with pytest.raises(ValueError, match="algo=qc .* policy=flow"):
+        build_algorithm("qc", QCConfig(), spec)
+
+
+def test_qc_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
+    """InvertedPendulum pays +1 per tick until the pole falls: Q must climb from its start."""
+    run_dir = tmp_path / "run"
+    res = subprocess.run(EXE + [
+        "train", "launcher=serial", "task=gym", "task.env_id=InvertedPendulum-v5", "task.episode_ticks=100",
+        "policy=flow", "policy.obs_keys=[state]", "policy.action_mode=absolute", "policy.horizon=4",
+        "policy.hidden=[64,64]", "algo=qc", "algo.warmup_steps=300", "algo.batch_size=64",
+        "algo.critic_hidden=[64,64]", "algo.actor_hidden=[64,64]", "algo.utd_ratio=0.5", "algo.max_version_lag=50",
+        f"run_dir={run_dir}", "budget.seconds=35", "stop_at_success=null", "eval_episodes=0",
+        "learner.log_every_s=0.5"], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = [r for r in read_metrics(run_dir) if "losses/qf1_values" in r]
+    assert len(rows) > 4 and rows[-1]["time/updates"] > 100
+    first, last = rows[0]["losses/qf1_values"], rows[-1]["losses/qf1_values"]
+    assert last > first + 1.0, (first, last)
+    assert rows[-1]["losses/window_steps"] > 1.5  # windows of several ticks, not single steps
