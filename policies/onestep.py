@@ -141,3 +141,64 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         if prefix is not None and len(prefix):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # committed: kept exactly
         return ActionChunk(actions, self.dt, self.version)
+
+
+@register("flow_dsrl")
+class NoiseSteeredPolicy(FlowChunkPolicy):
+    """DSRL (Wagenmaker et al. 2025): a frozen flow policy (its weights from `policy.path=`)
+    whose starting noise is picked by a small tanh-Gaussian actor over the observation features.
+    Only the noise actor's weights travel; the chunk is the frozen flow's chunk for that noise,
+    so it is always one the flow policy can make (and inside the action range). A committed
+    prefix (RTC) is honoured by the flow sampler as usual."""
+
+    def __init__(self, *args: object, noise_bound: float = 1.5, noise_hidden: tuple[int, ...] = (128, 128),
+                 **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        from policies.mlp import GaussianActor
+
+        self.noise_bound = float(noise_bound)
+        self.net.requires_grad_(False)
+        feat = sum(self.obs_dims) + (self.net.vision.out * len(self.cameras) if self.net.vision is not None else 0)
+        self.noise_actor = GaussianActor(feat, self.horizon * len(self.low), tuple(noise_hidden))
+        self.prior_loaded = False
+
+    @property
+    def architecture(self) -> str:
+        sizes = "-".join(str(m.out_features) for m in self.noise_actor.trunk if isinstance(m, nn.Linear))
+        return f"dsrl-{sizes}-z{self.horizon}x{len(self.low)}-b{self.noise_bound:g}:{super().architecture}"
+
+    def module(self) -> nn.Module:
+        return self.noise_actor
+
+    def load_prior(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """The frozen flow policy's weights (a `robo-async bc` policy.safetensors)."""
+        from policies.base import WeightsMismatch
+
+        current = self.net.state_dict()
+        if set(arrays) != set(current) or any(tuple(arrays[k].shape) != tuple(v.shape) for k, v in current.items()):
+            raise WeightsMismatch(f"the flow prior's weights do not fit {FlowChunkPolicy.architecture.fget(self)}")
+        self.net.load_state_dict({k: torch.as_tensor(np.array(a)) for k, a in arrays.items()})
+        self.prior_loaded = True
+
+    def noise(self, features: torch.Tensor) -> torch.Tensor:
+        """Starting noise [B, H, A] for these observation features (the mode when deterministic)."""
+        with torch.no_grad():
+            z = self.noise_actor.act(features, self.deterministic)
+        return (z * self.noise_bound).reshape(len(z), self.horizon, len(self.low))
+
+    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+        cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
+        imgs = self.images(obs)
+        images = None if imgs is None else torch.as_tensor(imgs)[None]
+        with torch.no_grad():
+            z = self.noise(self.net.encode(cond, images))
+        ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
+        p = None
+        if prefix is not None and len(prefix):
+            p = torch.as_tensor(self.normalize(np.asarray(prefix, np.float32)[: self.horizon], ref))[None]
+        x = self.sample(cond, p, delay=len(prefix) if p is not None else delay_ticks, images=images, noise=z)[0]
+        actions = self.denormalize(x.numpy(), ref)
+        if p is not None:
+            actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]
+        return ActionChunk(actions, self.dt, self.version)

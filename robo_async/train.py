@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sys
 from pathlib import Path
 
@@ -134,6 +136,9 @@ def report(cfg, run_dir: Path, result: RunResult) -> int:
                        video=run_dir / "eval.mp4" if cfg.video else None)
         print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes"
               + (f"; video {res.video}" if res.video else ""))
+        (run_dir / "eval.json").write_text(json.dumps({
+            "episodes": res.episodes, "success_rate": res.success_rate, "mean_ticks": res.mean_length,
+            "mean_return": res.mean_return, "mode": res.mode, "missed_ticks": res.missed_ticks}))
     print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/, replay/"
           + (f", {curve.name}" if curve else ""))
     print(f"replay data: robo-async buffer inspect {run_dir}")

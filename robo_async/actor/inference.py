@@ -34,8 +34,8 @@ from policies.base import ActionChunk, Policy, call_policy
 log = logging.getLogger(__name__)
 MODES = ("sync", "drop_stale", "blend", "rtc")  # how the schedule merges a chunk (internal)
 # The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
-# the state), or None for `inline`: the policy runs on the control thread, one action per tick, a
-# sim-only speed mode (as-fast-as-possible simulators, where a tick has no wall-clock meaning).
+# the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
+# executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible simulators, where a tick has no wall-clock meaning).
 INFERENCE_MODES: dict[str, tuple[str, bool] | None] = {
     "inline": None, "sync": ("sync", False), "async_naive": ("drop_stale", False),
     "async_forward": ("drop_stale", True), "async_forward_blend": ("blend", True),

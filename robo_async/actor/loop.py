@@ -14,7 +14,7 @@ Per tick: pace (real time: tick k starts at t0 + k*dt; a late tick restarts the 
 catches up), swap weights if new ones arrived (the inference thread loads them; `inline` loads
 here), poll teleops (an e-stop from any latches the robot's), choose the action (the async chunk
 runner, which never waits on the policy; or `inline`: the policy on this thread, the sim-only
-speed mode), send it through the safety layer, observe, hand the transition to the sink.
+speed mode, each chunk executed whole), send it through the safety layer, observe, hand the transition to the sink.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import numpy as np
 
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, poll_events
-from policies.base import Policy, WeightsMismatch
+from policies.base import ActionChunk, Policy, WeightsMismatch
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.transport.wire import EpisodeStats, Heartbeat, Weights
 
@@ -160,6 +160,8 @@ class ControlLoop:
         self.episodes = config.start_episode
         self.versions_seen: list[int] = []
         self._rng = np.random.default_rng(config.seed)
+        self._chunk: ActionChunk | None = None  # inline: the chunk being executed, and where in it
+        self._chunk_i = 0
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
         self.runner: AsyncChunkRunner | None = None
@@ -194,11 +196,16 @@ class ControlLoop:
         n = self.config.eval_every
         return n > 0 and self.policy.version >= 0 and self.episodes % n == n - 1
 
-    def _inline(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+    def _inline(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
+        """(action, policy version) on this thread. A chunk is executed whole, as in every other
+        mode (what chunk critics learn from), and the next one is asked for when it runs out."""
         if self.policy.version < 0 and self.config.explore_until_weights:
             spec = self.robot.spec
-            return self._rng.uniform(spec.low, spec.high).astype(np.float32)
-        return self.policy.predict_chunk(obs).actions[0]
+            return self._rng.uniform(spec.low, spec.high).astype(np.float32), self.policy.version
+        if self._chunk is None or self._chunk_i >= len(self._chunk.actions):
+            self._chunk, self._chunk_i = self.policy.predict_chunk(obs), 0
+        self._chunk_i += 1
+        return self._chunk.actions[self._chunk_i - 1], self._chunk.policy_version
 
     def stats(self) -> dict[str, float | int]:
         """Heartbeat figures: safety counters, tick lateness, inference latency."""
@@ -217,6 +224,7 @@ class ControlLoop:
         return out
 
     def _reset(self) -> dict[str, np.ndarray]:
+        self._chunk = None  # an inline chunk never runs into the next episode
         return self.robot.reset(seed=self.config.seed * 100_003 + self.episodes).as_dict()
 
     # --- the loop --------------------------------------------------------------------------
@@ -279,8 +287,7 @@ class ControlLoop:
                 action = runner.tick(self.tick, obs)
                 version = runner.version
             else:
-                action = self._inline(obs)
-                version = self.policy.version
+                action, version = self._inline(obs)
             chosen_at = time.monotonic() if self._observer is not None else 0.0
             applied = robot.send_action(action)
             out = robot.outcome()

@@ -55,7 +55,7 @@ class StoreError(RuntimeError):
 class StoreConfig:
     commit_every: int = 512  # transitions per group commit ...
     commit_ms: float = 50.0  # ... or this long after the first uncommitted one, whichever first
-    image_codec: str = "png"  # png (lossless) or jpeg
+    image_codec: str = "qoi"  # qoi or png (lossless), or jpeg
     jpeg_quality: int = 95
     cache_mb: float = 1024.0  # decoded transitions kept in RAM, per table ...
     cache_transitions: int = 1_000_000  # ... and at most this many
@@ -132,7 +132,7 @@ class PersistentReplayStore(ReplayStore):
         if expect is not None:
             self._set_schema(expect) if self.schema is None else self._check_expected(expect)
         if not readonly:
-            self._pool = ThreadPoolExecutor(self.config.encode_threads, thread_name_prefix="png")
+            self._pool = ThreadPoolExecutor(self.config.encode_threads, thread_name_prefix="encode")
             self._writer_hw = dict(self._committed_hw)
             for target, name in ((self._writer, "replay-writer"), (self._committer, "replay-commit"),
                                  (self._pager, "replay-pager")):

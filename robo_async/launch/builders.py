@@ -217,9 +217,9 @@ def acting_args(pol: PolicyArgs, algo_name: str, algo_config: object) -> PolicyA
     if acting is None:
         return pol
     name, extra = acting
-    opts = {k: v for k, v in pol.options if k != "path"}  # the prior's weights stay on the learner
-    opts.update({k: _hashable(v) for k, v in extra.items()})
-    return dataclasses.replace(pol, name=name, options=tuple(sorted(opts.items())))
+    opts = dict(pol.options)
+    opts.update({k: _hashable(v) for k, v in extra.items()})  # an extra of None removes the key
+    return dataclasses.replace(pol, name=name, options=tuple(sorted((k, v) for k, v in opts.items() if v is not None)))
 
 
 def algo_of(algo: dict) -> tuple[str, object]:
@@ -237,7 +237,8 @@ def load_policy_file(policy: Policy, path: Path) -> None:
     if not file.is_file():
         raise ConfigError(f"policy.path={path}: no policy.safetensors there (train one with `robo-async bc`)")
     try:
-        policy.load_weights(0, load_file(str(file)))
+        load_prior = getattr(policy, "load_prior", None)  # a steered policy: the file is its frozen prior
+        load_prior(load_file(str(file))) if load_prior is not None else policy.load_weights(0, load_file(str(file)))
     except ValueError as e:
         raise ConfigError(f"policy.path={file}: {e}") from None
 

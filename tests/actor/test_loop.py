@@ -76,3 +76,51 @@ def test_allowance_counts_what_the_actor_produced_not_what_arrived():
     st = LearnerStatus(0, 0, env_steps=1000, allowed_env_steps=1500, acked=((3, 400),), actors=2)
     # headroom 500 split over 2 actors: this actor may run to seq 400 + 250, counting what is in flight
     assert actor._may_produce(st, 649) and not actor._may_produce(st, 650)
+
+
+def test_inline_executes_each_chunk_whole_and_starts_a_new_one_each_episode():
+    from robo_async.launch.builders import TaskArgs, make_safe_robot
+
+    class Counting(Policy):
+        """Chunk k holds the value k in every entry; counts its calls."""
+
+        architecture = "counting"
+        horizon = 4
+        version = 0
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def predict_chunk(self, obs, *, forwarded_state=None, prefix=None, delay_ticks=0):
+            self.calls += 1
+            return ActionChunk(np.full((4, len(obs["state"])), 0.01 * self.calls, np.float32), 1 / 30, self.calls)
+
+        def module(self):
+            return torch.nn.Identity()
+
+    class Sink:
+        def __init__(self) -> None:
+            self.versions = []
+
+        def add(self, obs, action, reward, next_obs, terminated, truncated, policy_version, success=False):
+            self.versions.append(policy_version)
+
+        def send_episode(self, stats) -> None:
+            self.versions.append("end")
+
+        def send_heartbeat(self, beat) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+    robot = make_safe_robot(TaskArgs("reach", {"episode_ticks": 6}))
+    robot.connect()
+    policy, sink = Counting(), Sink()
+    try:
+        ControlLoop(robot, policy, LoopConfig(episode_ticks=6, max_episodes=2, inference="inline", eval_every=0),
+                    sink=sink).run()
+    finally:
+        robot.close()
+    # 6-tick episodes: a chunk of 4, then a fresh chunk cut short by the episode end
+    assert sink.versions == [1, 1, 1, 1, 2, 2, "end", 3, 3, 3, 3, 4, 4, "end"]

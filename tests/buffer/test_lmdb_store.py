@@ -69,6 +69,34 @@ def test_images_round_trip_losslessly_and_are_stored_once(tmp_path):
     s.close()
 
 
+def test_png_and_qoi_frames_mix_in_one_store_and_a_damaged_frame_is_named(tmp_path):
+    s = opened(tmp_path / "r", image_codec="png")  # a store written with PNG frames ...
+    a = batch(0, 0, 10, images=1, size=32)
+    s.insert(a)
+    s.flush()
+    s.close()
+    s = opened(tmp_path / "r")  # ... continued with QOI (the default)
+    b = batch(0, 10, 10, images=1, size=32)
+    s.insert(b)
+    s.flush()
+    rows = dict(s.rows())
+    np.testing.assert_array_equal(rows[3]["obs/cam0"], a.arrays["obs/cam0"][3])
+    np.testing.assert_array_equal(rows[15]["obs/cam0"], b.arrays["obs/cam0"][5])
+    with s._env.begin(db=s._dbs["img"]) as txn:
+        tags = {bytes(v[:1]) for _, v in txn.cursor()}
+    assert tags == {b"P", b"Q"}
+    with s._env.begin(write=True, db=s._dbs["img"]) as txn:  # break one QOI frame (checksum kept valid)
+        key, blob = next((k, bytes(v)) for k, v in txn.cursor() if bytes(v[:1]) == b"Q")
+        bad = blob[5:20] + b"garbage"
+        import zlib
+        txn.put(key, b"Q" + zlib.crc32(bad).to_bytes(4, "little") + bad)
+    with pytest.raises(Exception, match="does not decode"):
+        with s._env.begin() as txn:
+            for i in range(20):
+                s._read_row(txn, "online", i)
+    s.close()
+
+
 def test_jpeg_codec_is_close_not_exact(tmp_path):
     s = opened(tmp_path / "r", image_codec="jpeg", jpeg_quality=90)
     b = batch(0, 0, 4, images=1, size=32)

@@ -43,3 +43,14 @@ def test_wrong_types_and_unknown_keys_are_one_line_at_plan_time(tmp_path):
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and want in lines[0], (args, res.stderr)
         assert "Traceback" not in res.stderr and "search path" not in res.stderr
+
+
+def test_policy_algorithm_pairs_that_do_not_fit_are_refused_in_one_line(tmp_path):
+    for args, want in ((["policy=flow", "algo=sac"], "algo=sac trains policy=mlp, not policy=flow"),
+                       (["policy=act", "algo=sac"], "algo=sac trains policy=mlp, not policy=lerobot"),
+                       (["policy=mlp", "algo=qc"], "algo=qc trains a chunk policy from policy=flow"),
+                       (["policy=act", "algo=qc"], "policy=lerobot does not fit")):
+        res = run(["train", f"runs_root={tmp_path}", *args], timeout=60)
+        assert res.returncode == 2, (args, res.stderr, res.stdout)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and want in lines[0], (args, res.stderr)

@@ -77,8 +77,8 @@ def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
     from policies.mlp import MLPPolicy
 
     if spec.name != "mlp":
-        raise ValueError(f"algo={algo} trains policy=mlp; policy={spec.name} is a chunk policy: train it with "
-                         f"`robo-async bc policy={spec.name}` (RL of chunk policies is not built yet)")
+        raise ValueError(f"algo={algo} trains policy=mlp, not policy={spec.name}: chunk policies learn online with "
+                         f"policy=flow algo=qc, or by behaviour cloning with `robo-async bc policy={spec.name}`")
     return MLPPolicy(spec.obs_keys, spec.obs_dims, spec.action_low, spec.action_high, hidden=spec.hidden,
                      action_mode=spec.action_mode, delta_scale=spec.delta_scale, obs_scale=spec.obs_scale)
 
@@ -156,4 +156,4 @@ def acting_policy(name: str, config: AlgoConfig, policy: str) -> tuple[str, dict
 
 def _load() -> None:
     """Import the algorithm folders (each registers itself)."""
-    from robo_async.learner.algorithms import bc, qc, sac  # noqa: F401
+    from robo_async.learner.algorithms import bc, dsrl, qc, sac  # noqa: F401

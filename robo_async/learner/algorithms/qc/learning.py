@@ -42,7 +42,10 @@ def flow_prior(spec: PolicySpec, algo: str) -> FlowChunkPolicy:
         file = Path(str(path)) / "policy.safetensors" if Path(str(path)).is_dir() else Path(str(path))
         if not file.is_file():
             raise ValueError(f"policy.path={path}: no policy.safetensors there (train one with `robo-async bc`)")
-        flow.load_weights(0, load_file(str(file)))
+        try:
+            flow.load_weights(0, load_file(str(file)))
+        except ValueError as e:
+            raise ValueError(f"policy.path={file} does not fit policy=flow as configured: {e}") from None
     return flow
 
 
@@ -54,6 +57,7 @@ class QC(Algorithm):
         self.flow = flow_prior(policy, "qc")
         self.window = self.flow.horizon
         _, extra = self.acting_policy(c, policy.name)
+        extra.pop("path")
         self.policy = OneStepChunkPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
         self.actor = self.policy.actor
         cond, h, a = sum(policy.obs_dims), self.flow.horizon, len(policy.action_low)
@@ -67,8 +71,9 @@ class QC(Algorithm):
 
     @staticmethod
     def acting_policy(config: QCConfig, policy: str) -> tuple[str, dict[str, object]]:  # type: ignore[override]
+        # the flow prior (policy.path) stays on the learner: the actors only run the one-step actor
         return "flow_onestep", {"best_of_n": config.best_of_n, "critic_hidden": tuple(config.critic_hidden),
-                                "actor_hidden": tuple(config.actor_hidden)}
+                                "actor_hidden": tuple(config.actor_hidden), "path": None}
 
     @property
     def architecture(self) -> str:

@@ -1,0 +1,234 @@
+"""`robo-async bench learn`: online RL of per-step and chunk policies on `push` and `pick_lift`.
+
+Each row is one `robo-async train` run (the command users run, in its own process, local
+launcher) with a wall-clock budget, after the same 20 scripted demonstrations were recorded into a
+store (`buffer.imports`, the `demos` table: RLPD mixing) and, for chunk policies, a BC flow
+policy was trained on them (`robo-async bc`, the warm start `policy.path=`; its real-time
+evaluation is the row's `bc_start_success`). Per row: wall-clock seconds and env steps until the
+rolling success of 20 deterministic episodes reaches 80% (and 90%), the same as robot-minutes,
+the final evaluation, updates/s. A learning-curve PNG of all rows goes to the bench directory.
+
+    robo-async bench learn [rows=push-sac,push-qc,...] [budget_s=600] [pixel_budget_s=2700] [dir=...]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from robo_async.bench import register
+
+STATE_KEYS = "[state,ee_to_cube,cube_to_target]"
+SCALE = ["+policy.obs_scale.ee_to_cube=10", "+policy.obs_scale.cube_to_target=10"]
+DEMOS = 20
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    task: str
+    obs: str  # state | pixels
+    algo: str
+    latency_ms: float = 0.0
+
+    def overrides(self, demos: Path, bc_dir: Path | None) -> list[str]:
+        o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
+        if self.obs == "pixels":
+            o += ["task.cameras=[front,wrist]", "task.image_size=64", "buffer.cache_mb=3000"]
+        if self.algo == "sac":
+            o += ["policy=mlp", f"policy.obs_keys={STATE_KEYS}", *SCALE, "algo=sac"]
+        else:
+            keys = "[state]" if self.obs == "pixels" else STATE_KEYS
+            o += ["policy=flow", f"policy.obs_keys={keys}", *SCALE, f"algo={self.algo}"]
+            if self.obs == "pixels":
+                o += ["policy.cameras=[front,wrist]"]
+            if bc_dir is not None:
+                o += [f"policy.path={bc_dir}"]
+        if self.latency_ms:
+            o += ["actor.inference=async_forward", f"policy.inference_delay_ms={self.latency_ms:g}"]
+        return o
+
+
+ROWS = {r.name: r for r in (
+    Row("push-sac", "push", "state", "sac"),
+    Row("push-qc", "push", "state", "qc"),
+    Row("pick_lift-sac", "pick_lift", "state", "sac"),
+    Row("pick_lift-qc", "pick_lift", "state", "qc"),
+    Row("pick_lift-qc-200ms", "pick_lift", "state", "qc", 200.0),
+    Row("pick_lift-pixels-qc", "pick_lift", "pixels", "qc"),
+)}
+
+
+def _cli(args: list[str], timeout: float, log: Path) -> subprocess.CompletedProcess:
+    with open(log, "w") as f:
+        return subprocess.run([sys.executable, "-m", "robo_async.cli", *args], stdout=f, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout)
+
+
+def record_demos(task: str, out: Path, log: Path) -> None:
+    if not (out / "data.mdb").exists():
+        _cli(["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}"], 900, log)
+
+
+def bc_start(task: str, obs: str, root: Path, log: Path) -> tuple[Path, float | None]:
+    """The BC flow policy on the same number of expert episodes, and its real-time success."""
+    out = root / f"bc-{task}-{obs}"
+    if not (out / "eval.json").exists():
+        keys = "[state]" if obs == "pixels" else STATE_KEYS
+        extra = ["task.cameras=[front,wrist]", "task.image_size=64", "policy.cameras=[front,wrist]"] \
+            if obs == "pixels" else []
+        _cli(["bc", f"task={task}", "policy=flow", f"policy.obs_keys={keys}", *SCALE, *extra,
+              f"policy.bc.demos={DEMOS}", f"run_dir={out}", "eval_episodes=20"], 3600, log)
+    try:
+        return out, float(json.loads((out / "eval.json").read_text())["success_rate"])
+    except (OSError, KeyError, ValueError):
+        return out, None
+
+
+def curve(run_dir: Path) -> list[tuple[float, int, float, int]]:
+    """(elapsed s, env steps, rolling deterministic success, episodes) per metrics line."""
+    from robo_async.learner.metrics import read_metrics
+
+    out = []
+    for r in read_metrics(run_dir):
+        if "charts/success_rate" in r:
+            out.append((float(r["time/elapsed_s"]), int(r["time/env_steps"]), float(r["charts/success_rate"]),
+                        int(r["time/episodes"])))
+    return out
+
+
+def first_reach(points: list[tuple[float, int, float, int]], level: float, min_episodes: int = 40
+                ) -> tuple[float | None, int | None]:
+    """When the rolling success of 20 deterministic episodes (every 2nd episode is one) first
+    reaches `level`."""
+    for t, steps, rate, eps in points:
+        if eps >= min_episodes and rate >= level:
+            return t, steps
+    return None, None
+
+
+def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str, object]:
+    demos = root / f"demos-{row.task}"
+    record_demos(row.task, demos, root / f"demos-{row.task}.log")
+    bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(row.task, row.obs, root,
+                                                                        root / f"bc-{row.task}-{row.obs}.log")
+    run_dir = root / row.name
+    args = ["train", *row.overrides(demos, bc_dir), f"run_dir={run_dir}", f"budget.seconds={budget_s:g}",
+            "stop_at_success=0.9", "eval_episodes=20"]
+    t0 = time.monotonic()
+    res = _cli(args, budget_s + 1800, root / f"{row.name}.log")
+    wall = time.monotonic() - t0
+    text = (root / f"{row.name}.log").read_text()
+    final = None
+    for line in text.splitlines():
+        if line.startswith("evaluation: success rate"):
+            final = int(line.split()[3].rstrip("%")) / 100
+    points = curve(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+    t80, s80 = first_reach(points, 0.8)
+    t90, _ = first_reach(points, 0.9)
+    from robo_async.learner.metrics import read_metrics
+
+    last = read_metrics(run_dir)[-1] if points else {}
+    updates, elapsed = float(last.get("time/updates", 0)), float(last.get("time/elapsed_s", 0) or 1)
+    return {"row": row.name, "task": row.task, "obs": row.obs, "algo": row.algo, "latency_ms": row.latency_ms,
+            "seconds_to_80": t80, "env_steps_to_80": s80,
+            "robot_minutes_to_80": round(s80 / hz / 60, 2) if s80 is not None else None,
+            "seconds_to_90": t90, "final_success": final, "bc_start_success": bc_success,
+            "env_steps": int(last.get("time/env_steps", 0)), "updates": int(updates),
+            "updates_per_s": round(updates / elapsed, 2), "wall_s": round(wall, 1), "returncode": res.returncode,
+            "mean_completion_ticks": _completion(run_dir), "run_dir": str(run_dir), "curve": points}
+
+
+def _completion(run_dir: Path) -> float | None:
+    """Mean episode length of the post-training evaluation (ticks), from the run's eval record."""
+    for name in ("eval.json",):
+        p = run_dir / name
+        if p.exists():
+            try:
+                return float(json.loads(p.read_text()).get("mean_ticks"))
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for r in rows:
+        pts = r.get("curve") or []
+        if pts:
+            axes[0].plot([p[0] / 60 for p in pts], [p[2] for p in pts], label=r["row"])
+            axes[1].plot([p[1] / 30 / 60 for p in pts], [p[2] for p in pts], label=r["row"])
+    axes[0].set_xlabel("wall-clock minutes")
+    axes[1].set_xlabel("robot minutes (env steps / 30 Hz)")
+    for ax in axes:
+        ax.set_ylabel("success (20 deterministic episodes)")
+        ax.axhline(0.8, color="grey", lw=0.5, ls="--")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@register("learn")
+def bench_learn(args: dict[str, str]) -> int:
+    names = [n for n in args.get("rows", ",".join(ROWS)).split(",") if n]
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        print(f"unknown rows {unknown}; rows: {', '.join(ROWS)}", file=sys.stderr)
+        return 2
+    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="bench-learn-"))
+    root.mkdir(parents=True, exist_ok=True)
+    budget, pixel_budget = float(args.get("budget_s", 600)), float(args.get("pixel_budget_s", 2700))
+    print(f"working in {root}", flush=True)
+    rows = []
+    for n in names:
+        row = ROWS[n]
+        print(f"row {n}: training for up to {pixel_budget if row.obs == 'pixels' else budget:.0f} s ...", flush=True)
+        rows.append(run_row(row, root, pixel_budget if row.obs == "pixels" else budget))
+        r = rows[-1]
+        print(f"  {n}: to 80% {r['seconds_to_80']} s / {r['env_steps_to_80']} steps, final {r['final_success']}, "
+              f"bc start {r['bc_start_success']}, {r['updates_per_s']} updates/s", flush=True)
+    plot(rows, root / "learning_curves.png")
+    table = Table(title="bench learn (2 cores, 20 scripted demos per task)")
+    cols = ("row", "seconds_to_80", "env_steps_to_80", "robot_minutes_to_80", "final_success", "bc_start_success",
+            "updates_per_s", "env_steps")
+    for c in cols:
+        table.add_column(c, justify="left" if c == "row" else "right")
+    for r in rows:
+        table.add_row(*(str(r[c]) for c in cols))
+    Console().print(table)
+    print(f"learning curves: {root / 'learning_curves.png'}")
+
+    def pick(task: str, obs: str, level: str) -> float | None:
+        got = [r[level] for r in rows if r["task"] == task and r["obs"] == obs and not r["latency_ms"]
+               and r[level] is not None]
+        return min(got) if got else None
+
+    figures = {"rows": [{k: v for k, v in r.items() if k != "curve"} for r in rows],
+               "pick_lift_state_seconds_to_90": pick("pick_lift", "state", "seconds_to_90"),
+               "pick_lift_pixels_seconds_to_80": pick("pick_lift", "pixels", "seconds_to_80"),
+               "ingest_lossless_per_s": _ingest_figure(root)}
+    print(json.dumps(figures))
+    return 0
+
+
+def _ingest_figure(root: Path) -> float | None:
+    """Lossless durable ingest (two 128x128 cameras per transition) of the store users run."""
+    from robo_async.bench.buffer import render_frames, store_ingest
+
+    frames = render_frames(root / "frames.npz", 64)
+    return round(store_ingest(frames, 5_000, root / "ingest"), 1)

@@ -1,0 +1,22 @@
+"""DSRL's hyperparameters (`configs/algo/dsrl.yaml`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from robo_async.learner.algorithms.base import AlgoConfig
+
+
+@dataclass(frozen=True)
+class DSRLConfig(AlgoConfig):
+    gamma: float = 0.97  # discount per control tick
+    tau: float = 0.005
+    lr: float = 3e-4
+    init_alpha: float = 0.05  # entropy temperature of the noise actor
+    target_entropy: float | None = None  # None: -(H * A) / 2
+    noise_bound: float = 1.5  # the noise actor picks z in [-b, b]^(H x A) (the flow saw N(0, 1) in training)
+    noise_hidden: tuple[int, ...] = (128, 128)  # the tiny actor: the only weights that travel
+    critic_hidden: tuple[int, ...] = (256, 256, 256)
+    utd_ratio: float = 0.25
+    batch_size: int = 256
+    warmup_steps: int = 1000

@@ -1,0 +1,139 @@
+"""DSRL (Wagenmaker et al. 2025), the noise-aliased variant: steer a frozen flow policy by
+picking its starting noise; nothing of the flow policy is trained.
+
+- Q^A(s, a_{t:t+H}): a chunked critic on the executed windows with H-step backups (as `algo=qc`);
+  the next chunk is the frozen flow's chunk for the noise actor's z'.
+- Q^W(s, z) = Q^A(s, flow(s, z)): a noise critic regressed onto Q^A for noise samples (the
+  actor's and uniform ones), so the actor learns in noise space without noise being recorded:
+  transitions hold what was executed, which is what any policy driving the robot produces.
+- The noise actor pi(z | s): SAC against Q^W, with a learned temperature, z in [-b, b]^(H x A).
+Works for any flow/diffusion-type policy whose sampler takes its starting noise; only the noise
+actor's weights travel (`flow_dsrl`), the prior comes from `policy.path=` on every machine.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.onestep import ChunkCritic, NoiseSteeredPolicy
+from robo_async.buffer.cache import window_targets
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from robo_async.learner.algorithms.dsrl.config import DSRLConfig
+from robo_async.learner.algorithms.qc.learning import flow_prior
+from robo_async.learner.algorithms.sac.learning import Temperature
+
+
+@register("dsrl", DSRLConfig)
+class DSRL(Algorithm):
+    def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:
+        self.config = c = config
+        self.spec = policy
+        if not policy.options.get("path") and policy.name == "flow":
+            raise ValueError("algo=dsrl steers a frozen policy: give policy.path=<a `robo-async bc` run>")
+        prior = flow_prior(policy, "dsrl")
+        _, extra = self.acting_policy(c, policy.name)
+        self.policy = NoiseSteeredPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
+        self.policy.load_prior(prior.weights())
+        self.flow = self.policy
+        self.window = self.policy.horizon
+        h, a = self.policy.horizon, len(policy.action_low)
+        feat = self.policy.noise_actor.trunk[0].in_features
+        self.critic = ChunkCritic(feat, h, a, c.critic_hidden)  # Q^A(s, chunk)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.noise_critic = ChunkCritic(feat, h, a, c.critic_hidden)  # Q^W(s, z)
+        self.actor = self.policy.noise_actor
+        self.temperature = Temperature(c.init_alpha)
+        self.target_entropy = -h * a / 2 if c.target_entropy is None else c.target_entropy
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.lr)
+        self.noise_critic_opt = torch.optim.Adam(self.noise_critic.parameters(), lr=c.lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.lr)
+        self.alpha_opt = torch.optim.Adam(self.temperature.parameters(), lr=c.lr)
+
+    @staticmethod
+    def acting_policy(config: DSRLConfig, policy: str) -> tuple[str, dict[str, object]]:  # type: ignore[override]
+        return "flow_dsrl", {"noise_bound": config.noise_bound, "noise_hidden": tuple(config.noise_hidden)}
+
+    @property
+    def architecture(self) -> str:
+        return self.policy.architecture
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return self.policy.weights()
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                "noise_critic": self.noise_critic, "temperature": self.temperature}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"critic_opt": self.critic_opt, "noise_critic_opt": self.noise_critic_opt,
+                "actor_opt": self.actor_opt, "alpha_opt": self.alpha_opt}
+
+    def _features(self, batch: Mapping[str, np.ndarray], prefix: str) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                             torch.Tensor]:
+        obs = {k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)}
+        imgs = self.policy.images(obs)
+        cond = torch.as_tensor(self.policy.condition(obs))
+        images = None if imgs is None else torch.as_tensor(imgs)
+        with torch.no_grad():
+            return cond, images, self.policy.net.encode(cond, images)
+
+    def _steer(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z, logp = self.actor.sample(feats)
+        return (z * self.policy.noise_bound).reshape(len(z), self.policy.horizon, -1), logp
+
+    def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
+        c = self.config
+        p = self.policy
+        cond, imgs, f = self._features(batch, "obs/")
+        next_cond, next_imgs, next_f = self._features(batch, "next_obs/")
+        chunk = torch.as_tensor(np.clip(p.normalize(batch["actions"], batch["obs/state"]), -1, 1))
+        ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
+        alpha = self.temperature.log_alpha.exp().detach()
+
+        with torch.no_grad():  # Q^A: H-step backup on the executed chunk
+            z_next, _ = self._steer(next_f)
+            a_next = p.sample(next_cond, images=next_imgs, noise=z_next)
+            target = torch.as_tensor(ret) + torch.as_tensor(boot) * torch.min(
+                *self.critic_target(next_cond, a_next, features=next_f))
+        q1, q2 = self.critic(cond, chunk, features=f)
+        critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_opt.step()
+
+        with torch.no_grad():  # Q^W(s, z) <- Q^A(s, flow(s, z)) for the actor's and uniform noise
+            z_pi, _ = self._steer(f)
+            z_uni = (torch.rand_like(z_pi) * 2 - 1) * p.noise_bound
+            z_all = torch.cat([z_pi, z_uni])
+            f2, cond2 = torch.cat([f, f]), torch.cat([cond, cond])
+            a_all = p.sample(cond2, images=None if imgs is None else torch.cat([imgs, imgs]), noise=z_all)
+            w_target = torch.min(*self.critic(cond2, a_all, features=f2))
+        w1, w2 = self.noise_critic(cond2, z_all / p.noise_bound, features=f2)
+        noise_loss = ((w1 - w_target) ** 2).mean() + ((w2 - w_target) ** 2).mean()
+        self.noise_critic_opt.zero_grad(set_to_none=True)
+        noise_loss.backward()
+        self.noise_critic_opt.step()
+
+        z, logp = self._steer(f)
+        qw = torch.min(*self.noise_critic(cond, z / p.noise_bound, features=f))
+        actor_loss = (alpha * logp - qw).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        alpha_loss = -(self.temperature.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+
+        with torch.no_grad():
+            for q, q_t in zip(self.critic.parameters(), self.critic_target.parameters()):
+                q_t.lerp_(q, c.tau)
+        return {"losses/qf_loss": critic_loss.item() / 2, "losses/qf1_values": q1.mean().item(),
+                "losses/noise_critic_loss": noise_loss.item() / 2, "losses/actor_loss": actor_loss.item(),
+                "losses/alpha": alpha.item(), "losses/entropy": -logp.mean().item(),
+                "losses/window_steps": float(np.mean(batch["steps"]))}
