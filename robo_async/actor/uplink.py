@@ -39,6 +39,10 @@ from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, W
 log = logging.getLogger(__name__)
 
 
+class UplinkError(RuntimeError):
+    """The uplink cannot send any more (its thread died); the actor must stop and be restarted."""
+
+
 @dataclass(frozen=True)
 class UplinkConfig:
     journal_dir: str | None = None  # actor-local store of unacked batches; None: RAM only
@@ -101,6 +105,7 @@ class Uplink:
         self.spilled = 0
         self.journal_errors = 0
         self.dropped_other = 0
+        self.error: BaseException | None = None  # what killed the uplink thread
 
     # --- journal ---------------------------------------------------------------------------------
     def open(self) -> int:
@@ -214,7 +219,11 @@ class Uplink:
 
     def put(self, msg: Message) -> None:
         """Hand a message over. Never blocks: a transition batch is sent here, now, when it is
-        next in order and the thread is not busy; else (and other messages) the thread sends it."""
+        next in order and the thread is not busy; else (and other messages) the thread sends it.
+        Raises UplinkError once the uplink thread has died (nothing handed over is then sent)."""
+        if self.error is not None:
+            raise UplinkError(f"actor {self.actor_id}: the uplink thread died "
+                              f"({type(self.error).__name__}: {self.error}); unacked data stays in the journal")
         if not isinstance(msg, TransitionBatch):
             # episode summaries and heartbeats: the thread sends them at its next wake (within
             # idle_s); the control loop does not pay a send and a wake-up of ZMQ's I/O thread
@@ -307,6 +316,13 @@ class Uplink:
                 self._to_journal.remove(e)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # watched: the next put() raises it on the control thread
+            self.error = e
+            log.error("actor %d: uplink thread died: %s: %s", self.actor_id, type(e).__name__, e)
+
+    def _loop(self) -> None:
         next_commit = time.monotonic()
         while not self._stop.is_set():
             with self._lock:

@@ -78,6 +78,11 @@ class EpisodeStats:
 
     kind = "episode"
 
+    def __post_init__(self) -> None:  # numpy scalars from a task become plain values (msgpack)
+        for name, cast in (("actor_id", int), ("episode", int), ("episode_return", float), ("length", int),
+                           ("success", bool), ("policy_version", int), ("evaluation", bool)):
+            object.__setattr__(self, name, cast(getattr(self, name)))
+
 
 @dataclass(frozen=True)
 class Weights:
@@ -120,6 +125,10 @@ class Heartbeat:
     meta: Mapping[str, Scalar] = field(default_factory=dict)
 
     kind = "heartbeat"
+
+    def __post_init__(self) -> None:  # numpy scalars in the figures become plain values (msgpack)
+        object.__setattr__(self, "meta", {str(k): v.item() if isinstance(v, np.generic) else v
+                                          for k, v in self.meta.items()})
 
 
 Message = TransitionBatch | EpisodeStats | Weights | LearnerStatus | Heartbeat

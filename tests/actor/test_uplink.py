@@ -3,6 +3,7 @@
 import time
 
 import numpy as np
+import pytest
 
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
@@ -147,3 +148,39 @@ def test_episode_summaries_and_heartbeats_go_by_the_thread_and_close_waits_for_t
         got += L.rx.poll(timeout_ms=50)
     assert got == sent
     L.close()
+
+
+def test_numpy_scalars_in_summaries_are_sent_and_a_dead_uplink_thread_is_raised(tmp_path):
+    """pick_lift reports success as numpy.bool_: it must reach the learner. A thread that dies
+    for any reason must stop the control loop's next put(), not go silent."""
+    import zmq
+
+    from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkError
+    from robo_async.transport.wire import EpisodeStats, Heartbeat, decode
+
+    ctx = zmq.Context.instance()
+    pull = ctx.socket(zmq.PULL)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    up = Uplink(0, f"tcp://127.0.0.1:{port}", lambda: None, UplinkConfig(journal_dir=None))
+    up.start()
+    try:
+        up.put(EpisodeStats(0, 3, np.float32(-1.5), np.int64(100), np.bool_(True), np.int64(7), np.bool_(False)))
+        up.put(Heartbeat(0, 10, 1, {"clipped": np.int64(2), "ok": np.bool_(True)}))
+        assert pull.poll(5000)
+        got = decode(pull.recv_multipart())
+        assert got == EpisodeStats(0, 3, -1.5, 100, True, 7, False) and type(got.success) is bool
+        assert pull.poll(5000)
+        assert decode(pull.recv_multipart()).meta == {"clipped": 2, "ok": True}
+
+        def boom(*_):
+            raise RuntimeError("disk on fire")
+
+        up._step = boom  # the thread's next round fails
+        deadline = time.monotonic() + 5
+        while up.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(UplinkError, match="disk on fire"):
+            up.put(EpisodeStats(0, 4, 0.0, 1, False, 7))
+    finally:
+        up.close(drain_s=0.1)
+        pull.close(0)
