@@ -188,11 +188,12 @@ class FlowChunkPolicy(Policy):
 
     # --- training -----------------------------------------------------------------------------
     def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,
-                images: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None) -> torch.Tensor:
+                images: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
         """Flow-matching loss on normalized data chunks [B, H, A]. `delays`: ticks between the
         observation and the chunk's start (an input of the network); rows with `prefix_len` p > 0
         (default: the delay) hold their first p actions fixed as a committed prefix (RTC, as at
-        inference) and are scored on the rest."""
+        inference) and are scored on the rest. `weights` [B]: per-sample loss weights."""
         b, h, _ = chunks.shape
         cond = self.net.encode(cond, images)
         x0 = torch.randn_like(chunks)
@@ -203,4 +204,6 @@ class FlowChunkPolicy(Policy):
         v = self.net(xt, t, cond, delays.float() / h, mask)
         err = ((v - (chunks - x0)) ** 2).mean(-1)  # [B, H]
         free = 1 - mask
-        return (err * free).sum() / free.sum().clamp(min=1)
+        if weights is not None:
+            free = free * weights[:, None]
+        return (err * free).sum() / free.sum().clamp(min=1e-6)

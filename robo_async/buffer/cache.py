@@ -34,6 +34,7 @@ class _Region:
         self.actor = np.full(capacity, -1, np.int64)
         self.seq = np.full(capacity, -1, np.int64)
         self.succ = np.full(capacity, -1, np.int64)
+        self.outcome = np.full(capacity, -1, np.int8)  # its episode: 1 succeeded, 0 did not, -1 not known yet
         self.filled = 0
 
     def link(self, slots: np.ndarray, actors: np.ndarray, seqs: np.ndarray) -> None:
@@ -44,6 +45,21 @@ class _Region:
         follows = (a[1:] == a[:-1]) & (q[1:] == q[:-1] + 1)
         nxt[:-1] = np.where(follows, s[1:], -1)
         self.succ[s] = nxt
+        # outcomes: each row takes its episode's if that episode's last row is in this run
+        ends = self.cols["terminated"][s] | self.cols["truncated"][s]
+        won = self.cols["success"][s]
+        out = np.full(len(s), -1, np.int8)
+        cur, ok = -1, False
+        for j in range(len(s) - 1, -1, -1):  # backwards: carry the outcome of the next end
+            if ends[j]:
+                cur, ok = int(won[j]), True
+            elif not ok or j + 1 >= len(s) or not follows[j]:
+                ok = False
+                cur = -1
+            if ok and won[j]:
+                cur = 1
+            out[j] = cur
+        self.outcome[s] = out
 
 
 class TableCache:
@@ -57,6 +73,7 @@ class TableCache:
         self.reservoir_index = np.full(self.reservoir_capacity, -1, np.int64)  # table index per slot
         self._next = 0
         self._tail: dict[int, tuple[int, int]] = {}  # actor -> (ring slot, seq) of its newest row
+        self._open: dict[int, tuple[int, bool]] = {}  # actor -> (first seq, any success) of its running episode
         self.total = 0  # committed transitions in the table (on disk)
         self.lock = threading.Lock()
 
@@ -100,9 +117,29 @@ class TableCache:
             if tail is not None and tail[1] == first_seq - 1:
                 r.succ[tail[0]] = slots[0]  # the same actor's previous batch continues here
             self._tail[actor_id] = (int(slots[-1]), first_seq + n - 1)
+            self._set_outcomes(arrays, slots, actor_id, first_seq)
             self._next = int((self._next + n) % cap)
             r.filled = min(cap, r.filled + n)
             self.total = total_after
+
+    def _set_outcomes(self, arrays: Mapping[str, np.ndarray], slots: np.ndarray, actor: int, first_seq: int) -> None:
+        """When an episode ends, every ring row of it learns whether it succeeded (rejection
+        sampling on outcomes); rows of a running episode stay unknown (-1)."""
+        r = self._rec
+        r.outcome[slots] = -1
+        if "terminated" not in arrays:
+            return
+        ends = np.nonzero(np.asarray(arrays["terminated"]) | np.asarray(arrays["truncated"]))[0]
+        won = np.asarray(arrays.get("success", np.zeros(len(slots), bool)))
+        start_seq, any_won = self._open.get(actor, (first_seq, False))
+        lo = 0
+        for e in ends:
+            any_won = any_won or bool(won[lo:e + 1].any())
+            end_seq = first_seq + int(e)
+            held = (r.actor == actor) & (r.seq >= start_seq) & (r.seq <= end_seq)
+            r.outcome[held] = int(any_won)
+            start_seq, any_won, lo = end_seq + 1, False, int(e) + 1
+        self._open[actor] = (start_seq, any_won or bool(won[lo:].any()))
 
     def older_count(self) -> int:
         """Table indices `[0, older_count)` are not in the recent ring."""
@@ -167,7 +204,8 @@ class TableCache:
         `next_obs/*`, `terminated`, `truncated`, `success` (the last row inside the episode),
         `actions` [n, H, A] and `rewards` [n, H] (repeated / 0 after an episode end), `mask`
         [n, H] (1 inside the episode), `steps` [n] (rows inside the episode, 1..H), and the first
-        row's `policy_version`."""
+        row's `policy_version` and `episode_success` (1: its episode succeeded, 0: it did not, -1:
+        not known: still running, or its end is not cached)."""
         picked: list[tuple[_Region, np.ndarray]] = []
         got = 0
         with self.lock:
@@ -230,6 +268,7 @@ class TableCache:
             for k in ("terminated", "truncated", "success"):
                 add(k, r.cols[k][last])
             add("policy_version", r.cols["policy_version"][first])
+            add("episode_success", r.outcome[first])
         return {k: (v[0] if len(v) == 1 else np.concatenate(v))[:n] for k, v in out.items()}
 
 

@@ -15,6 +15,10 @@ Staleness bound (AReaL-style): with `max_lag=K`, online rows whose `policy_versi
 `version_floor` (the learner sets it to its version - K before each update) are dropped and
 replaced by fresh draws; `dropped_stale` counts them. Other tables (demos, interventions) are
 never dropped for age.
+
+Rejection sampling (`successful_only`, filtered BC): online windows are kept only when their
+episode is known to have succeeded. Every batch carries `table` (the index in TABLES of the table
+each row came from), so algorithms can weight tables.
 """
 
 from __future__ import annotations
@@ -52,12 +56,17 @@ def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
 
 class Sampler:
     def __init__(self, store: PersistentReplayStore, batch_size: int, mix: Mapping[str, float],
-                 seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None) -> None:
+                 seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None,
+                 successful_only: bool = False) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, not {window}")
+        if successful_only and window < 2:
+            raise ValueError("successful_only needs windows (window >= 2): outcomes are known per episode")
         self.store = store
         self.window = window
         self.max_lag = max_lag
+        self.successful_only = successful_only  # online windows only from episodes that succeeded
+        self.rejected_outcome = 0
         self.version_floor = -(1 << 62)  # online rows from policies older than this are dropped
         self.dropped_stale = 0
         self.batch_size = batch_size
@@ -79,6 +88,7 @@ class Sampler:
         for t, n in shares.items():
             part = self._draw(t, n)
             if part is not None:
+                part["table"] = np.full(len(part["policy_version"]), TABLES.index(t), np.int8)
                 parts.append(part)
         if not parts:
             return None
@@ -92,19 +102,30 @@ class Sampler:
             return self.store.sample_windows(n, self.window, self._rng, table)
         return self.store.sample(n, self._rng, table)
 
+    def _keep(self, part: dict[str, np.ndarray]) -> np.ndarray:
+        """Which online rows (windows) pass the staleness bound and the outcome filter."""
+        keep = np.ones(len(part["policy_version"]), bool)
+        if self.max_lag is not None:
+            fresh = part["policy_version"] >= self.version_floor
+            self.dropped_stale += int((~fresh).sum())
+            keep &= fresh
+        if self.successful_only:
+            won = part["episode_success"] == 1
+            self.rejected_outcome += int((keep & ~won).sum())
+            keep &= won
+        return keep
+
     def _draw(self, table: str, n: int, rounds: int = 8) -> dict[str, np.ndarray] | None:
-        """n rows (or windows) of one table; online rows below the version floor are replaced."""
+        """n rows (or windows) of one table; online rows that fail `_keep` are replaced by new draws."""
         part = self._one(table, n)
-        if part is None or self.max_lag is None or table != "online":
+        if part is None or table != "online" or (self.max_lag is None and not self.successful_only):
             return part
-        floor = self.version_floor
         kept: list[dict[str, np.ndarray]] = []
         drawn = have = 0
         for _ in range(rounds):
-            fresh = part["policy_version"] >= floor
+            fresh = self._keep(part)
             drawn += len(fresh)
             have += int(fresh.sum())
-            self.dropped_stale += int((~fresh).sum())
             kept.append({k: v[fresh] for k, v in part.items()})
             missing = n - have
             if missing <= 0:
@@ -114,7 +135,7 @@ class Sampler:
             if part is None:
                 break
         if not sum(len(p["policy_version"]) for p in kept):
-            return None  # everything cached is too old: the other tables fill the batch
+            return None  # nothing cached passes (too old, or no success yet): the other tables fill the batch
         return {k: np.concatenate([p[k] for p in kept])[:n] for k in kept[0]}
 
     def start(self) -> "Sampler":

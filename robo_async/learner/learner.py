@@ -74,7 +74,8 @@ class Learner:
             else config.mix
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
         self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch,
-                               window=self.algorithm.window, max_lag=ac.max_version_lag)
+                               window=self.algorithm.window, max_lag=ac.max_version_lag,
+                               successful_only=self.algorithm.successful_only)
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
@@ -267,6 +268,7 @@ class Learner:
             "charts/version_lag_p95": float(np.percentile(self.lags, 95)) if self.lags else 0.0,
             "charts/version_lag_max": float(max(self.lags)) if self.lags else 0.0,
             "buffer/dropped_stale": self.sampler.dropped_stale,
+            "buffer/rejected_outcome": self.sampler.rejected_outcome,
             "charts/actor_policy_version": self.newest_actor_version,
             "charts/replay_size": len(self.store),
             "buffer/online": self.store.counts["online"],

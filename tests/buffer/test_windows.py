@@ -183,3 +183,28 @@ def test_windows_stay_whole_while_the_reservoir_is_refreshed(tmp_path):
             n += len(w["steps"])
     assert n > 1000
     s.close()
+
+
+def test_windows_know_whether_their_episode_succeeded(tmp_path):
+    s = opened(tmp_path / "r")
+    fill(s, Episodes())  # success == terminated in these episodes
+    want = {(0, 0): 1, (1, 0): 0, (0, 1): 1, (1, 1): -1, (0, 2): 0}  # (1, 1) is still running
+    w = s.sample_windows(3000, 3, np.random.default_rng(5))
+    for (a, e), outcome in want.items():
+        rows = (w["obs/state"][:, 0] == a) & (w["obs/state"][:, 1] == e)
+        assert rows.any() and set(w["episode_success"][rows].tolist()) == {outcome}, (a, e)
+    s.close()
+    s = opened(tmp_path / "r", cache_transitions=200)  # after a restart: paged in, outcomes rebuilt
+    deadline = time.monotonic() + 30
+    while s.caches["online"].reservoir_filled < len(s) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w = s.sample_windows(3000, 3, np.random.default_rng(6))
+    for (a, e), outcome in want.items():
+        rows = (w["obs/state"][:, 0] == a) & (w["obs/state"][:, 1] == e)
+        assert set(w["episode_success"][rows].tolist()) <= {outcome, -1}, (a, e)
+    assert (w["episode_success"] == 1).any() and (w["episode_success"] == 0).any()
+    sampler = Sampler(s, 128, {"online": 0.5, "demos": 0.5}, window=3, successful_only=True)
+    b = sampler.sample_now()
+    online = b["table"] == 0
+    assert online.any() and (b["episode_success"][online] == 1).all() and sampler.rejected_outcome > 0
+    s.close()

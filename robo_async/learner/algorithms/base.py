@@ -87,6 +87,7 @@ class Algorithm(abc.ABC):
     config: AlgoConfig
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
+    successful_only: bool = False  # online windows only from episodes that succeeded (rejection sampling)
 
     @staticmethod
     def acting_policy(config: AlgoConfig, policy: str) -> tuple[str, dict[str, object]] | None:
@@ -156,4 +157,4 @@ def acting_policy(name: str, config: AlgoConfig, policy: str) -> tuple[str, dict
 
 def _load() -> None:
     """Import the algorithm folders (each registers itself)."""
-    from robo_async.learner.algorithms import bc, dsrl, qc, sac  # noqa: F401
+    from robo_async.learner.algorithms import bc, dsrl, filtered, qc, sac  # noqa: F401
