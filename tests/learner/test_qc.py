@@ -105,3 +105,35 @@ def test_qc_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
     first, last = rows[0]["losses/qf1_values"], rows[-1]["losses/qf1_values"]
     assert last > first + 1.0, (first, last)
     assert rows[-1]["losses/window_steps"] > 1.5  # windows of several ticks, not single steps
+
+
+def window_batch(b=16, h=4, a=3, cams=("front",), size=16, seed=0):
+    rng = np.random.default_rng(seed)
+    batch = {"obs/state": rng.normal(size=(b, a)).astype(np.float32),
+             "actions": rng.uniform(-1, 1, (b, h, a)).astype(np.float32),
+             "rewards": np.ones((b, h), np.float32), "mask": np.ones((b, h), np.float32), "steps": np.full(b, h),
+             "terminated": np.zeros(b, bool), "truncated": np.zeros(b, bool), "success": np.zeros(b, bool),
+             "policy_version": np.zeros(b, np.int64), "episode_success": np.full(b, -1, np.int8)}
+    batch["next_obs/state"] = batch["obs/state"]
+    for c in cams:
+        batch[f"obs/{c}"] = rng.integers(0, 256, (b, size, size, 3), dtype=np.uint8)
+        batch[f"next_obs/{c}"] = batch[f"obs/{c}"]
+    return batch
+
+
+def test_qc_from_pixels_shares_one_encoder_trained_by_the_critic_only():
+    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
+                      options={"horizon": 4, "cameras": ("front",), "image_size": 16})
+    algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16), spec)
+    assert algo.actor.encoder is algo.critic.encoder  # one encoder (pixel SAC / RLPD style)
+    enc_ids = {id(p) for p in algo.critic.encoder.parameters()}
+    assert not enc_ids & {id(p) for g in algo.actor_opt.param_groups for p in g["params"]}
+    before = [p.detach().clone() for p in algo.critic.encoder.parameters()]
+    m = algo.update(window_batch())
+    assert np.isfinite(m["losses/qf_loss"]) and np.isfinite(m["losses/actor_loss"])
+    assert any(not torch.equal(a, p) for a, p in zip(before, algo.critic.encoder.parameters()))
+    # the published policy sees frames and makes chunks from them
+    w = algo.policy_weights()
+    assert any(k.startswith("actor.encoder.vision") for k in w)
+    obs = {"state": np.zeros(3, np.float32), "front": np.zeros((16, 16, 3), np.uint8)}
+    assert algo.policy.predict_chunk(obs).actions.shape == (4, 3)

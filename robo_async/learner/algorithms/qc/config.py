@@ -18,6 +18,7 @@ class QCConfig(AlgoConfig):
     actor_hidden: tuple[int, ...] = (256, 256)
     distill_only_updates: int = 0  # first updates train BC + distillation only (a warm start stays on BC)
     bc_flow: bool = True  # keep training the flow policy by BC on the sampled windows (False: frozen prior)
+    augment_pad: int = 4  # camera frames: DrQ random shift by up to this many pixels (0: off)
     utd_ratio: float = 0.25  # updates per env step: one chunk-level update per few ticks
     batch_size: int = 256
     warmup_steps: int = 2000

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.augment import random_shift
 from policies.flow import FlowChunkPolicy
 from policies.onestep import ChunkCritic, OneStepChunkPolicy
 from robo_async.buffer.cache import window_targets
@@ -63,9 +64,13 @@ class QC(Algorithm):
         cond, h, a = sum(policy.obs_dims), self.flow.horizon, len(policy.action_low)
         cams, size = len(self.flow.cameras), self.flow.image_size
         self.critic = self.policy.critic or ChunkCritic(cond, h, a, c.critic_hidden, cams, size)
+        if cams:  # pixel SAC/RLPD-style: one image encoder, trained by the critic, read by the actor
+            self.actor.encoder = self.critic.encoder
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.lr)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.lr)
+        self.actor_opt = torch.optim.Adam([p for n, p in self.actor.named_parameters() if not n.startswith("encoder.")],
+                                          lr=c.lr)
+        self._gen = torch.Generator().manual_seed(0)
         self.flow_opt = torch.optim.Adam(self.flow.net.parameters(), lr=c.lr)
         self.updates = 0
 
@@ -93,9 +98,12 @@ class QC(Algorithm):
 
     # --- the batch ---------------------------------------------------------------------------
     def _inputs(self, batch: Mapping[str, np.ndarray], prefix: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Vector conditioning and camera frames (DrQ-shifted) of `obs/` or `next_obs/`."""
         obs = {k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)}
         imgs = self.flow.images(obs)
-        return torch.as_tensor(self.flow.condition(obs)), None if imgs is None else torch.as_tensor(imgs)
+        if imgs is not None:
+            imgs = random_shift(torch.as_tensor(imgs), self.config.augment_pad, self._gen)
+        return torch.as_tensor(self.flow.condition(obs)), imgs
 
     def chunks(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
         """The executed windows, normalized like the policy's chunks (relative to the first state)."""
@@ -119,7 +127,8 @@ class QC(Algorithm):
                 next_chunk = self.actor(next_cond, torch.randn(b, *shape), next_imgs)
             q_next = torch.min(*self.critic_target(next_cond, next_chunk, next_imgs))
             target = ret_t + boot_t * q_next
-        q1, q2 = self.critic(cond, chunk, imgs)
+        feats = self.critic.encoder(cond, imgs)  # with cameras, the encoder learns from the critic only
+        q1, q2 = self.critic(cond, chunk, features=feats)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
@@ -138,9 +147,10 @@ class QC(Algorithm):
         z = torch.randn(b, *shape)
         with torch.no_grad():
             target_chunk = self.flow.sample(cond, images=imgs, noise=z)
-        act = self.actor(cond, z, imgs)
+        f = feats.detach()
+        act = self.actor(cond, z, features=f)
         distill = ((act - target_chunk) ** 2).mean()
-        q_pi = torch.min(*self.critic(cond, act, imgs))
+        q_pi = torch.min(*self.critic(cond, act, features=f))
         q_loss = -q_pi.mean() / q_pi.abs().mean().detach().clamp(min=1e-6)
         warm = self.updates < c.distill_only_updates
         actor_loss = c.alpha * distill + (0.0 if warm else q_loss)
