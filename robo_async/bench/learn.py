@@ -60,8 +60,12 @@ class Row:
 ROWS = {r.name: r for r in (
     Row("push-sac", "push", "state", "sac"),
     Row("push-qc", "push", "state", "qc"),
+    Row("push-dsrl", "push", "state", "dsrl"),
+    Row("push-filtered", "push", "state", "filtered"),
     Row("pick_lift-sac", "pick_lift", "state", "sac"),
     Row("pick_lift-qc", "pick_lift", "state", "qc"),
+    Row("pick_lift-dsrl", "pick_lift", "state", "dsrl"),
+    Row("pick_lift-filtered", "pick_lift", "state", "filtered"),
     Row("pick_lift-qc-200ms", "pick_lift", "state", "qc", 200.0),
     Row("pick_lift-pixels-qc", "pick_lift", "pixels", "qc"),
 )}

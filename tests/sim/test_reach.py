@@ -70,3 +70,26 @@ def test_physics_reaches_commanded_target():
     for _ in range(30):
         task.step(goal)
     np.testing.assert_allclose(task.state(), goal, atol=0.02)
+
+
+def test_pick_lift_pays_nothing_for_holding_short_of_the_goal():
+    """Before success every tick's reward is <= 0 and grows with progress; success pays +10, so
+    an RL policy gains nothing by holding the cube below the goal (it once learned to)."""
+    from sim.table import PickLiftExpert, PickLiftTask, TableConfig
+
+    task = PickLiftTask(TableConfig())
+    task.build()
+    task.reset(np.random.default_rng(3))
+    expert = PickLiftExpert(task)
+    rewards, grasped_at = [], None
+    for t in range(100):
+        task.step(expert.act())
+        r, success = task.reward_success()
+        rewards.append(r)
+        if task.grasped and grasped_at is None:
+            grasped_at = t
+        if success:
+            break
+    assert success and rewards[-1] == 10.0
+    assert max(rewards[:-1]) <= 0.0 and grasped_at is not None
+    assert rewards[-2] > rewards[0]  # shaped: closer to done pays less penalty
