@@ -16,10 +16,11 @@ def random_shift(images: torch.Tensor, pad: int = 4, generator: torch.Generator 
     x = images.reshape(b * n, h, w, c).permute(0, 3, 1, 2).float()
     x = F.pad(x, (pad, pad, pad, pad), mode="replicate")
     m = b * n
-    dy = torch.randint(0, 2 * pad + 1, (m,), generator=generator)
-    dx = torch.randint(0, 2 * pad + 1, (m,), generator=generator)
-    rows = (torch.arange(h)[None] + dy[:, None])[:, None, :, None].expand(m, c, h, w + 2 * pad)
+    dev = images.device
+    dy = torch.randint(0, 2 * pad + 1, (m,), generator=generator).to(dev)
+    dx = torch.randint(0, 2 * pad + 1, (m,), generator=generator).to(dev)
+    rows = (torch.arange(h, device=dev)[None] + dy[:, None])[:, None, :, None].expand(m, c, h, w + 2 * pad)
     x = x.gather(2, rows)
-    cols = (torch.arange(w)[None] + dx[:, None])[:, None, None, :].expand(m, c, h, w)
+    cols = (torch.arange(w, device=dev)[None] + dx[:, None])[:, None, None, :].expand(m, c, h, w)
     x = x.gather(3, cols)
     return x.permute(0, 2, 3, 1).reshape(b, n, h, w, c)

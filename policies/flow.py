@@ -22,7 +22,7 @@ from policies.base import ActionChunk, Policy, register
 
 
 def _time_embedding(t: torch.Tensor, dim: int = 16) -> torch.Tensor:
-    freqs = torch.exp(torch.arange(dim // 2, dtype=torch.float32) * (-math.log(1000.0) / (dim // 2)))
+    freqs = torch.exp(torch.arange(dim // 2, dtype=torch.float32, device=t.device) * (-math.log(1000.0) / (dim // 2)))
     ang = t[:, None] * freqs[None] * 100.0
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
 
@@ -155,17 +155,19 @@ class FlowChunkPolicy(Policy):
             x0 = noise
         else:
             x0 = torch.zeros(b, h, a) if self.deterministic else torch.randn(b, h, a, generator=self._gen)
+            x0 = x0.to(cond.device)
         d = 0 if prefix is None else min(prefix.shape[1], h)
-        mask = torch.zeros(b, h)
+        dev = cond.device
+        mask = torch.zeros(b, h, device=dev)
         mask[:, :d] = 1
-        delay_t = torch.full((b,), delay / h)
+        delay_t = torch.full((b,), delay / h, device=dev)
         x = x0.clone()
         with torch.no_grad():
             for k in range(self.steps):
                 t = k / self.steps
                 if d:
                     x[:, :d] = (1 - t) * x0[:, :d] + t * prefix[:, :d]
-                v = self.net(x, torch.full((b,), t), cond, delay_t, mask)
+                v = self.net(x, torch.full((b,), t, device=dev), cond, delay_t, mask)
                 x = x + v / self.steps
         if d:
             x[:, :d] = prefix[:, :d]
@@ -197,9 +199,9 @@ class FlowChunkPolicy(Policy):
         b, h, _ = chunks.shape
         cond = self.net.encode(cond, images)
         x0 = torch.randn_like(chunks)
-        t = torch.rand(b)
+        t = torch.rand(b, device=chunks.device)
         plen = delays if prefix_len is None else prefix_len
-        mask = (torch.arange(h)[None] < plen[:, None]).float()  # [B, H]
+        mask = (torch.arange(h, device=chunks.device)[None] < plen[:, None]).float()  # [B, H]
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * chunks
         v = self.net(xt, t, cond, delays.float() / h, mask)
         err = ((v - (chunks - x0)) ** 2).mean(-1)  # [B, H]

@@ -117,19 +117,19 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         with torch.no_grad():
             f = self.actor.encoder(cond, images)
             if self.deterministic and n == 1:
-                return self.actor(cond, torch.zeros(shape), features=f)
+                return self.actor(cond, torch.zeros(shape, device=cond.device), features=f)
             if n == 1:
-                return self.actor(cond, torch.randn(shape, generator=self._gen), features=f)
+                return self.actor(cond, torch.randn(shape, generator=self._gen).to(cond.device), features=f)
             assert self.critic is not None, "best-of-n needs the critic"
             fr = f.repeat_interleave(n, 0)
-            z = torch.randn((b * n, *shape[1:]), generator=self._gen)
+            z = torch.randn((b * n, *shape[1:]), generator=self._gen).to(cond.device)
             if self.deterministic:
                 z[::n] = 0  # the mode is always among the candidates
             chunks = self.actor(cond, z, features=fr)
             cf = self.critic.encoder(cond, images).repeat_interleave(n, 0)
             q = torch.min(*self.critic(cond, chunks, features=cf)).reshape(b, n)
             best = q.argmax(1)
-            return chunks.reshape(b, n, *shape[1:])[torch.arange(b), best]
+            return chunks.reshape(b, n, *shape[1:])[torch.arange(b, device=cond.device), best]
 
     def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
                       prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:

@@ -284,6 +284,21 @@ def resolve_inference(mode: str, task: TaskArgs) -> str:
     return mode
 
 
+def resolve_device(name: str) -> str:
+    """`learner.device`: auto picks the first GPU when torch sees one, else the CPU."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError as e:
+        raise ConfigError(f"learner.device '{name}' is not a torch device ({e}); use auto, cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"learner.device={name} but torch sees no GPU here; use auto or cpu")
+    return name
+
+
 def new_run_dir(root: str, task: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{stamp}-{task}"
@@ -355,7 +370,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         success_window=cfg.success_window, seed=cfg.seed,
         resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
-        threads=cfg.learner.threads,
+        threads=cfg.learner.threads, device=resolve_device(str(cfg.learner.get("device", "auto"))),
     )
     inference = str(cfg.actor.get("inference", "auto"))
     resolve_inference(inference, task)

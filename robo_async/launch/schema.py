@@ -58,6 +58,7 @@ class LearnerSchema:
     checkpoint_every_s: float = 30
     log_every_s: float = 1.0
     threads: int = 1
+    device: str = "auto"
 
 
 @dataclass

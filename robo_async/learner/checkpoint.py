@@ -47,13 +47,13 @@ def save(directory: Path, algo: Algorithm, meta: dict[str, object], keep: int = 
     metadata = {"meta": json.dumps(meta)}
     for name, module in algo.modules().items():
         for k, v in module.state_dict().items():
-            tensors[f"{name}/{k}"] = v.detach().clone().contiguous()
+            tensors[f"{name}/{k}"] = v.detach().cpu().clone().contiguous()
     for name, opt in algo.optimizers().items():
         sd = opt.state_dict()
         metadata[f"{name}/param_groups"] = json.dumps(sd["param_groups"])
         for idx, st in sd["state"].items():
             for k, v in st.items():
-                tensors[f"{name}/state/{idx}/{k}"] = torch.as_tensor(v).clone().contiguous()
+                tensors[f"{name}/state/{idx}/{k}"] = torch.as_tensor(v).detach().cpu().clone().contiguous()
     path = directory / f"ckpt_{int(meta['updates']):09d}.safetensors"
     atomic_write(path, st_save(tensors, metadata))
     for old in sorted(list_checkpoints(directory))[:-keep]:

@@ -60,6 +60,7 @@ class LearnerConfig:
     resume: bool = False
     count_stored: bool = False  # online data already in the store counts as env steps (resume without checkpoint)
     threads: int = 1
+    device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
     tensorboard: bool = True
 
 
@@ -69,6 +70,12 @@ class Learner:
         self.run_dir = Path(config.run_dir)
         torch.manual_seed(config.seed)
         self.algorithm = build_algorithm(config.algo, config.algo_config, config.policy)
+        if config.device != "cpu":
+            if self.algorithm.supports_device:
+                self.algorithm.to_device(config.device)
+            else:
+                log.info("algo=%s updates on the CPU (learner.device=%s applies to qc, dsrl, filtered)",
+                         config.algo, config.device)
         ac = config.algo_config
         mix = dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables)) if self.algorithm.tables \
             else config.mix

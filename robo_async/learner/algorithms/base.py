@@ -88,6 +88,19 @@ class Algorithm(abc.ABC):
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
     successful_only: bool = False  # online windows only from episodes that succeeded (rejection sampling)
+    supports_device: bool = False  # True: update() runs on `self.device` (a GPU when `learner.device` picks one)
+    device: torch.device = torch.device("cpu")
+
+    def to_device(self, device: torch.device | str) -> None:
+        """Move every module (and so the optimisers' parameters) to `device`; update() then puts
+        batches there. Published weights always come back as CPU numpy arrays."""
+        self.device = torch.device(device)
+        for m in self.modules().values():
+            m.to(self.device)
+
+    def tensor(self, x: np.ndarray) -> torch.Tensor:
+        """A batch array as a tensor on this algorithm's device."""
+        return torch.as_tensor(x, device=self.device)
 
     @staticmethod
     def acting_policy(config: AlgoConfig, policy: str) -> tuple[str, dict[str, object]] | None:

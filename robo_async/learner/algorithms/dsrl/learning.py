@@ -30,6 +30,7 @@ from robo_async.learner.algorithms.sac.learning import Temperature
 
 @register("dsrl", DSRLConfig)
 class DSRL(Algorithm):
+    supports_device = True
     def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy
@@ -62,6 +63,10 @@ class DSRL(Algorithm):
     def architecture(self) -> str:
         return self.policy.architecture
 
+    def to_device(self, device: torch.device | str) -> None:
+        super().to_device(device)
+        self.policy.net.to(self.device)  # the frozen prior is not a trained module
+
     def policy_weights(self) -> dict[str, np.ndarray]:
         return self.policy.weights()
 
@@ -77,8 +82,8 @@ class DSRL(Algorithm):
                                                                              torch.Tensor]:
         obs = {k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)}
         imgs = self.policy.images(obs)
-        cond = torch.as_tensor(self.policy.condition(obs))
-        images = None if imgs is None else torch.as_tensor(imgs)
+        cond = self.tensor(self.policy.condition(obs))
+        images = None if imgs is None else self.tensor(imgs)
         with torch.no_grad():
             return cond, images, self.policy.net.encode(cond, images)
 
@@ -91,14 +96,14 @@ class DSRL(Algorithm):
         p = self.policy
         cond, imgs, f = self._features(batch, "obs/")
         next_cond, next_imgs, next_f = self._features(batch, "next_obs/")
-        chunk = torch.as_tensor(np.clip(p.normalize(batch["actions"], batch["obs/state"]), -1, 1))
+        chunk = self.tensor(np.clip(p.normalize(batch["actions"], batch["obs/state"]), -1, 1))
         ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
         alpha = self.temperature.log_alpha.exp().detach()
 
         with torch.no_grad():  # Q^A: H-step backup on the executed chunk
             z_next, _ = self._steer(next_f)
             a_next = p.sample(next_cond, images=next_imgs, noise=z_next)
-            target = torch.as_tensor(ret) + torch.as_tensor(boot) * torch.min(
+            target = self.tensor(ret) + self.tensor(boot) * torch.min(
                 *self.critic_target(next_cond, a_next, features=next_f))
         q1, q2 = self.critic(cond, chunk, features=f)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()

@@ -23,6 +23,7 @@ from robo_async.learner.algorithms.qc.learning import flow_prior
 
 @register("filtered", FilteredConfig)
 class Filtered(Algorithm):
+    supports_device = True
     successful_only = True
 
     def __init__(self, config: FilteredConfig, policy: PolicySpec) -> None:
@@ -61,13 +62,13 @@ class Filtered(Algorithm):
         fstate = np.where(d[:, None] > 0, acts[np.arange(b), np.maximum(d - 1, 0)], state[:, : acts.shape[2]])
         fstate = np.concatenate([fstate, state[:, acts.shape[2]:]], axis=1)  # forwarded joints, rest as seen
         obs = {k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")}
-        cond = torch.as_tensor(p.condition(obs, fstate))
+        cond = self.tensor(p.condition(obs, fstate))
         imgs = p.images(obs)
-        chunks = torch.as_tensor(np.clip(p.normalize(acts, fstate), -1, 1))
-        delays = torch.as_tensor(d)
-        weights = self._table_weight[torch.as_tensor(batch["table"].astype(np.int64))] \
+        chunks = self.tensor(np.clip(p.normalize(acts, fstate), -1, 1))
+        delays = self.tensor(d)
+        weights = self._table_weight.to(self.device)[self.tensor(batch["table"].astype(np.int64))] \
             if "table" in batch else None
-        loss = p.bc_loss(cond, chunks, delays, None if imgs is None else torch.as_tensor(imgs), delays, weights)
+        loss = p.bc_loss(cond, chunks, delays, None if imgs is None else self.tensor(imgs), delays, weights)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()

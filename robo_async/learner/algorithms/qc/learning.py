@@ -52,6 +52,7 @@ def flow_prior(spec: PolicySpec, algo: str) -> FlowChunkPolicy:
 
 @register("qc", QCConfig)
 class QC(Algorithm):
+    supports_device = True
     def __init__(self, config: QCConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy
@@ -102,12 +103,12 @@ class QC(Algorithm):
         obs = {k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)}
         imgs = self.flow.images(obs)
         if imgs is not None:
-            imgs = random_shift(torch.as_tensor(imgs), self.config.augment_pad, self._gen)
-        return torch.as_tensor(self.flow.condition(obs)), imgs
+            imgs = random_shift(self.tensor(imgs), self.config.augment_pad, self._gen)
+        return self.tensor(self.flow.condition(obs)), imgs
 
     def chunks(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
         """The executed windows, normalized like the policy's chunks (relative to the first state)."""
-        return torch.as_tensor(np.clip(self.flow.normalize(batch["actions"], batch["obs/state"]), -1, 1))
+        return self.tensor(np.clip(self.flow.normalize(batch["actions"], batch["obs/state"]), -1, 1))
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         c = self.config
@@ -115,7 +116,7 @@ class QC(Algorithm):
         next_cond, next_imgs = self._inputs(batch, "next_obs/")
         chunk = self.chunks(batch)
         ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
-        ret_t, boot_t = torch.as_tensor(ret), torch.as_tensor(boot)
+        ret_t, boot_t = self.tensor(ret), self.tensor(boot)
         b, shape = len(chunk), tuple(chunk.shape[1:])
 
         # critic: H-step backup on the executed chunk
@@ -124,7 +125,7 @@ class QC(Algorithm):
             if c.best_of_n > 1:
                 next_chunk = self.policy.act(next_cond, next_imgs)
             else:
-                next_chunk = self.actor(next_cond, torch.randn(b, *shape), next_imgs)
+                next_chunk = self.actor(next_cond, torch.randn(b, *shape, device=self.device), next_imgs)
             q_next = torch.min(*self.critic_target(next_cond, next_chunk, next_imgs))
             target = ret_t + boot_t * q_next
         feats = self.critic.encoder(cond, imgs)  # with cameras, the encoder learns from the critic only
@@ -135,16 +136,16 @@ class QC(Algorithm):
         self.critic_opt.step()
 
         # flow policy: BC on the executed chunks (the behaviour prior)
-        flow_loss = torch.zeros(())
+        flow_loss = torch.zeros((), device=self.device)
         if c.bc_flow:
-            zeros = torch.zeros(b, dtype=torch.long)
+            zeros = torch.zeros(b, dtype=torch.long, device=self.device)
             flow_loss = self.flow.bc_loss(cond, chunk, zeros, imgs, zeros)
             self.flow_opt.zero_grad(set_to_none=True)
             flow_loss.backward()
             self.flow_opt.step()
 
         # one-step actor: maximise Q, stay near the flow policy's chunk for the same noise
-        z = torch.randn(b, *shape)
+        z = torch.randn(b, *shape, device=self.device)
         with torch.no_grad():
             target_chunk = self.flow.sample(cond, images=imgs, noise=z)
         f = feats.detach()
