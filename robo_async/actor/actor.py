@@ -39,6 +39,7 @@ class ActorConfig:
     first_status_timeout_s: float = 60.0
     uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
+    guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
 
 
 class LearnerUnavailable(RuntimeError):
@@ -50,7 +51,8 @@ class Actor:
     says it is stopping, or `loop.max_steps` is reached."""
 
     def __init__(self, robot: SafeRobot, policy: Policy, config: ActorConfig, teleops: tuple[Teleop, ...] = (),
-                 observer: Callable[[TickInfo], None] | None = None) -> None:
+                 observer: Callable[[TickInfo], None] | None = None, guide: Policy | None = None) -> None:
+        self.guide = guide
         self.robot = robot if isinstance(robot, SafeRobot) else SafeRobot(robot)
         self.teleops = teleops
         self.observer = observer  # sees every tick (benchmarks)
@@ -139,7 +141,8 @@ class Actor:
             self.loop = ControlLoop(
                 self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops, observer=self.observer,
                 gate=self._stopping_gate(client) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
-                stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits})
+                stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits},
+                guide=self.guide)
             self.robot.connect()
             try:
                 self.result = self.loop.run(stop)

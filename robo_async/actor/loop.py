@@ -92,6 +92,20 @@ class LoopConfig:
     explore_until_weights: bool = True  # uniform random actions while the policy has no weights (v < 0)
     end_on_terminated: bool = True  # False: run on to episode_ticks after the task ends (expert demos)
     warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
+    guide: GuideConfig | None = None  # JSRL: a guide acts first in training episodes (inline, sim only)
+
+
+@dataclass(frozen=True)
+class GuideConfig:
+    """Jump-start RL (JSRL, Uchendu et al. 2023): a guide policy (a scripted expert or a BC policy)
+    acts for the first `ticks` of each training episode and the learning policy takes over from
+    there; each time the success of the last `window` training episodes reaches `threshold`, the
+    guide hands over `step` ticks earlier, down to 0. Evaluation episodes are never guided."""
+
+    ticks: int = 60
+    step: int = 10
+    window: int = 10
+    threshold: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -145,7 +159,7 @@ class ControlLoop:
     def __init__(self, robot: SafeRobot, policy: Policy, config: LoopConfig, *, sink: Sink | None = None,
                  weights: Callable[[], Weights | None] | None = None, gate: Callable[[], bool] | None = None,
                  teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
-                 stats: Callable[[], Mapping[str, float | int]] | None = None) -> None:
+                 stats: Callable[[], Mapping[str, float | int]] | None = None, guide: Policy | None = None) -> None:
         if not isinstance(robot, SafeRobot):
             raise TypeError(f"the control loop drives robots behind the safety layer; wrap "
                             f"{type(robot).__name__} in hal.safety.SafeRobot")
@@ -162,6 +176,13 @@ class ControlLoop:
         self._rng = np.random.default_rng(config.seed)
         self._chunk: ActionChunk | None = None  # inline: the chunk being executed, and where in it
         self._chunk_i = 0
+        if guide is not None and (config.guide is None or config.inference != "inline"):
+            raise ValueError("a guide policy (JSRL) needs config.guide and inline inference (sim only)")
+        self.guide = guide
+        self.guide_ticks = config.guide.ticks if config.guide is not None and guide is not None else 0
+        self._guide_chunk: ActionChunk | None = None
+        self._guide_i = 0
+        self._guide_results: list[bool] = []  # training episodes since the last check
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
         self.runner: AsyncChunkRunner | None = None
@@ -196,6 +217,25 @@ class ControlLoop:
         n = self.config.eval_every
         return n > 0 and self.policy.version >= 0 and self.episodes % n == n - 1
 
+    def _guided(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
+        """The guide's action (its chunks executed whole); the transition carries the learning
+        policy's version (the episode is the learner's, the guide only starts it)."""
+        assert self.guide is not None
+        if self._guide_chunk is None or self._guide_i >= len(self._guide_chunk.actions):
+            self._guide_chunk, self._guide_i = self.guide.predict_chunk(obs), 0
+        self._guide_i += 1
+        return self._guide_chunk.actions[self._guide_i - 1], self.policy.version
+
+    def _guide_schedule(self, success: bool) -> None:
+        """JSRL's curriculum: hand over earlier once the recent training episodes succeed enough."""
+        g = self.config.guide
+        assert g is not None
+        self._guide_results.append(bool(success))
+        if len(self._guide_results) >= g.window:
+            if np.mean(self._guide_results) >= g.threshold:
+                self.guide_ticks = max(0, self.guide_ticks - g.step)
+            self._guide_results = []
+
     def _inline(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
         """(action, policy version) on this thread. A chunk is executed whole, as in every other
         mode (what chunk critics learn from), and the next one is asked for when it runs out."""
@@ -213,6 +253,8 @@ class ControlLoop:
         out: dict[str, float | int] = {
             "clipped": st.clipped, "rejected": st.rejected, "workspace": st.workspace, "estopped": st.estopped,
             "late_p99_ms": round(self.lateness.percentile_ms(99), 3), "missed_ticks": self.lateness.missed}
+        if self.guide is not None:
+            out["guide_ticks"] = self.guide_ticks
         if self.runner is not None:
             e = self.runner.engine
             out.update({"infer_p50_ms": round(e.latency.percentile(50) * 1000, 2),
@@ -224,7 +266,7 @@ class ControlLoop:
         return out
 
     def _reset(self) -> dict[str, np.ndarray]:
-        self._chunk = None  # an inline chunk never runs into the next episode
+        self._chunk = self._guide_chunk = None  # an inline chunk never runs into the next episode
         return self.robot.reset(seed=self.config.seed * 100_003 + self.episodes).as_dict()
 
     # --- the loop --------------------------------------------------------------------------
@@ -283,7 +325,9 @@ class ControlLoop:
             if self._gate is not None and not self._gate():
                 result.stop_reason = "gate"
                 break
-            if runner is not None:
+            if ep_len < self.guide_ticks and not evaluation:
+                action, version = self._guided(obs)
+            elif runner is not None:
                 action = runner.tick(self.tick, obs)
                 version = runner.version
             else:
@@ -310,6 +354,8 @@ class ControlLoop:
                 sink.send_episode(stats)
                 result.episodes.append(stats)
                 del result.episodes[:-1000]  # bounded on days-long runs
+                if self.guide is not None and not evaluation:
+                    self._guide_schedule(ep_success)
                 self.episodes += 1
                 finished += 1
                 if finished >= max_episodes:

@@ -15,7 +15,7 @@ from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
 from robo_async.actor.actor import ActorConfig
 from robo_async.actor.inference import INFERENCE_MODES
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop import GuideConfig, LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
@@ -378,6 +378,19 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         raise ConfigError(f"actor.replan must be due or continuous, not '{cfg.actor.replan}'")
     if int(cfg.actor.get("inference_workers", 1)) < 1:
         raise ConfigError(f"actor.inference_workers must be at least 1, not {cfg.actor.inference_workers}")
+    guide_src = cfg.actor.get("guide")
+    guide = None
+    if guide_src:
+        guide = GuideConfig(int(cfg.actor.guide_ticks), int(cfg.actor.guide_step), int(cfg.actor.guide_window),
+                            float(cfg.actor.guide_threshold))
+        if guide.ticks < 0 or guide.step < 0 or guide.window < 1:
+            raise ConfigError("actor.guide_ticks and guide_step must be >= 0 and guide_window >= 1")
+        for i in range(cfg.actors):
+            if resolve_inference(inference, plan_task(i)) != "inline":
+                raise ConfigError("actor.guide (JSRL) runs the guide on the control thread: simulators with "
+                                  "actor.inference=inline (or auto) only")
+        if str(guide_src) != "expert" and not Path(str(guide_src)).exists():
+            raise ConfigError(f"actor.guide={guide_src}: use expert or a `robo-async bc` run directory")
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
     actors = tuple(
@@ -388,8 +401,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                 seed=cfg.seed * 1000 + i, start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
                 heartbeat_s=cfg.actor.heartbeat_s, inference=resolve_inference(inference, plan_task(i)),
                 replan=str(cfg.actor.get("replan", "due")),
-                inference_workers=int(cfg.actor.get("inference_workers", 1))),
-            flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)),
+                inference_workers=int(cfg.actor.get("inference_workers", 1)), guide=guide),
+            flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)), guide=str(guide_src) if guide_src else None,
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s)),

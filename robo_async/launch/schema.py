@@ -50,6 +50,11 @@ class ActorSchema:
     inference: str = "auto"
     replan: str = "due"
     inference_workers: int = 1
+    guide: str | None = None
+    guide_ticks: int = 60
+    guide_step: int = 10
+    guide_window: int = 10
+    guide_threshold: float = 0.5
 
 
 @dataclass

@@ -11,8 +11,11 @@ import dataclasses
 import time
 from collections.abc import Callable
 from multiprocessing.synchronize import Event
+from pathlib import Path
 from threading import Event as ThreadEvent
 
+from hal.safety import SafeRobot
+from policies.base import Policy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
 from robo_async.learner.learner import Learner
@@ -28,12 +31,28 @@ def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEve
     for t in teleops:
         t.connect()
     try:
-        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg, teleops)
+        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg, teleops,
+                      guide=make_guide(cfg.guide, task, robot) if cfg.guide else None)
         actor.run(stop)
         return actor
     finally:
         for t in teleops:
             t.close()
+
+
+def make_guide(source: str, task: TaskArgs, robot: SafeRobot) -> Policy:
+    """The JSRL guide: `expert` (the task's scripted expert, reading the simulator) or a
+    `robo-async bc` run directory (its flow policy, deterministic)."""
+    from robo_async.evaluate import policy_source
+    from robo_async.record import expert_policy
+
+    if source == "expert":
+        return expert_policy(task, robot)
+    src = policy_source(Path(source))
+    guide = make_actor_policy(src.policy, robot.spec, deterministic=True)
+    if src.weights is not None:
+        guide.load_weights(src.version, src.weights)
+    return guide
 
 
 def learner_loop(learner: Learner, stop: Callable[[], bool], report: Callable[[dict], None],

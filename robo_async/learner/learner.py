@@ -288,6 +288,9 @@ class Learner:
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
         }
+        guided = [int(h["guide_ticks"]) for h in self.heartbeats.values() if "guide_ticks" in h]
+        if guided:  # JSRL: ticks the guide still acts for at the start of training episodes
+            out["actors/guide_ticks"] = max(guided)
         infer = [h for h in self.heartbeats.values() if "infer_p95_ms" in h]
         if infer:  # actors running asynchronous chunk inference
             out["actors/infer_p50_ms"] = max(float(h["infer_p50_ms"]) for h in infer)

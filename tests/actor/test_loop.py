@@ -124,3 +124,41 @@ def test_inline_executes_each_chunk_whole_and_starts_a_new_one_each_episode():
         robot.close()
     # 6-tick episodes: a chunk of 4, then a fresh chunk cut short by the episode end
     assert sink.versions == [1, 1, 1, 1, 2, 2, "end", 3, 3, 3, 3, 4, 4, "end"]
+
+
+def test_jsrl_guide_acts_first_in_training_episodes_and_hands_over_earlier_as_success_comes():
+    from robo_async.actor.loop import GuideConfig, TickInfo
+    from robo_async.launch.builders import TaskArgs, make_safe_robot
+
+    class Const(Policy):
+        architecture = "const"
+        horizon = 3
+
+        def __init__(self, value: float) -> None:
+            self.value, self.version = value, 5
+
+        def predict_chunk(self, obs, *, forwarded_state=None, prefix=None, delay_ticks=0):
+            return ActionChunk(np.full((3, len(obs["state"])), self.value, np.float32), 1 / 30, self.version)
+
+        def module(self):
+            return torch.nn.Identity()
+
+    ticks: list[TickInfo] = []
+    robot = make_safe_robot(TaskArgs("reach", {"episode_ticks": 8}))
+    robot.connect()
+    policy, guide = Const(0.1), Const(0.2)
+    # every training episode "succeeds" (threshold 0): the guide hands over 3 ticks earlier each time
+    cfg = LoopConfig(episode_ticks=8, max_episodes=6, inference="inline", eval_every=3,
+                     guide=GuideConfig(ticks=7, step=3, window=1, threshold=0.0))
+    loop = ControlLoop(robot, policy, cfg, observer=ticks.append, guide=guide)
+    try:
+        loop.run()
+    finally:
+        robot.close()
+    guided = {}
+    for t in ticks:
+        guided.setdefault(t.episode, []).append(bool(t.action[0] == np.float32(0.2)))
+    # episodes 0, 1, 3, 4 train (every 3rd evaluates): guided for 7, 4, 1, 0 ticks; evaluations never
+    assert [sum(guided[e]) for e in range(6)] == [7, 4, 0, 1, 0, 0]
+    assert all(g == sorted(g, reverse=True) for g in guided.values())  # the guide always starts the episode
+    assert loop.stats()["guide_ticks"] == 0
