@@ -47,6 +47,13 @@ class GaussianActor(nn.Module):
         log_prob = log_prob - (2 * (np.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
         return a, log_prob
 
+    def dist(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(mean, log_std, latent features) for obs: the features drive gSDE exploration."""
+        h = torch.relu(self.trunk(obs))
+        mean, log_std = self.head(h).chunk(2, dim=-1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+        return mean, log_std, h
+
     def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
         if deterministic:
             return torch.tanh(self(obs)[0])
@@ -97,7 +104,18 @@ class MLPPolicy(Policy):
         action_mode: str = "delta",
         delta_scale: float = 0.15,
         obs_scale: Mapping[str, float] | None = None,
+        exploration: str = "white",
+        sde_every: int = 8,
+        seed: int = 0,
     ) -> None:
+        if exploration not in ("white", "gsde"):
+            raise ValueError(f"exploration must be 'white' or 'gsde', not {exploration!r}")
+        if int(sde_every) < 1:
+            raise ValueError(f"sde_every must be at least 1, not {sde_every}")
+        self.exploration, self.sde_every = exploration, int(sde_every)
+        self._gen = torch.Generator().manual_seed(int(seed))
+        self._theta: torch.Tensor | None = None  # gSDE: [A, F] noise weights, resampled every sde_every calls
+        self._calls = 0
         self.obs_scale = dict(obs_scale or {})
         if action_mode not in ("absolute", "delta"):
             raise ValueError(f"action_mode must be 'absolute' or 'delta', not {action_mode!r}")
@@ -119,6 +137,20 @@ class MLPPolicy(Policy):
 
     def module(self) -> nn.Module:
         return self.net
+
+    def _gsde(self, x: torch.Tensor) -> np.ndarray:
+        """Generalized state-dependent exploration (Raffin et al. 2022), fitted to SAC's Gaussian:
+        the pre-tanh noise is std(s) * (theta . phi(s) / |phi(s)|), with phi the actor's last
+        hidden features and theta ~ N(0, I) drawn every `sde_every` ticks. Each tick's noise has
+        the distribution SAC's white noise has (N(0, std^2) per joint), but it changes smoothly
+        with the state and is held for `sde_every` ticks: commands a motor can follow."""
+        mean, log_std, h = self.net.dist(x)
+        if self._theta is None or self._calls % self.sde_every == 0:
+            self._theta = torch.randn(mean.shape[-1], h.shape[-1], generator=self._gen)
+        self._calls += 1
+        phi = h[0] / h[0].norm().clamp(min=1e-6)
+        eps = self._theta @ phi
+        return torch.tanh(mean[0] + log_std[0].exp() * eps).numpy()
 
     def to_robot(self, a_norm: np.ndarray, state: np.ndarray) -> np.ndarray:
         """Map normalised actions in [-1, 1] to joint targets in rad (`state`: joints, rad)."""
@@ -147,6 +179,9 @@ class MLPPolicy(Policy):
         if forwarded_state is not None:
             obs = {**obs, "state": forwarded_state}
         x = flatten_obs(obs, self.obs_keys, self.obs_scale).unsqueeze(0)
-        a = self.net.act(x, self.deterministic)[0].numpy()
+        if self.exploration == "gsde" and not self.deterministic:
+            a = self._gsde(x)
+        else:
+            a = self.net.act(x, self.deterministic)[0].numpy()
         target = self.to_robot(a, np.asarray(obs["state"], dtype=np.float32))
         return ActionChunk(target[None, :].astype(np.float32), self.dt, self.version)

@@ -11,7 +11,8 @@ USAGE = """usage:
   robo-async buffer inspect <run dir | store dir>
   robo-async buffer export <run dir | store dir> --format lerobot out=<new dir> [table=online] [task=NAME] [fps=30]
   robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
-  robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0]   (scripted expert)"""
+  robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
+                                                                        (scripted expert)"""
 
 
 def _split(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -59,7 +60,7 @@ def main(args: list[str]) -> int:
     cmd, (pos, kv) = args[0], _split(args[1:])
     try:
         if cmd == "demos":
-            _allow(kv, {"out", "episodes", "task", "seed"})
+            _allow(kv, {"out", "episodes", "task", "seed", "max_step"})
             if "out" not in kv:
                 raise UserError("buffer demos needs out=<store dir>")
             from robo_async.config import compose_config
@@ -68,8 +69,9 @@ def main(args: list[str]) -> int:
             targs = task_args(compose_config([f"task={kv.get('task', 'reach')}"]).task)
             from robo_async.record import record_demos
 
+            step = float(kv["max_step"]) if kv.get("max_step") else None
             n, rate = record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
-                                         int(kv.get("seed", 0)), progress=_Ticker("episodes"))
+                                         int(kv.get("seed", 0)), progress=_Ticker("episodes"), max_step=step)
             print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
                   f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'")
             return 0

@@ -123,7 +123,7 @@ class _Tee(EpisodeCollector):
 
 
 def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table: str = "demos",
-                 progress: Callable[[int], None] | None = None) -> tuple[int, float]:
+                 progress: Callable[[int], None] | None = None, max_step: float | None = None) -> tuple[int, float]:
     """Scripted-expert episodes into `out` (a new or existing store), each until the task ends
     it or `episode_ticks`. Returns (transitions, success rate)."""
     store = PersistentReplayStore(out, StoreConfig()).open()
@@ -133,7 +133,7 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     sink = _Tee(Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start), progress)
     robot.connect()
     try:
-        ControlLoop(robot, expert_policy(targs, robot),
+        ControlLoop(robot, expert_policy(targs, robot, max_step),
                     LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 50)), seed=seed,
                                eval_every=1, max_episodes=episodes, inference="inline"),
                     sink=sink).run()

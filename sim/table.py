@@ -170,12 +170,33 @@ class PickLiftTask(TableTask):
         return (10.0 if success else shaped), bool(success)
 
 
-class PushExpert:
+class _RateLimited:
+    """With `max_step` (rad per tick) the arm's commanded targets move toward the expert's at most
+    that far per tick (the gripper 4x as fast): smooth demonstrations a chunk policy can follow,
+    like a human demonstrator's, instead of jumps to each IK solution."""
+
+    def __init__(self, task: TableTask, max_step: float | None = None) -> None:
+        self._task = task
+        self.max_step = max_step
+        self._last: np.ndarray | None = None
+
+    def limit(self, q: np.ndarray) -> np.ndarray:
+        if self.max_step is None:
+            return q
+        if self._last is None or self._task.tick == 0:
+            self._last = self._task.state().astype(np.float32).copy()  # a new episode starts from the arm
+        step = np.full(len(q), self.max_step, np.float32)
+        step[-1] *= 4
+        self._last = (self._last + np.clip(q - self._last, -step, step)).astype(np.float32)
+        return self._last.copy()
+
+
+class PushExpert(_RateLimited):
     """Goes behind the cube (seen from the goal) above it, comes down to table height, pushes
     through; starts over if the cube slips off the line."""
 
-    def __init__(self, task: PushTask) -> None:
-        self._task = task
+    def __init__(self, task: PushTask, max_step: float | None = None) -> None:
+        super().__init__(task, max_step)
         self._phase = "above"
 
     def act(self) -> np.ndarray:
@@ -202,14 +223,14 @@ class PushExpert:
             aim = np.array([cube[0] + d[0] * 0.03, cube[1] + d[1] * 0.03, 0.018])
         q = t.solve_ik(aim)
         q[-1] = GRIPPER_CLOSED
-        return q
+        return self.limit(q)
 
 
-class PickLiftExpert:
+class PickLiftExpert(_RateLimited):
     """Opens, hovers over the cube, descends, closes, lifts."""
 
-    def __init__(self, task: PickLiftTask) -> None:
-        self._task = task
+    def __init__(self, task: PickLiftTask, max_step: float | None = None) -> None:
+        super().__init__(task, max_step)
 
     def act(self) -> np.ndarray:
         t = self._task
@@ -225,4 +246,4 @@ class PickLiftExpert:
             aim, gripper = cube.copy(), GRIPPER_CLOSED
         q = t.solve_ik(aim)
         q[-1] = gripper
-        return q
+        return self.limit(q)

@@ -183,6 +183,8 @@ class ControlLoop:
         self._guide_chunk: ActionChunk | None = None
         self._guide_i = 0
         self._guide_results: list[bool] = []  # training episodes since the last check
+        self._commanded: list[np.ndarray] = []  # this episode's applied actions (for its jerk)
+        self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
         self.runner: AsyncChunkRunner | None = None
@@ -255,6 +257,8 @@ class ControlLoop:
             "late_p99_ms": round(self.lateness.percentile_ms(99), 3), "missed_ticks": self.lateness.missed}
         if self.guide is not None:
             out["guide_ticks"] = self.guide_ticks
+        if self.train_jerk:
+            out["train_jerk"] = round(float(np.mean(self.train_jerk)), 1)
         if self.runner is not None:
             e = self.runner.engine
             out.update({"infer_p50_ms": round(e.latency.percentile(50) * 1000, 2),
@@ -334,6 +338,7 @@ class ControlLoop:
                 action, version = self._inline(obs)
             chosen_at = time.monotonic() if self._observer is not None else 0.0
             applied = robot.send_action(action)
+            self._commanded.append(applied)
             out = robot.outcome()
             next_obs = robot.get_observation().as_dict()
             ep_len += 1
@@ -356,6 +361,10 @@ class ControlLoop:
                 del result.episodes[:-1000]  # bounded on days-long runs
                 if self.guide is not None and not evaluation:
                     self._guide_schedule(ep_success)
+                if not evaluation and len(self._commanded) >= 4:
+                    a = np.asarray(self._commanded, np.float64)
+                    self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / dt ** 3))
+                self._commanded = []
                 self.episodes += 1
                 finished += 1
                 if finished >= max_episodes:

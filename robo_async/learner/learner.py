@@ -288,6 +288,9 @@ class Learner:
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
         }
+        jerk = [float(h["train_jerk"]) for h in self.heartbeats.values() if "train_jerk" in h]
+        if jerk:  # commanded-action jerk of training episodes (rad/s^3): what exploration asks of a motor
+            out["actors/train_jerk"] = float(np.mean(jerk))
         guided = [int(h["guide_ticks"]) for h in self.heartbeats.values() if "guide_ticks" in h]
         if guided:  # JSRL: ticks the guide still acts for at the start of training episodes
             out["actors/guide_ticks"] = max(guided)

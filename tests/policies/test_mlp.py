@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from policies import MLPPolicy, WeightsMismatch, make_policy
 
@@ -59,3 +60,42 @@ def test_load_weights_sets_version_and_rejects_other_architecture():
 def test_registry_names_unknown_policy():
     with pytest.raises(KeyError, match="unknown policy 'nope'"):
         make_policy("nope")
+
+
+def test_gsde_noise_is_held_for_sde_every_ticks_and_has_sacs_marginal():
+    p = MLPPolicy(("state",), (4,), (-1.0,) * 3, (1.0,) * 3, hidden=(32, 32), action_mode="absolute",
+             exploration="gsde", sde_every=5, seed=1)
+    p.version = 0
+    obs = {"state": np.array([0.1, -0.2, 0.3, 0.0], np.float32)}
+    acts = [p.predict_chunk(obs).actions[0] for _ in range(10)]
+    assert all(np.array_equal(acts[0], a) for a in acts[1:5])  # held for 5 ticks
+    assert not np.array_equal(acts[4], acts[5]) and all(np.array_equal(acts[5], a) for a in acts[6:10])
+    p.sde_every = 1
+    x = torch.as_tensor(obs["state"])[None]
+    mean, log_std, _ = p.net.dist(x)
+    u = np.arctanh(np.clip(np.stack([p.predict_chunk(obs).actions[0] for _ in range(4000)]), -0.999999, 0.999999))
+    z = (u - mean[0].detach().numpy()) / log_std[0].exp().detach().numpy()
+    assert np.all(np.abs(z.mean(0)) < 0.08) and np.all(np.abs(z.std(0) - 1) < 0.08)  # N(0, 1) per joint
+    p.deterministic = True  # the mode has no noise at all
+    assert np.array_equal(p.predict_chunk(obs).actions[0], p.predict_chunk(obs).actions[0])
+
+
+def test_gsde_commands_are_smoother_than_white_noise_on_the_sim():
+    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.launch.builders import TaskArgs, make_safe_robot
+
+    jerk = {}
+    for mode in ("white", "gsde"):
+        robot = make_safe_robot(TaskArgs("reach", {}))
+        spec = robot.spec
+        p = MLPPolicy(("state",), (spec.state_dim,), spec.joint_low, spec.joint_high, hidden=(64, 64),
+                 exploration=mode, sde_every=8, seed=0)
+        p.version = 0
+        robot.connect()
+        loop = ControlLoop(robot, p, LoopConfig(episode_ticks=60, max_episodes=4, eval_every=0, inference="inline"))
+        try:
+            loop.run()
+        finally:
+            robot.close()
+        jerk[mode] = float(np.mean(loop.train_jerk))
+    assert jerk["gsde"] < 0.5 * jerk["white"], jerk
