@@ -12,7 +12,7 @@ USAGE = """usage:
   robo-async buffer export <run dir | store dir> --format lerobot out=<new dir> [table=online] [task=NAME] [fps=30]
   robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
   robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
-                                                                        (scripted expert)"""
+                          [cameras=front,wrist] [image_size=64]          (scripted expert)"""
 
 
 def _split(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -60,13 +60,18 @@ def main(args: list[str]) -> int:
     cmd, (pos, kv) = args[0], _split(args[1:])
     try:
         if cmd == "demos":
-            _allow(kv, {"out", "episodes", "task", "seed", "max_step"})
+            _allow(kv, {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size"})
             if "out" not in kv:
                 raise UserError("buffer demos needs out=<store dir>")
             from robo_async.config import compose_config
             from robo_async.launch.builders import task_args
 
-            targs = task_args(compose_config([f"task={kv.get('task', 'reach')}"]).task)
+            over = [f"task={kv.get('task', 'reach')}"]
+            if kv.get("cameras"):  # frames too, for runs from pixels (the demos must match the run's data)
+                over.append(f"task.cameras=[{kv['cameras']}]")
+            if kv.get("image_size"):
+                over.append(f"task.image_size={int(kv['image_size'])}")
+            targs = task_args(compose_config(over).task)
             from robo_async.record import record_demos
 
             step = float(kv["max_step"]) if kv.get("max_step") else None

@@ -29,6 +29,7 @@ from robo_async.bench import register
 STATE_KEYS = "[state,ee_to_cube,cube_to_target]"
 SCALE = ["+policy.obs_scale.ee_to_cube=10", "+policy.obs_scale.cube_to_target=10"]
 DEMOS = 20
+MAX_STEP = 0.05  # rad per tick: the scripted demonstrator's speed (smooth demonstrations)
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,23 @@ def _cli(args: list[str], timeout: float, log: Path) -> subprocess.CompletedProc
                               text=True, timeout=timeout)
 
 
-def record_demos(task: str, out: Path, log: Path) -> None:
+def record_demos(task: str, obs: str, out: Path, log: Path) -> None:
+    """20 scripted episodes, rate-limited (smooth, like a human's), with frames for pixel rows."""
     if not (out / "data.mdb").exists():
-        _cli(["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}"], 900, log)
+        cams = ["cameras=front,wrist", "image_size=64"] if obs == "pixels" else []
+        _cli(["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}", f"max_step={MAX_STEP}",
+              *cams], 900, log)
 
 
-def bc_start(task: str, obs: str, root: Path, log: Path) -> tuple[Path, float | None]:
-    """The BC flow policy on the same number of expert episodes, and its real-time success."""
+def bc_start(task: str, obs: str, demos: Path, root: Path, log: Path) -> tuple[Path, float | None]:
+    """The BC flow policy on the same demonstrations, and its real-time success."""
     out = root / f"bc-{task}-{obs}"
     if not (out / "eval.json").exists():
         keys = "[state]" if obs == "pixels" else STATE_KEYS
         extra = ["task.cameras=[front,wrist]", "task.image_size=64", "policy.cameras=[front,wrist]"] \
             if obs == "pixels" else []
         _cli(["bc", f"task={task}", "policy=flow", f"policy.obs_keys={keys}", *SCALE, *extra,
-              f"policy.bc.demos={DEMOS}", f"run_dir={out}", "eval_episodes=20"], 3600, log)
+              f"policy.bc.from_store={demos}", f"run_dir={out}", "eval_episodes=20"], 3600, log)
     try:
         return out, float(json.loads((out / "eval.json").read_text())["success_rate"])
     except (OSError, KeyError, ValueError):
@@ -120,9 +124,9 @@ def first_reach(points: list[tuple[float, int, float, int]], level: float, min_e
 
 
 def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str, object]:
-    demos = root / f"demos-{row.task}"
-    record_demos(row.task, demos, root / f"demos-{row.task}.log")
-    bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(row.task, row.obs, root,
+    demos = root / f"demos-{row.task}-{row.obs}"
+    record_demos(row.task, row.obs, demos, root / f"demos-{row.task}-{row.obs}.log")
+    bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(row.task, row.obs, demos, root,
                                                                         root / f"bc-{row.task}-{row.obs}.log")
     run_dir = root / row.name
     args = ["train", *row.overrides(demos, bc_dir), f"run_dir={run_dir}", f"budget.seconds={budget_s:g}",
