@@ -10,6 +10,7 @@ from robo_async.config import UserError
 USAGE = """usage:
   robo-async buffer inspect <run dir | store dir>
   robo-async buffer export <run dir | store dir> --format lerobot out=<new dir> [table=online] [task=NAME] [fps=30]
+                          [videos=true]   (cameras as LeRobot's AV1 videos instead of PNG images)
   robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
   robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
                           [cameras=front,wrist] [image_size=64]          (scripted expert)"""
@@ -90,13 +91,14 @@ def main(args: list[str]) -> int:
             print(tools.inspect(path))
             return 0
         if cmd == "export":
-            _allow(kv, {"format", "out", "table", "task", "fps"})
+            _allow(kv, {"format", "out", "table", "task", "fps", "videos"})
             if kv.get("format", "lerobot") != "lerobot":
                 raise UserError(f"export format '{kv['format']}' unknown; formats: lerobot")
             if "out" not in kv:
                 raise UserError("buffer export needs out=<new directory>")
             eps, frames = tools.export(path, Path(kv["out"]), kv.get("table", "online"), kv.get("task"),
-                                       int(kv["fps"]) if "fps" in kv else None)
+                                       int(kv["fps"]) if "fps" in kv else None,
+                                       videos=kv.get("videos", "false").lower() in ("1", "true", "yes"))
             print(f"wrote a LeRobotDataset v3 with {eps:,} episodes, {frames:,} frames to {kv['out']}")
             return 0
         if cmd == "import":

@@ -44,29 +44,32 @@ def _lerobot_name(col: Column) -> str:
     return base if prefix == "obs" else "next." + base
 
 
-def lerobot_features(schema: Schema) -> dict[str, dict]:
+def lerobot_features(schema: Schema, videos: bool = False) -> dict[str, dict]:
     feats = {}
     for c in schema.columns:
         if c.name.startswith("next_obs/") and c.is_image:
             continue  # the next frame's image
         shape = c.shape if c.shape else (1,)
         if c.is_image:
-            feats[_lerobot_name(c)] = {"dtype": "image", "shape": shape, "names": ["height", "width", "channels"]}
+            feats[_lerobot_name(c)] = {"dtype": "video" if videos else "image", "shape": shape,
+                                       "names": ["height", "width", "channels"]}
         else:
             feats[_lerobot_name(c)] = {"dtype": c.dtype, "shape": shape, "names": None}
     return feats
 
 
 def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Schema, out: Path, *,
-                   task: str = "task", fps: int = 30, repo_id: str = "local/robo_async_export") -> tuple[int, int]:
-    """Write `rows` ((actor_id, transition) in table order) as a LeRobotDataset at `out`.
+                   task: str = "task", fps: int = 30, repo_id: str = "local/robo_async_export",
+                   videos: bool = False) -> tuple[int, int]:
+    """Write `rows` ((actor_id, transition) in table order) as a LeRobotDataset at `out`, camera
+    frames as PNG images (lossless) or, with `videos`, as LeRobot's AV1 videos (lossy, small).
     Returns (episodes, frames)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new directory")
-    feats = lerobot_features(schema)
-    ds = LeRobotDataset.create(repo_id, fps=fps, features=feats, root=out, use_videos=False,
+    feats = lerobot_features(schema, videos)
+    ds = LeRobotDataset.create(repo_id, fps=fps, features=feats, root=out, use_videos=videos,
                                video_backend="pyav")
     open_eps: dict[int, list[dict]] = {}
     episodes = frames = 0
@@ -119,8 +122,25 @@ def read_lerobot(root: Path, schema: Schema | None = None) -> Iterator[dict[str,
                              f"observation.images.<camera>)")
     hf = ds.hf_dataset
     n = len(hf)
+    # video-encoded cameras are not in the parquet rows: LeRobot decodes them per frame (ds[i])
+    videos = [lr for lr in ours.values() if feats[lr]["dtype"] == "video"]
+    decoded: dict[int, dict] = {}
+
+    def frame(i: int) -> dict:
+        row = dict(hf[i])
+        if videos:
+            if i not in decoded:
+                item = ds[i]
+                decoded.clear()  # keep one: frame i + 1 is asked for twice (as next, then as current)
+                decoded[i] = {k: item[k] for k in videos}
+            row.update(decoded[i])
+        return row
+
+    nxt_row = frame(0) if n else None
     for i in range(n):
-        cur, nxt = hf[i], hf[i + 1] if i + 1 < n else None
+        cur = nxt_row
+        nxt = frame(i + 1) if i + 1 < n else None
+        nxt_row = nxt
         last = nxt is None or int(nxt["episode_index"]) != int(cur["episode_index"])
         if last:
             nxt = cur

@@ -108,7 +108,8 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
     return added
 
 
-def export(path: Path, out: Path, table: str = "online", task: str | None = None, fps: int | None = None) -> tuple[int, int]:
+def export(path: Path, out: Path, table: str = "online", task: str | None = None, fps: int | None = None,
+           videos: bool = False) -> tuple[int, int]:
     from robo_async.buffer.lerobot_io import export_lerobot
 
     path = Path(path)
@@ -124,6 +125,6 @@ def export(path: Path, out: Path, table: str = "online", task: str | None = None
         if store.schema is None or store.counts[table] == 0:
             raise ValueError(f"table '{table}' of {store.path} is empty")
         rows = ((a, row) for _, a, _, row in store.records(table))
-        return export_lerobot(rows, store.schema, Path(out), task=task or "task", fps=fps or 30)
+        return export_lerobot(rows, store.schema, Path(out), task=task or "task", fps=fps or 30, videos=videos)
     finally:
         store.close()

@@ -83,3 +83,31 @@ def test_inspect_reports_tables(source):
     online = [ln for ln in text.splitlines() if ln.startswith("online")][0].split()
     assert online[1:] == ["15", "3", "33%", "2"]  # transitions, episodes, success, actors
     assert "last commit:" in text and "disk:" in text
+
+
+def test_a_video_encoded_dataset_imports_with_its_frames(tmp_path):
+    """LeRobotDatasets with cameras as videos (most on the hub): frames are decoded on import."""
+    s = PersistentReplayStore(tmp_path / "src", StoreConfig(commit_ms=5)).open()
+    b = batch(0, 0, 6, images=1, size=64)  # AV1 needs frames larger than 16x16
+    b.arrays["terminated"][-1] = True
+    grad = np.add.outer(np.arange(64), np.arange(64))[..., None] // 4  # smooth, like a camera frame
+    frames = np.stack([np.broadcast_to(grad + 30 * i, (64, 64, 3)) for i in range(7)]).astype(np.uint8)
+    b.arrays["obs/cam0"][:] = frames[:6]
+    b.arrays["next_obs/cam0"][:] = frames[1:]
+    s.insert(b)
+    s.flush()
+    s.close()
+    eps, frames = tools.export(tmp_path / "src", tmp_path / "ds", task="reach", fps=30, videos=True)
+    assert (eps, frames) == (1, 6)
+    assert list((tmp_path / "ds").rglob("*.mp4"))
+    dst = PersistentReplayStore(tmp_path / "dst", StoreConfig(commit_ms=5)).open()
+    assert tools.import_source(dst, tmp_path / "ds", "demos") == 6
+    back = [r for _, r in dst.rows("demos")]
+    dst.close()
+    for i, r in enumerate(back):
+        np.testing.assert_array_equal(r["obs/state"], b.arrays["obs/state"][i])
+        assert r["obs/cam0"].shape == (64, 64, 3) and r["obs/cam0"].dtype == np.uint8
+        # lossy video: close to the frame that was written, far from the others
+        err = np.abs(r["obs/cam0"].astype(int) - b.arrays["obs/cam0"][i]).mean()
+        other = np.abs(r["obs/cam0"].astype(int) - b.arrays["obs/cam0"][(i + 1) % 6]).mean()
+        assert err < 20 and other > 2 * err, (i, err, other)
