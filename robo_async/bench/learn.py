@@ -9,6 +9,9 @@ rolling success of 20 deterministic episodes reaches 80% (and 90%), the same as 
 the final evaluation, updates/s. A learning-curve PNG of all rows goes to the bench directory.
 
     robo-async bench learn [rows=push-sac,push-qc,...] [budget_s=600] [pixel_budget_s=2700] [dir=...]
+
+Each finished row is saved as `<dir>/<row>.json`; the report covers every row saved in `dir`, so a
+matrix can be run a few rows at a time.
 """
 
 from __future__ import annotations
@@ -202,14 +205,14 @@ def bench_learn(args: dict[str, str]) -> int:
     root.mkdir(parents=True, exist_ok=True)
     budget, pixel_budget = float(args.get("budget_s", 600)), float(args.get("pixel_budget_s", 2700))
     print(f"working in {root}", flush=True)
-    rows = []
     for n in names:
         row = ROWS[n]
         print(f"row {n}: training for up to {pixel_budget if row.obs == 'pixels' else budget:.0f} s ...", flush=True)
-        rows.append(run_row(row, root, pixel_budget if row.obs == "pixels" else budget))
-        r = rows[-1]
+        r = run_row(row, root, pixel_budget if row.obs == "pixels" else budget)
+        (root / f"{n}.json").write_text(json.dumps(r))  # rows of earlier runs in the same dir= join the report
         print(f"  {n}: to 80% {r['seconds_to_80']} s / {r['env_steps_to_80']} steps, final {r['final_success']}, "
               f"bc start {r['bc_start_success']}, {r['updates_per_s']} updates/s", flush=True)
+    rows = [json.loads((root / f"{n}.json").read_text()) for n in ROWS if (root / f"{n}.json").exists()]
     plot(rows, root / "learning_curves.png")
     table = Table(title="bench learn (2 cores, 20 scripted demos per task)")
     cols = ("row", "seconds_to_80", "env_steps_to_80", "robot_minutes_to_80", "final_success", "bc_start_success",

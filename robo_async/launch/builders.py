@@ -339,6 +339,11 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                               f"{other.action_dim} joints, features {other.features}")
     algo_name, algo_config = algo_of(OmegaConf.to_container(cfg.algo, resolve=True))
     pol = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
+    cams = [str(c) for c in (pol.option("cameras") or ())]
+    have = [c.name for c in spec.cameras]
+    if pol.name != "lerobot" and [c for c in cams if c not in have]:
+        raise ConfigError(f"policy.cameras {[c for c in cams if c not in have]} are not cameras of {spec.name} "
+                          f"(it has {have}); add them with task.cameras=[...]")
     policy_spec = PolicySpec(pol.name, pol.obs_keys, obs_dims(spec, pol.obs_keys), spec.joint_low, spec.joint_high,
                              pol.hidden, pol.action_mode, pol.delta_scale, dict(pol.obs_scale), spec.dt,
                              dict(pol.options))

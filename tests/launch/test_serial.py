@@ -49,7 +49,9 @@ def test_policy_algorithm_pairs_that_do_not_fit_are_refused_in_one_line(tmp_path
     for args, want in ((["policy=flow", "algo=sac"], "algo=sac trains policy=mlp, not policy=flow"),
                        (["policy=act", "algo=sac"], "algo=sac trains policy=mlp, not policy=lerobot"),
                        (["policy=mlp", "algo=qc"], "algo=qc trains a chunk policy from policy=flow"),
-                       (["policy=act", "algo=qc"], "policy=lerobot does not fit")):
+                       (["policy=act", "algo=qc"], "policy=lerobot does not fit"),
+                       (["task=pick_lift", "policy=flow", "policy.cameras=[front]", "algo=qc"],
+                        "policy.cameras ['front'] are not cameras of sim_so101_pick_lift")):
         res = run(["train", f"runs_root={tmp_path}", *args], timeout=60)
         assert res.returncode == 2, (args, res.stderr, res.stdout)
         lines = res.stderr.strip().splitlines()
