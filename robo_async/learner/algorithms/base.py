@@ -130,6 +130,13 @@ class Algorithm(abc.ABC):
         """Optimisers by name, for checkpoints."""
 
 
+def soft_update(net: nn.Module, target: nn.Module, tau: float) -> None:
+    """Polyak averaging of a target network: target <- (1 - tau) target + tau net."""
+    with torch.no_grad():
+        for p, p_t in zip(net.parameters(), target.parameters()):
+            p_t.lerp_(p, tau)
+
+
 _REGISTRY: dict[str, tuple[Callable[[AlgoConfig, PolicySpec], Algorithm], type[AlgoConfig]]] = {}
 
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from policies.onestep import ChunkCritic, NoiseSteeredPolicy
 from robo_async.buffer.cache import window_targets
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register, soft_update
 from robo_async.learner.algorithms.dsrl.config import DSRLConfig
 from robo_async.learner.algorithms.qc.learning import flow_prior
 from robo_async.learner.algorithms.sac.learning import Temperature
@@ -135,9 +135,7 @@ class DSRL(Algorithm):
         alpha_loss.backward()
         self.alpha_opt.step()
 
-        with torch.no_grad():
-            for q, q_t in zip(self.critic.parameters(), self.critic_target.parameters()):
-                q_t.lerp_(q, c.tau)
+        soft_update(self.critic, self.critic_target, c.tau)
         return {"losses/qf_loss": critic_loss.item() / 2, "losses/qf1_values": q1.mean().item(),
                 "losses/noise_critic_loss": noise_loss.item() / 2, "losses/actor_loss": actor_loss.item(),
                 "losses/alpha": alpha.item(), "losses/entropy": -logp.mean().item(),

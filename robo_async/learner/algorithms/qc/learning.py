@@ -26,7 +26,7 @@ from policies.augment import random_shift
 from policies.flow import FlowChunkPolicy
 from policies.onestep import ChunkCritic, OneStepChunkPolicy
 from robo_async.buffer.cache import window_targets
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register, soft_update
 from robo_async.learner.algorithms.qc.config import QCConfig
 
 
@@ -159,9 +159,7 @@ class QC(Algorithm):
         actor_loss.backward()
         self.actor_opt.step()
 
-        with torch.no_grad():
-            for p, p_t in zip(self.critic.parameters(), self.critic_target.parameters()):
-                p_t.lerp_(p, c.tau)
+        soft_update(self.critic, self.critic_target, c.tau)
         self.updates += 1
         return {
             "losses/qf_loss": critic_loss.item() / 2,

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from policies.mlp import TwinCritic, flatten_obs
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
 
 
@@ -94,9 +94,7 @@ class SAC(Algorithm):
         alpha_loss.backward()
         self.alpha_opt.step()
 
-        with torch.no_grad():
-            for p, p_t in zip(self.critic.parameters(), self.critic_target.parameters()):
-                p_t.lerp_(p, c.tau)
+        soft_update(self.critic, self.critic_target, c.tau)
 
         return {
             "losses/qf_loss": critic_loss.item() / 2,
