@@ -75,7 +75,10 @@ def main(args: list[str]) -> int:
             targs = task_args(compose_config(over).task)
             from robo_async.record import record_demos
 
-            step = float(kv["max_step"]) if kv.get("max_step") else None
+            try:
+                step = float(kv["max_step"]) if kv.get("max_step") else None
+            except ValueError:
+                raise UserError(f"buffer demos max_step={kv['max_step']!r}: give rad per tick, e.g. 0.05") from None
             n, rate = record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
                                          int(kv.get("seed", 0)), progress=_Ticker("episodes"), max_step=step)
             print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
