@@ -1,10 +1,12 @@
 """`Uplink`: the actor's side of acknowledged delivery, on its own thread.
 
 The control loop hands messages over with `put()` (never blocks). In the common case `put()`
-encodes and sends the batch itself (a non-blocking send of the newest batch, when nothing older
+packs and sends the batch itself (a non-blocking send of the newest batch, when nothing older
 waits and the uplink thread is not busy): a background thread doing every send would take the
 GIL from the control loop at each of the message's frames (measured: hundreds of hand-offs a
-second, a fifth of an as-fast actor's rate). Everything else is the uplink thread's, which:
+second, a fifth of an as-fast actor's rate). Batches with camera frames are the thread's: it
+encodes the frames (QOI by default) so the learner stores the bytes as they came. Everything else
+is the uplink thread's, which:
 - sends transition batches in seq order and keeps each one until the learner's status acks it
   (`LearnerStatus.acked`: every seq below is committed to the learner's store);
 - resends everything unacked when the learner restarts (a new `boot_id`) or when acks stop
@@ -34,7 +36,7 @@ import lmdb
 import msgpack
 import zmq
 
-from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, WireError, decode, encode
+from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, WireError, decode, encode, is_image_column
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,11 @@ class UplinkConfig:
     # The thread wakes this often (or when put() leaves it work). Every wake takes the GIL from
     # the control loop; keep it under commit_ms so the journal is written on time.
     idle_s: float = 0.05
+    # Camera frames are encoded here, on the uplink thread (never in put()), so the learner only
+    # stores bytes and the wire and journal carry ~5x less: "qoi" or "png" (lossless), "jpeg", or
+    # None to send raw pixels.
+    image_codec: str | None = "qoi"
+    jpeg_quality: int = 95
 
 
 @dataclass(eq=False)  # entries compare by identity
@@ -155,11 +162,16 @@ class Uplink:
         except WireError:
             return None
 
-    @staticmethod
-    def _frames(e: _Entry) -> list:
+    def _frames(self, e: _Entry) -> list:
         if e.frames is None:
             assert e.batch is not None
-            e.frames = encode(e.batch)
+            b = e.batch
+            if self.config.image_codec and any(is_image_column(a) for a in b.arrays.values()):
+                from robo_async.buffer.codec import encode_frames  # camera frames: encoded here, once
+
+                b = TransitionBatch(b.actor_id, b.seq, encode_frames(b.arrays, self.config.image_codec,
+                                                                        self.config.jpeg_quality))
+            e.frames = encode(b)
         return e.frames
 
     def _commit_journal(self, locked: bool = False) -> None:
@@ -231,7 +243,8 @@ class Uplink:
                 self.dropped_other += 1
             self._other_in.append(msg)
             return
-        if self._inbox or self._sock is None or not self._lock.acquire(blocking=False):
+        if (self._inbox or self._sock is None or (self.config.image_codec and self._has_images(msg))
+                or not self._lock.acquire(blocking=False)):
             self._inbox.append(msg)  # older messages wait, or the thread is at work: keep the order
             self._wake.set()
             return
@@ -243,6 +256,10 @@ class Uplink:
                 self._wake.set()
         finally:
             self._lock.release()
+
+    @staticmethod
+    def _has_images(batch: TransitionBatch) -> bool:
+        return any(is_image_column(a) for a in batch.arrays.values())
 
     def close(self, drain_s: float = 5.0) -> None:
         """Stop after everything is acked, the learner says it is stopping, or `drain_s` passes.

@@ -139,6 +139,26 @@ def decode_image(blob: bytes, column: Column) -> np.ndarray:
     return np.ascontiguousarray(img)
 
 
+def encode_frames(arrays: Mapping[str, np.ndarray], codec: str = "qoi", jpeg_quality: int = 95) -> dict:
+    """Camera columns (uint8 [n, H, W, C]) encoded image by image as `Frames` (what actors
+    send, so learners only store bytes); other arrays, and columns already encoded, as they are."""
+    from robo_async.transport.wire import Frames, is_image_column
+
+    return {k: Frames([encode_image(img, codec, jpeg_quality) for img in a], a.shape)
+            if is_image_column(a) and not isinstance(a, Frames) else a for k, a in arrays.items()}
+
+
+def decode_frames(frames, column: Column) -> np.ndarray:
+    """uint8 [n, H, W, C] from `Frames`; raises CorruptRecord naming the column and image."""
+    out = np.empty((len(frames), *column.shape), np.uint8)
+    for i, blob in enumerate(frames.blobs):
+        try:
+            out[i] = decode_image(blob, column)
+        except CorruptRecord as e:
+            raise CorruptRecord(f"image {i}: {e}") from None
+    return out
+
+
 def encode_record(schema: Schema, actor_id: int, seq: int, arrays: Mapping[str, np.ndarray], i: int,
                   image_keys: Mapping[str, bytes]) -> bytes:
     """Row `i` of a batch as one record; `image_keys[name]` is that row's image key per image column."""

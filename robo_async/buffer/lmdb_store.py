@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,10 +38,10 @@ import msgpack
 import numpy as np
 
 from robo_async.buffer.cache import TableCache
-from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, CorruptRecord, Schema, decode_image, decode_record,
-                                     encode_image, encode_record, image_key, peek_record)
+from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, Column, CorruptRecord, Schema, decode_frames, decode_image,
+                                     decode_record, encode_image, encode_record, image_key, peek_record)
 from robo_async.buffer.store import ReplayError, ReplayStore
-from robo_async.transport.wire import FINAL_OBS, TransitionBatch, WireError, expand_next_obs
+from robo_async.transport.wire import FINAL_OBS, Frames, TransitionBatch, WireError, expand_next_obs
 
 log = logging.getLogger(__name__)
 TABLES = ("online", "demos", "interventions")
@@ -82,6 +82,7 @@ class _Item:
     batch: TransitionBatch
     nbytes: int = 0
     enqueued: float = field(default_factory=time.monotonic)
+    decoded: dict[str, np.ndarray] = field(default_factory=dict)  # frames that came encoded, for the cache
 
 
 class PersistentReplayStore(ReplayStore):
@@ -110,6 +111,8 @@ class PersistentReplayStore(ReplayStore):
         self._pool: ThreadPoolExecutor | None = None
         self._commits: queue.Queue = queue.Queue(1)  # groups from the writer to the committer
         self._encode_s = 0.5e-3  # running mean of one frame's encode time (s)
+        self.frames_as_sent = 0  # images stored as an actor encoded them
+        self.frames_encoded = 0  # images this store encoded (raw pixels: demos, imports, old actors)
         self._writer_hw: dict[int, int] = {}  # high-water marks including groups not yet committed
         self._fail_gen = 0  # bumped by each failed commit
         self._outstanding = 0  # queued items not yet committed or dropped
@@ -245,12 +248,20 @@ class PersistentReplayStore(ReplayStore):
                 raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
         if self._readonly:
             raise ReplayError(f"replay store {self.path} is open read-only")
+        decoded: dict[str, np.ndarray] = {}
+        encoded = [k for k, a in batch.arrays.items() if isinstance(a, Frames)]
+        if encoded and batch.seq + batch.count > self._accepted_hw.get(batch.actor_id, 0):
+            # frames the actor encoded: stored as they came; decoded once here, which checks
+            # them before anything is accepted, for the RAM cache (outside the lock)
+            decoded = self._decode_frames(batch, encoded)
         with self._lock:
             if self.schema is None:
                 self._set_schema(Schema.of(batch.arrays))
             problem = self.schema.check(batch.arrays)  # type: ignore[union-attr]
             if problem:
                 raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {problem}")
+            if encoded and not decoded:  # raced with another insert of the same rows
+                return 0
             hw = self._accepted_hw.get(batch.actor_id, 0)
             if batch.seq > hw:  # a gap: an earlier batch was lost in flight; the actor resends it
                 self.out_of_order += 1
@@ -259,13 +270,32 @@ class PersistentReplayStore(ReplayStore):
             if new <= 0:
                 return 0
             self._accepted_hw[batch.actor_id] = batch.seq + batch.count
-            nbytes = sum(a.nbytes for a in batch.arrays.values())
+            nbytes = sum(a.nbytes for a in batch.arrays.values()) + sum(a.nbytes for a in decoded.values())
             limit = self.config.max_queued_mb * 2**20
             self._drained.wait_for(lambda: self._queued_bytes + nbytes <= limit or self._outstanding == 0)
             self._outstanding += 1
             self._queued_bytes += nbytes
-        self._queue.put(_Item(table, batch, nbytes))
+        self._queue.put(_Item(table, batch, nbytes, decoded=decoded))
         return new
+
+    def _decode_frames(self, batch: TransitionBatch, names: list[str]) -> dict[str, np.ndarray]:
+        """Each encoded column decoded (a next_obs image equal to the next obs image once)."""
+        out: dict[str, np.ndarray] = {}
+        for name in sorted(names, key=lambda k: not k.startswith("obs/")):  # obs first
+            f = batch.arrays[name]
+            h, w, c = f.shape[1:]
+            column = Column(name, "uint8", (h, w, c))
+            twin = out.get("obs/" + name.removeprefix("next_obs/")) if name.startswith("next_obs/") else None
+            tf = batch.arrays.get("obs/" + name.removeprefix("next_obs/")) if twin is not None else None
+            try:
+                if twin is not None and tf is not None and f.blobs[:-1] == tf.blobs[1:]:
+                    last = decode_frames(f[-1:], column)
+                    out[name] = np.concatenate([twin[1:], last])
+                else:
+                    out[name] = decode_frames(f, column)
+            except CorruptRecord as e:
+                raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: '{name}' {e}") from None
+        return out
 
     def ack(self, actor_id: int) -> int:
         with self._lock:
@@ -372,22 +402,33 @@ class PersistentReplayStore(ReplayStore):
         keys: dict[str, list[bytes]] = {}
         todo: dict[bytes, np.ndarray] = {}
         n = b.count - skip
+        blobs: dict[bytes, bytes] = {}  # images that came encoded: stored as they are
         for c in self.schema.images:
             col = b.arrays[c.name][skip:]
             obs_twin = "obs/" + c.name.removeprefix("next_obs/") if c.name.startswith("next_obs/") else None
             twin = b.arrays[obs_twin][skip:] if obs_twin in b.arrays else None
+            pre = isinstance(col, Frames)
             ks = []
             for i in range(n):
                 seq = b.seq + skip + i
-                if twin is not None and i + 1 < n and np.array_equal(col[i], twin[i + 1]):
+                if twin is not None and i + 1 < n and (col[i] == twin[i + 1] if pre and isinstance(twin, Frames)
+                                                       else np.array_equal(col[i], twin[i + 1])):
                     ks.append(image_key(b.actor_id, seq + 1, col_index[obs_twin]))  # stored as the next obs
                     continue
                 k = image_key(b.actor_id, seq, col_index[c.name])
                 ks.append(k)
-                todo[k] = col[i]
+                if pre:
+                    blobs[k] = col[i]
+                else:
+                    todo[k] = col[i]
             keys[c.name] = ks
         codec, q = self.config.image_codec, self.config.jpeg_quality
         futures = {k: self._pool.submit(self._encode, im, codec, q) for k, im in todo.items()}
+        self.frames_encoded += len(todo)
+        self.frames_as_sent += len(blobs)
+        for k, blob in blobs.items():
+            futures[k] = done = Future()
+            done.set_result(blob)
         return item, skip, keys, futures
 
     def _commit(self, group: list) -> None:
@@ -438,7 +479,7 @@ class PersistentReplayStore(ReplayStore):
             self.commit_times.append(now)
             del self.commit_times[:-10_000]
         for item, skip in kept:
-            rows = {k: a[skip:] for k, a in item.batch.arrays.items()}
+            rows = {k: item.decoded.get(k, a)[skip:] for k, a in item.batch.arrays.items()}
             self.caches[item.table].append(rows, counts[item.table], item.batch.actor_id, item.batch.seq + skip)
 
     # --- reading -----------------------------------------------------------------------------

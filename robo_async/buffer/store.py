@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robo_async.transport.wire import TransitionBatch, WireError, expand_next_obs
+from robo_async.transport.wire import Frames, TransitionBatch, WireError, expand_next_obs
 
 
 class ReplayError(ValueError):
@@ -80,8 +80,17 @@ class InMemoryReplayStore(ReplayStore):
     def insert(self, batch: TransitionBatch, table: str = "online") -> int:
         if table != "online":
             raise ReplayError(f"the in-memory store has only the 'online' table, not '{table}'")
-        try:  # compact batches (from an Adder) become full rows
-            batch = TransitionBatch(batch.actor_id, batch.seq, expand_next_obs(batch.arrays))
+        try:  # compact batches (from an Adder) become full rows; frames encoded at an actor, pixels
+            arrays = expand_next_obs(batch.arrays)
+            if any(isinstance(a, Frames) for a in arrays.values()):
+                from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
+
+                try:
+                    arrays = {k: decode_frames(a, Column(k, "uint8", a.shape[1:])) if isinstance(a, Frames) else a
+                              for k, a in arrays.items()}
+                except CorruptRecord as e:
+                    raise WireError(str(e)) from None
+            batch = TransitionBatch(batch.actor_id, batch.seq, arrays)
         except WireError as e:
             raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
         if not self._cols:

@@ -410,7 +410,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)), guide=str(guide_src) if guide_src else None,
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
-                                resend_s=float(cfg.actor.resend_s)),
+                                resend_s=float(cfg.actor.resend_s), image_codec=str(cfg.buffer.image_codec),
+                                jpeg_quality=int(cfg.buffer.jpeg_quality)),
         )
         for i in range(cfg.actors)
     )

@@ -111,7 +111,12 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             p.start()
             procs[f"actor {cfg.actor_id}"] = p
         (plan.run_dir / "processes.json").write_text(json.dumps({w: p.pid for w, p in procs.items()}))
+        all_done_at: float | None = None  # when the last actor ended cleanly
         while done is None:
+            if all_done_at is None and not any(w != "learner" for w in procs):
+                all_done_at = time.monotonic()
+            if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
+                break  # every actor ended and the learner has not said "done": stop it (below)
             try:
                 kind, payload = status.get(timeout=0.2)
                 if kind == "progress":
@@ -122,6 +127,9 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             except queue.Empty:
                 pass
             for who, p in list(procs.items()):
+                if not p.is_alive() and done is None and p.exitcode == 0 and who != "learner":
+                    del procs[who]  # it ended because the learner said it is stopping: wait for its "done"
+                    continue
                 if not p.is_alive() and done is None and not (who == "learner" and p.exitcode == 0):
                     why = _drain_errors(errors).get(who, f"exit code {p.exitcode}")
                     if p.exitcode == ROBOT_LOST and who != "learner":

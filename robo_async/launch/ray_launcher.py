@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from robo_async.launch.builders import PolicyArgs, TaskArgs, TrainPlan
 from robo_async.launch.local import RunFailed, RunResult
@@ -56,8 +57,10 @@ class RayLearner:
         self._stop.set()
 
 
-def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, lease_opts: dict, job: str) -> str:
-    """One actor on whatever node Ray placed it: lease its robot there, run until the learner stops."""
+def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, lease_opts: dict,
+                   job: str) -> tuple[bool, str]:
+    """One actor on whatever node Ray placed it: lease its robot there, run until the learner stops.
+    Returns (clean, message): clean when it ended because the learner is stopping."""
     import torch
 
     from hal.leases import LeaseManager
@@ -68,9 +71,9 @@ def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, le
     lease = LeaseManager(lease_opts.get("lease_dir")).acquire(resource_id, job, float(lease_opts.get("wait_s") or 0))
     try:
         actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
-        return f"done: {actor.env_steps} env steps"
+        return True, f"done: {actor.env_steps} env steps"
     except RobotError as e:
-        return f"robot lost: {e}"
+        return False, f"robot lost: {e}"
     finally:
         lease.release()
 
@@ -111,8 +114,12 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                 f"actor {cfg.actor_id}"
         progress: dict[str, float] = {}
         interrupted = False
+        all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
         try:
             while not ray.wait([run_ref], timeout=0.5)[0]:
+                if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
+                    learner.stop.remote()  # every actor ended and the learner has not: stop it
+                    all_done_at = float("inf")
                 progress = ray.get(learner.progress.remote()) or progress
                 if progress:
                     display.update(progress)
@@ -120,10 +127,14 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                 for ref in finished:
                     who = refs.pop(ref)
                     try:
-                        msg = ray.get(ref)
+                        clean, msg = ray.get(ref)
                     except Exception as e:
                         learner.stop.remote()
                         raise RunFailed(f"{who} failed on Ray: {str(e).splitlines()[-1]}; stopping the run") from None
+                    if clean:  # the learner said it is stopping: its result follows
+                        if not refs and all_done_at is None:
+                            all_done_at = time.monotonic()
+                        continue
                     display.message(f"[red]{who}: {msg}; continuing with {len(refs)} actor(s)[/]")
                     if not refs:
                         learner.stop.remote()

@@ -283,6 +283,8 @@ class Learner:
             "buffer/interventions": self.store.counts["interventions"],
             "buffer/commit_interval_ms": self._commit_interval_ms(),
             "buffer/write_errors": self.store.write_errors,
+            "buffer/frames_as_sent": self.store.frames_as_sent,  # encoded by actors, stored as they came
+            "buffer/frames_encoded": self.store.frames_encoded,  # encoded by the store (raw pixels arrived)
             "buffer/rejected_batches": self.rejected_batches,
             "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),

@@ -2,6 +2,8 @@
 
 Header: {"schema": SCHEMA, "kind": str, "version": int, "actor_id": int, "seq": int,
          "meta": {str: scalar}, "arrays": [[name, dtype, shape], ...]}
+A camera column encoded at the actor (`Frames`) is `[name, "frames", [n, H, W, C], [len, ...]]`
+with one data frame holding its n encoded images back to back.
 Every decoded message is validated (schema, kind, frame count, dtype whitelist, byte sizes,
 leading dimension agreement) before use; a bad one raises `WireError` naming what was wrong.
 """
@@ -24,6 +26,57 @@ class WireError(ValueError):
     """A message that cannot be decoded or does not match the schema."""
 
 
+FRAME_TAGS = frozenset(b"QPJ")  # first byte of an encoded image: QOI, PNG, JPEG (see buffer/codec.py)
+MAX_SIDE = 8192
+
+
+class Frames:
+    """A uint8 [n, H, W, C] camera column encoded image by image (`buffer.codec.encode_image`
+    blobs: codec tag, crc32, payload), as actors send it: learners store the bytes as they came
+    (and decode them once, which checks them, for the RAM cache). Slicing and `len` work on rows;
+    `frames[i]` is row i's blob."""
+
+    dtype = np.dtype(np.uint8)
+    ndim = 4
+
+    def __init__(self, blobs: Sequence[bytes], shape: Sequence[int]) -> None:
+        self.blobs = list(blobs)
+        self.shape = tuple(int(d) for d in shape)
+        if len(self.shape) != 4 or self.shape[0] != len(self.blobs):
+            raise WireError(f"frames of shape {self.shape} hold {len(self.blobs)} images")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.blobs)
+
+    def __len__(self) -> int:
+        return len(self.blobs)
+
+    def __getitem__(self, i: int | slice) -> "bytes | Frames":
+        if isinstance(i, slice):
+            blobs = self.blobs[i]
+            return Frames(blobs, (len(blobs), *self.shape[1:]))
+        return self.blobs[i]
+
+    @staticmethod
+    def concat(parts: Sequence["Frames"]) -> "Frames":
+        blobs = [b for p in parts for b in p.blobs]
+        return Frames(blobs, (len(blobs), *parts[0].shape[1:]))
+
+    @staticmethod
+    def max_blob(shape: Sequence[int]) -> int:
+        """The largest encoded image accepted for one [H, W, C] frame: above QOI's and PNG's
+        worst case for incompressible pixels (about (C+1)/C and 1 + 1/(W*C) of the raw size)."""
+        h, w, c = shape
+        return h * w * (c + 1) + h + 1024
+
+
+def is_image_column(a: object) -> bool:
+    """uint8 [n, H, W, C] arrays (C in 1, 3, 4) are camera frames (`Frames` once encoded)."""
+    return isinstance(a, Frames) or (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 4
+                                     and a.shape[3] in (1, 3, 4))
+
+
 FINAL_OBS = "final_obs/"  # compact batches: the last row's next observation (see expand_next_obs)
 
 
@@ -41,7 +94,10 @@ def expand_next_obs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise WireError(f"'{k}' needs 'obs/{name}' and no 'next_obs/{name}' beside it")
         if last.shape[:1] != (1,) or last.shape[1:] != obs.shape[1:] or last.dtype != obs.dtype:
             raise WireError(f"'{k}' is {last.dtype}{last.shape}, expected {obs.dtype}(1, *{obs.shape[1:]})")
-        out[f"next_obs/{name}"] = np.concatenate([obs[1:], last])
+        if isinstance(obs, Frames) != isinstance(last, Frames):
+            raise WireError(f"'{k}' and 'obs/{name}' must both be encoded frames or both raw")
+        out[f"next_obs/{name}"] = Frames.concat([obs[1:], last]) if isinstance(obs, Frames) \
+            else np.concatenate([obs[1:], last])
     return out
 
 
@@ -138,6 +194,10 @@ _KINDS = {c.kind: c for c in (TransitionBatch, EpisodeStats, Weights, LearnerSta
 def _pack(kind: str, arrays: Mapping[str, np.ndarray], **fields: Scalar) -> list[bytes | memoryview]:
     specs, frames = [], []
     for name, arr in arrays.items():
+        if isinstance(arr, Frames):
+            specs.append([name, "frames", list(arr.shape), [len(b) for b in arr.blobs]])
+            frames.append(b"".join(arr.blobs))
+            continue
         a = np.ascontiguousarray(arr)
         dtype = _DTYPE_NAMES.get(a.dtype)  # a dict lookup: `dtype.name` costs microseconds per call
         if dtype is None:
@@ -164,13 +224,16 @@ def encode(msg: Message) -> list[bytes | memoryview]:
     raise WireError(f"cannot encode {type(msg).__name__}")
 
 
-def _arrays(header: dict, frames: Sequence[bytes | memoryview]) -> dict[str, np.ndarray]:
+def _arrays(header: dict, frames: Sequence[bytes | memoryview]) -> dict[str, np.ndarray | Frames]:
     specs = header.get("arrays")
     if not isinstance(specs, list) or len(specs) != len(frames):
         n = len(specs) if isinstance(specs, list) else "no"
         raise WireError(f"header lists {n} arrays but {len(frames)} data frames arrived")
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, np.ndarray | Frames] = {}
     for spec, frame in zip(specs, frames):
+        if isinstance(spec, list) and len(spec) == 4 and spec[1] == "frames":
+            out[str(spec[0])] = _frames(spec, memoryview(frame))
+            continue
         if not (isinstance(spec, list) and len(spec) == 3):
             raise WireError(f"bad array spec {spec!r}: expected [name, dtype, shape]")
         name, dtype, shape = spec
@@ -186,6 +249,29 @@ def _arrays(header: dict, frames: Sequence[bytes | memoryview]) -> dict[str, np.
             )
         out[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
     return out
+
+
+def _frames(spec: list, buf: memoryview) -> Frames:
+    name, _, shape, lengths = spec
+    if not isinstance(name, str):
+        raise WireError(f"bad frames spec name {name!r}")
+    if not (isinstance(shape, list) and len(shape) == 4 and all(type(d) is int for d in shape)
+            and 0 <= shape[0] <= 1 << 20 and all(1 <= d <= MAX_SIDE for d in shape[1:3]) and shape[3] in (1, 3, 4)):
+        raise WireError(f"frames '{name}' have bad shape {shape!r}: expected [n, H, W, C], C in 1, 3, 4")
+    cap = Frames.max_blob(shape[1:])
+    if not (isinstance(lengths, list) and len(lengths) == shape[0]
+            and all(type(n) is int and 6 <= n <= cap for n in lengths)):
+        raise WireError(f"frames '{name}' need {shape[0]} image lengths in [6, {cap}] bytes")
+    if sum(lengths) != buf.nbytes:
+        raise WireError(f"frames '{name}' list {sum(lengths)} bytes, frame has {buf.nbytes}")
+    blobs, at = [], 0
+    for n in lengths:
+        blob = bytes(buf[at:at + n])
+        if blob[0] not in FRAME_TAGS:
+            raise WireError(f"frames '{name}': image {len(blobs)} has unknown codec tag {blob[:1]!r}")
+        blobs.append(blob)
+        at += n
+    return Frames(blobs, shape)
 
 
 def _field(header: dict, name: str, typ: type | tuple[type, ...]) -> Scalar:
@@ -217,6 +303,9 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
     if kind not in _KINDS:
         raise WireError(f"unknown message kind {kind!r}; known: {sorted(_KINDS)}")
     arrays = _arrays(header, frames[1:])
+    encoded = [k for k, a in arrays.items() if isinstance(a, Frames)]
+    if encoded and (kind != "transitions" or any(not k.startswith(("obs/", "next_obs/", FINAL_OBS)) for k in encoded)):
+        raise WireError(f"encoded frames are for observations in transitions, not {kind} {encoded}")
     if kind == "transitions":
         required = {"action", "reward", "terminated", "truncated", "policy_version"}
         missing = required - arrays.keys()

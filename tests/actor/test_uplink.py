@@ -7,7 +7,8 @@ import pytest
 
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
-from robo_async.transport.wire import LearnerStatus, TransitionBatch
+from robo_async.buffer.codec import Column, decode_frames
+from robo_async.transport.wire import Frames, LearnerStatus, TransitionBatch
 from tests.buffer.test_lmdb_store import batch
 
 
@@ -81,7 +82,10 @@ def test_journal_survives_a_restart_and_spills_beyond_the_ram_budget(tmp_path):
     up2.start(60)
     got = L.collect(lambda g: len(g) >= 7)
     assert seqs(got)[:7] == list(range(60, 200, 20))  # read back from disk, in order
-    np.testing.assert_array_equal(got[0].arrays["obs/cam0"], batch(0, 60, 20, images=1, size=16).arrays["obs/cam0"])
+    frames = got[0].arrays["obs/cam0"]  # encoded here (QOI), stored by the learner as they come
+    assert isinstance(frames, Frames) and frames.blobs[0][:1] == b"Q"
+    np.testing.assert_array_equal(decode_frames(frames, Column("obs/cam0", "uint8", (16, 16, 3))),
+                                  batch(0, 60, 20, images=1, size=16).arrays["obs/cam0"])
     L.acked = 200
     L.collect(lambda g: up2.unacked == 0)
     up2.close(drain_s=0)

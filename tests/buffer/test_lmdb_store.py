@@ -97,6 +97,52 @@ def test_png_and_qoi_frames_mix_in_one_store_and_a_damaged_frame_is_named(tmp_pa
     s.close()
 
 
+def encoded(b, codec="qoi"):
+    from robo_async.buffer.codec import encode_frames
+
+    return TransitionBatch(b.actor_id, b.seq, encode_frames(b.arrays, codec))
+
+
+def test_frames_encoded_by_the_actor_are_stored_as_they_came(tmp_path):
+    s = opened(tmp_path / "r", image_codec="png")  # the store's own codec is not used for them
+    raw = batch(0, 0, 10, images=2, size=32)
+    sent = encoded(raw)
+    assert s.insert(sent) == 10
+    s.flush()
+    sample = s.sample(64, np.random.default_rng(0))  # the RAM cache holds the decoded pixels
+    for img, r in zip(sample["obs/cam0"], sample["reward"]):
+        np.testing.assert_array_equal(img, raw.arrays["obs/cam0"][int(r)])
+    with s._env.begin(db=s._dbs["img"]) as txn:
+        stored = {bytes(v) for _, v in txn.cursor()}
+    assert set(sent.arrays["obs/cam1"].blobs) <= stored and all(b[:1] == b"Q" for b in stored)
+    assert len(stored) == 2 * 11  # next_obs frames equal to the next obs are kept once
+    s.close()
+    s = opened(tmp_path / "r")
+    rows = dict(s.rows())
+    np.testing.assert_array_equal(rows[9]["next_obs/cam1"], raw.arrays["next_obs/cam1"][9])
+    s.close()
+
+
+def test_an_undecodable_frame_from_an_actor_is_refused_and_nothing_of_it_is_kept(tmp_path):
+    import zlib
+
+    s = opened(tmp_path / "r")
+    good = encoded(batch(0, 0, 5, images=1, size=16))
+    assert s.insert(good) == 5
+    bad = encoded(batch(0, 5, 5, images=1, size=16))
+    f = bad.arrays["obs/cam0"]
+    junk = f.blobs[3][5:12] + b"junk"  # a valid checksum over bytes that are not an image
+    f.blobs[3] = b"Q" + zlib.crc32(junk).to_bytes(4, "little") + junk
+    with pytest.raises(ReplayError, match=r"actor 0 seq 5: 'obs/cam0' image 3: .*does not decode"):
+        s.insert(bad)
+    s.flush()
+    assert s.ack(0) == 5 and len(s) == 5  # refused whole; the actor still holds it (unacked)
+    assert s.insert(encoded(batch(0, 5, 5, images=1, size=16))) == 5  # a good resend is taken
+    s.flush()
+    assert s.ack(0) == 10
+    s.close()
+
+
 def test_jpeg_codec_is_close_not_exact(tmp_path):
     s = opened(tmp_path / "r", image_codec="jpeg", jpeg_quality=90)
     b = batch(0, 0, 4, images=1, size=32)

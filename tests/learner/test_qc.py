@@ -137,3 +137,21 @@ def test_qc_from_pixels_shares_one_encoder_trained_by_the_critic_only():
     assert any(k.startswith("actor.encoder.vision") for k in w)
     obs = {"state": np.zeros(3, np.float32), "front": np.zeros((16, 16, 3), np.uint8)}
     assert algo.policy.predict_chunk(obs).actions.shape == (4, 3)
+
+
+def test_qc_from_pixels_trains_end_to_end_on_frames_the_actor_encoded(tmp_path):
+    """Camera frames cross the wire encoded by the actor's uplink; the learner stores those bytes
+    (it encodes none itself) and the chunked critic trains on them."""
+    run_dir = tmp_path / "run"
+    res = subprocess.run(EXE + [
+        "train", "launcher=serial", "task=reach", "task.cameras=[front]", "task.image_size=16",
+        "policy=flow", "policy.obs_keys=[state]", "policy.cameras=[front]", "policy.horizon=4",
+        "policy.hidden=[32,32]", "algo=qc", "algo.warmup_steps=100", "algo.batch_size=16",
+        "algo.critic_hidden=[32,32]", "algo.actor_hidden=[32,32]", f"run_dir={run_dir}", "budget.env_steps=400",
+        "stop_at_success=null", "eval_episodes=0", "learner.log_every_s=0.5"], capture_output=True, text=True,
+        timeout=240)
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = read_metrics(run_dir)
+    last = rows[-1]
+    assert last["time/updates"] > 10 and "losses/qf1_values" in last
+    assert last["buffer/frames_as_sent"] >= 400 and last["buffer/frames_encoded"] == 0

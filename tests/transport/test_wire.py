@@ -88,6 +88,58 @@ def test_malformed_messages_are_named(frames, match):
         decode(frames)
 
 
+def _encoded(n=4):
+    from robo_async.buffer.codec import encode_frames
+
+    b = batch(n)
+    return b, TransitionBatch(b.actor_id, b.seq, encode_frames(b.arrays))
+
+
+def test_frames_encoded_at_the_actor_travel_as_bytes_and_decode_to_the_pixels():
+    from robo_async.buffer.codec import Column, decode_frames
+    from robo_async.transport.wire import Frames
+
+    raw, enc = _encoded()
+    assert isinstance(enc.arrays["obs/front"], Frames) and isinstance(enc.arrays["obs/state"], np.ndarray)
+    out = roundtrip(enc)
+    f = out.arrays["obs/front"]
+    assert isinstance(f, Frames) and f.blobs == enc.arrays["obs/front"].blobs and f.shape == (4, 8, 8, 3)
+    np.testing.assert_array_equal(decode_frames(f, Column("obs/front", "uint8", (8, 8, 3))), raw.arrays["obs/front"])
+
+
+@pytest.mark.parametrize("damage,match", [
+    ("sum", "frame has"),
+    ("tag", "unknown codec tag"),
+    ("huge", "image lengths in"),
+    ("shape", "bad shape"),
+    ("count", "image lengths"),
+    ("where", "encoded frames are for observations"),
+])
+def test_malformed_frames_are_named(damage, match):
+    from robo_async.transport.wire import Frames
+
+    _, enc = _encoded(2)
+    frames = [bytes(f) for f in encode(enc)]
+    h = msgpack.unpackb(frames[0])
+    i = next(j for j, spec in enumerate(h["arrays"]) if spec[1] == "frames")
+    spec = h["arrays"][i]
+    if damage == "sum":
+        frames[i + 1] = frames[i + 1][:-1]
+    elif damage == "tag":
+        frames[i + 1] = b"X" + frames[i + 1][1:]
+    elif damage == "huge":
+        spec[3] = [Frames.max_blob((8, 8, 3)) + 1, 6]  # more than any 8x8 RGB image can need
+    elif damage == "shape":
+        spec[2] = [2, 8, 8, 2]
+    elif damage == "count":
+        spec[3] = spec[3][:1]
+    elif damage == "where":
+        spec[0] = "action_frames"
+    frames[0] = msgpack.packb(h)
+    with pytest.raises(WireError, match=match):
+        decode(frames)
+
+
 def test_transitions_disagreeing_batch_size_rejected():
     b = batch(3)
     arrays = dict(b.arrays)
