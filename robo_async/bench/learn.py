@@ -160,6 +160,8 @@ def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str
             "seconds_to_90": t90, "final_success": final, "bc_start_success": bc_success,
             "env_steps": int(last.get("time/env_steps", 0)), "updates": int(updates),
             "updates_per_s": round(updates / elapsed, 2), "wall_s": round(wall, 1), "returncode": res.returncode,
+            # commanded-action jerk of the last 20 training episodes per actor (mean abs d3a/dt3, rad/s^3)
+            "train_jerk": round(float(last["actors/train_jerk"]), 1) if "actors/train_jerk" in last else None,
             "mean_completion_ticks": _completion(run_dir), "run_dir": str(run_dir), "curve": points}
 
 
@@ -221,11 +223,11 @@ def bench_learn(args: dict[str, str]) -> int:
     plot(rows, root / "learning_curves.png")
     table = Table(title="bench learn (2 cores, 20 scripted demos per task)")
     cols = ("row", "seconds_to_80", "env_steps_to_80", "robot_minutes_to_80", "final_success", "bc_start_success",
-            "updates_per_s", "env_steps")
+            "updates_per_s", "env_steps", "train_jerk")
     for c in cols:
         table.add_column(c, justify="left" if c == "row" else "right")
     for r in rows:
-        table.add_row(*(str(r[c]) for c in cols))
+        table.add_row(*(str(r.get(c)) for c in cols))
     Console().print(table)
     print(f"learning curves: {root / 'learning_curves.png'}")
 
