@@ -141,7 +141,13 @@ def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str
             "stop_at_success=0.9", "eval_episodes=20"]
     t0 = time.monotonic()
     res = _cli(args, budget_s + 1800, root / f"{row.name}.log")
-    wall = time.monotonic() - t0
+    return summarize(row, root, bc_success, time.monotonic() - t0, res.returncode, hz)
+
+
+def summarize(row: Row, root: Path, bc_success: float | None, wall: float, returncode: int,
+              hz: float = 30.0) -> dict[str, object]:
+    """A row's figures from its run directory and log (also for a run whose bench was interrupted)."""
+    run_dir = root / row.name
     text = (root / f"{row.name}.log").read_text()
     final = None
     for line in text.splitlines():
@@ -159,7 +165,7 @@ def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str
             "robot_minutes_to_80": round(s80 / hz / 60, 2) if s80 is not None else None,
             "seconds_to_90": t90, "final_success": final, "bc_start_success": bc_success,
             "env_steps": int(last.get("time/env_steps", 0)), "updates": int(updates),
-            "updates_per_s": round(updates / elapsed, 2), "wall_s": round(wall, 1), "returncode": res.returncode,
+            "updates_per_s": round(updates / elapsed, 2), "wall_s": round(wall, 1), "returncode": returncode,
             # commanded-action jerk of the last 20 training episodes per actor (mean abs d3a/dt3, rad/s^3)
             "train_jerk": round(float(last["actors/train_jerk"]), 1) if "actors/train_jerk" in last else None,
             "mean_completion_ticks": _completion(run_dir), "run_dir": str(run_dir), "curve": points}
