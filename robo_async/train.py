@@ -50,6 +50,11 @@ def prepare(overrides: list[str]):
         run_dir = resume
     else:
         run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, cfg.task.name)
+        held = [p for p in ("checkpoints", "replay/data.mdb") if (run_dir / p).exists()
+                and (p != "checkpoints" or checkpoint.list_checkpoints(run_dir / p))]
+        if held:  # a new run would mix its data and checkpoints with the old run's
+            raise UserError(f"{run_dir} already holds a run ({', '.join(held)}); continue it with "
+                            f"resume={run_dir}, or give another run_dir")
     try:
         plan = build_plan(cfg, run_dir, meta)
     except (ConfigError, KeyError, TypeError, ValueError) as e:

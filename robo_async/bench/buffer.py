@@ -16,6 +16,7 @@ per transition) plus state. Figures:
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,6 +118,8 @@ def store_ingest(frames: list[np.ndarray], n: int, root: Path, codec: str = "qoi
         if actor_encoded:
             arrays = encode_frames(arrays, codec)
         batches.append(TransitionBatch(0, seq, arrays))
+    if root.exists():  # a store holding these seqs already would take none of them (duplicates)
+        shutil.rmtree(root)
     store = PersistentReplayStore(root, StoreConfig(image_codec=codec)).open()
     t0 = time.perf_counter()
     for b in batches:

@@ -17,6 +17,7 @@ matrix can be run a few rows at a time.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,8 @@ def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str
     bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(row.task, row.obs, demos, root,
                                                                         root / f"bc-{row.task}-{row.obs}.log")
     run_dir = root / row.name
+    if run_dir.exists():  # a row is measured from scratch (train refuses a used run_dir)
+        shutil.rmtree(run_dir)
     args = ["train", *row.overrides(demos, bc_dir), f"run_dir={run_dir}", f"budget.seconds={budget_s:g}",
             "stop_at_success=0.9", "eval_episodes=20"]
     t0 = time.monotonic()

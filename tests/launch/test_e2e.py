@@ -199,6 +199,16 @@ def test_checkpoint_from_another_task(trained, tmp_path):
     assert "was trained for robot" in _one_error_line(run(["eval", f"checkpoint={other}"]))
 
 
+def test_a_new_run_into_a_used_run_dir_is_refused_and_nothing_there_changes(trained):
+    run_dir, _ = trained
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").iterdir())
+    res = run(["train", f"run_dir={run_dir}", "budget.env_steps=200", *TINY])
+    assert res.returncode != 0
+    assert f"{run_dir} already holds a run (checkpoints, replay/data.mdb); continue it with resume=" \
+        in _one_error_line(res)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").iterdir()) == before
+
+
 def test_port_in_use_fails_fast_with_message(tmp_path):
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
