@@ -166,7 +166,7 @@ class Uplink:
         if e.frames is None:
             assert e.batch is not None
             b = e.batch
-            if self.config.image_codec and any(is_image_column(a) for a in b.arrays.values()):
+            if self.config.image_codec and self._has_images(b):
                 from robo_async.buffer.codec import encode_frames  # camera frames: encoded here, once
 
                 b = TransitionBatch(b.actor_id, b.seq, encode_frames(b.arrays, self.config.image_codec,
