@@ -144,10 +144,11 @@ class FlowChunkPolicy(Policy):
         return np.stack([np.asarray(obs[c]) for c in self.cameras], axis=-4)
 
     # --- sampling -----------------------------------------------------------------------------
-    def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int = 0,
+    def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int | torch.Tensor = 0,
                images: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
-        """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly; `noise`
-        [B, H, A]: the starting noise (default: drawn, or zero when deterministic)."""
+        """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly; `delay`:
+        ticks between the observation and the chunk's start (one, or [B]); `noise` [B, H, A]: the
+        starting noise (default: drawn, or zero when deterministic)."""
         b, h, a = cond.shape[0], self.horizon, len(self.low)
         with torch.no_grad():
             cond = self.net.encode(cond, images)
@@ -160,7 +161,8 @@ class FlowChunkPolicy(Policy):
         dev = cond.device
         mask = torch.zeros(b, h, device=dev)
         mask[:, :d] = 1
-        delay_t = torch.full((b,), delay / h, device=dev)
+        delay_t = (delay.float().to(dev) / h if isinstance(delay, torch.Tensor)
+                   else torch.full((b,), delay / h, device=dev))
         x = x0.clone()
         with torch.no_grad():
             for k in range(self.steps):

@@ -48,19 +48,22 @@ class Encoder(nn.Module):
 
 
 class ChunkActor(nn.Module):
-    """(observation features, noise z [B, H*A]) -> normalized chunk [B, H, A] in [-1, 1]."""
+    """(observation features, noise z [B, H*A], delay [B]) -> normalized chunk [B, H, A] in [-1, 1].
+    The delay (ticks between the observation and the chunk's start, as a fraction of H) tells it
+    how stale its observation will be, as the flow policy is told (delay-consistent acting)."""
 
     def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...],
                  cameras: int = 0, image_size: int = 64) -> None:
         super().__init__()
         self.horizon, self.action_dim = horizon, action_dim
         self.encoder = Encoder(cond_dim, cameras, image_size)
-        self.net = mlp([self.encoder.out + horizon * action_dim, *hidden], horizon * action_dim)
+        self.net = mlp([self.encoder.out + horizon * action_dim + 1, *hidden], horizon * action_dim)
 
     def forward(self, cond: torch.Tensor, z: torch.Tensor, images: torch.Tensor | None = None,
-                features: torch.Tensor | None = None) -> torch.Tensor:
+                features: torch.Tensor | None = None, delay: torch.Tensor | None = None) -> torch.Tensor:
         f = self.encoder(cond, images) if features is None else features
-        x = self.net(torch.cat([f, z.reshape(len(z), -1)], dim=-1))
+        d = torch.zeros(len(z), 1, device=z.device) if delay is None else delay.float().reshape(-1, 1) / self.horizon
+        x = self.net(torch.cat([f, z.reshape(len(z), -1), d], dim=-1))
         return torch.tanh(x).reshape(len(z), self.horizon, self.action_dim)
 
 
@@ -104,28 +107,31 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
         sizes = "-".join(str(m.out_features) for m in self.actor.net if isinstance(m, nn.Linear))
         best = f"-best{self.best_of_n}" if self.best_of_n > 1 else ""
-        return f"onestep-{self.action_mode}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-{sizes}{best}"
+        return f"onestep-{self.action_mode}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-d-{sizes}{best}"
 
     def module(self) -> nn.Module:
         return self._modules
 
-    def act(self, cond: torch.Tensor, images: torch.Tensor | None = None, n: int | None = None) -> torch.Tensor:
-        """Normalized chunks [B, H, A]: one per row, or the best of n by the critic's Q."""
+    def act(self, cond: torch.Tensor, images: torch.Tensor | None = None, n: int | None = None,
+            delay: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalized chunks [B, H, A]: one per row, or the best of n by the critic's Q. `delay`
+        [B]: ticks from the observation to the chunk's start (default 0)."""
         n = self.best_of_n if n is None else n
         b = cond.shape[0]
         shape = (b, self.horizon, len(self.low))
         with torch.no_grad():
             f = self.actor.encoder(cond, images)
             if self.deterministic and n == 1:
-                return self.actor(cond, torch.zeros(shape, device=cond.device), features=f)
+                return self.actor(cond, torch.zeros(shape, device=cond.device), features=f, delay=delay)
             if n == 1:
-                return self.actor(cond, torch.randn(shape, generator=self._gen).to(cond.device), features=f)
+                return self.actor(cond, torch.randn(shape, generator=self._gen).to(cond.device), features=f,
+                                  delay=delay)
             assert self.critic is not None, "best-of-n needs the critic"
             fr = f.repeat_interleave(n, 0)
             z = torch.randn((b * n, *shape[1:]), generator=self._gen).to(cond.device)
             if self.deterministic:
                 z[::n] = 0  # the mode is always among the candidates
-            chunks = self.actor(cond, z, features=fr)
+            chunks = self.actor(cond, z, features=fr, delay=None if delay is None else delay.repeat_interleave(n, 0))
             cf = self.critic.encoder(cond, images).repeat_interleave(n, 0)
             q = torch.min(*self.critic(cond, chunks, features=cf)).reshape(b, n)
             best = q.argmax(1)
@@ -136,7 +142,9 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
         ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
         imgs = self.images(obs)
-        x = self.act(cond, None if imgs is None else torch.as_tensor(imgs)[None])[0].numpy()
+        delay = len(prefix) if prefix is not None and len(prefix) else int(delay_ticks)
+        x = self.act(cond, None if imgs is None else torch.as_tensor(imgs)[None],
+                     delay=torch.full((1,), float(delay)))[0].numpy()
         actions = self.denormalize(x, ref)
         if prefix is not None and len(prefix):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # committed: kept exactly

@@ -34,6 +34,7 @@ class _Region:
         self.actor = np.full(capacity, -1, np.int64)
         self.seq = np.full(capacity, -1, np.int64)
         self.succ = np.full(capacity, -1, np.int64)
+        self.pred = np.full(capacity, -1, np.int64)  # the same actor's previous row, where cached here
         self.outcome = np.full(capacity, -1, np.int8)  # its episode: 1 succeeded, 0 did not, -1 not known yet
         self.filled = 0
 
@@ -45,6 +46,9 @@ class _Region:
         follows = (a[1:] == a[:-1]) & (q[1:] == q[:-1] + 1)
         nxt[:-1] = np.where(follows, s[1:], -1)
         self.succ[s] = nxt
+        prv = np.full(len(s), -1, np.int64)
+        prv[1:] = np.where(follows, s[:-1], -1)
+        self.pred[s] = prv
         # outcomes: each row takes its episode's if that episode's last row is in this run
         ends = self.cols["terminated"][s] | self.cols["truncated"][s]
         won = self.cols["success"][s]
@@ -113,9 +117,12 @@ class TableCache:
             r.seq[slots] = first_seq + np.arange(n)
             r.succ[slots[:-1]] = slots[1:]
             r.succ[slots[-1]] = -1
+            r.pred[slots[1:]] = slots[:-1]
+            r.pred[slots[0]] = -1
             tail = self._tail.get(actor_id)
             if tail is not None and tail[1] == first_seq - 1:
                 r.succ[tail[0]] = slots[0]  # the same actor's previous batch continues here
+                r.pred[slots[0]] = tail[0]
             self._tail[actor_id] = (int(slots[-1]), first_seq + n - 1)
             self._set_outcomes(arrays, slots, actor_id, first_seq)
             self._next = int((self._next + n) % cap)
@@ -197,15 +204,21 @@ class TableCache:
                 parts.append((self._res, rng.integers(0, self._res.filled, size=n_old)))
             return {c.name: _gather(parts, c.name) for c in self.schema.columns}
 
-    def sample_windows(self, n: int, horizon: int, rng: np.random.Generator, tries: int = 8
-                       ) -> dict[str, np.ndarray] | None:
+    def sample_windows(self, n: int, horizon: int, rng: np.random.Generator, tries: int = 8,
+                       lookback: int = 0) -> dict[str, np.ndarray] | None:
         """n windows of `horizon` consecutive transitions of one actor's episode (see the module
         docstring); None if no complete window is cached yet. Keys: `obs/*` (the first row),
         `next_obs/*`, `terminated`, `truncated`, `success` (the last row inside the episode),
         `actions` [n, H, A] and `rewards` [n, H] (repeated / 0 after an episode end), `mask`
         [n, H] (1 inside the episode), `steps` [n] (rows inside the episode, 1..H), and the first
         row's `policy_version` and `episode_success` (1: its episode succeeded, 0: it did not, -1:
-        not known: still running, or its end is not cached)."""
+        not known: still running, or its end is not cached).
+
+        `lookback=D` > 0 adds, per window, a lag d drawn uniformly from 0..min(D, rows of the same
+        episode cached before the window): `lag` [n], `lag_obs/*` (the observation d rows before
+        the window's first) and `lag_actions` [n, D, A] (the d actions executed between that
+        observation and the window, in order, then zeros): what an asynchronous actor had when it
+        asked for the window's chunk d ticks ahead (the delay-consistent input of a chunk actor)."""
         picked: list[tuple[_Region, np.ndarray]] = []
         got = 0
         with self.lock:
@@ -223,7 +236,7 @@ class TableCache:
                     break
             if got == 0:
                 return None
-            return self._window_batch(picked, horizon, n)
+            return self._window_batch(picked, horizon, n, lookback, rng)
 
     def _chains(self, r: _Region, start: np.ndarray, horizon: int) -> np.ndarray:
         """[k', H] slots of complete windows from these starts (rows after an episode end repeat
@@ -243,7 +256,22 @@ class TableCache:
             ended = ended | term[chains[:, k]] | trunc[chains[:, k]]
         return chains[ok]
 
-    def _window_batch(self, picked: list[tuple[_Region, np.ndarray]], horizon: int, n: int) -> dict[str, np.ndarray]:
+    def _behind(self, r: _Region, first: np.ndarray, lookback: int) -> np.ndarray:
+        """[k, D] slots of the D rows before each start, nearest first (-1 past what is cached of
+        its episode: another actor's row, an overwritten slot, or the previous episode's end)."""
+        back = np.full((len(first), lookback), -1, np.int64)
+        cur, ok = first, np.ones(len(first), bool)
+        for j in range(lookback):
+            prv = r.pred[cur]
+            safe = np.where(prv >= 0, prv, 0)
+            ok &= ((prv >= 0) & (r.actor[safe] == r.actor[cur]) & (r.seq[safe] == r.seq[cur] - 1)
+                   & ~(r.cols["terminated"][safe] | r.cols["truncated"][safe]))
+            back[:, j] = np.where(ok, safe, -1)
+            cur = np.where(ok, safe, cur)
+        return back
+
+    def _window_batch(self, picked: list[tuple[_Region, np.ndarray]], horizon: int, n: int, lookback: int = 0,
+                      rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
         out: dict[str, list[np.ndarray]] = {}
 
         def add(k: str, v: np.ndarray) -> None:
@@ -269,6 +297,23 @@ class TableCache:
                 add(k, r.cols[k][last])
             add("policy_version", r.cols["policy_version"][first])
             add("episode_success", r.outcome[first])
+            if lookback > 0:
+                assert rng is not None
+                back = self._behind(r, first, lookback)
+                have = (back >= 0).sum(1)
+                lag = rng.integers(0, have + 1)  # uniform over 0..what this episode has cached
+                rows = np.arange(len(first))
+                src = np.where(lag > 0, back[rows, np.maximum(lag - 1, 0)], first)
+                for c in self.schema.columns:
+                    if c.name.startswith("obs/"):
+                        add("lag_" + c.name, r.cols[c.name][src])
+                # the committed actions in order: rows k-d .. k-1 (back[:, d-1] .. back[:, 0])
+                j = np.arange(lookback)
+                idx = back[rows[:, None], np.clip(lag[:, None] - 1 - j[None], 0, lookback - 1)]
+                acts = r.cols["action"][np.where(idx >= 0, idx, 0)]
+                acts[j[None] >= lag[:, None]] = 0
+                add("lag_actions", acts)
+                add("lag", lag.astype(np.int64))
         return {k: (v[0] if len(v) == 1 else np.concatenate(v))[:n] for k, v in out.items()}
 
 

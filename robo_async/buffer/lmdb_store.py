@@ -583,13 +583,13 @@ class PersistentReplayStore(ReplayStore):
         c = self.caches.get(table)
         return c is not None and c.ready()
 
-    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online"
-                       ) -> dict[str, np.ndarray] | None:
+    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online",
+                       lookback: int = 0) -> dict[str, np.ndarray] | None:
         """Windows of `horizon` consecutive transitions of one actor's episode (TableCache.sample_windows);
         None while no complete window is cached."""
         if not self.can_sample(table):
             return None
-        return self.caches[table].sample_windows(batch_size, horizon, rng)
+        return self.caches[table].sample_windows(batch_size, horizon, rng, lookback=lookback)
 
     def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
         if not self.can_sample(table):

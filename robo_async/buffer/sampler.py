@@ -57,13 +57,16 @@ def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
 class Sampler:
     def __init__(self, store: PersistentReplayStore, batch_size: int, mix: Mapping[str, float],
                  seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None,
-                 successful_only: bool = False) -> None:
+                 successful_only: bool = False, lookback: int = 0) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, not {window}")
+        if lookback < 0 or (lookback and window < 2):
+            raise ValueError(f"lookback must be >= 0 and needs windows (window >= 2), not lookback={lookback}")
         if successful_only and window < 2:
             raise ValueError("successful_only needs windows (window >= 2): outcomes are known per episode")
         self.store = store
         self.window = window
+        self.lookback = lookback  # windows also bring the observation up to this many ticks before them
         self.max_lag = max_lag
         self.successful_only = successful_only  # online windows only from episodes that succeeded
         self.rejected_outcome = 0
@@ -99,7 +102,7 @@ class Sampler:
 
     def _one(self, table: str, n: int) -> dict[str, np.ndarray] | None:
         if self.window > 1:
-            return self.store.sample_windows(n, self.window, self._rng, table)
+            return self.store.sample_windows(n, self.window, self._rng, table, lookback=self.lookback)
         return self.store.sample(n, self._rng, table)
 
     def _keep(self, part: dict[str, np.ndarray]) -> np.ndarray:

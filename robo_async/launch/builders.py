@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import datetime as dt
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -339,6 +340,13 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                               f"{other.action_dim} joints, features {other.features}")
     algo_name, algo_config = algo_of(OmegaConf.to_container(cfg.algo, resolve=True))
     pol = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
+    if getattr(algo_config, "max_delay", 0) is None:  # delay-consistent acting: as the actors will ask
+        modes = {resolve_inference(str(cfg.actor.get("inference", "auto")), plan_task(i)) for i in range(cfg.actors)}
+        ms = pol.option("inference_delay_ms") or 0
+        injected = float(max(ms) if isinstance(ms, tuple) else ms) / 1000 / spec.dt
+        bc_delay = int((cfg.policy.get("bc") or {}).get("max_delay", 12))
+        delay = 0 if modes <= {"inline", "sync"} else max(bc_delay, math.ceil(injected - 1e-9) + 2)
+        algo_config = dataclasses.replace(algo_config, max_delay=delay)  # type: ignore[type-var]
     cams = [str(c) for c in (pol.option("cameras") or ())]
     have = [c.name for c in spec.cameras]
     if pol.name != "lerobot" and [c for c in cams if c not in have]:

@@ -82,7 +82,8 @@ class Learner:
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
         self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch,
                                window=self.algorithm.window, max_lag=ac.max_version_lag,
-                               successful_only=self.algorithm.successful_only)
+                               successful_only=self.algorithm.successful_only,
+                               lookback=self.algorithm.lookback)
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0

@@ -208,3 +208,70 @@ def test_windows_know_whether_their_episode_succeeded(tmp_path):
     online = b["table"] == 0
     assert online.any() and (b["episode_success"][online] == 1).all() and sampler.rejected_outcome > 0
     s.close()
+
+
+def check_lookback(w: dict, lookback: int) -> None:
+    """Each window's lagged observation is `lag` ticks before it in the same actor's episode, and
+    `lag_actions` are the actions of exactly the ticks in between, in order."""
+    lags = w["lag"]
+    assert ((lags >= 0) & (lags <= lookback)).all()
+    for i in range(len(lags)):
+        a, e, t0 = w["obs/state"][i]
+        d = int(lags[i])
+        np.testing.assert_array_equal(w["lag_obs/state"][i], [a, e, t0 - d])
+        want = np.array([[a, e, t0 - d + j] for j in range(d)], np.float32).reshape(d, 3)
+        np.testing.assert_array_equal(w["lag_actions"][i, :d], want)
+        assert not w["lag_actions"][i, d:].any()
+
+
+def test_lookback_stays_inside_the_episode_and_actor(tmp_path):
+    s = opened(tmp_path / "r")
+    fill(s, Episodes())
+    w = s.sample_windows(4000, 3, np.random.default_rng(6), lookback=4)
+    check_windows(w, 3)
+    check_lookback(w, 4)
+    t0, lag = w["obs/state"][:, 2].astype(int), w["lag"]
+    assert (lag <= t0).all()  # never before the episode's first tick (nor into the previous episode)
+    assert set(lag[t0 >= 4].tolist()) == {0, 1, 2, 3, 4}  # every lag is drawn where the episode has it
+    # rows across a batch boundary of one actor are linked: actor 0's episode 0 continues at tick 6
+    cross = (w["obs/state"][:, 0] == 0) & (w["obs/state"][:, 1] == 0) & (t0 == 7) & (lag == 4)
+    assert cross.any()
+    s.close()
+    # after a restart the reservoir links runs it paged in together; nothing crosses what it lacks
+    s = opened(tmp_path / "r", cache_transitions=200)
+    deadline = time.monotonic() + 30
+    while s.caches["online"].reservoir_filled < len(s) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w = s.sample_windows(2000, 3, np.random.default_rng(7), lookback=4)
+    check_windows(w, 3)
+    check_lookback(w, 4)
+    assert (w["lag"] <= w["obs/state"][:, 2]).all()
+    s.close()
+
+
+def test_lookback_skips_rows_overwritten_in_the_ring(tmp_path):
+    s = opened(tmp_path / "r", cache_transitions=16)  # a ring of 8
+    eps = Episodes()
+    for k in range(6):
+        s.insert(eps.batch(0, 0, 3 * k, 3))
+        s.insert(eps.batch(1, 0, 3 * k, 3))
+    s.flush()
+    w = s.sample_windows(500, 2, np.random.default_rng(8), lookback=6)
+    check_windows(w, 2, running=(-1, -1))
+    check_lookback(w, 6)
+    assert w["lag"].max() >= 1
+    s.close()
+
+
+def test_lookback_never_takes_another_actors_row_from_a_reused_slot(tmp_path):
+    s = opened(tmp_path / "r", cache_transitions=16)  # a ring of 8
+    eps = Episodes()
+    s.insert(eps.batch(0, 0, 0, 4))  # slots 0-3
+    s.insert(eps.batch(0, 0, 4, 4))  # slots 4-7; actor 0's newest row (seq 7) sits in slot 7
+    s.insert(eps.batch(1, 0, 0, 8))  # slots 0-7: slot 7 now holds actor 1's seq 7
+    s.insert(eps.batch(0, 0, 8, 2))  # slots 0-1, seqs 8-9: seq 8's predecessor slot holds seq 7 of actor 1
+    s.flush()
+    w = s.sample_windows(500, 2, np.random.default_rng(9), lookback=3)
+    check_lookback(w, 3)
+    assert ((w["obs/state"][:, 0] == 0) & (w["obs/state"][:, 2] == 8)).any()
+    s.close()

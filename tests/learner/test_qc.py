@@ -155,3 +155,90 @@ def test_qc_from_pixels_trains_end_to_end_on_frames_the_actor_encoded(tmp_path):
     last = rows[-1]
     assert last["time/updates"] > 10 and "losses/qf1_values" in last
     assert last["buffer/frames_as_sent"] >= 400 and last["buffer/frames_encoded"] == 0
+
+
+def lagged(batch, lag, a=3):
+    """Add a lookback to a window batch: the observation `lag` ticks earlier and the actions since."""
+    b = len(batch["obs/state"])
+    rng = np.random.default_rng(1)
+    batch["lag"] = np.asarray(lag, np.int64)
+    batch["lag_obs/state"] = rng.normal(size=(b, a)).astype(np.float32)
+    acts = rng.uniform(-0.5, 0.5, (b, 4, a)).astype(np.float32)
+    acts[np.arange(4)[None] >= batch["lag"][:, None]] = 0
+    batch["lag_actions"] = acts
+    return batch
+
+
+def test_qc_actor_learns_from_what_an_async_actor_had_when_it_asked():
+    """With lookback (async_forward actors), the one-step actor and the flow prior see the
+    observation `lag` ticks before the chunk with its state forwarded to the last committed
+    target, and the delay; the critic scores the chunk from the state where it started."""
+    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="delta",
+                      options={"horizon": 4, "delta_range": 0.5})
+    algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=8, max_delay=3), spec)
+    assert algo.lookback == 3
+    batch = lagged(window_batch(b=8, cams=()), [0, 1, 2, 3, 0, 1, 2, 3])
+    seen = {}
+    actor_forward, critic_forward = algo.actor.forward, algo.critic.forward
+
+    def actor_rec(cond, z, images=None, features=None, delay=None):
+        out = actor_forward(cond, z, images, features, delay)
+        seen.setdefault("actor", []).append((cond.detach().clone(), None if delay is None else delay.clone(),
+                                             out.detach().clone()))
+        return out
+
+    def critic_rec(cond, chunk, images=None, features=None):
+        seen.setdefault("critic", []).append((cond.detach().clone(), chunk.detach().clone()))
+        return critic_forward(cond, chunk, images, features)
+
+    algo.actor.forward, algo.critic.forward = actor_rec, critic_rec
+    algo.update(batch)
+    want_state = batch["lag_obs/state"].copy()
+    for i, d in enumerate(batch["lag"]):
+        if d:
+            want_state[i] = batch["lag_actions"][i, d - 1]
+    cond, delay, out = seen["actor"][-1]  # the policy-improvement pass (the first is the critic target's)
+    np.testing.assert_allclose(cond.numpy(), want_state, rtol=1e-6)
+    np.testing.assert_array_equal(delay.numpy(), batch["lag"])
+    # the critic scores the actor's chunk from the window's own first state, re-expressed there
+    q_cond, q_chunk = seen["critic"][-1]
+    np.testing.assert_allclose(q_cond.numpy(), batch["obs/state"], rtol=1e-6)
+    np.testing.assert_allclose(q_chunk.numpy(), algo.relative_to(out, want_state, batch["obs/state"]).numpy(),
+                               atol=1e-6)
+    assert not np.allclose(q_chunk.numpy(), out.numpy(), atol=1e-3)  # the two states differ: so do the chunks
+    with torch.no_grad():
+        act = actor_forward(torch.as_tensor(want_state), torch.zeros(8, 4, 3), delay=torch.as_tensor(batch["lag"]))
+    absolute = np.clip(want_state[:, None] + act.numpy() * 0.5, LOW, HIGH)
+    expect = np.clip((absolute - batch["obs/state"][:, None]) / 0.5, -1, 1)
+    got = algo.relative_to(act, want_state, batch["obs/state"]).numpy()
+    np.testing.assert_allclose(got, expect, atol=1e-5)
+
+
+def test_the_one_step_actor_is_told_its_delay():
+    p = policy(1)
+    p.deterministic = True
+    obs = {"state": np.zeros(3, np.float32)}
+    with torch.no_grad():
+        for m in p.actor.net:
+            if isinstance(m, nn.Linear):
+                m.weight.normal_()
+    a0 = p.predict_chunk(obs, delay_ticks=0).actions
+    a3 = p.predict_chunk(obs, delay_ticks=3).actions
+    assert not np.allclose(a0, a3)
+    np.testing.assert_array_equal(a3, p.predict_chunk(obs, delay_ticks=3).actions)
+
+
+@pytest.mark.parametrize("overrides, want", [
+    ([], 0),  # an as-fast sim: inline actors ask about their chunk's own first observation
+    (["actor.inference=sync"], 0),
+    (["actor.inference=async_forward"], 12),  # policy.bc.max_delay
+    (["actor.inference=async_forward", "policy.bc.max_delay=3", "policy.inference_delay_ms=200"], 8),  # 6 ticks + 2
+    (["actor.inference=async_forward", "algo.max_delay=5"], 5)])
+def test_qc_trains_its_actor_for_the_delays_its_actors_will_have(tmp_path, overrides, want):
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+
+    cfg = compose_config(["task=reach", "task.hz=30", "policy=flow", "algo=qc", *overrides])
+    plan = build_plan(cfg, tmp_path / "run")
+    assert plan.learner.algo_config.max_delay == want
+    assert build_algorithm("qc", plan.learner.algo_config, plan.learner.policy).lookback == want

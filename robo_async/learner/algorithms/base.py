@@ -87,6 +87,7 @@ class Algorithm(abc.ABC):
     config: AlgoConfig
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
+    lookback: int = 0  # > 0: windows also carry a lagged observation and the actions since (Sampler(lookback=))
     successful_only: bool = False  # online windows only from episodes that succeeded (rejection sampling)
     supports_device: bool = False  # True: update() runs on `self.device` (a GPU when `learner.device` picks one)
     device: torch.device = torch.device("cpu")

@@ -21,4 +21,10 @@ class QCConfig(AlgoConfig):
     augment_pad: int = 4  # camera frames: DrQ random shift by up to this many pixels (0: off)
     utd_ratio: float = 0.25  # updates per env step: one chunk-level update per few ticks
     batch_size: int = 256
+    # delay-consistent acting: an asynchronous actor asks for a chunk d ticks before it starts,
+    # from an observation d ticks old with its state forwarded (async_forward); the one-step actor
+    # and the flow prior learn from such inputs for d up to this many ticks (0: the chunk's own
+    # first observation, as inline and sync actors ask). None: 0 when every actor runs inline or
+    # sync, else the larger of policy.bc.max_delay and the injected latency in ticks plus 2.
+    max_delay: int | None = None
     warmup_steps: int = 2000

@@ -58,6 +58,9 @@ class QC(Algorithm):
         self.spec = policy
         self.flow = flow_prior(policy, "qc")
         self.window = self.flow.horizon
+        if c.max_delay is not None and c.max_delay < 0:
+            raise ValueError(f"algo.max_delay must be >= 0, not {c.max_delay}")
+        self.lookback = int(c.max_delay or 0)
         _, extra = self.acting_policy(c, policy.name)
         extra.pop("path")
         self.policy = OneStepChunkPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
@@ -106,9 +109,43 @@ class QC(Algorithm):
             imgs = random_shift(self.tensor(imgs), self.config.augment_pad, self._gen)
         return self.tensor(self.flow.condition(obs)), imgs
 
-    def chunks(self, batch: Mapping[str, np.ndarray]) -> torch.Tensor:
-        """The executed windows, normalized like the policy's chunks (relative to the first state)."""
-        return self.tensor(np.clip(self.flow.normalize(batch["actions"], batch["obs/state"]), -1, 1))
+    def chunks(self, batch: Mapping[str, np.ndarray], ref: np.ndarray | None = None) -> torch.Tensor:
+        """The executed windows, normalized like the policy's chunks (relative to `ref`, by
+        default the window's first state)."""
+        ref = batch["obs/state"] if ref is None else ref
+        return self.tensor(np.clip(self.flow.normalize(batch["actions"], ref), -1, 1))
+
+    def acting_inputs(self, batch: Mapping[str, np.ndarray]
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, np.ndarray, torch.Tensor] | None:
+        """What an asynchronous actor had when it asked for each window's chunk, `lag` ticks
+        before it (the sampler's lookback): that observation with its state forwarded through
+        the committed actions (position control: the last committed target, as the actor's
+        `forward_state` and delay-consistent BC do), and the delay. (conditioning, frames, the
+        forwarded state, delays [B]); None without lookback."""
+        if "lag" not in batch:
+            return None
+        lag = np.asarray(batch["lag"], np.int64)
+        obs = {k.removeprefix("lag_obs/"): v for k, v in batch.items() if k.startswith("lag_obs/")}
+        fstate = np.array(obs["state"], np.float32)
+        a = len(self.flow.low)
+        last = batch["lag_actions"][np.arange(len(lag)), np.maximum(lag - 1, 0)]
+        fstate[lag > 0, :a] = last[lag > 0, :a]
+        imgs = self.flow.images(obs)
+        if imgs is not None:
+            imgs = random_shift(self.tensor(imgs), self.config.augment_pad, self._gen)
+        return self.tensor(self.flow.condition(obs, fstate)), imgs, fstate, self.tensor(lag)
+
+    def relative_to(self, x: torch.Tensor, ref_from: np.ndarray, ref_to: np.ndarray) -> torch.Tensor:
+        """Normalized chunks [B, H, A] made relative to `ref_from` re-expressed relative to
+        `ref_to` (delta mode; absolute chunks do not depend on the state)."""
+        if self.flow.action_mode != "delta":
+            return x
+        a, r = len(self.flow.low), self.flow.delta_range
+        low, high = self.tensor(self.flow.low), self.tensor(self.flow.high)
+        to = self.tensor(np.asarray(ref_to, np.float32)[:, :a])[:, None]
+        shift = self.tensor(np.asarray(ref_from, np.float32)[:, :a])[:, None] - to
+        y = torch.clamp(x + shift / r, (low - to) / r, (high - to) / r)  # the joint limits, as the actor clips
+        return torch.clamp(y, -1, 1)
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         c = self.config
@@ -135,23 +172,36 @@ class QC(Algorithm):
         critic_loss.backward()
         self.critic_opt.step()
 
+        # what the actor had when it asked for this chunk (delay-consistent acting), or the
+        # window's own first observation
+        acting = self.acting_inputs(batch)
+        zeros = torch.zeros(b, dtype=torch.long, device=self.device)
+        if acting is None:
+            a_cond, a_imgs, a_chunk, delay, a_feats = cond, imgs, chunk, zeros, feats.detach()
+        else:
+            a_cond, a_imgs, fstate, delay = acting
+            a_chunk = self.chunks(batch, fstate)
+            with torch.no_grad():
+                a_feats = self.critic.encoder(a_cond, a_imgs)
+
         # flow policy: BC on the executed chunks (the behaviour prior)
         flow_loss = torch.zeros((), device=self.device)
         if c.bc_flow:
-            zeros = torch.zeros(b, dtype=torch.long, device=self.device)
-            flow_loss = self.flow.bc_loss(cond, chunk, zeros, imgs, zeros)
+            flow_loss = self.flow.bc_loss(a_cond, a_chunk, delay, a_imgs, zeros)
             self.flow_opt.zero_grad(set_to_none=True)
             flow_loss.backward()
             self.flow_opt.step()
 
-        # one-step actor: maximise Q, stay near the flow policy's chunk for the same noise
+        # one-step actor: maximise Q (of the chunk where it starts), stay near the flow policy's
+        # chunk for the same noise and inputs
         z = torch.randn(b, *shape, device=self.device)
         with torch.no_grad():
-            target_chunk = self.flow.sample(cond, images=imgs, noise=z)
+            target_chunk = self.flow.sample(a_cond, images=a_imgs, noise=z, delay=delay)
         f = feats.detach()
-        act = self.actor(cond, z, features=f)
+        act = self.actor(a_cond, z, features=a_feats, delay=delay)
         distill = ((act - target_chunk) ** 2).mean()
-        q_pi = torch.min(*self.critic(cond, act, features=f))
+        q_chunk = act if acting is None else self.relative_to(act, acting[2], batch["obs/state"])
+        q_pi = torch.min(*self.critic(cond, q_chunk, features=f))
         q_loss = -q_pi.mean() / q_pi.abs().mean().detach().clamp(min=1e-6)
         warm = self.updates < c.distill_only_updates
         actor_loss = c.alpha * distill + (0.0 if warm else q_loss)
@@ -169,4 +219,5 @@ class QC(Algorithm):
             "losses/distill_loss": distill.item(),
             "losses/flow_bc_loss": flow_loss.item(),
             "losses/window_steps": float(np.mean(batch["steps"])),
+            **({"losses/mean_delay": float(np.mean(batch["lag"]))} if "lag" in batch else {}),
         }
