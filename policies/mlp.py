@@ -1,4 +1,5 @@
-"""State-based MLP networks: a tanh-squashed Gaussian actor and twin Q critics (for SAC)."""
+"""MLP networks: a tanh-squashed Gaussian actor and twin Q critics (for SAC), on state vectors
+and, with `cameras`, on camera frames through a small conv encoder (pixel SAC, DrQ-style)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,8 @@ class MLPPolicy(Policy):
         exploration: str = "white",
         sde_every: int = 8,
         seed: int = 0,
+        cameras: Sequence[str] = (),
+        image_size: int = 64,
     ) -> None:
         if exploration not in ("white", "gsde"):
             raise ValueError(f"exploration must be 'white' or 'gsde', not {exploration!r}")
@@ -128,15 +131,44 @@ class MLPPolicy(Policy):
         self.hidden = tuple(hidden)
         self.dt = dt
         self.deterministic = deterministic
-        self.net = GaussianActor(self.obs_dim, len(self.low), self.hidden)
+        from policies.flow import ImageEncoder
+
+        self.cameras, self.image_size = tuple(cameras), int(image_size)
+        # with cameras: one conv encoder over every camera (trained by SAC's critic), its
+        # features after the vector inputs
+        self.encoder = ImageEncoder(len(self.cameras), self.image_size) if self.cameras else None
+        self.feature_dim = self.obs_dim + (self.encoder.out * len(self.cameras) if self.encoder is not None else 0)
+        self.net = GaussianActor(self.feature_dim, len(self.low), self.hidden)
+        self._module: nn.Module = (nn.ModuleDict({"actor": self.net, "encoder": self.encoder})
+                                   if self.encoder is not None else self.net)
         self.version = -1
 
     @property
     def architecture(self) -> str:
-        return f"mlp-{self.action_mode}:{self.obs_dim}-{'-'.join(map(str, self.hidden))}-{len(self.low)}"
+        cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
+        return f"mlp-{self.action_mode}:{self.obs_dim}{cams}-{'-'.join(map(str, self.hidden))}-{len(self.low)}"
 
     def module(self) -> nn.Module:
-        return self.net
+        return self._module
+
+    def images(self, obs: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """Camera frames [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batches); None without cameras."""
+        if not self.cameras:
+            return None
+        missing = [c for c in self.cameras if c not in obs]
+        if missing:
+            raise KeyError(f"mlp policy needs camera(s) {missing}; the observation has {sorted(obs)}")
+        return np.stack([np.asarray(obs[c]) for c in self.cameras], axis=-4)
+
+    def features(self, vectors: torch.Tensor, images: torch.Tensor | None = None,
+                 encoder: nn.Module | None = None) -> torch.Tensor:
+        """The actor's and critics' input: the flat vector inputs, then the image features of
+        `images` [B, n_cams, H, W, 3] by `encoder` (default: the policy's own)."""
+        if self.encoder is None:
+            return vectors
+        if images is None:
+            raise ValueError("this policy has cameras; the observation brought no images")
+        return torch.cat([vectors, (encoder or self.encoder)(images)], dim=-1)
 
     def _gsde(self, x: torch.Tensor) -> np.ndarray:
         """Generalized state-dependent exploration (Raffin et al. 2022), fitted to SAC's Gaussian:
@@ -179,6 +211,8 @@ class MLPPolicy(Policy):
         if forwarded_state is not None:
             obs = {**obs, "state": forwarded_state}
         x = flatten_obs(obs, self.obs_keys, self.obs_scale).unsqueeze(0)
+        if self.encoder is not None:
+            x = self.features(x, torch.as_tensor(self.images(obs))[None])
         if self.exploration == "gsde" and not self.deterministic:
             a = self._gsde(x)
         else:

@@ -80,7 +80,9 @@ def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
         raise ValueError(f"algo={algo} trains policy=mlp, not policy={spec.name}: chunk policies learn online with "
                          f"policy=flow algo=qc, or by behaviour cloning with `robo-async bc policy={spec.name}`")
     return MLPPolicy(spec.obs_keys, spec.obs_dims, spec.action_low, spec.action_high, hidden=spec.hidden,
-                     action_mode=spec.action_mode, delta_scale=spec.delta_scale, obs_scale=spec.obs_scale)
+                     action_mode=spec.action_mode, delta_scale=spec.delta_scale, obs_scale=spec.obs_scale,
+                     cameras=tuple(spec.options.get("cameras") or ()),  # type: ignore[arg-type]
+                     image_size=int(spec.options.get("image_size", 64)))  # type: ignore[arg-type]
 
 
 class Algorithm(abc.ABC):

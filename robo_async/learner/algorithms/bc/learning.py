@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.augment import random_shift
 from policies.mlp import flatten_obs
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register
 from robo_async.learner.algorithms.bc.config import BCConfig
@@ -22,7 +23,7 @@ class BC(Algorithm):
         self.config = config
         self.spec = policy
         self.policy = mlp_policy(policy, "bc")
-        self.actor = self.policy.net
+        self.actor = self.policy.module()  # the Gaussian actor (and its image encoder with cameras)
         self.opt = torch.optim.Adam(self.actor.parameters(), lr=config.lr)
 
     @property
@@ -45,9 +46,11 @@ class BC(Algorithm):
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         keys = self.spec.obs_keys
         obs = flatten_obs({k: batch[f"obs/{k}"] for k in keys}, keys, self.spec.obs_scale)
+        imgs = self.policy.images({k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")})
+        obs = self.policy.features(obs, None if imgs is None else random_shift(torch.as_tensor(imgs), 4))
         target = torch.as_tensor(self.policy.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
         u = torch.atanh(target.clamp(-0.999, 0.999))  # the demonstrated action before the squashing
-        mean, log_std = self.actor(obs)
+        mean, log_std = self.policy.net(obs)
         nll = (0.5 * ((u - mean) / log_std.exp()) ** 2 + log_std).sum(-1).mean()
         self.opt.zero_grad(set_to_none=True)
         nll.backward()

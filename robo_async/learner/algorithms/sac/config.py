@@ -17,3 +17,4 @@ class SACConfig(AlgoConfig):
     init_alpha: float = 0.1  # initial entropy temperature
     target_entropy: float | None = None  # None: -action_dim
     hidden: tuple[int, ...] = (256, 256)  # critic layers (the actor's come from the policy config)
+    augment_pad: int = 4  # camera frames (policy.cameras): DrQ random shift by up to this many pixels (0: off)

@@ -2,6 +2,10 @@
 
 Actions inside the algorithm are normalised to [-1, 1]; the policy (`policies.mlp.MLPPolicy`)
 maps them to joint targets. Stored actions are joint targets as executed, mapped back here.
+
+From pixels (`policy.cameras`), as DrQ / RLPD do it: the policy's conv encoder is trained by the
+critic loss only, the actor reads its features detached, the target critics use a Polyak-averaged
+target encoder, and frames get a random shift (`algo.augment_pad`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.augment import random_shift
 from policies.mlp import TwinCritic, flatten_obs
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
@@ -34,12 +39,16 @@ class SAC(Algorithm):
         self.policy = mlp_policy(policy, "sac")
         self.actor = self.policy.net
         act_dim = len(policy.action_low)
-        self.critic = TwinCritic(self.policy.obs_dim, act_dim, c.hidden)
+        self.critic = TwinCritic(self.policy.feature_dim, act_dim, c.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.encoder = self.policy.encoder  # None without cameras; else shared by critic and actor
+        self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False) if self.encoder is not None else None
+        self._gen = torch.Generator().manual_seed(0)
         self.temperature = Temperature(c.init_alpha)
         self.target_entropy = -float(act_dim) if c.target_entropy is None else c.target_entropy
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr)
+        critic_params = list(self.critic.parameters()) + (list(self.encoder.parameters()) if self.encoder else [])
+        self.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr)
         self.alpha_opt = torch.optim.Adam(self.temperature.parameters(), lr=c.alpha_lr)
 
     @property
@@ -50,8 +59,10 @@ class SAC(Algorithm):
         return self.policy.weights()
 
     def modules(self) -> dict[str, nn.Module]:
-        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
-                "temperature": self.temperature}
+        # "actor" is the published policy's module (with cameras: the Gaussian actor and the encoder)
+        target = {"encoder_target": self.encoder_target} if self.encoder_target is not None else {}
+        return {"actor": self.policy.module(), "critic": self.critic, "critic_target": self.critic_target,
+                "temperature": self.temperature, **target}
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt, "alpha_opt": self.alpha_opt}
@@ -63,17 +74,38 @@ class SAC(Algorithm):
         act = torch.as_tensor(self.policy.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
         reward = torch.as_tensor(batch["reward"], dtype=torch.float32)
         done = torch.as_tensor(batch["terminated"], dtype=torch.float32)  # truncation still bootstraps
-        return self.losses(obs, act, reward, next_obs, done)
+        if self.encoder is None:
+            return self.losses(obs, act, reward, next_obs, done)
+        pad = self.config.augment_pad
+
+        def frames(prefix: str) -> torch.Tensor:
+            imgs = self.policy.images({k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)})
+            return random_shift(torch.as_tensor(imgs), pad, self._gen)
+
+        imgs, next_imgs = frames("obs/"), frames("next_obs/")
+        feats = self.policy.features(obs, imgs)  # the critic's: the encoder learns from its loss
+        with torch.no_grad():
+            next_feats = self.policy.features(next_obs, next_imgs)
+            next_target = self.policy.features(next_obs, next_imgs, self.encoder_target)
+        out = self.losses(feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach())
+        soft_update(self.encoder, self.encoder_target, self.config.tau)
+        return out
 
     def losses(self, obs: torch.Tensor, act: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-               terminated: torch.Tensor) -> dict[str, float]:
+               terminated: torch.Tensor, next_obs_target: torch.Tensor | None = None,
+               actor_obs: torch.Tensor | None = None) -> dict[str, float]:
+        """One SAC update on inputs already encoded: `obs` (the critic's, may carry the encoder's
+        gradient), `next_obs` (the actor's next action), `next_obs_target` (the target critics';
+        default `next_obs`), `actor_obs` (the actor's; default `obs`)."""
         c = self.config
         log_alpha = self.temperature.log_alpha
         alpha = log_alpha.exp().detach()
+        next_t = next_obs if next_obs_target is None else next_obs_target
+        a_obs = obs if actor_obs is None else actor_obs
 
         with torch.no_grad():
             next_act, next_logp = self.actor.sample(next_obs)
-            q1_t, q2_t = self.critic_target(next_obs, next_act)
+            q1_t, q2_t = self.critic_target(next_t, next_act)
             v_next = torch.min(q1_t, q2_t) - alpha * next_logp
             target = reward + c.gamma * (1.0 - terminated) * v_next
         q1, q2 = self.critic(obs, act)
@@ -82,8 +114,8 @@ class SAC(Algorithm):
         critic_loss.backward()
         self.critic_opt.step()
 
-        new_act, logp = self.actor.sample(obs)
-        q1_pi, q2_pi = self.critic(obs, new_act)
+        new_act, logp = self.actor.sample(a_obs)
+        q1_pi, q2_pi = self.critic(a_obs, new_act)
         actor_loss = (alpha * logp - torch.min(q1_pi, q2_pi)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
