@@ -137,7 +137,7 @@ class LeRobotChunkPolicy(Policy):
             norm = self.pre({"action": torch.as_tensor(self._from_robot(np.asarray(prefix, np.float32)))})
             kwargs = {"inference_delay": len(prefix), "prev_chunk_left_over": norm["action"]}
         with torch.no_grad():
-            chunk = self.policy.predict_action_chunk(batch, **kwargs)
+            chunk = self.predict_normalized(batch, **kwargs)
         actions = self.post(chunk)
         a = np.asarray(actions.detach().cpu().numpy(), np.float32).reshape(-1, self.action_dim)
         a = np.clip(self._to_robot(a), self.low, self.high).astype(np.float32)
@@ -145,6 +145,29 @@ class LeRobotChunkPolicy(Policy):
             d = min(len(prefix), len(a))
             a[:d] = np.asarray(prefix, np.float32)[:d]
         return ActionChunk(a, self.dt, self.version)
+
+    @property
+    def noise_shape(self) -> tuple[int, int] | None:
+        """The shape [steps, A] of the starting noise its sampler takes (`predict_action_chunk(noise=)`:
+        diffusion plans `horizon` steps, flow-matching VLAs `chunk_size`); None if it takes none."""
+        import inspect
+
+        if "noise" not in inspect.signature(self.policy.predict_action_chunk).parameters:
+            return None
+        c = self.policy.config
+        return int(getattr(c, "horizon", None) or getattr(c, "chunk_size", self.horizon)), self.action_dim
+
+    def predict_normalized(self, batch: dict, noise: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
+        """`predict_action_chunk` on a preprocessed batch (leading batch dim), in the policy's
+        normalized action space, [B, chunk, A]; `noise` [B, *noise_shape] starts its sampler."""
+        if self.type == "diffusion":  # it takes observation histories [B, n_obs_steps, ...]
+            batch = dict(batch)
+            for k in ("observation.state", "observation.environment_state"):
+                if k in batch and batch[k].ndim == 2:
+                    batch[k] = batch[k].unsqueeze(1)
+        if noise is not None:
+            kwargs["noise"] = noise
+        return self.policy.predict_action_chunk(batch, **kwargs)
 
     # --- persistence ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -177,12 +200,16 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
     kw: dict = {"input_features": inputs, "output_features": outputs, "device": device}
     if kind == "act":
         kw.update(chunk_size=chunk_size, n_action_steps=chunk_size, pretrained_backbone_weights=None)
+    elif kind == "diffusion":  # plans `horizon` steps (a multiple of its U-Net's downsampling), executes chunk_size
+        levels = 2 ** len(tuple(overrides.get("down_dims", (512, 1024, 2048))))  # type: ignore[arg-type]
+        kw.update(n_action_steps=chunk_size, n_obs_steps=1, horizon=-(-max(chunk_size, 2) // levels) * levels,
+                  pretrained_backbone_weights=None)
     else:
         kw.update(chunk_size=chunk_size, n_action_steps=chunk_size)
     kw.update(overrides)
     try:
         cfg = make_policy_config(kind, **kw)
-    except (ValueError, KeyError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise LeRobotPolicyUnavailable(f"cannot configure LeRobot policy '{kind}': {e}") from e
     policy = get_policy_class(kind)(cfg)
     pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(state_dim, env_dim, np.asarray(action_low),
@@ -208,3 +235,144 @@ def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action
     pre, post = make_pre_post_processors(cfg, pretrained_path=str(path))
     return LeRobotChunkPolicy(policy, pre, post, env_keys=env_keys, cameras=cameras, action_low=action_low,
                               action_high=action_high, dt=dt, units=units, task=task)
+
+
+def _deterministic_sampler(policy: LeRobotChunkPolicy) -> None:
+    """DSRL needs noise -> chunk to be a function: a diffusion policy sampling with DDPM (which
+    adds fresh noise every step) samples with DDIM instead (eta 0, the same trained betas)."""
+    diffusion = getattr(policy.policy, "diffusion", None)
+    sched = getattr(diffusion, "noise_scheduler", None)
+    if sched is None or type(sched).__name__ == "DDIMScheduler":
+        return
+    from diffusers.schedulers.scheduling_ddim import DDIMScheduler
+
+    diffusion.noise_scheduler = DDIMScheduler.from_config(sched.config)
+
+
+@register("lerobot_dsrl")
+class SteeredLeRobotPolicy(Policy):
+    """DSRL (Wagenmaker et al. 2025) on a frozen LeRobot policy whose sampler takes its starting
+    noise (`predict_action_chunk(noise=)`: diffusion, and the flow-matching VLAs): a small
+    tanh-Gaussian actor over the policy's own observation features picks the noise in
+    [-b, b]^noise_shape; the chunk is the frozen policy's chunk for that noise (so always one it
+    can make, inside the joint limits). Only the noise actor's weights travel; every machine
+    loads the prior from `policy.path=`. A committed prefix (RTC) is kept exactly."""
+
+    def __init__(self, prior: LeRobotChunkPolicy, noise_bound: float = 1.5,
+                 noise_hidden: tuple[int, ...] = (128, 128), seed: int = 0) -> None:
+        from policies.mlp import GaussianActor
+
+        shape = prior.noise_shape
+        if shape is None:
+            raise ValueError(f"LeRobot '{prior.type}' does not take its starting noise (predict_action_chunk has "
+                             f"no noise=): DSRL cannot steer it")
+        self.prior, self.noise_shape = prior, shape
+        self.noise_bound = float(noise_bound)
+        prior.policy.requires_grad_(False)
+        _deterministic_sampler(prior)
+        self.horizon, self.dt = prior.horizon, prior.dt
+        self.low, self.high = prior.low, prior.high
+        self.deterministic = False
+        self._gen = torch.Generator().manual_seed(seed)
+        self.feature_dim = int(self.features(self._zeros()).shape[-1])
+        self.noise_actor = GaussianActor(self.feature_dim, shape[0] * shape[1], tuple(noise_hidden))
+        self.prior_loaded = True
+
+    @property
+    def architecture(self) -> str:
+        sizes = "-".join(str(m.out_features) for m in self.noise_actor.trunk if isinstance(m, torch.nn.Linear))
+        return (f"dsrl-{sizes}-z{self.noise_shape[0]}x{self.noise_shape[1]}-b{self.noise_bound:g}:"
+                f"{self.prior.architecture}")
+
+    def module(self) -> torch.nn.Module:
+        return self.noise_actor
+
+    def reset(self) -> None:
+        self.prior.reset()
+
+    # --- batched observation -> the prior's inputs and features --------------------------------
+    def _zeros(self) -> dict[str, np.ndarray]:
+        c = self.prior.policy.config
+        obs: dict[str, np.ndarray] = {self.prior.state_key: np.zeros((1, c.robot_state_feature.shape[0]), np.float32)}
+        if self.prior.env_keys:
+            env = c.env_state_feature.shape[0] if c.env_state_feature else 0
+            obs["__env"] = np.zeros((1, env), np.float32)
+        for cam in self.prior.cameras:
+            _, h, w = c.input_features[f"observation.images.{cam}"].shape
+            obs[cam] = np.zeros((1, h, w, 3), np.uint8)
+        return obs
+
+    def prior_batch(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> dict:
+        """Batched observations ([B, ...] arrays, as sampled from the store) -> the prior's
+        preprocessed batch."""
+        p = self.prior
+        state = np.asarray(obs[p.state_key] if forwarded_state is None else forwarded_state, np.float32)
+        b: dict = {"observation.state": torch.as_tensor(p._from_robot(state), dtype=torch.float32)}
+        n = len(state)
+        if p.env_keys:
+            env = obs["__env"] if "__env" in obs else np.concatenate(
+                [np.asarray(obs[k], np.float32).reshape(n, -1) for k in p.env_keys], axis=1)
+            b["observation.environment_state"] = torch.as_tensor(np.asarray(env, np.float32))
+        for cam in p.cameras:
+            frames = obs.get(f"image/{cam}", obs.get(cam))
+            if frames is None:
+                raise KeyError(f"lerobot policy needs camera '{cam}' but the observation has {sorted(obs)}")
+            b[f"observation.images.{cam}"] = torch.as_tensor(np.asarray(frames)).permute(0, 3, 1, 2).float() / 255.0
+        b["task"] = [p.task] * n
+        return p.pre(b)
+
+    def _history(self, batch: dict) -> dict:
+        if self.prior.type != "diffusion":
+            return batch
+        out = dict(batch)
+        for k, v in batch.items():
+            if k.startswith("observation.") and torch.is_tensor(v):
+                out[k] = v.unsqueeze(1)  # n_obs_steps = 1
+        if self.prior.policy.config.image_features:
+            out["observation.images"] = torch.stack(
+                [out[k] for k in self.prior.policy.config.image_features], dim=-4)
+        return out
+
+    @torch.no_grad()
+    def features(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> torch.Tensor:
+        """[B, F]: the observation as the prior conditions on it (diffusion: its global
+        conditioning, image features included); other types: the normalized state and
+        environment vectors."""
+        batch = self.prior_batch(obs, forwarded_state)
+        if self.prior.type == "diffusion":
+            return self.prior.policy.diffusion._prepare_global_conditioning(self._history(batch))
+        parts = [batch["observation.state"]]
+        if "observation.environment_state" in batch:
+            parts.append(batch["observation.environment_state"])
+        return torch.cat([x.reshape(len(x), -1).float() for x in parts], dim=-1)
+
+    @torch.no_grad()
+    def steered(self, obs: Mapping[str, np.ndarray], noise: torch.Tensor,
+                forwarded_state: np.ndarray | None = None) -> np.ndarray:
+        """Joint targets [B, H, A] (robot units, inside the limits) the prior makes from `noise`."""
+        batch = self.prior_batch(obs, forwarded_state)
+        chunk = self.prior.predict_normalized(batch, noise=noise.reshape(len(noise), *self.noise_shape))
+        a = self.prior.post(chunk)
+        a = np.asarray(a.detach().cpu().numpy(), np.float32).reshape(len(noise), -1, self.prior.action_dim)
+        return np.clip(self.prior._to_robot(a), self.low, self.high).astype(np.float32)
+
+    def normalize(self, actions: np.ndarray) -> np.ndarray:
+        """Joint targets -> [-1, 1] across the joint range (what the critics see)."""
+        return (2 * (np.asarray(actions, np.float32) - self.low) / (self.high - self.low) - 1).astype(np.float32)
+
+    def noise(self, features: torch.Tensor) -> torch.Tensor:
+        """Starting noise [B, *noise_shape] (the actor's mode when deterministic)."""
+        with torch.no_grad():
+            z = self.noise_actor.act(features, self.deterministic)
+        return (z * self.noise_bound).reshape(len(z), *self.noise_shape)
+
+    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+        one = {k: np.asarray(v)[None] for k, v in obs.items()}
+        fs = None if forwarded_state is None else np.asarray(forwarded_state, np.float32)[None]
+        z = self.noise(self.features(one, fs))
+        a = self.steered(one, z, fs)[0]
+        if prefix is not None and len(prefix):
+            d = min(len(prefix), len(a))
+            a[:d] = np.asarray(prefix, np.float32)[:d]
+        return ActionChunk(a, self.dt, self.version)

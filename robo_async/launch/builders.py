@@ -191,6 +191,17 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
     opts = {k: (dict(v) if k == "overrides" else v) for k, v in args.options}
     if args.name == "lerobot":
         policy = _make_lerobot_policy(args, spec, opts)
+    elif args.name == "lerobot_dsrl":  # algo=dsrl steering a frozen LeRobot policy (policy.path)
+        from policies.lerobot_chunk import SteeredLeRobotPolicy
+
+        if not opts.get("path"):
+            raise ConfigError("algo=dsrl steers a frozen policy: give policy.path=<a saved LeRobot policy directory>")
+        try:
+            policy = SteeredLeRobotPolicy(_make_lerobot_policy(args, spec, opts), float(opts.get("noise_bound", 1.5)),
+                                          tuple(opts.get("noise_hidden") or (128, 128)))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        policy.deterministic = deterministic
     else:
         policy = make_policy(args.name, obs_keys=args.obs_keys, obs_dims=obs_dims(spec, args.obs_keys),
                              action_low=spec.joint_low, action_high=spec.joint_high, hidden=args.hidden,

@@ -7,8 +7,11 @@ picking its starting noise; nothing of the flow policy is trained.
   actor's and uniform ones), so the actor learns in noise space without noise being recorded:
   transitions hold what was executed, which is what any policy driving the robot produces.
 - The noise actor pi(z | s): SAC against Q^W, with a learned temperature, z in [-b, b]^(H x A).
-Works for any flow/diffusion-type policy whose sampler takes its starting noise; only the noise
-actor's weights travel (`flow_dsrl`), the prior comes from `policy.path=` on every machine.
+Works for any flow/diffusion-type policy whose sampler takes its starting noise: our flow policy
+(`policy=flow`, actors run `flow_dsrl`) and LeRobot policies whose `predict_action_chunk` takes
+`noise=` (`policy=act policy.type=diffusion`, ...; actors run `lerobot_dsrl`; a DDPM sampler is
+switched to DDIM so noise -> chunk is a function). Only the noise actor's weights travel, the
+prior comes from `policy.path=` on every machine.
 """
 
 from __future__ import annotations
@@ -21,11 +24,69 @@ import torch
 from torch import nn
 
 from policies.onestep import ChunkCritic, NoiseSteeredPolicy
+from policies.lerobot_chunk import SteeredLeRobotPolicy
 from robo_async.buffer.cache import window_targets
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register, soft_update
 from robo_async.learner.algorithms.dsrl.config import DSRLConfig
 from robo_async.learner.algorithms.qc.learning import flow_prior
 from robo_async.learner.algorithms.sac.learning import Temperature
+
+
+class _FlowSteer:
+    """The frozen prior as DSRL's update sees it: our flow policy (critics see delta chunks)."""
+
+    def __init__(self, p: NoiseSteeredPolicy, tensor) -> None:  # type: ignore[no-untyped-def]
+        self.p, self.tensor = p, tensor
+        self.noise_shape = (p.horizon, len(p.low))
+
+    def _inputs(self, obs: Mapping[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        imgs = self.p.images(obs)
+        return self.tensor(self.p.condition(obs)), None if imgs is None else self.tensor(imgs)
+
+    def features(self, obs: Mapping[str, np.ndarray]) -> torch.Tensor:
+        with torch.no_grad():
+            return self.p.net.encode(*self._inputs(obs))
+
+    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor) -> torch.Tensor:
+        cond, imgs = self._inputs(obs)
+        return self.p.sample(cond, images=imgs, noise=z.reshape(len(z), *self.noise_shape))
+
+    def executed(self, actions: np.ndarray, state: np.ndarray) -> torch.Tensor:
+        return self.tensor(np.clip(self.p.normalize(actions, state), -1, 1))
+
+
+class _LeRobotSteer:
+    """A frozen LeRobot policy (critics see chunks across the joint range)."""
+
+    def __init__(self, p: SteeredLeRobotPolicy, tensor) -> None:  # type: ignore[no-untyped-def]
+        self.p, self.tensor = p, tensor
+        self.noise_shape = p.noise_shape
+
+    def features(self, obs: Mapping[str, np.ndarray]) -> torch.Tensor:
+        return self.tensor(self.p.features(obs).cpu().numpy())
+
+    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor) -> torch.Tensor:
+        return self.tensor(self.p.normalize(self.p.steered(obs, z.detach().cpu())))
+
+    def executed(self, actions: np.ndarray, state: np.ndarray) -> torch.Tensor:
+        return self.tensor(np.clip(self.p.normalize(actions), -1, 1))
+
+
+def lerobot_prior(spec: PolicySpec) -> SteeredLeRobotPolicy:
+    """`policy=act policy.type=<type> policy.path=<a saved LeRobot policy>`, noise-steered."""
+    from policies.lerobot_chunk import LeRobotPolicyUnavailable, load_lerobot_policy
+
+    path = spec.options.get("path")
+    if not path:
+        raise ValueError("algo=dsrl steers a frozen policy: give policy.path=<a saved LeRobot policy directory>")
+    try:
+        return load_lerobot_policy(
+            str(path), action_low=spec.action_low, action_high=spec.action_high,
+            env_keys=tuple(k for k in spec.obs_keys if k != "state"),
+            cameras=tuple(spec.options.get("cameras") or ()), dt=spec.dt,  # type: ignore[arg-type]
+            units=str(spec.options.get("units", "rad")), task=str(spec.options.get("instruction", "")))
+    except LeRobotPolicyUnavailable as e:
+        raise ValueError(str(e)) from None
 
 
 @register("dsrl", DSRLConfig)
@@ -34,22 +95,29 @@ class DSRL(Algorithm):
     def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy
-        if not policy.options.get("path") and policy.name == "flow":
-            raise ValueError("algo=dsrl steers a frozen policy: give policy.path=<a `robo-async bc` run>")
-        prior = flow_prior(policy, "dsrl")
-        _, extra = self.acting_policy(c, policy.name)
-        self.policy = NoiseSteeredPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
-        self.policy.load_prior(prior.weights())
-        self.flow = self.policy
+        self.policy: NoiseSteeredPolicy | SteeredLeRobotPolicy
+        if policy.name == "lerobot":
+            self.policy = SteeredLeRobotPolicy(lerobot_prior(policy), c.noise_bound, tuple(c.noise_hidden))
+            self.steer: _FlowSteer | _LeRobotSteer = _LeRobotSteer(self.policy, self.tensor)
+            feat = self.policy.feature_dim
+        else:
+            if not policy.options.get("path") and policy.name == "flow":
+                raise ValueError("algo=dsrl steers a frozen policy: give policy.path=<a `robo-async bc` run>")
+            prior = flow_prior(policy, "dsrl")
+            _, extra = self.acting_policy(c, policy.name)
+            self.policy = NoiseSteeredPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
+            self.policy.load_prior(prior.weights())
+            self.steer = _FlowSteer(self.policy, self.tensor)
+            feat = self.policy.noise_actor.trunk[0].in_features
         self.window = self.policy.horizon
         h, a = self.policy.horizon, len(policy.action_low)
-        feat = self.policy.noise_actor.trunk[0].in_features
         self.critic = ChunkCritic(feat, h, a, c.critic_hidden)  # Q^A(s, chunk)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.noise_critic = ChunkCritic(feat, h, a, c.critic_hidden)  # Q^W(s, z)
+        self.noise_critic = ChunkCritic(feat, *self.steer.noise_shape, c.critic_hidden)  # Q^W(s, z)
         self.actor = self.policy.noise_actor
         self.temperature = Temperature(c.init_alpha)
-        self.target_entropy = -h * a / 2 if c.target_entropy is None else c.target_entropy
+        zn = self.steer.noise_shape[0] * self.steer.noise_shape[1]
+        self.target_entropy = -zn / 2 if c.target_entropy is None else c.target_entropy
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.lr)
         self.noise_critic_opt = torch.optim.Adam(self.noise_critic.parameters(), lr=c.lr)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.lr)
@@ -57,13 +125,16 @@ class DSRL(Algorithm):
 
     @staticmethod
     def acting_policy(config: DSRLConfig, policy: str) -> tuple[str, dict[str, object]]:  # type: ignore[override]
-        return "flow_dsrl", {"noise_bound": config.noise_bound, "noise_hidden": tuple(config.noise_hidden)}
+        name = "lerobot_dsrl" if policy == "lerobot" else "flow_dsrl"
+        return name, {"noise_bound": config.noise_bound, "noise_hidden": tuple(config.noise_hidden)}
 
     @property
     def architecture(self) -> str:
         return self.policy.architecture
 
     def to_device(self, device: torch.device | str) -> None:
+        if isinstance(self.policy, SteeredLeRobotPolicy):  # its processors pin it to the CPU it was loaded on
+            return
         super().to_device(device)
         self.policy.net.to(self.device)  # the frozen prior is not a trained module
 
@@ -78,34 +149,25 @@ class DSRL(Algorithm):
         return {"critic_opt": self.critic_opt, "noise_critic_opt": self.noise_critic_opt,
                 "actor_opt": self.actor_opt, "alpha_opt": self.alpha_opt}
 
-    def _features(self, batch: Mapping[str, np.ndarray], prefix: str) -> tuple[torch.Tensor, torch.Tensor | None,
-                                                                             torch.Tensor]:
-        obs = {k.removeprefix(prefix): v for k, v in batch.items() if k.startswith(prefix)}
-        imgs = self.policy.images(obs)
-        cond = self.tensor(self.policy.condition(obs))
-        images = None if imgs is None else self.tensor(imgs)
-        with torch.no_grad():
-            return cond, images, self.policy.net.encode(cond, images)
-
     def _steer(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         z, logp = self.actor.sample(feats)
-        return (z * self.policy.noise_bound).reshape(len(z), self.policy.horizon, -1), logp
+        return (z * self.policy.noise_bound).reshape(len(z), *self.steer.noise_shape), logp
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         c = self.config
-        p = self.policy
-        cond, imgs, f = self._features(batch, "obs/")
-        next_cond, next_imgs, next_f = self._features(batch, "next_obs/")
-        chunk = self.tensor(np.clip(p.normalize(batch["actions"], batch["obs/state"]), -1, 1))
+        p, s = self.policy, self.steer
+        obs = {k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")}
+        nxt = {k.removeprefix("next_obs/"): v for k, v in batch.items() if k.startswith("next_obs/")}
+        f, next_f = s.features(obs), s.features(nxt)
+        chunk = s.executed(batch["actions"], batch["obs/state"])
         ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
         alpha = self.temperature.log_alpha.exp().detach()
 
         with torch.no_grad():  # Q^A: H-step backup on the executed chunk
             z_next, _ = self._steer(next_f)
-            a_next = p.sample(next_cond, images=next_imgs, noise=z_next)
-            target = self.tensor(ret) + self.tensor(boot) * torch.min(
-                *self.critic_target(next_cond, a_next, features=next_f))
-        q1, q2 = self.critic(cond, chunk, features=f)
+            a_next = s.chunks(nxt, z_next)
+            target = self.tensor(ret) + self.tensor(boot) * torch.min(*self.critic_target(next_f, a_next, features=next_f))
+        q1, q2 = self.critic(f, chunk, features=f)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
@@ -115,17 +177,17 @@ class DSRL(Algorithm):
             z_pi, _ = self._steer(f)
             z_uni = (torch.rand_like(z_pi) * 2 - 1) * p.noise_bound
             z_all = torch.cat([z_pi, z_uni])
-            f2, cond2 = torch.cat([f, f]), torch.cat([cond, cond])
-            a_all = p.sample(cond2, images=None if imgs is None else torch.cat([imgs, imgs]), noise=z_all)
-            w_target = torch.min(*self.critic(cond2, a_all, features=f2))
-        w1, w2 = self.noise_critic(cond2, z_all / p.noise_bound, features=f2)
+            f2 = torch.cat([f, f])
+            a_all = s.chunks({k: np.concatenate([v, v]) for k, v in obs.items()}, z_all)
+            w_target = torch.min(*self.critic(f2, a_all, features=f2))
+        w1, w2 = self.noise_critic(f2, z_all / p.noise_bound, features=f2)
         noise_loss = ((w1 - w_target) ** 2).mean() + ((w2 - w_target) ** 2).mean()
         self.noise_critic_opt.zero_grad(set_to_none=True)
         noise_loss.backward()
         self.noise_critic_opt.step()
 
         z, logp = self._steer(f)
-        qw = torch.min(*self.noise_critic(cond, z / p.noise_bound, features=f))
+        qw = torch.min(*self.noise_critic(f, z / p.noise_bound, features=f))
         actor_loss = (alpha * logp - qw).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()

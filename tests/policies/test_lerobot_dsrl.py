@@ -1,0 +1,117 @@
+"""DSRL on a frozen LeRobot policy (`policy=diffusion algo=dsrl`): LeRobot's real diffusion policy,
+saved by the test and loaded from that directory, steered through its sampler's starting noise."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from policies.lerobot_chunk import SteeredLeRobotPolicy, build_lerobot_policy, load_lerobot_policy
+from robo_async.learner.metrics import read_metrics
+
+pytest.importorskip("diffusers")
+EXE = [sys.executable, "-m", "robo_async.cli"]
+LOW, HIGH = [-1.0, -2.0, 0.0, -0.5], [1.0, 2.0, 1.5, 0.5]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A small diffusion policy sampling with DDPM (stochastic per step), saved as LeRobot writes it."""
+    p = build_lerobot_policy("diffusion", state_dim=4, action_low=LOW, action_high=HIGH, env_keys=("target",),
+                             env_dim=3, chunk_size=4, down_dims=(32, 64), num_inference_steps=5,
+                             noise_scheduler_type="DDPM")
+    return p.save(tmp_path_factory.mktemp("diffusion"))
+
+
+def steered(path, **kw):
+    return SteeredLeRobotPolicy(load_lerobot_policy(path, action_low=LOW, action_high=HIGH, env_keys=("target",)), **kw)
+
+
+OBS = {"state": np.array([0.1, -0.2, 0.5, 0.0], np.float32), "target": np.array([0.2, 0.0, 0.3], np.float32)}
+
+
+def test_the_noise_decides_the_chunk(saved):
+    p = steered(saved)
+    assert type(p.prior.policy.diffusion.noise_scheduler).__name__ == "DDIMScheduler"  # DDPM swapped
+    assert p.noise_shape == (4, 4) and p.horizon == 4
+    batch = {k: v[None].repeat(2, 0) for k, v in OBS.items()}
+    z = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(0))
+    a = p.steered(batch, z)
+    np.testing.assert_array_equal(a, p.steered(batch, z))  # a function of the noise
+    assert not np.allclose(a, p.steered(batch, -z))
+    # the executed chunk is the prior's own for that noise (predict_action_chunk(noise=) + its post-processor)
+    pre = p.prior_batch(batch)
+    with torch.no_grad():
+        want = p.prior.post(p.prior.predict_normalized(pre, noise=z)).numpy()
+    np.testing.assert_allclose(a, np.clip(want, LOW, HIGH), atol=1e-6)
+
+
+def test_steered_chunks_stay_inside_the_joint_limits_and_keep_a_prefix(saved):
+    p = steered(saved, noise_bound=3.0)
+    with torch.no_grad():
+        for m in p.noise_actor.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.mul_(100.0)  # the actor asks for extreme noise
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        obs = {"state": rng.uniform(LOW, HIGH).astype(np.float32), "target": rng.normal(size=3).astype(np.float32)}
+        a = p.predict_chunk(obs).actions
+        assert a.shape == (4, 4) and np.all(a >= np.array(LOW, np.float32)) and np.all(a <= np.array(HIGH, np.float32))
+    prefix = np.full((2, 4), 0.25, np.float32)
+    np.testing.assert_array_equal(p.predict_chunk(OBS, prefix=prefix).actions[:2], prefix)
+
+
+def test_only_the_noise_actor_travels(saved):
+    a, b = steered(saved), steered(saved)
+    w = a.weights()
+    assert w and all(k.startswith(("trunk.", "head.")) for k in w)  # no prior weights
+    with torch.no_grad():
+        for m in a.noise_actor.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_()
+    a.deterministic = b.deterministic = True
+    assert not np.allclose(a.predict_chunk(OBS).actions, b.predict_chunk(OBS).actions)
+    b.load_weights(3, a.weights())
+    np.testing.assert_allclose(a.predict_chunk(OBS).actions, b.predict_chunk(OBS).actions, atol=1e-6)
+    assert b.version == 3
+
+
+def test_a_policy_without_noise_input_is_refused(tmp_path):
+    act = build_lerobot_policy("act", state_dim=4, action_low=LOW, action_high=HIGH, env_keys=("target",), env_dim=3,
+                               chunk_size=4, dim_model=32,
+                               n_heads=2, dim_feedforward=64, n_encoder_layers=1, use_vae=False)
+    if act.noise_shape is not None:
+        pytest.skip("this LeRobot's ACT takes noise")
+    with pytest.raises(ValueError, match="does not take its starting noise"):
+        SteeredLeRobotPolicy(act)
+
+
+def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
+    """Serial run on reach: the learner loads the saved prior, trains the noise actor and the
+    critics; the actors steer the same prior with the published noise-actor weights."""
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import make_actor_policy, PolicyArgs, task_args, make_safe_robot
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(compose_config(["task=reach", "policy=diffusion", "policy.chunk_size=4",
+                                                 "policy.overrides.down_dims=[32,64]",
+                                                 "policy.overrides.num_inference_steps=3"]), resolve=True)
+    spec = make_safe_robot(task_args(cfg["task"])).spec
+    prior = make_actor_policy(PolicyArgs.from_config(cfg["policy"]), spec)
+    prior.save(tmp_path / "prior")
+    run_dir = tmp_path / "run"
+    res = subprocess.run(EXE + [
+        "train", "launcher=serial", "task=reach", "policy=diffusion", "policy.chunk_size=4",
+        "policy.overrides.down_dims=[32,64]", "policy.overrides.num_inference_steps=3",
+        f"policy.path={tmp_path / 'prior'}", "algo=dsrl", "algo.warmup_steps=100", "algo.batch_size=16",
+        "algo.critic_hidden=[32,32]", "algo.noise_hidden=[32,32]", "algo.limiter_slack=32", f"run_dir={run_dir}",
+        "budget.env_steps=400",
+        "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.5"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = [r for r in read_metrics(run_dir) if "losses/noise_critic_loss" in r]
+    assert rows and rows[-1]["time/updates"] > 5 and np.isfinite(rows[-1]["losses/qf_loss"])
+    assert "evaluation: success rate" in res.stdout  # the checkpoint's noise actor steers the prior again
