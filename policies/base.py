@@ -83,6 +83,17 @@ class Policy(abc.ABC):
         self.version = version
 
 
+def camera_frames(obs: Mapping[str, np.ndarray], cameras: tuple[str, ...], who: str) -> np.ndarray | None:
+    """The named cameras' frames stacked: [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batched
+    observations); None without cameras; a missing camera is named."""
+    if not cameras:
+        return None
+    missing = [c for c in cameras if c not in obs]
+    if missing:
+        raise KeyError(f"{who} needs camera(s) {missing}; the observation has {sorted(obs)}")
+    return np.stack([np.asarray(obs[c]) for c in cameras], axis=-4)
+
+
 def call_policy(policy: Policy, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
                 prefix: np.ndarray | None, delay_ticks: int) -> ActionChunk:
     """`predict_chunk`, passing `delay_ticks` only to policies that take it (older or third-party

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import ActionChunk, Policy, register
+from policies.base import ActionChunk, Policy, camera_frames, register
 
 
 def _time_embedding(t: torch.Tensor, dim: int = 16) -> torch.Tensor:
@@ -136,12 +136,7 @@ class FlowChunkPolicy(Policy):
 
     def images(self, obs: Mapping[str, np.ndarray]) -> np.ndarray | None:
         """Camera frames [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batched observations)."""
-        if not self.cameras:
-            return None
-        missing = [c for c in self.cameras if c not in obs]
-        if missing:
-            raise KeyError(f"flow policy needs camera(s) {missing}; the observation has {sorted(obs)}")
-        return np.stack([np.asarray(obs[c]) for c in self.cameras], axis=-4)
+        return camera_frames(obs, self.cameras, "flow policy")
 
     # --- sampling -----------------------------------------------------------------------------
     def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int | torch.Tensor = 0,

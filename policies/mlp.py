@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import ActionChunk, Policy, register
+from policies.base import ActionChunk, Policy, camera_frames, register
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -153,12 +153,7 @@ class MLPPolicy(Policy):
 
     def images(self, obs: Mapping[str, np.ndarray]) -> np.ndarray | None:
         """Camera frames [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batches); None without cameras."""
-        if not self.cameras:
-            return None
-        missing = [c for c in self.cameras if c not in obs]
-        if missing:
-            raise KeyError(f"mlp policy needs camera(s) {missing}; the observation has {sorted(obs)}")
-        return np.stack([np.asarray(obs[c]) for c in self.cameras], axis=-4)
+        return camera_frames(obs, self.cameras, "mlp policy")
 
     def features(self, vectors: torch.Tensor, images: torch.Tensor | None = None,
                  encoder: nn.Module | None = None) -> torch.Tensor:
