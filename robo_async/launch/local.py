@@ -112,6 +112,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             procs[f"actor {cfg.actor_id}"] = p
         (plan.run_dir / "processes.json").write_text(json.dumps({w: p.pid for w, p in procs.items()}))
         all_done_at: float | None = None  # when the last actor ended cleanly
+        stopping = False  # an actor ended cleanly: the learner said it is stopping
         while done is None:
             if all_done_at is None and not any(w != "learner" for w in procs):
                 all_done_at = time.monotonic()
@@ -129,6 +130,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             for who, p in list(procs.items()):
                 if not p.is_alive() and done is None and p.exitcode == 0 and who != "learner":
                     del procs[who]  # it ended because the learner said it is stopping: wait for its "done"
+                    stopping = True
                     continue
                 if not p.is_alive() and done is None and not (who == "learner" and p.exitcode == 0):
                     why = _drain_errors(errors).get(who, f"exit code {p.exitcode}")
@@ -137,7 +139,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                         left = [w for w in procs if w != "learner"]
                         display.message(f"[red]{who} (pid {p.pid}) stopped: {why}; continuing with "
                                         f"{len(left)} actor(s)[/]")
-                        if not left:
+                        if not left and not stopping:  # (once the learner is stopping, its result follows)
                             raise RunFailed(f"{who} (pid {p.pid}): {why}; no robots left, stopping the run")
                         continue
                     raise RunFailed(f"{who} (pid {p.pid}) died: {why}; stopping the run")

@@ -115,6 +115,7 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         progress: dict[str, float] = {}
         interrupted = False
         all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
+        stopping = False  # an actor ended cleanly: the learner said it is stopping
         try:
             while not ray.wait([run_ref], timeout=0.5)[0]:
                 if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
@@ -131,7 +132,8 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                     except Exception as e:
                         learner.stop.remote()
                         raise RunFailed(f"{who} failed on Ray: {str(e).splitlines()[-1]}; stopping the run") from None
-                    if clean:  # the learner said it is stopping: its result follows
+                    if clean or (stopping and not refs):  # the learner is stopping: its result follows
+                        stopping = True
                         if not refs and all_done_at is None:
                             all_done_at = time.monotonic()
                         continue
