@@ -159,6 +159,26 @@ def decode_frames(frames, column: Column) -> np.ndarray:
     return out
 
 
+def decode_batch_frames(arrays: dict, names: list[str]) -> dict[str, np.ndarray]:
+    """The `Frames` columns `names` of one batch decoded, uint8 [n, H, W, C] each (a next_obs
+    column equal to its obs column shifted by one decodes only its last image); raises
+    CorruptRecord naming the column and image."""
+    out: dict[str, np.ndarray] = {}
+    for name in sorted(names, key=lambda k: not k.startswith("obs/")):  # obs first
+        f = arrays[name]
+        column = Column(name, "uint8", tuple(f.shape[1:]))
+        twin = out.get("obs/" + name.removeprefix("next_obs/")) if name.startswith("next_obs/") else None
+        tf = arrays.get("obs/" + name.removeprefix("next_obs/")) if twin is not None else None
+        try:
+            if twin is not None and tf is not None and f.blobs[:-1] == tf.blobs[1:]:
+                out[name] = np.concatenate([twin[1:], decode_frames(f[-1:], column)])
+            else:
+                out[name] = decode_frames(f, column)
+        except CorruptRecord as e:
+            raise CorruptRecord(f"'{name}' {e}") from None
+    return out
+
+
 def encode_record(schema: Schema, actor_id: int, seq: int, arrays: Mapping[str, np.ndarray], i: int,
                   image_keys: Mapping[str, bytes]) -> bytes:
     """Row `i` of a batch as one record; `image_keys[name]` is that row's image key per image column."""

@@ -38,7 +38,7 @@ import msgpack
 import numpy as np
 
 from robo_async.buffer.cache import TableCache
-from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, Column, CorruptRecord, Schema, decode_frames, decode_image,
+from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, CorruptRecord, Schema, decode_batch_frames, decode_image,
                                      decode_record, encode_image, encode_record, image_key, peek_record)
 from robo_async.buffer.store import ReplayError, ReplayStore
 from robo_async.transport.wire import FINAL_OBS, Frames, TransitionBatch, WireError, expand_next_obs
@@ -279,23 +279,10 @@ class PersistentReplayStore(ReplayStore):
         return new
 
     def _decode_frames(self, batch: TransitionBatch, names: list[str]) -> dict[str, np.ndarray]:
-        """Each encoded column decoded (a next_obs image equal to the next obs image once)."""
-        out: dict[str, np.ndarray] = {}
-        for name in sorted(names, key=lambda k: not k.startswith("obs/")):  # obs first
-            f = batch.arrays[name]
-            h, w, c = f.shape[1:]
-            column = Column(name, "uint8", (h, w, c))
-            twin = out.get("obs/" + name.removeprefix("next_obs/")) if name.startswith("next_obs/") else None
-            tf = batch.arrays.get("obs/" + name.removeprefix("next_obs/")) if twin is not None else None
-            try:
-                if twin is not None and tf is not None and f.blobs[:-1] == tf.blobs[1:]:
-                    last = decode_frames(f[-1:], column)
-                    out[name] = np.concatenate([twin[1:], last])
-                else:
-                    out[name] = decode_frames(f, column)
-            except CorruptRecord as e:
-                raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: '{name}' {e}") from None
-        return out
+        try:
+            return decode_batch_frames(batch.arrays, names)
+        except CorruptRecord as e:
+            raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
 
     def ack(self, actor_id: int) -> int:
         with self._lock:

@@ -83,11 +83,11 @@ class InMemoryReplayStore(ReplayStore):
         try:  # compact batches (from an Adder) become full rows; frames encoded at an actor, pixels
             arrays = expand_next_obs(batch.arrays)
             if any(isinstance(a, Frames) for a in arrays.values()):
-                from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
+                from robo_async.buffer.codec import CorruptRecord, decode_batch_frames
 
                 try:
-                    arrays = {k: decode_frames(a, Column(k, "uint8", a.shape[1:])) if isinstance(a, Frames) else a
-                              for k, a in arrays.items()}
+                    arrays = {**arrays, **decode_batch_frames(arrays, [k for k, a in arrays.items()
+                                                                      if isinstance(a, Frames)])}
                 except CorruptRecord as e:
                     raise WireError(str(e)) from None
             batch = TransitionBatch(batch.actor_id, batch.seq, arrays)
