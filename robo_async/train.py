@@ -136,14 +136,21 @@ def report(cfg, run_dir: Path, result: RunResult) -> int:
     curve = plot_learning_curve(run_dir)
     if result.checkpoint and cfg.eval_episodes > 0 and not result.interrupted:
         from robo_async.evaluate import evaluate
+        from robo_async.launch.builders import resolve_inference, task_args
 
-        res = evaluate(Path(result.checkpoint), cfg.eval_episodes,
+        # as the run acted: its inference mode and injected latency (a 200 ms run is not judged at 0 ms)
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        mode = resolve_inference(str(plain["actor"].get("inference", "auto")),
+                                 task_args(plain["task"], plain.get("robot"), plain.get("safety")))
+        res = evaluate(Path(result.checkpoint), cfg.eval_episodes, mode=mode,
+                       inference_delay_ms=plain["policy"].get("inference_delay_ms") or None,
                        video=run_dir / "eval.mp4" if cfg.video else None)
-        print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes"
+        print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes ({res.mode})"
               + (f"; video {res.video}" if res.video else ""))
         (run_dir / "eval.json").write_text(json.dumps({
             "episodes": res.episodes, "success_rate": res.success_rate, "mean_ticks": res.mean_length,
-            "mean_return": res.mean_return, "mode": res.mode, "missed_ticks": res.missed_ticks}))
+            "mean_return": res.mean_return, "mode": res.mode, "missed_ticks": res.missed_ticks,
+            "inference_delay_ms": plain["policy"].get("inference_delay_ms") or 0, "infer_p50_ms": res.infer_p50_ms}))
     print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/, replay/"
           + (f", {curve.name}" if curve else ""))
     print(f"replay data: robo-async buffer inspect {run_dir}")

@@ -56,3 +56,19 @@ def test_policy_algorithm_pairs_that_do_not_fit_are_refused_in_one_line(tmp_path
         assert res.returncode == 2, (args, res.stderr, res.stdout)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and want in lines[0], (args, res.stderr)
+
+
+def test_the_final_evaluation_acts_as_the_run_did(tmp_path):
+    """A run with async_forward and injected latency is evaluated in that mode at that latency,
+    not in the default mode at 0 ms."""
+    import json
+
+    run_dir = tmp_path / "run"
+    res = run(["train", "launcher=serial", "task=reach", "task.episode_ticks=20", "algo=sac",
+               "actor.inference=async_forward", "policy.inference_delay_ms=40", "algo.warmup_steps=50",
+               f"run_dir={run_dir}", "budget.env_steps=100", "stop_at_success=null", "eval_episodes=1"])
+    assert res.returncode == 0, res.stderr + res.stdout
+    ev = json.loads((run_dir / "eval.json").read_text())
+    assert ev["mode"] == "async_forward" and ev["inference_delay_ms"] == 40
+    assert ev["infer_p50_ms"] >= 40  # the latency was injected into the evaluation's inferences
+    assert "(async_forward)" in res.stdout
