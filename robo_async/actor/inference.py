@@ -32,7 +32,8 @@ from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, call_policy
 
 log = logging.getLogger(__name__)
-MODES = ("sync", "drop_stale", "blend", "rtc")  # how the schedule merges a chunk (internal)
+MODES = ("sync", "drop_stale", "blend", "rtc")
+REPLAN = ("due", "continuous", "end")  # when (and about which tick) the next chunk is asked for  # how the schedule merges a chunk (internal)
 # The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
 # the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
 # executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible simulators, where a tick has no wall-clock meaning).
@@ -319,8 +320,8 @@ class AsyncChunkRunner:
 
     def __init__(self, engine: InferenceEngine, spec: RobotSpec, mode: str = "rtc", forward: bool = True,
                  margin_ticks: int | None = None, replan: str = "due") -> None:
-        if replan not in ("due", "continuous"):
-            raise ValueError(f"replan must be 'due' or 'continuous', not '{replan}'")
+        if replan not in REPLAN:
+            raise ValueError(f"replan must be one of {REPLAN}, not '{replan}'")
         self.engine, self.spec = engine, spec
         self.schedule = ChunkSchedule("drop_stale" if mode == "sync" else mode)
         # sync runs each chunk to its end before asking again (LeRobot's synchronous loop); async
@@ -330,12 +331,16 @@ class AsyncChunkRunner:
         # due: ask when the committed actions fall to latency + margin; continuous: whenever the
         # engine is idle (async modes), so a change in the world is seen one inference sooner
         self.continuous = replan == "continuous"
+        # end: ask at the same moment, but about the tick where the current chunk ends, so every
+        # action of every chunk executes (what chunked critics learn from: Q of a chunk that ran)
+        self.to_end = replan == "end" and mode in ("drop_stale", "blend") and forward
         self.superseded = 0  # results dropped because a newer observation's chunk had landed
         self._merged_obs_tick = -1
         self._last_submit = -(10**9)
         self.holds = 0
         self._last: np.ndarray | None = None
-        self.versions: list[int] = []
+        self.versions: deque[int] = deque(maxlen=1000)  # policy versions of the latest merged chunks
+        self.chunks_merged = 0
         self.epoch = 0
 
     def reset(self) -> None:
@@ -361,6 +366,7 @@ class AsyncChunkRunner:
             self._merged_obs_tick = r.obs_tick
             self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version, r.obs_tick)
             self.versions.append(r.chunk.policy_version)
+            self.chunks_merged += 1
 
     def tick(self, now: int, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The action for tick `now`. Never waits on the policy (except in `sync` mode, the baseline)."""
@@ -371,7 +377,9 @@ class AsyncChunkRunner:
         spaced = self.engine.in_flight == 0 or now - self._last_submit >= max(1, -(-d // self.engine.workers))
         if not self.engine.busy and due and spaced:
             self._last_submit = now
-            committed = self.schedule.upcoming(now, d)
+            left = self.schedule.remaining(now)
+            ahead = left if self.to_end and left > d else d  # the new chunk starts `ahead` ticks from now
+            committed = self.schedule.upcoming(now, ahead)
             if len(committed) < d:  # the schedule runs out before the chunk lands: the robot holds
                 hold = committed[-1] if len(committed) else self._hold(obs)
                 committed = np.concatenate([committed.reshape(-1, len(hold)),
@@ -380,7 +388,8 @@ class AsyncChunkRunner:
             if self.mode == "rtc":  # the chunk starts now and continues the committed prefix
                 self.engine.submit(obs, fstate, committed, now, self.epoch, now)
             else:  # about tick now + d, when it lands (naive: about now; its first d actions go stale)
-                self.engine.submit(obs, fstate, None, now + d if self.forward else now, self.epoch, now)
+                self.engine.submit(obs, fstate, None, now + max(d, len(committed)) if self.forward else now,
+                                   self.epoch, now)
             if self.mode == "sync":
                 while self.engine.in_flight:  # the baseline: the robot waits for the policy
                     time.sleep(0.0005)

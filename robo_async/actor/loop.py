@@ -88,7 +88,9 @@ class LoopConfig:
     inference: str = "inline"  # one of inference.INFERENCE_MODES (inline: on this thread, sim only)
     inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
     inference_workers: int = 1  # inferences in flight at once (pipelined when > 1)
-    replan: str = "due"  # due: next chunk when the committed actions fall to latency + 1; continuous
+    replan: str = "due"  # due: next chunk when the committed actions fall to latency + 1; end: the same
+    # moment, about the tick the current chunk ends (every action executes: chunked critics); continuous:
+    # whenever the engine is idle
     explore_until_weights: bool = True  # uniform random actions while the policy has no weights (v < 0)
     end_on_terminated: bool = True  # False: run on to episode_ticks after the task ends (expert demos)
     warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
@@ -348,7 +350,7 @@ class ControlLoop:
             if self._observer is not None:
                 self._observer(TickInfo(self.tick, ep_len - 1, self.episodes, action, applied, chosen_at, lateness,
                                         runner.schedule.popped_obs_tick if runner is not None else -1,
-                                        len(runner.versions) if runner is not None else 0))
+                                        runner.chunks_merged if runner is not None else 0))
             self.tick += 1
             self.env_steps += 1
             ep_return += out.reward

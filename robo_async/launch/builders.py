@@ -398,8 +398,13 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     )
     inference = str(cfg.actor.get("inference", "auto"))
     resolve_inference(inference, task)
-    if str(cfg.actor.get("replan", "due")) not in ("due", "continuous"):
-        raise ConfigError(f"actor.replan must be due or continuous, not '{cfg.actor.replan}'")
+    replan = str(cfg.actor.get("replan", "auto"))
+    if replan not in ("auto", "due", "continuous", "end"):
+        raise ConfigError(f"actor.replan must be auto, due, end or continuous, not '{cfg.actor.replan}'")
+    if replan == "auto":  # chunked critics learn Q of chunks that ran whole: no action of a chunk is replaced
+        from robo_async.learner.algorithms.base import whole_chunks
+
+        replan = "end" if whole_chunks(algo_name) else "due"
     if int(cfg.actor.get("inference_workers", 1)) < 1:
         raise ConfigError(f"actor.inference_workers must be at least 1, not {cfg.actor.inference_workers}")
     guide_src = cfg.actor.get("guide")
@@ -424,7 +429,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                 actor_id=i, episode_ticks=task.options.get("episode_ticks", 50), realtime=plan_task(i).realtime,
                 seed=cfg.seed * 1000 + i, start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
                 heartbeat_s=cfg.actor.heartbeat_s, inference=resolve_inference(inference, plan_task(i)),
-                replan=str(cfg.actor.get("replan", "due")),
+                replan=replan,
                 inference_workers=int(cfg.actor.get("inference_workers", 1)), guide=guide),
             flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)), guide=str(guide_src) if guide_src else None,
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),

@@ -354,3 +354,28 @@ def test_the_policy_is_told_how_stale_its_observation_will_be():
     wait_idle(engine)
     assert engine.bad_chunks == 0 and len(engine.poll().chunk.actions) == 8
     engine.close()
+
+
+@pytest.mark.parametrize("replan, executed", [("end", 8), ("due", 7)])
+def test_replan_end_executes_every_action_of_every_chunk(replan, executed):
+    """`replan=end` asks at the same moment as `due`, but about the tick where the current chunk
+    ends (forwarded through all of it), so no action of a chunk is replaced; `due` replaces the
+    last one (latency 2 ticks + margin 1 -> asked with 3 left, about 2 ticks ahead)."""
+    policy = Scripted(horizon=8)
+    engine = InferenceEngine(policy, A, 8)
+    engine.latency = FixedLatency(2)
+    runner = AsyncChunkRunner(engine, SPEC, mode="drop_stale", forward=True, replan=replan)
+    chunk = np.tile(np.arange(8, dtype=np.float32)[:, None] * 0.01, (1, A))
+    got = []
+    for t in range(40):
+        got.append(runner.tick(t, obs(np.full(A, 0.5, np.float32)))[0])
+        wait_idle(engine)
+    got = np.round(np.array(got) * 100).astype(int)
+    got = got[got != 50]  # the holds (at the state) before the first chunk
+    # each chunk's indices run 0..executed-1, then the next chunk starts at 0
+    starts = np.nonzero(got == 0)[0]
+    assert len(starts) >= 4 and set(np.diff(starts[1:]).tolist()) == {executed}
+    if replan == "end":
+        fstate = policy.calls[-1][0]
+        np.testing.assert_array_equal(fstate, chunk[-1])  # forwarded through the whole current chunk
+    engine.close()

@@ -242,3 +242,6 @@ def test_qc_trains_its_actor_for_the_delays_its_actors_will_have(tmp_path, overr
     plan = build_plan(cfg, tmp_path / "run")
     assert plan.learner.algo_config.max_delay == want
     assert build_algorithm("qc", plan.learner.algo_config, plan.learner.policy).lookback == want
+    assert plan.actors[0].loop.replan == "end"  # actor.replan=auto: chunks run whole for the chunked critic
+    sac = build_plan(compose_config(["task=reach", "algo=sac"]), tmp_path / "sac")
+    assert sac.actors[0].loop.replan == "due"

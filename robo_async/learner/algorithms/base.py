@@ -90,6 +90,7 @@ class Algorithm(abc.ABC):
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
     lookback: int = 0  # > 0: windows also carry a lagged observation and the actions since (Sampler(lookback=))
+    whole_chunks: bool = False  # True: asynchronous actors execute every action of every chunk (actor.replan=auto -> end)
     successful_only: bool = False  # online windows only from episodes that succeeded (rejection sampling)
     supports_device: bool = False  # True: update() runs on `self.device` (a GPU when `learner.device` picks one)
     device: torch.device = torch.device("cpu")
@@ -170,6 +171,12 @@ def build_algorithm(name: str, config: AlgoConfig, policy: PolicySpec) -> Algori
     if name not in _REGISTRY:
         raise KeyError(f"unknown algorithm '{name}'; available: {sorted(_REGISTRY)}")
     return _REGISTRY[name][0](config, policy)
+
+
+def whole_chunks(name: str) -> bool:
+    """Whether `algo=<name>` wants every action of a chunk executed (a critic of whole chunks)."""
+    _load()
+    return bool(getattr(_REGISTRY[name][0], "whole_chunks", False))
 
 
 def acting_policy(name: str, config: AlgoConfig, policy: str) -> tuple[str, dict[str, object]] | None:

@@ -92,6 +92,7 @@ def lerobot_prior(spec: PolicySpec) -> SteeredLeRobotPolicy:
 @register("dsrl", DSRLConfig)
 class DSRL(Algorithm):
     supports_device = True
+    whole_chunks = True  # Q(s, chunk) of chunks that ran whole
     def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy

@@ -53,6 +53,7 @@ def flow_prior(spec: PolicySpec, algo: str) -> FlowChunkPolicy:
 @register("qc", QCConfig)
 class QC(Algorithm):
     supports_device = True
+    whole_chunks = True  # Q(s, chunk) of chunks that ran whole
     def __init__(self, config: QCConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy
