@@ -80,7 +80,7 @@ def test_bc_bad_inputs_are_one_clear_line(tmp_path):
 
 def test_async_inference_config_errors_are_one_clear_line():
     for args, want in ((["actor.inference=fast"], "actor.inference 'fast' unknown"),
-                       (["actor.replan=sometimes"], "actor.replan must be due or continuous"),
+                       (["actor.replan=sometimes"], "actor.replan must be auto, due, end or continuous"),
                        (["actor.inference_workers=0"], "actor.inference_workers must be at least 1"),
                        (["policy.inference_delay_ms=[300,100]"], "policy.inference_delay_ms must be")):
         res = run(["train", *args])
