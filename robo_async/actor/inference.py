@@ -32,8 +32,8 @@ from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, call_policy
 
 log = logging.getLogger(__name__)
-MODES = ("sync", "drop_stale", "blend", "rtc")
-REPLAN = ("due", "continuous", "end")  # when (and about which tick) the next chunk is asked for  # how the schedule merges a chunk (internal)
+MODES = ("sync", "drop_stale", "blend", "rtc")  # how the schedule merges a chunk (internal)
+REPLAN = ("due", "continuous", "end")  # when (and about which tick) the next chunk is asked for
 # The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
 # the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
 # executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible simulators, where a tick has no wall-clock meaning).
@@ -372,12 +372,12 @@ class AsyncChunkRunner:
         """The action for tick `now`. Never waits on the policy (except in `sync` mode, the baseline)."""
         self._take(now)
         d = 0 if self.mode == "sync" else self.engine.latency.ticks(self.spec.dt)
-        due = self.schedule.remaining(now) <= d + self.margin or (self.continuous and self.mode != "sync")
+        left = self.schedule.remaining(now)
+        due = left <= d + self.margin or (self.continuous and self.mode != "sync")
         # with several workers, requests are spread over the latency so one always starts soon
         spaced = self.engine.in_flight == 0 or now - self._last_submit >= max(1, -(-d // self.engine.workers))
         if not self.engine.busy and due and spaced:
             self._last_submit = now
-            left = self.schedule.remaining(now)
             ahead = left if self.to_end and left > d else d  # the new chunk starts `ahead` ticks from now
             committed = self.schedule.upcoming(now, ahead)
             if len(committed) < d:  # the schedule runs out before the chunk lands: the robot holds
