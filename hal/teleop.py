@@ -1,24 +1,35 @@
 """`Teleop`: a human input device (leader arm, gamepad, keyboard) that gives actions and events.
 
     teleop.connect()
-    action = teleop.get_action()      # joint targets (rad) in the robot's action space, or None
-    for event in teleop.events():     # since the last call
+    teleop.observe(obs, evaluation)   # each tick: what the robot sees (a virtual operator decides on it)
+    for event in teleop.events():     # since the last call (one poll per control tick)
         if event.kind is TeleopEventKind.ESTOP: safe_robot.estop(...)
+    action = teleop.get_action()      # while it has control: joint targets (rad) in the robot's action space
     teleop.close()
+
+The control loop does this every tick (`robo_async.actor.loop`); a teleop that raises `RobotError`
+(unplugged mid-session) is dropped from the session and control returns to the policy.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
+import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hal.robot import RobotError
+
 if TYPE_CHECKING:
     from hal.safety import SafeRobot
+
+
+log = logging.getLogger(__name__)
 
 
 class TeleopEventKind(enum.Enum):
@@ -44,9 +55,19 @@ class Teleop(abc.ABC):
     @abc.abstractmethod
     def connect(self) -> None: ...
 
+    @property
+    def action_dim(self) -> int | None:
+        """Size of the actions it gives (None: it gives events only: gamepad or keyboard)."""
+        return None
+
     @abc.abstractmethod
     def get_action(self) -> np.ndarray | None:
         """The operator's current command, or None when the device gives none."""
+
+    def observe(self, obs: Mapping[str, np.ndarray], evaluation: bool) -> None:
+        """Each tick, before `events()`: the robot's observation and whether the episode is an
+        evaluation one. Human devices ignore it; a virtual operator decides on it."""
+        return None
 
     @abc.abstractmethod
     def events(self) -> list[TeleopEvent]:
@@ -56,14 +77,26 @@ class Teleop(abc.ABC):
     def close(self) -> None: ...
 
 
-def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot") -> list[TeleopEvent]:
+def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot",
+                on_lost: "Callable[[Teleop, RobotError], None] | None" = None) -> list[tuple[Teleop, TeleopEvent]]:
     """Collect every teleop's events (never blocks); an ESTOP from any of them latches the
-    robot's e-stop at once. Returns the events for the caller (labels, interventions)."""
+    robot's e-stop at once and wins the tick: the other events of that tick are dropped (logged).
+    A teleop that raises RobotError goes to `on_lost` (without it, the error propagates).
+    Returns (teleop, event) pairs for the caller (labels, takeovers)."""
     out = []
-    for t in teleops:
-        for e in t.events():
-            if e.kind is TeleopEventKind.ESTOP:
-                robot.estop(f"e-stop from {t.name}")
-            out.append(e)
+    for t in list(teleops):
+        try:
+            out += [(t, e) for e in t.events()]
+        except RobotError as e:
+            if on_lost is None:
+                raise
+            on_lost(t, e)
+    stops = [t.name for t, e in out if e.kind is TeleopEventKind.ESTOP]
+    if stops:
+        robot.estop(f"e-stop from {stops[0]}")
+        dropped = [e.kind.value for _, e in out if e.kind is not TeleopEventKind.ESTOP]
+        if dropped:
+            log.warning("e-stop from %s wins the tick; ignored %s", stops[0], dropped)
+        return [(t, e) for t, e in out if e.kind is TeleopEventKind.ESTOP]
     return out
 

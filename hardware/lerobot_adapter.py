@@ -11,6 +11,7 @@ device (unplugged, not connected) become `RobotError` naming the robot and its p
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 
@@ -21,6 +22,7 @@ from hal.spec import CameraSpec, Observation, Outcome, RobotSpec
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 
 # Joint limits (rad) of the SO-100/SO-101 arm family (from our MJCF of the same arm).
+log = logging.getLogger(__name__)
 SO_ARM_LIMITS = ((-1.92, -1.75, -1.69, -1.66, -2.74, -0.17), (1.92, 1.75, 1.69, 1.66, 2.84, 1.75))
 
 
@@ -154,7 +156,10 @@ class LeRobotRobot(Robot):
         return self.device.outcome() if hasattr(self.device, "outcome") else Outcome()
 
 
+# LeRobot's TeleopEvents (and our `estop`, which LeRobot has no event for: sim_leader's scripted
+# one, or a gamepad/keyboard mapped to it by `teleop.estop_key`)
 _EVENT_MAP = {"success": TeleopEventKind.SUCCESS, "failure": TeleopEventKind.FAILURE,
+              "terminate_episode": TeleopEventKind.FAILURE,
               "rerecord_episode": TeleopEventKind.RERECORD, "estop": TeleopEventKind.ESTOP}
 
 
@@ -190,15 +195,29 @@ class LeRobotTeleop(Teleop):
             except (ConnectionError, OSError) as e:
                 raise RobotError(f"teleop {self.name} cannot connect: {' '.join(str(e).split())}") from None
 
+    @property
+    def action_dim(self) -> int | None:
+        return len(self._units.keys) if self._units is not None else None
+
+    def _lost(self, e: Exception) -> RobotError:
+        return RobotError(f"teleop {self.name} lost: {type(e).__name__}: {' '.join(str(e).split())}")
+
     def get_action(self) -> np.ndarray | None:
         if self._units is None:
             return None
-        return self._units.to_hal(self.device.get_action())
+        try:
+            return self._units.to_hal(self.device.get_action())
+        except (ConnectionError, OSError, KeyError, ValueError) as e:  # unplugged, bus error, bad reading
+            raise self._lost(e) from None
 
     def events(self) -> list[TeleopEvent]:
         if not hasattr(self.device, "get_teleop_events"):
             return []
-        raw = {str(getattr(k, "value", k)): v for k, v in self.device.get_teleop_events().items()}
+        try:
+            polled = self.device.get_teleop_events()
+        except (ConnectionError, OSError) as e:
+            raise self._lost(e) from None
+        raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}
         out = [TeleopEvent(kind) for key, kind in _EVENT_MAP.items() if raw.get(key)]
         now = bool(raw.get("is_intervention", False))
         if now != self._intervening:
@@ -208,4 +227,7 @@ class LeRobotTeleop(Teleop):
 
     def close(self) -> None:
         if self.device.is_connected:
-            self.device.disconnect()
+            try:
+                self.device.disconnect()
+            except (ConnectionError, OSError) as e:  # already gone: nothing left to close
+                log.warning("teleop %s: disconnect failed: %s", self.name, e)

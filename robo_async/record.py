@@ -58,7 +58,8 @@ class EpisodeCollector:
         self._progress = progress
 
     def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: float, next_obs: dict[str, np.ndarray],
-            terminated: bool, truncated: bool, policy_version: int, success: bool = False) -> None:
+            terminated: bool, truncated: bool, policy_version: int, success: bool = False, intervention: int = 0,
+            policy_action: np.ndarray | None = None) -> None:
         for k, v in obs.items():
             self._rows.setdefault(f"obs/{k}", []).append(np.asarray(v))
         self._rows.setdefault("action", []).append(np.asarray(action, np.float32))

@@ -1,6 +1,8 @@
 """`SimLeader`: a LeRobot `Teleoperator` standing in for a leader arm and its buttons: joint
 positions follow a scripted sway (degrees, gripper 0..100, like `so101_leader`), and events fire
-at scripted call numbers. It lets the teleop adapter and the e-stop path run end to end here."""
+at scripted poll numbers (`get_teleop_events` calls: the control loop polls once per tick, so
+`events={300: estop}` fires on the run's 300th tick). It lets takeovers, labels and the e-stop
+path run end to end here."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class SimLeader(NoCalibration, Teleoperator):
         self.config = config
         self._connected = False
         self._calls = 0
+        self._polls = 0
         self._intervening = False
 
     @property
@@ -42,6 +45,8 @@ class SimLeader(NoCalibration, Teleoperator):
         self._connected = True
 
     def get_action(self) -> dict[str, float]:
+        if not self._connected:
+            raise ConnectionError("sim_leader is not connected")
         self._calls += 1
         s = math.sin(2 * math.pi * self._calls / self.config.period_calls) * self.config.amplitude_deg
         out = {f"{m}.pos": h + s for m, h in zip(MOTORS[:-1], HOME_DEG)}
@@ -49,7 +54,12 @@ class SimLeader(NoCalibration, Teleoperator):
         return out
 
     def get_teleop_events(self) -> dict[str, bool]:
-        event = self.config.events.get(self._calls)
+        if not self._connected:
+            raise ConnectionError("sim_leader is not connected")
+        self._polls += 1
+        if self._polls == self.config.disconnect_at:
+            self._connected = False  # scripted unplug: the next call raises, like a real arm's bus
+        event = self.config.events.get(self._polls)
         if event == "is_intervention":
             self._intervening = not self._intervening
         return {"is_intervention": self._intervening, **({event: True} if event and event != "is_intervention" else {})}

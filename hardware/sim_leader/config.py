@@ -12,4 +12,7 @@ from lerobot.teleoperators.config import TeleoperatorConfig
 class SimLeaderConfig(TeleoperatorConfig):
     amplitude_deg: float = 10.0  # joints sway around home by this much
     period_calls: int = 60  # calls to get_action per sway
-    events: dict[int, str] = field(default_factory=dict)  # call number -> event (is_intervention, success, estop ...)
+    # poll number (one per control tick) -> event: is_intervention (toggles), success, failure,
+    # rerecord_episode, estop
+    events: dict[int, str] = field(default_factory=dict)
+    disconnect_at: int = 0  # > 0: unplugged at this poll (later calls raise ConnectionError)

@@ -38,6 +38,7 @@ class Adder:
         n = self._flush_every
         self._obs_cols = [(k, np.empty((n, *np.shape(v)), np.asarray(v).dtype)) for k, v in obs.items()]
         self._action = np.empty((n, *np.shape(action)), np.float32)
+        self._policy_action = np.empty((n, *np.shape(action)), np.float32)
         # per-row scalars go to Python lists (an append is a tenth of a numpy item write) and
         # become columns once per batch
         self._scalars = []
@@ -52,7 +53,11 @@ class Adder:
         truncated: bool,
         policy_version: int,
         success: bool = False,
+        intervention: int = 0,
+        policy_action: np.ndarray | None = None,
     ) -> None:
+        """One transition. `intervention` (wire.POLICY/OPERATOR/TAKEOVER) says who acted;
+        `policy_action` is what the policy would have done (None: it acted, `action`)."""
         if self._n == 0:
             self._allocate(obs, action)  # fresh columns: the last batch's belong to the outlet now
             self._first_seq = self.seq
@@ -60,7 +65,8 @@ class Adder:
         for k, col in self._obs_cols:
             col[i] = obs[k]
         self._action[i] = action
-        self._scalars.append((reward, terminated, truncated, policy_version, success))
+        self._policy_action[i] = action if policy_action is None else policy_action
+        self._scalars.append((reward, terminated, truncated, policy_version, success, intervention))
         self._last_next = next_obs
         self._n += 1
         self.seq += 1
@@ -76,12 +82,14 @@ class Adder:
             arrays[f"obs/{k}"] = col[:n]
             arrays[f"{FINAL_OBS}{k}"] = np.asarray(self._last_next[k], col.dtype)[None]
         arrays["action"] = self._action[:n]
-        reward, terminated, truncated, version, success = zip(*self._scalars)
+        arrays["policy_action"] = self._policy_action[:n]
+        reward, terminated, truncated, version, success, intervention = zip(*self._scalars)
         arrays["reward"] = np.array(reward, np.float32)
         arrays["terminated"] = np.array(terminated, bool)
         arrays["truncated"] = np.array(truncated, bool)
         arrays["policy_version"] = np.array(version, np.int64)
         arrays["success"] = np.array(success, bool)
+        arrays["intervention"] = np.array(intervention, np.uint8)
         return TransitionBatch(self.actor_id, self._first_seq, arrays)
 
     def flush(self) -> None:

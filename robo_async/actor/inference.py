@@ -351,6 +351,13 @@ class AsyncChunkRunner:
         self._merged_obs_tick = -1
         self._last_submit = -(10**9)
 
+    def drop_plan(self, hold: np.ndarray | None = None) -> None:
+        """An operator took over or handed control back: forget the schedule and the chunks in
+        flight (like `reset`); until the next chunk lands the robot holds `hold` (the operator's
+        last target), not a jump back to where the old plan was."""
+        self.reset()
+        self._last = None if hold is None else np.asarray(hold, np.float32).copy()
+
     @property
     def version(self) -> int:
         """Policy version of the action returned by the last `tick`."""

@@ -12,9 +12,13 @@ What differs between those is a parameter or a part plugged in, never a copy of 
 
 Per tick: pace (real time: tick k starts at t0 + k*dt; a late tick restarts the pacing, never
 catches up), swap weights if new ones arrived (the inference thread loads them; `inline` loads
-here), poll teleops (an e-stop from any latches the robot's), choose the action (the async chunk
-runner, which never waits on the policy; or `inline`: the policy on this thread, the sim-only
-speed mode, each chunk executed whole), send it through the safety layer, observe, hand the transition to the sink.
+here), poll teleops (`takeover.Operators`: an e-stop from any latches the robot's; takeovers,
+releases and labels), choose the action (the async chunk runner, which never waits on the policy;
+or `inline`: the policy on this thread, the sim-only speed mode, each chunk executed whole; while
+an operator has control, theirs, with the policy's beside it for the record), send it through the
+safety layer, observe, hand the transition to the sink. A takeover or a release drops the policy's
+plan: its next chunk is asked about the state the operator left, and the robot holds the
+operator's last target until it lands (no jump).
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from typing import Protocol
 import numpy as np
 
 from hal.safety import SafeRobot
-from hal.teleop import Teleop, poll_events
+from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, Policy, WeightsMismatch
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
-from robo_async.transport.wire import EpisodeStats, Heartbeat, Weights
+from robo_async.actor.takeover import Operators
+from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
 REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (see ControlLoop.run)
@@ -46,7 +51,8 @@ class Sink(Protocol):
     """Where the loop's data goes: `Adder` (to the learner or a store), `EpisodeLog` (eval)."""
 
     def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: float, next_obs: dict[str, np.ndarray],
-            terminated: bool, truncated: bool, policy_version: int, success: bool = False) -> None: ...
+            terminated: bool, truncated: bool, policy_version: int, success: bool = False, intervention: int = 0,
+            policy_action: np.ndarray | None = None) -> None: ...
 
     def send_episode(self, stats: EpisodeStats) -> None: ...
 
@@ -95,6 +101,7 @@ class LoopConfig:
     end_on_terminated: bool = True  # False: run on to episode_ticks after the task ends (expert demos)
     warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
     guide: GuideConfig | None = None  # JSRL: a guide acts first in training episodes (inline, sim only)
+    success_reward: float = 1.0  # an operator's success label: the tick's reward is at least this
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,8 @@ class ControlLoop:
         self.sink = sink if sink is not None else EpisodeLog()
         self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
         self.teleops = teleops
+        self.operators = Operators(teleops, robot) if teleops else None  # who is in control, per tick
+        self._last_applied: np.ndarray | None = None
         self.tick = 0
         self.env_steps = 0
         self.episodes = config.start_episode
@@ -259,6 +268,8 @@ class ControlLoop:
             "late_p99_ms": round(self.lateness.percentile_ms(99), 3), "missed_ticks": self.lateness.missed}
         if self.guide is not None:
             out["guide_ticks"] = self.guide_ticks
+        if self.operators is not None:
+            out.update(self.operators.stats())
         if self.train_jerk:
             out["train_jerk"] = round(float(np.mean(self.train_jerk)), 1)
         if self.runner is not None:
@@ -270,6 +281,13 @@ class ControlLoop:
         if self._extra_stats is not None:
             out.update(self._extra_stats())
         return out
+
+    def _drop_plan(self, hold: np.ndarray | None) -> None:
+        """A takeover or a release: forget the policy's plan (inline chunk, async schedule and the
+        chunks in flight); its next chunk is asked about the state now."""
+        self._chunk = None
+        if self.runner is not None:
+            self.runner.drop_plan(hold)
 
     def _reset(self) -> dict[str, np.ndarray]:
         self._chunk = self._guide_chunk = None  # an inline chunk never runs into the next episode
@@ -299,7 +317,8 @@ class ControlLoop:
         obs = self._reset()
         if runner is not None and cfg.warmup_inference:  # torch's slow first call; seeds the latency
             runner.engine.warmup(obs)
-        ep_return, ep_len, ep_success, evaluation = 0.0, 0, False, self._is_eval()
+        ep_return, ep_len, ep_success, ep_operator, evaluation = 0.0, 0, False, 0, self._is_eval()
+        ops = self.operators
         self.policy.deterministic = evaluation
         dt = robot.spec.dt
         next_beat = time.monotonic() + cfg.heartbeat_s
@@ -326,8 +345,11 @@ class ControlLoop:
                 next_tick = now + dt if lateness > dt else next_tick + dt
             if self._weights is not None:
                 self._swap_weights()
-            if self.teleops:
-                poll_events(self.teleops, robot)
+            label = None
+            if ops is not None:
+                label = ops.poll(obs, evaluation)
+                if ops.first or ops.released:
+                    self._drop_plan(self._last_applied)
             if self._gate is not None and not self._gate():
                 result.stop_reason = "gate"
                 break
@@ -338,26 +360,43 @@ class ControlLoop:
                 version = runner.version
             else:
                 action, version = self._inline(obs)
+            intervention, policy_action = POLICY, None
+            if ops is not None and ops.active is not None:
+                intervention, policy_action = (TAKEOVER if ops.first else OPERATOR), action
+                op = ops.action()
+                if op is None:  # the device was lost: hold this tick, the policy has control again
+                    op = self._last_applied if self._last_applied is not None else robot.spec.hold_action(obs["state"])
+                    self._drop_plan(op)
+                action = op
+                ep_operator += 1
             chosen_at = time.monotonic() if self._observer is not None else 0.0
             applied = robot.send_action(action)
+            self._last_applied = applied
             self._commanded.append(applied)
             out = robot.outcome()
             next_obs = robot.get_observation().as_dict()
             ep_len += 1
             terminated = out.terminated and cfg.end_on_terminated
-            truncated = ep_len >= cfg.episode_ticks and not terminated
-            sink.add(obs, applied, out.reward, next_obs, terminated, truncated, version, out.success)
+            reward, success = out.reward, out.success
+            if label is TeleopEventKind.SUCCESS:  # the operator's judgement ends the episode
+                terminated, success, reward = True, True, max(reward, cfg.success_reward)
+            truncated = (ep_len >= cfg.episode_ticks or label is not None) and not terminated
+            if policy_action is not None:  # what the policy would have done, inside the robot's limits
+                policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
+            sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,
+                     intervention=intervention, policy_action=policy_action)
             if self._observer is not None:
                 self._observer(TickInfo(self.tick, ep_len - 1, self.episodes, action, applied, chosen_at, lateness,
                                         runner.schedule.popped_obs_tick if runner is not None else -1,
                                         runner.chunks_merged if runner is not None else 0))
             self.tick += 1
             self.env_steps += 1
-            ep_return += out.reward
-            ep_success = ep_success or out.success
+            ep_return += reward
+            ep_success = ep_success or success
             obs = next_obs
             if terminated or truncated:
-                stats = EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len, ep_success, version, evaluation)
+                stats = EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len, ep_success, version, evaluation,
+                                     ep_operator, label.value if label is not None else "")
                 sink.send_episode(stats)
                 result.episodes.append(stats)
                 del result.episodes[:-1000]  # bounded on days-long runs
@@ -375,7 +414,8 @@ class ControlLoop:
                 obs = self._reset()
                 if runner is not None:
                     runner.reset()
-                ep_return, ep_len, ep_success = 0.0, 0, False
+                ep_return, ep_len, ep_success, ep_operator = 0.0, 0, False, 0
+                self._last_applied = None
                 evaluation = self._is_eval()
                 self.policy.deterministic = evaluation
                 if cfg.realtime:  # a reset may take a while on a real robot: restart the pacing

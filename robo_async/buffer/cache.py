@@ -290,6 +290,8 @@ class TableCache:
                 elif c.name.startswith("next_obs/"):
                     add(c.name, r.cols[c.name][last])
             add("actions", r.cols["action"][ch])
+            if "intervention" in r.cols:  # who acted on each step (wire.POLICY/OPERATOR/TAKEOVER)
+                add("interventions", r.cols["intervention"][ch])
             add("rewards", r.cols["reward"][ch] * mask)
             add("mask", mask)
             add("steps", steps)

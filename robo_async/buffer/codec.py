@@ -20,7 +20,7 @@ import cv2
 import msgpack
 import numpy as np
 
-STORE_SCHEMA = 1  # bump when the on-disk layout changes; older stores are refused with a message
+STORE_SCHEMA = 2  # bump when the on-disk layout changes; older stores are refused with a message
 CODECS = ("qoi", "png", "jpeg")
 _CODEC_TAG = {"png": b"P", "jpeg": b"J", "qoi": b"Q"}
 

@@ -41,7 +41,8 @@ from robo_async.buffer.cache import TableCache
 from robo_async.buffer.codec import (STORE_SCHEMA, CODECS, CorruptRecord, Schema, decode_batch_frames, decode_image,
                                      decode_record, encode_image, encode_record, image_key, peek_record)
 from robo_async.buffer.store import ReplayError, ReplayStore
-from robo_async.transport.wire import FINAL_OBS, Frames, TransitionBatch, WireError, expand_next_obs
+from robo_async.transport.wire import (Frames, TransitionBatch, WireError, expand_next_obs,
+                                      standard_columns)
 
 log = logging.getLogger(__name__)
 TABLES = ("online", "demos", "interventions")
@@ -66,6 +67,23 @@ class StoreConfig:
     page_chunk: int = 256  # records the pager reads per step
     refresh_per_s: float = 200.0  # older records swapped into a full reservoir per second (bounded CPU)
     page_run: int = 64  # consecutive records per refresh (windows need neighbours)
+
+
+MIRROR = "interventions"  # online rows an operator acted on are also indexed here (same commit)
+
+
+def _mirrored(table: str, intervention: np.ndarray, skip: int) -> np.ndarray | None:
+    """Which rows of an online batch also go to the interventions table (None: none)."""
+    if table != "online":
+        return None
+    m = np.asarray(intervention) > 0
+    return m if m[skip:].any() else None
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) of each run of True in `mask`."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
 
 
 def _key(i: int) -> bytes:
@@ -241,11 +259,10 @@ class PersistentReplayStore(ReplayStore):
         not fit the store (nothing of it is queued)."""
         if table not in TABLES:
             raise ReplayError(f"unknown table '{table}'; tables: {TABLES}")
-        if any(k.startswith(FINAL_OBS) for k in batch.arrays):  # compact (from an Adder): full rows
-            try:
-                batch = TransitionBatch(batch.actor_id, batch.seq, expand_next_obs(batch.arrays))
-            except WireError as e:
-                raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
+        try:  # compact batches (from an Adder) become full rows; every batch has the HIL columns
+            batch = TransitionBatch(batch.actor_id, batch.seq, standard_columns(expand_next_obs(batch.arrays)))
+        except WireError as e:
+            raise ReplayError(f"actor {batch.actor_id} seq {batch.seq}: {e}") from None
         if self._readonly:
             raise ReplayError(f"replay store {self.path} is open read-only")
         decoded: dict[str, np.ndarray] = {}
@@ -434,11 +451,15 @@ class PersistentReplayStore(ReplayStore):
                     kept.append((item, skip))
                     for k, fut in futures.items():
                         txn.put(k, fut.result(), db=self._dbs["img"])
+                    mirror = _mirrored(item.table, b.arrays["intervention"], skip)
                     for i in range(skip, b.count):
                         row_keys = {c: ks[i - skip] for c, ks in keys.items()}
-                        txn.put(_key(counts[item.table]), encode_record(self.schema, b.actor_id, b.seq + i,
-                                                                          b.arrays, i, row_keys), db=db, append=True)
+                        record = encode_record(self.schema, b.actor_id, b.seq + i, b.arrays, i, row_keys)
+                        txn.put(_key(counts[item.table]), record, db=db, append=True)
                         counts[item.table] += 1
+                        if mirror is not None and mirror[i]:  # frames shared: keyed by (actor, seq)
+                            txn.put(_key(counts[MIRROR]), record, db=self._dbs[f"t:{MIRROR}"], append=True)
+                            counts[MIRROR] += 1
                     hw[b.actor_id] = b.seq + b.count
                 for t in TABLES:
                     if counts[t] != self.counts[t]:
@@ -460,14 +481,22 @@ class PersistentReplayStore(ReplayStore):
                 self._fail_gen += 1
             return
         now = time.monotonic()
+        mirrored = self.counts[MIRROR]
         with self._lock:
             self._committed_hw.update(hw)
             self.counts = counts
             self.commit_times.append(now)
             del self.commit_times[:-10_000]
         for item, skip in kept:
-            rows = {k: item.decoded.get(k, a)[skip:] for k, a in item.batch.arrays.items()}
-            self.caches[item.table].append(rows, counts[item.table], item.batch.actor_id, item.batch.seq + skip)
+            b = item.batch
+            rows = {k: item.decoded.get(k, a)[skip:] for k, a in b.arrays.items()}
+            self.caches[item.table].append(rows, counts[item.table], b.actor_id, b.seq + skip)
+            mirror = _mirrored(item.table, b.arrays["intervention"], skip)
+            if mirror is not None:  # each run of operator ticks: consecutive seqs (windows stay inside)
+                for lo, hi in _runs(mirror[skip:]):
+                    mirrored += hi - lo
+                    self.caches[MIRROR].append({k: a[lo:hi] for k, a in rows.items()}, mirrored, b.actor_id,
+                                               b.seq + skip + lo)
 
     # --- reading -----------------------------------------------------------------------------
     def _read_row(self, txn: lmdb.Transaction, table: str, i: int,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from robo_async.transport.wire import Frames, TransitionBatch, WireError, expand_next_obs
+from robo_async.transport.wire import Frames, TransitionBatch, WireError, expand_next_obs, standard_columns
 
 
 class ReplayError(ValueError):
@@ -81,7 +81,7 @@ class InMemoryReplayStore(ReplayStore):
         if table != "online":
             raise ReplayError(f"the in-memory store has only the 'online' table, not '{table}'")
         try:  # compact batches (from an Adder) become full rows; frames encoded at an actor, pixels
-            arrays = expand_next_obs(batch.arrays)
+            arrays = standard_columns(expand_next_obs(batch.arrays))
             if any(isinstance(a, Frames) for a in arrays.values()):
                 from robo_async.buffer.codec import CorruptRecord, decode_batch_frames
 

@@ -151,12 +151,30 @@ def make_robot(args: TaskArgs) -> Robot:
     return SimRobot(made, imperfections=SimImperfections(**args.imperfections))
 
 
-def make_teleops(args: TaskArgs) -> tuple:
+def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
+    """The session's teleops, not yet connected: `teleop=virtual` (the simulated operator, which
+    drives the task's scripted expert) or any LeRobot teleoperator (leader arms, gamepad,
+    keyboard, sim_leader). One whose actions do not fit the robot is refused here."""
     if not args.teleop:
         return ()
-    from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+    if args.teleop["type"] == "virtual":
+        from sim.operator import make_virtual_operator
 
-    return (LeRobotTeleop(make_lerobot_teleop_device(args.teleop)),)
+        try:
+            teleops: tuple = (make_virtual_operator(robot, args.name, args.teleop),)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+    else:
+        from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+
+        teleops = (LeRobotTeleop(make_lerobot_teleop_device(args.teleop)),)
+    from robo_async.actor.takeover import TeleopMismatch, check_teleops
+
+    try:
+        check_teleops(teleops, robot.spec.action_dim)
+    except TeleopMismatch as e:
+        raise ConfigError(str(e)) from None
+    return teleops
 
 
 def make_safe_robot(args: TaskArgs) -> SafeRobot:

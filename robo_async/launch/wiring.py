@@ -27,7 +27,7 @@ def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEve
     """Build the actor's robot (behind the safety layer), teleops and policy; run until the
     learner stops or `stop`. Raises hal's RobotError when the robot is lost."""
     robot = make_safe_robot(task)
-    teleops = make_teleops(task)
+    teleops = make_teleops(task, robot)
     for t in teleops:
         t.connect()
     try:

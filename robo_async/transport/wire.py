@@ -80,6 +80,33 @@ def is_image_column(a: object) -> bool:
 FINAL_OBS = "final_obs/"  # compact batches: the last row's next observation (see expand_next_obs)
 
 
+POLICY, OPERATOR, TAKEOVER = 0, 1, 2  # `intervention` values: who acted on a tick
+
+
+def standard_columns(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`arrays` with the human-in-the-loop columns every store holds: `intervention` (0: the
+    policy acted) and `policy_action` (= `action`) added when a batch (demos, imports, older
+    actors) has none; present ones are checked (type, range, shape)."""
+    out = dict(arrays)
+    action = out.get("action")
+    if not isinstance(action, np.ndarray) or action.ndim != 2:
+        return out  # the store's schema check names what is wrong
+    n = action.shape[0]
+    if "intervention" not in out:
+        out["intervention"] = np.zeros(n, np.uint8)
+    if "policy_action" not in out:
+        out["policy_action"] = action.astype(np.float32, copy=False)
+    iv, pa = out["intervention"], out["policy_action"]
+    if not isinstance(iv, np.ndarray) or iv.dtype != np.uint8 or iv.shape != (n,) or (n and int(iv.max()) > TAKEOVER):
+        raise WireError(f"'intervention' must be uint8[{n}] with values 0..{TAKEOVER}, got "
+                        f"{getattr(iv, 'dtype', type(iv).__name__)}{getattr(iv, 'shape', '')}")
+    if not isinstance(pa, np.ndarray) or pa.dtype != np.float32 or pa.shape != action.shape \
+            or not np.isfinite(pa).all():
+        raise WireError(f"'policy_action' must be finite float32{action.shape} like 'action', got "
+                        f"{getattr(pa, 'dtype', type(pa).__name__)}{getattr(pa, 'shape', '')}")
+    return out
+
+
 def expand_next_obs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A compact batch (`obs/<k>` [n] + `final_obs/<k>` [1], consecutive ticks of one episode)
     with `next_obs/<k>` = obs[1:] + final rebuilt; a full batch is returned as it is."""
@@ -106,7 +133,10 @@ class TransitionBatch:
     """`count` consecutive transitions from one actor, numbered `seq .. seq+count-1`.
 
     Arrays all have leading dimension `count`: `obs/<key>`, `next_obs/<key>`, `action`, `reward`,
-    `terminated`, `truncated`, `policy_version` and, from actors, `success` (the task's own judgement).
+    `terminated`, `truncated`, `policy_version` and, from actors, `success` (the task's own judgement),
+    `intervention` (uint8: 0 the policy acted, 1 an operator, 2 an operator's first tick of a
+    takeover) and `policy_action` (what the policy would have done; the action itself when it acted).
+    Stores fill the last two for batches without them (`standard_columns`).
     """
 
     actor_id: int
@@ -131,12 +161,15 @@ class EpisodeStats:
     success: bool
     policy_version: int
     evaluation: bool = False  # run with the deterministic policy (no exploration noise)
+    operator_ticks: int = 0  # ticks an operator drove (takeovers)
+    label: str = ""  # an operator's label that ended it: success, failure, rerecord ("" none)
 
     kind = "episode"
 
     def __post_init__(self) -> None:  # numpy scalars from a task become plain values (msgpack)
         for name, cast in (("actor_id", int), ("episode", int), ("episode_return", float), ("length", int),
-                           ("success", bool), ("policy_version", int), ("evaluation", bool)):
+                           ("success", bool), ("policy_version", int), ("evaluation", bool),
+                           ("operator_ticks", int), ("label", str)):
             object.__setattr__(self, name, cast(getattr(self, name)))
 
 
@@ -274,6 +307,23 @@ def _frames(spec: list, buf: memoryview) -> Frames:
     return Frames(blobs, shape)
 
 
+EPISODE_LABELS = ("", "success", "failure", "rerecord")
+
+
+def _episode_operator_ticks(header: dict) -> int:
+    n, length = header.get("operator_ticks", 0), header.get("length")
+    if type(n) is not int or not (isinstance(length, int) and 0 <= n <= length):
+        raise WireError(f"episode 'operator_ticks' is {n!r}, expected an int in 0..length ({length!r})")
+    return n
+
+
+def _episode_label(header: dict) -> str:
+    label = header.get("label", "")
+    if label not in EPISODE_LABELS:
+        raise WireError(f"episode 'label' is {label!r}, expected one of {EPISODE_LABELS}")
+    return label
+
+
 def _field(header: dict, name: str, typ: type | tuple[type, ...]) -> Scalar:
     value = header.get(name)
     if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
@@ -315,7 +365,7 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
         bad = [k for k, a in arrays.items() if a.ndim == 0 or (a.shape[0] != n and not k.startswith(FINAL_OBS))]
         if n <= 0 or bad:
             raise WireError(f"transitions arrays disagree on batch size {n}: {bad}")
-        arrays = expand_next_obs(arrays)
+        arrays = standard_columns(expand_next_obs(arrays))
         return TransitionBatch(int(_field(header, "actor_id", int)), int(_field(header, "seq", int)), arrays)
     if kind == "weights":
         return Weights(int(_field(header, "version", int)), arrays, str(header.get("architecture", "")))
@@ -324,7 +374,7 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
             int(_field(header, "actor_id", int)), int(_field(header, "episode", int)),
             float(_field(header, "episode_return", (int, float))), int(_field(header, "length", int)),
             bool(_field(header, "success", bool)), int(_field(header, "policy_version", int)),
-            bool(header.get("evaluation", False)),
+            bool(header.get("evaluation", False)), _episode_operator_ticks(header), _episode_label(header),
         )
     if kind == "status":
         acked = header.get("acked", [])

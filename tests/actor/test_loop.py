@@ -102,7 +102,7 @@ def test_inline_executes_each_chunk_whole_and_starts_a_new_one_each_episode():
         def __init__(self) -> None:
             self.versions = []
 
-        def add(self, obs, action, reward, next_obs, terminated, truncated, policy_version, success=False):
+        def add(self, obs, action, reward, next_obs, terminated, truncated, policy_version, success=False, **_):
             self.versions.append(policy_version)
 
         def send_episode(self, stats) -> None:
