@@ -45,7 +45,7 @@ def _register(package: str, modules: tuple[str, ...]) -> None:
 
 def _choice(registry, what: str, options: Mapping[str, object]) -> tuple[type, dict]:
     """The registered config class for `options["type"]`, and the remaining options."""
-    opts = dict(options)
+    opts = {k: v for k, v in options.items() if v is not None}  # null in a config: the device's default
     kind = str(opts.pop("type"))
     try:
         return registry.get_choice_class(kind), opts

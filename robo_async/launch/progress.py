@@ -23,6 +23,10 @@ def _fmt(p: dict[str, float]) -> dict[str, str]:
         "success": "-" if sr is None else f"{sr:.0%}",
         "policy v": f"{int(p.get('charts/policy_version', 0))}",
         "version lag": f"{p.get('charts/version_lag', 0):.1f}",
+        # human in the loop: who drives now, share of the last 2,000 ticks an operator drove
+        **({"control": "operator" if p.get("hil/in_control", 0) else "policy",
+            "operator": f"{p.get('hil/intervention_rate', 0):.0%} ({int(p.get('hil/operator_ticks', 0)):,} ticks)"}
+           if "hil/operator_ticks" in p else {}),
     }
 
 

@@ -99,6 +99,9 @@ class Learner:
         self.returns: deque[float] = deque(maxlen=config.success_window)
         self.train_successes: deque[bool] = deque(maxlen=config.success_window)
         self.lags: deque[int] = deque(maxlen=256)
+        self.operated: deque[bool] = deque(maxlen=2000)  # who drove the latest ingested ticks (True: an operator)
+        self.operator_ticks = 0
+        self.labels: dict[str, int] = {}  # operators' episode labels (success, failure, rerecord)
         self.newest_actor_version = -1  # newest policy version seen in incoming transitions
         self.stop_reason: str | None = None
         self._last_update_metrics: dict[str, float] = {}
@@ -205,12 +208,17 @@ class Learner:
                     log.error("rejected transitions from actor %d (seq %d): %s", msg.actor_id, msg.seq, e)
                 return
             if n:
+                operated = msg.arrays["intervention"][-n:] > 0
+                self.operated.extend(operated.tolist())
+                self.operator_ticks += int(operated.sum())
                 versions = msg.arrays["policy_version"][-n:]
                 self.lags.extend((self.version - versions).tolist())
                 self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1
+            if msg.label:
+                self.labels[msg.label] = self.labels.get(msg.label, 0) + 1
             if msg.evaluation:  # success is judged on deterministic episodes
                 self.successes.append(msg.success)
                 self.returns.append(msg.episode_return)
@@ -290,6 +298,7 @@ class Learner:
             "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
+            "actors/estopped": sum(int(h.get("estopped", 0)) for h in self.heartbeats.values()),  # held ticks
         }
         jerk = [float(h["train_jerk"]) for h in self.heartbeats.values() if "train_jerk" in h]
         if jerk:  # commanded-action jerk of training episodes (rad/s^3): what exploration asks of a motor
@@ -303,6 +312,14 @@ class Learner:
             out["actors/infer_p95_ms"] = max(float(h["infer_p95_ms"]) for h in infer)
             out["actors/held_ticks"] = sum(int(h.get("held_ticks", 0)) for h in infer)
             out["actors/bad_chunks"] = sum(int(h.get("bad_chunks", 0)) for h in infer)
+        teleops = [h for h in self.heartbeats.values() if "operator" in h]
+        if teleops or self.operator_ticks:  # human in the loop
+            out["hil/operator_ticks"] = self.operator_ticks
+            out["hil/intervention_rate"] = float(np.mean(self.operated)) if self.operated else 0.0
+            out["hil/in_control"] = sum(int(h.get("operator", 0)) for h in teleops)
+            out["hil/takeovers"] = sum(int(h.get("takeovers", 0)) for h in teleops)
+            out["hil/teleops_lost"] = sum(int(h.get("teleops_lost", 0)) for h in teleops)
+            out.update({f"hil/label_{k}": v for k, v in self.labels.items()})
         if self.train_successes:
             out["charts/train_success_rate"] = float(np.mean(self.train_successes))
         if self.successes:

@@ -77,7 +77,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, float]]:
 
 
 def plot_learning_curve(run_dir: Path) -> Path | None:
-    """Success rate and episodic return against env steps, saved as PNG."""
+    """Success rate, episodic return and (with an operator) the intervention rate against env
+    steps, saved as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,7 +88,13 @@ def plot_learning_curve(run_dir: Path) -> Path | None:
     if not rows:
         return None
     steps = [r["step"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    hil = [(r["step"], r["hil/intervention_rate"]) for r in read_metrics(run_dir) if "hil/intervention_rate" in r]
+    fig, axes = plt.subplots(1, 3 if hil else 2, figsize=(15 if hil else 10, 3.6))
+    ax1, ax2 = axes[0], axes[1]
+    if hil:  # human in the loop: the share of recent ticks an operator drove
+        axes[2].plot(*zip(*hil), color="tab:red")
+        axes[2].set(xlabel="env steps", ylabel="intervention rate (last 2,000 ticks)", ylim=(-0.02, 1.02))
+        axes[2].grid(alpha=0.3)
     ax1.plot(steps, [r["charts/success_rate"] for r in rows])
     ax1.set(xlabel="env steps", ylabel="success rate (last episodes)", ylim=(-0.02, 1.02))
     ax1.grid(alpha=0.3)

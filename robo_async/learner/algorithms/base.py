@@ -45,6 +45,26 @@ class AlgoConfig:
     limiter_slack: int = 512  # env steps as-fast-as-possible actors may run ahead of the update ratio
     limit_to_data: bool = True  # updates wait for env steps (utd_ratio); False: as fast as the learner can
     max_version_lag: int | None = None  # drop online transitions from policies more than this many versions old
+    # human-in-the-loop corrections (rows an operator drove: `intervention` > 0; the interventions
+    # table holds them, buffer.mix draws it RLPD-style)
+    dagger_weight: float = 0.0  # HG-DAgger: BC loss toward the operator's actions, this weight (0: off; sac, qc)
+    intervention_penalty: float = 0.0  # RLIF: this is taken off the reward of each takeover's first tick (0: off)
+
+
+def hil_rewards(rewards: np.ndarray, interventions: np.ndarray | None, penalty: float) -> np.ndarray:
+    """RLIF (Luo et al. 2023): an operator taking over says the policy was going wrong; the first
+    tick of each takeover gets `-penalty` (rows or [n, H] windows alike)."""
+    if not penalty or interventions is None:
+        return rewards
+    from robo_async.transport.wire import TAKEOVER
+
+    return (rewards - penalty * (interventions == TAKEOVER)).astype(np.float32)
+
+
+def refuse_dagger(config: AlgoConfig, algo: str) -> None:
+    if config.dagger_weight:
+        raise ValueError(f"algo.dagger_weight is for sac and qc; {algo} learns from corrections through "
+                         f"buffer.mix (the interventions table)")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from torch import nn
 
 from policies.augment import random_shift
 from policies.mlp import flatten_obs
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, refuse_dagger, register
 from robo_async.learner.algorithms.bc.config import BCConfig
 
 
@@ -21,6 +21,7 @@ from robo_async.learner.algorithms.bc.config import BCConfig
 class BC(Algorithm):
     def __init__(self, config: BCConfig, policy: PolicySpec) -> None:
         self.config = config
+        refuse_dagger(config, "bc")
         self.spec = policy
         self.policy = mlp_policy(policy, "bc")
         self.actor = self.policy.module()  # the Gaussian actor (and its image encoder with cameras)

@@ -26,7 +26,8 @@ from torch import nn
 from policies.onestep import ChunkCritic, NoiseSteeredPolicy
 from policies.lerobot_chunk import SteeredLeRobotPolicy
 from robo_async.buffer.cache import window_targets
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register, soft_update
+from robo_async.learner.algorithms.base import (Algorithm, PolicySpec, hil_rewards, refuse_dagger, register,
+                                                soft_update)
 from robo_async.learner.algorithms.dsrl.config import DSRLConfig
 from robo_async.learner.algorithms.qc.learning import flow_prior
 from robo_async.learner.algorithms.sac.learning import Temperature
@@ -95,6 +96,7 @@ class DSRL(Algorithm):
     whole_chunks = True  # Q(s, chunk) of chunks that ran whole
     def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:
         self.config = c = config
+        refuse_dagger(config, "dsrl")
         self.spec = policy
         self.policy: NoiseSteeredPolicy | SteeredLeRobotPolicy
         if policy.name == "lerobot":
@@ -161,7 +163,8 @@ class DSRL(Algorithm):
         nxt = {k.removeprefix("next_obs/"): v for k, v in batch.items() if k.startswith("next_obs/")}
         f, next_f = s.features(obs), s.features(nxt)
         chunk = s.executed(batch["actions"], batch["obs/state"])
-        ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
+        rewards = hil_rewards(batch["rewards"], batch.get("interventions"), c.intervention_penalty)
+        ret, boot = window_targets(rewards, batch["mask"], batch["steps"], batch["terminated"], c.gamma)
         alpha = self.temperature.log_alpha.exp().detach()
 
         with torch.no_grad():  # Q^A: H-step backup on the executed chunk

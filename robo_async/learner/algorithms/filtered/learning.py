@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from robo_async.buffer.lmdb_store import TABLES
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, refuse_dagger, register
 from robo_async.learner.algorithms.filtered.config import FilteredConfig
 from robo_async.learner.algorithms.qc.learning import flow_prior
 
@@ -28,6 +28,7 @@ class Filtered(Algorithm):
 
     def __init__(self, config: FilteredConfig, policy: PolicySpec) -> None:
         self.config = c = config
+        refuse_dagger(config, "filtered")
         self.spec = policy
         self.policy = flow_prior(policy, "filtered")
         self.window = self.policy.horizon

@@ -26,7 +26,7 @@ from policies.augment import random_shift
 from policies.flow import FlowChunkPolicy
 from policies.onestep import ChunkCritic, OneStepChunkPolicy
 from robo_async.buffer.cache import window_targets
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, register, soft_update
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, register, soft_update
 from robo_async.learner.algorithms.qc.config import QCConfig
 
 
@@ -153,7 +153,9 @@ class QC(Algorithm):
         cond, imgs = self._inputs(batch, "obs/")
         next_cond, next_imgs = self._inputs(batch, "next_obs/")
         chunk = self.chunks(batch)
-        ret, boot = window_targets(batch["rewards"], batch["mask"], batch["steps"], batch["terminated"], c.gamma)
+        iv = batch.get("interventions")
+        rewards = hil_rewards(batch["rewards"], iv, c.intervention_penalty)
+        ret, boot = window_targets(rewards, batch["mask"], batch["steps"], batch["terminated"], c.gamma)
         ret_t, boot_t = self.tensor(ret), self.tensor(boot)
         b, shape = len(chunk), tuple(chunk.shape[1:])
 
@@ -206,6 +208,12 @@ class QC(Algorithm):
         q_loss = -q_pi.mean() / q_pi.abs().mean().detach().clamp(min=1e-6)
         warm = self.updates < c.distill_only_updates
         actor_loss = c.alpha * distill + (0.0 if warm else q_loss)
+        dagger = None
+        if c.dagger_weight and iv is not None:  # HG-DAgger: windows an operator drove throughout
+            operated = torch.as_tensor(((iv > 0) | (batch["mask"] == 0)).all(1) & (iv[:, 0] > 0), device=self.device)
+            if bool(operated.any()):
+                dagger = ((act[operated] - a_chunk[operated]) ** 2).mean()
+                actor_loss = actor_loss + c.dagger_weight * dagger
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()
@@ -221,4 +229,5 @@ class QC(Algorithm):
             "losses/flow_bc_loss": flow_loss.item(),
             "losses/window_steps": float(np.mean(batch["steps"])),
             **({"losses/mean_delay": float(np.mean(batch["lag"]))} if "lag" in batch else {}),
+            **({"losses/dagger_loss": dagger.item()} if dagger is not None else {}),
         }

@@ -19,7 +19,7 @@ from torch import nn
 
 from policies.augment import random_shift
 from policies.mlp import TwinCritic, flatten_obs
-from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, register, soft_update
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
 
 
@@ -72,10 +72,13 @@ class SAC(Algorithm):
         obs = flatten_obs({k: batch[f"obs/{k}"] for k in keys}, keys, scale)
         next_obs = flatten_obs({k: batch[f"next_obs/{k}"] for k in keys}, keys, scale)
         act = torch.as_tensor(self.policy.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
-        reward = torch.as_tensor(batch["reward"], dtype=torch.float32)
+        iv = batch.get("intervention")
+        reward = torch.as_tensor(hil_rewards(batch["reward"], iv, self.config.intervention_penalty),
+                                 dtype=torch.float32)
         done = torch.as_tensor(batch["terminated"], dtype=torch.float32)  # truncation still bootstraps
+        operated = torch.as_tensor(iv > 0) if iv is not None and self.config.dagger_weight else None
         if self.encoder is None:
-            return self.losses(obs, act, reward, next_obs, done)
+            return self.losses(obs, act, reward, next_obs, done, operated=operated)
         pad = self.config.augment_pad
 
         def frames(prefix: str) -> torch.Tensor:
@@ -87,16 +90,18 @@ class SAC(Algorithm):
         with torch.no_grad():
             next_feats = self.policy.features(next_obs, next_imgs)
             next_target = self.policy.features(next_obs, next_imgs, self.encoder_target)
-        out = self.losses(feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach())
+        out = self.losses(feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach(),
+                          operated=operated)
         soft_update(self.encoder, self.encoder_target, self.config.tau)
         return out
 
     def losses(self, obs: torch.Tensor, act: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
                terminated: torch.Tensor, next_obs_target: torch.Tensor | None = None,
-               actor_obs: torch.Tensor | None = None) -> dict[str, float]:
+               actor_obs: torch.Tensor | None = None, operated: torch.Tensor | None = None) -> dict[str, float]:
         """One SAC update on inputs already encoded: `obs` (the critic's, may carry the encoder's
         gradient), `next_obs` (the actor's next action), `next_obs_target` (the target critics';
-        default `next_obs`), `actor_obs` (the actor's; default `obs`)."""
+        default `next_obs`), `actor_obs` (the actor's; default `obs`); `operated` marks rows an
+        operator drove (HG-DAgger's BC term pulls the actor's mean toward their actions)."""
         c = self.config
         log_alpha = self.temperature.log_alpha
         alpha = log_alpha.exp().detach()
@@ -117,6 +122,11 @@ class SAC(Algorithm):
         new_act, logp = self.actor.sample(a_obs)
         q1_pi, q2_pi = self.critic(a_obs, new_act)
         actor_loss = (alpha * logp - torch.min(q1_pi, q2_pi)).mean()
+        dagger = torch.zeros(())
+        if operated is not None and bool(operated.any()):
+            mean = torch.tanh(self.actor(a_obs[operated])[0])
+            dagger = ((mean - act[operated].clamp(-1, 1)) ** 2).sum(-1).mean()
+            actor_loss = actor_loss + c.dagger_weight * dagger
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()
@@ -135,4 +145,5 @@ class SAC(Algorithm):
             "losses/alpha_loss": alpha_loss.item(),
             "losses/alpha": alpha.item(),
             "losses/entropy": -logp.mean().item(),
+            **({"losses/dagger_loss": dagger.item()} if operated is not None else {}),
         }
