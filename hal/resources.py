@@ -5,12 +5,14 @@
 
 Resource ids read `<kind>:<type>/<name>`: `robot:so101_follower/left`, `serial:feetech/ttyACM0`,
 `camera:opencv/video0`, `gpu:nvidia/0`, `sim:reach/3`. Simulators are always available, as many
-as configured. Serial motor buses are recognised by the USB ids of the adapter boards LeRobot
-arms use; robots themselves are declared in an inventory file (YAML list).
+as configured. Serial motor buses are the ports pyserial lists whose USB ids are those of the
+adapter boards LeRobot arms use; cameras are those LeRobot's camera finder opens; robots
+themselves are declared in an inventory file (YAML list).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import subprocess
@@ -23,6 +25,7 @@ import yaml
 from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
 
 # USB (vendor, product) of the motor-bus adapters LeRobot arms ship with.
+log = logging.getLogger(__name__)
 MOTOR_BUS_USB = {
     ("1a86", "7523"): "feetech",  # CH340 (Waveshare bus servo adapter: SO-100/SO-101)
     ("1a86", "55d3"): "feetech",  # CH343 (newer Waveshare boards)
@@ -53,26 +56,40 @@ class Resource:
         return dict(self.options).get(key, default)
 
 
-def _usb_ids(tty: Path) -> tuple[str, str] | None:
-    dev = (tty / "device").resolve()
-    for d in (dev, *dev.parents):
-        v, p = d / "idVendor", d / "idProduct"
-        if v.exists() and p.exists():
-            return v.read_text().strip().lower(), p.read_text().strip().lower()
-    return None
+def serial_buses(ports: list | None = None) -> list[Resource]:
+    """Motor buses among the serial ports pyserial lists (`list_ports.comports()`), by USB ids."""
+    if ports is None:
+        from serial.tools import list_ports
 
-
-def serial_buses(sys_tty: Path = Path("/sys/class/tty")) -> list[Resource]:
+        ports = list_ports.comports()
     out = []
-    for tty in sorted(sys_tty.glob("tty[AU][CS][MB]*")):  # ttyACM*, ttyUSB*
-        ids = _usb_ids(tty)
-        if ids in MOTOR_BUS_USB:
-            out.append(Resource("serial", MOTOR_BUS_USB[ids], tty.name, f"/dev/{tty.name}"))
+    for p in sorted(ports, key=lambda p: p.device):
+        if p.vid is None or p.pid is None:
+            continue
+        kind = MOTOR_BUS_USB.get((f"{p.vid:04x}", f"{p.pid:04x}"))
+        if kind is not None:
+            out.append(Resource("serial", kind, Path(p.device).name, p.device))
     return out
 
 
-def cameras(dev: Path = Path("/dev")) -> list[Resource]:
-    return [Resource("camera", "opencv", p.name, str(p)) for p in sorted(dev.glob("video*"))]
+def cameras(found: list[dict] | None = None) -> list[Resource]:
+    """Cameras LeRobot finds (`OpenCVCamera.find_cameras`: the ones that open, with their default
+    profile), as resources."""
+    if found is None:
+        try:
+            from lerobot.cameras.opencv import OpenCVCamera
+
+            found = OpenCVCamera.find_cameras()
+        except Exception as e:  # noqa: BLE001 - no camera stack here is not an error for discovery
+            log.debug("camera discovery unavailable: %s", e)
+            found = []
+    out = []
+    for c in found:
+        where = str(c.get("id"))
+        profile = c.get("default_stream_profile") or {}
+        opts = tuple((k, profile[k]) for k in ("width", "height", "fps") if k in profile)
+        out.append(Resource("camera", str(c.get("type", "opencv")).lower(), Path(where).name, where, options=opts))
+    return out
 
 
 def gpus() -> list[Resource]:

@@ -102,16 +102,26 @@ def test_resources_command_lists_what_is_here(tmp_path):
     p.wait()
 
 
-def test_motor_buses_are_recognised_by_usb_ids(tmp_path):
+def test_motor_buses_are_recognised_by_usb_ids_from_pyserials_port_list():
+    from serial.tools.list_ports_common import ListPortInfo
+
     from hal.resources import serial_buses
 
-    sys_tty = tmp_path / "class" / "tty"
-    for tty, (vid, pid) in {"ttyACM0": ("1a86", "55d3"), "ttyUSB0": ("0403", "6014"), "ttyACM1": ("2341", "0043")}.items():
-        usb = tmp_path / "devices" / tty / "usb1"
-        (usb / "iface").mkdir(parents=True)
-        (usb / "idVendor").write_text(vid + "\n")
-        (usb / "idProduct").write_text(pid + "\n")
-        (sys_tty / tty).mkdir(parents=True)
-        (sys_tty / tty / "device").symlink_to(usb / "iface")
-    found = {r.id: r.where for r in serial_buses(sys_tty)}
+    ports = []
+    for dev, ids in {"/dev/ttyACM0": (0x1A86, 0x55D3), "/dev/ttyUSB0": (0x0403, 0x6014),
+                     "/dev/ttyACM1": (0x2341, 0x0043), "/dev/ttyS0": None}.items():
+        p = ListPortInfo(dev, skip_link_detection=True)
+        if ids:
+            p.vid, p.pid = ids
+        ports.append(p)
+    found = {r.id: r.where for r in serial_buses(ports)}
     assert found == {"serial:feetech/ttyACM0": "/dev/ttyACM0", "serial:dynamixel/ttyUSB0": "/dev/ttyUSB0"}
+
+
+def test_cameras_come_from_lerobots_finder():
+    from hal.resources import cameras
+
+    found = cameras([{"name": "OpenCV Camera @ /dev/video2", "type": "OpenCV", "id": "/dev/video2",
+                      "default_stream_profile": {"width": 640, "height": 480, "fps": 30.0, "format": 0.0}}])
+    assert [(r.id, r.where, r.option("width")) for r in found] == [("camera:opencv/video2", "/dev/video2", 640)]
+    assert cameras() == []  # this machine has none: LeRobot's finder opens nothing
