@@ -18,6 +18,7 @@ commands:
   bc policy=flow [overrides]           behaviour cloning of a chunk policy from expert demos, then an
                                        evaluation with async inference (actor.inference, policy.inference_delay_ms)
   buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
+  reward train from=<run|store> cameras=[front]   a success classifier on camera frames (a learned reward)
   resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
                                        robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
@@ -64,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             from robo_async.buffer_cli import main as buffer_main
 
             return buffer_main(rest)
+        if cmd == "reward":
+            from robo_async.reward import main as reward_main
+
+            return reward_main(rest)
         if cmd == "bench":
             from robo_async.bench import run_bench
 

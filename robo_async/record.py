@@ -124,9 +124,11 @@ class _Tee(EpisodeCollector):
 
 
 def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table: str = "demos",
-                 progress: Callable[[int], None] | None = None, max_step: float | None = None) -> tuple[int, float]:
+                 progress: Callable[[int], None] | None = None, max_step: float | None = None,
+                 until_terminated: bool = True) -> tuple[int, float]:
     """Scripted-expert episodes into `out` (a new or existing store), each until the task ends
-    it or `episode_ticks`. Returns (transitions, success rate)."""
+    it (or, with `until_terminated=False`, on to `episode_ticks`: the expert holds the goal) or
+    `episode_ticks`. Returns (transitions, success rate)."""
     store = PersistentReplayStore(out, StoreConfig()).open()
     robot = _robot(targs)
     demo_actor = IMPORT_ACTOR_BASE - 1  # demos are numbered apart from live actors
@@ -136,7 +138,8 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     try:
         ControlLoop(robot, expert_policy(targs, robot, max_step),
                     LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 50)), seed=seed,
-                               eval_every=1, max_episodes=episodes, inference="inline"),
+                               eval_every=1, max_episodes=episodes, inference="inline",
+                               end_on_terminated=until_terminated),
                     sink=sink).run()
         store.flush()
         return sink.adder.seq - start, float(np.mean(sink.successes)) if sink.successes else 0.0

@@ -34,7 +34,8 @@ class TaskArgs:
     imperfections: dict = field(default_factory=dict)  # SimImperfections fields (latency, noise, faults)
     robot: dict | None = None  # a LeRobot device (type, port, id, ...) instead of the simulator
     safety: dict = field(default_factory=dict)  # watchdog_s, workspace_low/high (m)
-    teleop: dict | None = None  # a LeRobot teleoperator (type, port, ...) polled for e-stop and events
+    teleop: dict | None = None  # a LeRobot teleoperator (type, port, ...) or the virtual operator
+    reward_classifier: str | None = None  # a `reward train` directory: reward and success from camera frames
 
     @property
     def resource_need(self) -> str:
@@ -178,8 +179,16 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
 
 
 def make_safe_robot(args: TaskArgs) -> SafeRobot:
-    """`make_robot` behind the safety layer, with the configured watchdog and workspace box."""
+    """`make_robot` behind the safety layer, with the configured watchdog and workspace box (and
+    the learned reward, `reward_classifier`, between the two)."""
     robot = make_robot(args)
+    if args.reward_classifier:
+        from robo_async.reward import ClassifierReward, RewardError, SuccessClassifier
+
+        try:
+            robot = ClassifierReward(robot, SuccessClassifier.load(args.reward_classifier))
+        except RewardError as e:
+            raise ConfigError(str(e)) from None
     workspace = None
     low, high = args.safety.get("workspace_low"), args.safety.get("workspace_high")
     if low is not None and high is not None:
@@ -357,6 +366,11 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         # these task keys overridden (e.g. {disconnect_after_ticks: 300} to inject a fault)
         actor_tasks = tuple(task_args(cfg.task, r, safety, teleop) if r and r.get("type")
                             else task_args({**_plain(cfg.task), **(r or {})}, None, safety, teleop) for r in robots)
+    if cfg.get("reward_classifier"):
+        clf = str(cfg.reward_classifier)
+        task = dataclasses.replace(task, reward_classifier=clf)
+        actor_tasks = tuple(dataclasses.replace(t, reward_classifier=clf) for t in actor_tasks)
+        make_safe_robot(task)  # refuses here, in one line, a classifier that is missing or does not fit
     spec = task_spec(task)
 
     def plan_task(i: int) -> TaskArgs:

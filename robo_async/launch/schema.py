@@ -110,6 +110,7 @@ class TrainSchema:
     run_dir: str | None = None
     resume: str | None = None
     budget: BudgetSchema = field(default_factory=BudgetSchema)
+    reward_classifier: str | None = None
     stop_at_success: float | None = 0.9
     success_window: int = 20
     eval_episodes: int = 20
