@@ -32,3 +32,16 @@ class ScriptedPolicy(Policy):
 
     def module(self) -> torch.nn.Module:
         return self._module
+
+
+class HoldPolicy(ScriptedPolicy):
+    """Holds where the robot is (`spec.hold_action`): what acts in a teleop session when no
+    operator drives (their device was lost)."""
+
+    def __init__(self, spec) -> None:  # noqa: ANN001 - a hal RobotSpec
+        super().__init__(lambda: np.zeros(spec.action_dim, np.float32), spec.dt, "hold")
+        self.spec = spec
+
+    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
+                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+        return ActionChunk(np.asarray(self.spec.hold_action(obs["state"]), np.float32)[None], self.dt, self.version)

@@ -19,6 +19,8 @@ commands:
                                        evaluation with async inference (actor.inference, policy.inference_delay_ms)
   buffer inspect|export|import|demos   replay stores: counts, LeRobot export/import, expert demos
   reward train from=<run|store> cameras=[front]   a success classifier on camera frames (a learned reward)
+  teleop out=<store> teleop=<device> [episodes=10] [dataset=<new dir>] [overrides]
+                                       drive a robot with a teleop, record labelled episodes (store + LeRobotDataset)
   resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
                                        robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
@@ -65,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             from robo_async.buffer_cli import main as buffer_main
 
             return buffer_main(rest)
+        if cmd == "teleop":
+            return _teleop(rest)
         if cmd == "reward":
             from robo_async.reward import main as reward_main
 
@@ -79,6 +83,52 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def _teleop(rest: list[str]) -> int:
+    """A teleop session: the operator drives; success/failure keys end episodes, re-record drops one."""
+    from robo_async.buffer import tools
+    from robo_async.buffer.lmdb_store import StoreError
+    from robo_async.launch.builders import _plain, task_args
+    from robo_async.launch.schema import ConfigError
+    from robo_async.record import teleop_session
+
+    ours = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in rest if a.split("=", 1)[0] in
+            ("out", "episodes", "dataset", "fps", "table")}
+    overrides = [a for a in rest if a.split("=", 1)[0] not in ours]
+    if "out" not in ours:
+        raise UserError("teleop needs out=<store dir> (new or existing) and a teleop=<device>")
+    try:
+        episodes = int(ours.get("episodes", 10))
+    except ValueError:
+        raise UserError(f"teleop episodes={ours['episodes']!r}: give a number") from None
+    cfg = compose_config(overrides)
+    try:
+        targs = task_args(cfg.task, _plain(cfg.get("robot")), _plain(cfg.get("safety")) or {}, _plain(cfg.get("teleop")))
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    realtime = targs.robot is not None or targs.realtime
+    labels: dict[str, int] = {}
+
+    def on_episode(stats, kept: bool) -> None:  # noqa: ANN001
+        labels[stats.label or "unlabelled"] = labels.get(stats.label or "unlabelled", 0) + 1
+        what = "kept" if kept else "discarded: record it again"
+        print(f"episode {stats.episode}: {stats.length} ticks, {stats.label or 'no label'}"
+              f"{' (success)' if stats.success else ''}, {what}", flush=True)
+
+    out = Path(ours["out"])
+    print(f"teleop session: {episodes} episodes into {out} (table {ours.get('table', 'demos')}); "
+          f"success/failure keys end an episode, re-record discards it", flush=True)
+    try:
+        rec = teleop_session(targs, out, episodes, ours.get("table", "demos"), realtime, int(cfg.seed), on_episode)
+    except (ConfigError, StoreError, ValueError) as e:
+        raise UserError(str(e)) from None
+    print(f"recorded {rec.kept} episodes ({rec.discarded} discarded), labels {labels}, into {out}")
+    if ours.get("dataset"):
+        eps, frames = tools.export(out, Path(ours["dataset"]), ours.get("table", "demos"), targs.name,
+                                   int(float(ours.get("fps", targs.options.get("hz", 30)))))
+        print(f"wrote a LeRobotDataset v3 with {eps} episodes, {frames} frames to {ours['dataset']}")
+    return 0
 
 
 def _resources(args: dict[str, str]) -> int:

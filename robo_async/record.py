@@ -1,6 +1,7 @@
-"""Demonstrations from the scripted experts, recorded by the one control loop behind the safety
-layer: into a store's `demos` table (`robo-async buffer demos`) or into memory (`robo-async bc`).
-The expert runs as a `ScriptedPolicy` in `inline` mode (it reads the simulator's state)."""
+"""Demonstrations, recorded by the one control loop behind the safety layer: from the scripted
+experts into a store's `demos` table (`robo-async buffer demos`) or into memory (`robo-async bc`),
+the expert running as a `ScriptedPolicy` in `inline` mode (it reads the simulator's state); and
+from people in teleop sessions (`robo-async teleop`: a leader arm drives, episodes labelled)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,80 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     finally:
         robot.close()
         store.close()
+
+
+# --- teleop sessions ---------------------------------------------------------------------------
+class EpisodeRecorder:
+    """A loop sink for teleop sessions: an episode's transitions are kept until it ends, then
+    written to the store (an Adder into a table) unless the operator asked to record it again;
+    `kept` counts the episodes stored. Bounded by one episode."""
+
+    def __init__(self, adder: Adder, on_episode: Callable[[EpisodeStats, bool], None]) -> None:
+        self.adder, self.on_episode = adder, on_episode
+        self._rows: list[tuple[tuple, dict]] = []
+        self.kept = self.discarded = 0
+
+    def add(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        self._rows.append((args, kwargs))
+
+    def send_episode(self, stats: EpisodeStats) -> None:
+        keep = stats.label != "rerecord"
+        if keep:
+            for args, kwargs in self._rows:
+                self.adder.add(*args, **kwargs)
+            self.adder.send_episode(stats)
+            self.kept += 1
+        else:
+            self.discarded += 1
+        self._rows = []
+        self.on_episode(stats, keep)
+
+    def send_heartbeat(self, beat: Heartbeat) -> None:
+        pass
+
+    def flush(self) -> None:
+        self.adder.flush()
+
+
+def teleop_session(targs: TaskArgs, out: Path, episodes: int, table: str = "demos", realtime: bool = True,
+                   seed: int = 0, on_episode: Callable[[EpisodeStats, bool], None] | None = None) -> EpisodeRecorder:
+    """`robo-async teleop`: the operator drives the robot (through SafeRobot, the one control loop)
+    for `episodes` kept episodes, labelled by their success/failure/re-record keys, into `out`."""
+    import threading
+
+    from robo_async.launch.builders import make_safe_robot, make_teleops
+
+    robot = make_safe_robot(targs)
+    teleops = make_teleops(targs, robot)
+    if not teleops:
+        raise ValueError("robo-async teleop needs a teleop (teleop=so101_leader, sim_leader or virtual ...)")
+    store = PersistentReplayStore(out, StoreConfig()).open()
+    actor = IMPORT_ACTOR_BASE - 2  # teleop sessions are numbered apart from live actors and expert demos
+    done = threading.Event()
+
+    def episode(stats: EpisodeStats, kept: bool) -> None:
+        if recorder.kept >= episodes:
+            done.set()
+        if on_episode is not None:
+            on_episode(stats, kept)
+
+    recorder = EpisodeRecorder(Adder(actor, StoreOutlet(store, table), 256, start_seq=store.ack(actor)), episode)
+    for t in teleops:
+        t.connect()
+    try:
+        robot.connect()
+        try:
+            from policies.scripted import HoldPolicy
+
+            ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 100)), seed=seed,
+                                                realtime=realtime, eval_every=0, inference="inline",
+                                                teleop_drives=True, warmup_inference=False),
+                        sink=recorder, teleops=tuple(teleops)).run(done)
+        finally:
+            robot.close()
+        store.flush()
+    finally:
+        for t in teleops:
+            t.close()
+        store.close()
+    return recorder

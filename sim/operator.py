@@ -10,6 +10,8 @@ over in evaluation episodes, so the success the learner reports is the policy's 
 `hal.Teleop` like a leader arm: the control loop sees the same events and actions.
 
     teleop=virtual [teleop.stall_ticks=40] [teleop.hold_ticks=30] [teleop.stray=1.0]
+
+With `always=True` it drives every tick (a scripted demonstrator for `robo-async teleop` in sim).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class OperatorConfig:
     min_gain: float = 0.05
     hold_ticks: int = 30  # then drive this many ticks and hand back
     max_step: float = 0.05  # the expert's commanded targets move at most this far per tick (rad)
+    always: bool = False  # drive every tick of every episode (a scripted demonstrator: robo-async teleop)
 
     def __post_init__(self) -> None:
         if self.stall_ticks < 1 or self.hold_ticks < 1 or self.stray <= 0 or self.max_step <= 0:
@@ -76,6 +79,11 @@ class VirtualOperator(Teleop):
             self._best, self._since = -math.inf, 0
         self._last_tick = t.tick
         reward, success = t.reward_success()
+        if c.always:
+            if t.tick == 0:
+                self.expert._last = t.state().astype(np.float32).copy()
+            self._action = self.expert.act()
+            return
         if self._control:
             self._left -= 1
             if self._left <= 0 or success:

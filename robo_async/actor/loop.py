@@ -102,6 +102,7 @@ class LoopConfig:
     warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
     guide: GuideConfig | None = None  # JSRL: a guide acts first in training episodes (inline, sim only)
     success_reward: float = 1.0  # an operator's success label: the tick's reward is at least this
+    teleop_drives: bool = False  # a teleop session: the operator drives from the first tick (robo-async teleop)
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ class ControlLoop:
         self.sink = sink if sink is not None else EpisodeLog()
         self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
         self.teleops = teleops
-        self.operators = Operators(teleops, robot) if teleops else None  # who is in control, per tick
+        self.operators = Operators(teleops, robot, config.teleop_drives) if teleops else None  # who drives, per tick
         self._last_applied: np.ndarray | None = None
         self.tick = 0
         self.env_steps = 0

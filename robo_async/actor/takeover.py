@@ -37,15 +37,24 @@ def check_teleops(teleops: tuple[Teleop, ...], action_dim: int) -> None:
 
 
 class Operators:
-    def __init__(self, teleops: tuple[Teleop, ...], robot: SafeRobot) -> None:
+    def __init__(self, teleops: tuple[Teleop, ...], robot: SafeRobot, always: bool = False) -> None:
         check_teleops(teleops, robot.spec.action_dim)
         self.teleops = list(teleops)
         self.robot = robot
         self.active: Teleop | None = None  # the teleop in control (None: the policy)
         self.first = False  # this tick is the first of a takeover
+        # always: a teleop session (`robo-async teleop`): the first teleop that gives actions drives
+        # from the start and never hands back (intervention events are ignored)
+        self.always = always
+        if always:
+            drivers = [t for t in teleops if t.action_dim is not None]
+            if not drivers:
+                raise TeleopMismatch(f"a teleop session needs a teleop that gives joint targets (a leader arm); "
+                                     f"{[t.name for t in teleops]} give events only")
+            self.active, self.first, self.takeovers = drivers[0], True, 1
         self.released = False  # control came back to the policy this tick
         self.operator_ticks = 0  # ticks an operator drove, in total
-        self.takeovers = 0
+        self.takeovers = int(always)
         self.lost = 0  # teleops dropped from the session
         self.labels = {k.value: 0 for k in LABELS}
 
@@ -65,7 +74,8 @@ class Operators:
     def poll(self, obs: Mapping[str, np.ndarray], evaluation: bool) -> TeleopEventKind | None:
         """Events of this tick: latches an e-stop, takes over or releases, and returns the label
         that ends the episode (success, failure or re-record), if any."""
-        self.first = self.released = False
+        self.first = self.always and self.operator_ticks == 0 and self.active is not None
+        self.released = False
         for t in list(self.teleops):
             try:
                 t.observe(obs, evaluation)
@@ -74,6 +84,8 @@ class Operators:
         events = poll_events(self.teleops, self.robot, on_lost=self._drop)
         label = None
         for t, e in events:
+            if self.always and e.kind in (TeleopEventKind.INTERVENTION_ON, TeleopEventKind.INTERVENTION_OFF):
+                continue
             if e.kind is TeleopEventKind.INTERVENTION_ON and self.active is None:
                 if t.action_dim is None:
                     log.warning("teleop %s asked to take over but gives no joint targets; "

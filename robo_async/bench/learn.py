@@ -44,6 +44,7 @@ class Row:
     algo: str
     latency_ms: float = 0.0
     realtime: bool = False  # wall-clock simulator and async_forward (the 0 ms twin of a latency row)
+    extra: tuple[str, ...] = ()  # more train overrides (bench hil: teleop=virtual ...)
 
     def overrides(self, demos: Path, bc_dir: Path | None) -> list[str]:
         o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
@@ -63,7 +64,7 @@ class Row:
             # sim runs hundreds of ticks per 200 ms inference and holds through most of them)
             o += ["task.realtime=true", "actor.inference=async_forward",
                   f"policy.inference_delay_ms={self.latency_ms:g}"]
-        return o
+        return o + list(self.extra)
 
 
 ROWS = {r.name: r for r in (

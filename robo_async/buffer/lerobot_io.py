@@ -37,8 +37,8 @@ def _lerobot_name(col: Column) -> str:
         return "next.reward"
     if col.name in _FLAGS:
         return _FLAGS[col.name]
-    if col.name == "policy_version":
-        return "complementary_info.policy_version"
+    if col.name in ("policy_version", "intervention", "policy_action"):  # who acted, and what the policy wanted
+        return "complementary_info." + col.name
     base = "observation.images." + name if col.is_image else (
         "observation.state" if name == "state" else "observation." + name)
     return base if prefix == "obs" else "next." + base
@@ -156,6 +156,9 @@ def read_lerobot(root: Path, schema: Schema | None = None) -> Iterator[dict[str,
         row["truncated"] = np.bool_(_scalar(cur, "next.truncated", last and not done))
         row["success"] = np.bool_(_scalar(cur, "next.success", False))
         row["policy_version"] = np.int64(_scalar(cur, "complementary_info.policy_version", -1))
+        row["intervention"] = np.uint8(_scalar(cur, "complementary_info.intervention", 0))
+        pa = "complementary_info.policy_action"
+        row["policy_action"] = _np(cur[pa], feats[pa]).astype(np.float32) if pa in cur else row["action"]
         yield row if schema is None else {c.name: np.asarray(row[c.name], dtype=c.dtype).reshape(c.shape)
                                            for c in schema.columns if c.name in row}
 

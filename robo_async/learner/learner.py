@@ -102,6 +102,10 @@ class Learner:
         self.operated: deque[bool] = deque(maxlen=2000)  # who drove the latest ingested ticks (True: an operator)
         self.operator_ticks = 0
         self.labels: dict[str, int] = {}  # operators' episode labels (success, failure, rerecord)
+        # correction -> policy: (when corrections were committed, the first version trained after it)
+        self._corrections_seen = 0
+        self._pending_corrections: deque[tuple[float, int]] = deque(maxlen=100)
+        self.correction_s: deque[float] = deque(maxlen=100)  # commit -> that version acting on a robot
         self.newest_actor_version = -1  # newest policy version seen in incoming transitions
         self.stop_reason: str | None = None
         self._last_update_metrics: dict[str, float] = {}
@@ -187,7 +191,16 @@ class Learner:
         return None
 
     def _count_committed(self) -> None:
-        """Env steps and the limiter count transitions once they are durable."""
+        """Env steps and the limiter count transitions once they are durable; new corrections
+        (interventions) start a correction -> policy clock."""
+        iv = self.store.counts["interventions"]
+        if iv > self._corrections_seen:
+            self._corrections_seen = iv
+            # the first version whose updates drew batches after this commit (prefetched ones predate it)
+            left = self.config.publish_every - self.updates % self.config.publish_every
+            target = self.version + 1 + (left <= self.config.prefetch)
+            if not self._pending_corrections or self._pending_corrections[-1][1] != target:
+                self._pending_corrections.append((time.monotonic(), target))
         n = self.store.counts["online"] - self._online_seen
         if n > 0:
             self._online_seen += n
@@ -214,6 +227,8 @@ class Learner:
                 versions = msg.arrays["policy_version"][-n:]
                 self.lags.extend((self.version - versions).tolist())
                 self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
+                while self._pending_corrections and self._pending_corrections[0][1] <= self.newest_actor_version:
+                    self.correction_s.append(time.monotonic() - self._pending_corrections.popleft()[0])
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1
@@ -319,6 +334,8 @@ class Learner:
             out["hil/in_control"] = sum(int(h.get("operator", 0)) for h in teleops)
             out["hil/takeovers"] = sum(int(h.get("takeovers", 0)) for h in teleops)
             out["hil/teleops_lost"] = sum(int(h.get("teleops_lost", 0)) for h in teleops)
+            if self.correction_s:  # a correction's commit -> the first version trained after it acting
+                out["hil/correction_to_policy_s"] = float(np.median(self.correction_s))
             out.update({f"hil/label_{k}": v for k, v in self.labels.items()})
         if self.train_successes:
             out["charts/train_success_rate"] = float(np.mean(self.train_successes))
