@@ -461,7 +461,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                 actor_id=i, episode_ticks=task.options.get("episode_ticks", 50), realtime=plan_task(i).realtime,
                 seed=cfg.seed * 1000 + i, start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
                 heartbeat_s=cfg.actor.heartbeat_s, inference=resolve_inference(inference, plan_task(i)),
-                replan=replan,
+                replan=replan, success_reward=float(cfg.actor.get("success_reward", 1.0)),
                 inference_workers=int(cfg.actor.get("inference_workers", 1)), guide=guide),
             flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)), guide=str(guide_src) if guide_src else None,
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),

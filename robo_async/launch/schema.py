@@ -49,6 +49,7 @@ class ActorSchema:
     resend_s: float = 5.0
     inference: str = "auto"
     replan: str = "due"
+    success_reward: float = 1.0
     inference_workers: int = 1
     guide: str | None = None
     guide_ticks: int = 60
