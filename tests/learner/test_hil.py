@@ -107,3 +107,41 @@ def test_hil_takeovers_under_the_ray_launcher(tmp_path):
     finally:
         store.close()
     assert read_metrics(run_dir)[-1]["actors/estopped"] > 0
+
+
+@pytest.mark.parametrize("weight", [0.0, 5.0])
+def test_dagger_pulls_the_qc_actor_toward_chunks_the_operator_drove(weight):
+    from robo_async.learner.algorithms.qc.config import QCConfig
+
+    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
+                      options={"horizon": 4})
+    algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=32,
+                                          dagger_weight=weight, distill_only_updates=10**6, alpha=0.0), spec)
+    rng = np.random.default_rng(0)
+    chunk = np.full((32, 4, 3), 1.2, np.float32)  # what the operator drove, every window
+
+    def windows():
+        state = rng.uniform(-1, 1, (32, 3)).astype(np.float32)
+        iv = np.full((32, 4), OPERATOR, np.uint8)
+        iv[16:] = POLICY  # half the windows are the policy's own
+        return {"obs/state": state, "next_obs/state": state, "actions": chunk, "rewards": np.zeros((32, 4), np.float32),
+                "mask": np.ones((32, 4), np.float32), "steps": np.full(32, 4), "terminated": np.zeros(32, bool),
+                "truncated": np.zeros(32, bool), "success": np.zeros(32, bool),
+                "policy_version": np.zeros(32, np.int64), "episode_success": np.full(32, -1, np.int8),
+                "interventions": iv}
+
+    probe = windows()
+    target = algo.chunks(probe)
+    z = torch.zeros(32, 4, 3)
+
+    def gap():
+        with torch.no_grad():
+            return (algo.actor(algo._inputs(probe, "obs/")[0], z) - target).abs().mean().item()
+
+    before = gap()
+    for _ in range(400):
+        m = algo.update(windows())
+    if weight:
+        assert "losses/dagger_loss" in m and gap() < 0.5 * before
+    else:
+        assert "losses/dagger_loss" not in m and gap() > 0.7 * before
