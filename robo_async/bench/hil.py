@@ -18,15 +18,13 @@ its held-out precision and recall are reported.
 from __future__ import annotations
 
 import json
-import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from robo_async.bench import register
-from robo_async.bench.learn import Row, _cli, run_row
+from robo_async.bench.learn import Row, _cli, run_row, selection
 
 HIL = ("teleop=virtual", "algo.dagger_weight=1.0")
 RUNS = {"no_hil": Row("push-sac", "push", "state", "sac"),
@@ -76,13 +74,7 @@ def classifier(root: Path, updates: int = 600) -> dict[str, object]:
 
 @register("hil")
 def bench_hil(args: dict[str, str]) -> int:
-    names = [n for n in args.get("runs", "hil,no_hil").split(",") if n]
-    unknown = [n for n in names if n not in RUNS]
-    if unknown:
-        print(f"unknown runs {unknown}; runs: {', '.join(RUNS)}", file=sys.stderr)
-        return 2
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="bench-hil-"))
-    root.mkdir(parents=True, exist_ok=True)
+    names, root = selection(args, "runs", RUNS, "hil,no_hil", "bench-hil-")
     budget = float(args.get("budget_s", 600))
     print(f"working in {root}", flush=True)
     from robo_async.learner.metrics import read_metrics

@@ -212,14 +212,22 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 @register("learn")
-def bench_learn(args: dict[str, str]) -> int:
-    names = [n for n in args.get("rows", ",".join(ROWS)).split(",") if n]
-    unknown = [n for n in names if n not in ROWS]
+def selection(args: dict[str, str], key: str, choices: dict, default: str, prefix: str) -> tuple[list[str], Path]:
+    """The runs named by `key=` (comma-separated, from `choices`) and the bench directory (`dir=`,
+    or a new temporary one). Unknown names are a one-line error."""
+    from robo_async.config import UserError
+
+    names = [n for n in args.get(key, default).split(",") if n]
+    unknown = [n for n in names if n not in choices]
     if unknown:
-        print(f"unknown rows {unknown}; rows: {', '.join(ROWS)}", file=sys.stderr)
-        return 2
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="bench-learn-"))
+        raise UserError(f"unknown {key} {unknown}; {key}: {', '.join(choices)}")
+    root = Path(args.get("dir") or tempfile.mkdtemp(prefix=prefix))
     root.mkdir(parents=True, exist_ok=True)
+    return names, root
+
+
+def bench_learn(args: dict[str, str]) -> int:
+    names, root = selection(args, "rows", ROWS, ",".join(ROWS), "bench-learn-")
     budget, pixel_budget = float(args.get("budget_s", 600)), float(args.get("pixel_budget_s", 2700))
     print(f"working in {root}", flush=True)
     for n in names:
