@@ -156,8 +156,8 @@ class LeRobotRobot(Robot):
         return self.device.outcome() if hasattr(self.device, "outcome") else Outcome()
 
 
-# LeRobot's TeleopEvents (and our `estop`, which LeRobot has no event for: sim_leader's scripted
-# one, or a gamepad/keyboard mapped to it by `teleop.estop_key`)
+# LeRobot's TeleopEvents (and our `estop`, which LeRobot has no event for: sim_leader's scripted one;
+# LeRobot's gamepad and keyboard have no e-stop button)
 _EVENT_MAP = {"success": TeleopEventKind.SUCCESS, "failure": TeleopEventKind.FAILURE,
               "terminate_episode": TeleopEventKind.FAILURE,
               "rerecord_episode": TeleopEventKind.RERECORD, "estop": TeleopEventKind.ESTOP}
@@ -218,6 +218,8 @@ class LeRobotTeleop(Teleop):
         except (ConnectionError, OSError) as e:
             raise self._lost(e) from None
         raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}
+        if raw.get("rerecord_episode"):  # LeRobot's keyboard sets terminate_episode with it: a re-record
+            raw["terminate_episode"] = False
         out = [TeleopEvent(kind) for key, kind in _EVENT_MAP.items() if raw.get(key)]
         now = bool(raw.get("is_intervention", False))
         if now != self._intervening:

@@ -42,6 +42,7 @@ class Operators:
         self.teleops = list(teleops)
         self.robot = robot
         self.active: Teleop | None = None  # the teleop in control (None: the policy)
+        self._asked_by: Teleop | None = None  # the teleop whose intervention event started the takeover
         self.first = False  # this tick is the first of a takeover
         # always: a teleop session (`robo-async teleop`): the first teleop that gives actions drives
         # from the start and never hands back (intervention events are ignored)
@@ -87,13 +88,18 @@ class Operators:
             if self.always and e.kind in (TeleopEventKind.INTERVENTION_ON, TeleopEventKind.INTERVENTION_OFF):
                 continue
             if e.kind is TeleopEventKind.INTERVENTION_ON and self.active is None:
-                if t.action_dim is None:
-                    log.warning("teleop %s asked to take over but gives no joint targets; "
+                # a device with buttons only (gamepad, keyboard) hands control to the session's
+                # leader arm (`teleop.events_from`); one that gives joint targets drives itself
+                driver = t if t.action_dim is not None else next(
+                    (d for d in self.teleops if d.action_dim is not None), None)
+                if driver is None:
+                    log.warning("teleop %s asked to take over but no teleop here gives joint targets; "
                                 "pair it with a leader arm", t.name)
                     continue
-                self.active, self.first = t, True
+                self.active, self.first, self._asked_by = driver, True, t
                 self.takeovers += 1
-            elif e.kind is TeleopEventKind.INTERVENTION_OFF and t is self.active:
+            elif e.kind is TeleopEventKind.INTERVENTION_OFF and self.active is not None \
+                    and t in (self.active, self._asked_by):
                 self.active, self.released = None, True
             elif e.kind in LABELS:
                 if label is None:

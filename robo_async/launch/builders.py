@@ -168,7 +168,11 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
     else:
         from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
 
-        teleops = (LeRobotTeleop(make_lerobot_teleop_device(args.teleop)),)
+        opts = dict(args.teleop)
+        buttons = opts.pop("events_from", None)  # a second device for the buttons: {type: keyboard_ee} ...
+        teleops = (LeRobotTeleop(make_lerobot_teleop_device(opts)),)
+        if buttons:
+            teleops += (LeRobotTeleop(make_lerobot_teleop_device(dict(buttons))),)
     from robo_async.actor.takeover import TeleopMismatch, check_teleops
 
     try:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hal.safety import SafeRobot
-from hal.teleop import TeleopEventKind
+from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
 from policies.scripted import ScriptedPolicy
 from robo_async.actor.adder import Adder
@@ -189,3 +189,45 @@ def test_the_virtual_operator_takes_over_a_stalled_policy_and_never_in_evaluatio
     moved = np.array([r["action"] for r in sink.rows[first:first + 15]])
     assert np.abs(moved - hold).max() > 0.05  # the expert drove the arm
     assert [e.operator_ticks for e in sink.episodes][1::2] == [0, 0]
+
+
+class Buttons(Teleop):
+    """A device with buttons only (a gamepad or keyboard, not on this machine): scripted events per poll."""
+
+    def __init__(self, events):
+        self.script, self.polls = events, 0
+
+    name = "buttons"
+
+    def connect(self):
+        pass
+
+    def close(self):
+        pass
+
+    def get_action(self):
+        return None
+
+    def events(self):
+        self.polls += 1
+        return [TeleopEvent(k) for k in self.script.get(self.polls, [])]
+
+
+def test_a_buttons_only_device_hands_control_to_the_leader_arm():
+    sink = Rows()
+    buttons = Buttons({3: [TeleopEventKind.INTERVENTION_ON], 8: [TeleopEventKind.INTERVENTION_OFF]})
+    loop, seen, target, robot = run([leader(), buttons], 15, sink=sink)
+    assert [r["intervention"] for r in sink.rows][:9] == [POLICY] * 2 + [TAKEOVER] + [OPERATOR] * 4 + [POLICY] * 2
+    twin = leader()
+    twin.connect()
+    np.testing.assert_allclose(seen[2].action, twin.get_action(), atol=1e-6)  # the leader drove
+
+
+def test_lerobots_rerecord_key_is_a_rerecord_not_a_failure():
+    class Keys:  # LeRobot's keyboard_ee reports 'r' as rerecord_episode and terminate_episode together
+        name, action_features, is_connected = "keyboard_ee", {"delta_x": float}, True
+
+        def get_teleop_events(self):
+            return {"is_intervention": False, "terminate_episode": True, "success": False, "rerecord_episode": True}
+
+    assert [e.kind for e in LeRobotTeleop(Keys()).events()] == [TeleopEventKind.RERECORD]
