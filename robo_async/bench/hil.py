@@ -12,7 +12,7 @@ intervention's commit to the first policy version trained after it acting on the
 success classifier is trained with `robo-async reward train` on rendered `pick_lift` frames and
 its held-out precision and recall are reported.
 
-    robo-async bench hil [budget_s=600] [dir=...] [runs=hil,no_hil]
+    robo-async bench hil [budget_s=600] [dir=...] [runs=hil,no_hil[,hil_hold60]]
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from robo_async.bench.learn import Row, _cli, run_row, selection
 
 HIL = ("teleop=virtual", "algo.dagger_weight=1.0")
 RUNS = {"no_hil": Row("push-sac", "push", "state", "sac"),
-        "hil": Row("push-sac-hil", "push", "state", "sac", extra=HIL)}
+        "hil": Row("push-sac-hil", "push", "state", "sac", extra=HIL),
+        # longer corrections (runs=hil_hold60 to include it; the JSON's figures use `hil`)
+        "hil_hold60": Row("push-sac-hil-hold60", "push", "state", "sac", extra=(*HIL, "teleop.hold_ticks=60"))}
 
 
 def intervention_rates(run_dir: Path, share: float = 0.1) -> tuple[float | None, float | None]:
