@@ -39,6 +39,7 @@ class ActorConfig:
     first_status_timeout_s: float = 60.0
     uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
+    learner_silent_s: float = 3.0  # no status for this long: the learner is away (logged, counted)
     guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
 
 
@@ -63,6 +64,9 @@ class Actor:
         self.gate_waits = 0  # ticks that waited for the learner's allowance
         self._gate_status: LearnerStatus | None = None
         self._gate_limit = 0.0
+        self.ticks_learner_away = 0  # ticks run (real time) while the learner was silent
+        self.learner_outages = 0
+        self._away_since: float | None = None
 
     @property
     def env_steps(self) -> int:
@@ -92,6 +96,7 @@ class Actor:
                 self._gate_limit = self._produce_limit(st)
                 return True
             waited = True
+            self._watch_learner(client, self.uplink.unacked)
             time.sleep(0.001)
         return False
 
@@ -105,11 +110,29 @@ class Actor:
     def _may_produce(self, st: LearnerStatus, produced: int) -> bool:
         return produced < self._produce_limit(st)
 
-    @staticmethod
-    def _stopping_gate(client: WeightClient) -> Callable[[], bool]:
-        """Real time: never wait on the learner; end when it says it is stopping."""
+    def _watch_learner(self, client: WeightClient, pending: int) -> None:
+        """Notice a silent learner (crashed, restarting, network down) and its return, once each."""
+        silent = client.silent_s()
+        if silent > self.config.learner_silent_s:
+            if self._away_since is None:
+                self._away_since = time.monotonic() - silent
+                self.learner_outages += 1
+                log.warning("actor %d: no word from the learner at %s for %.0f s; %s, keeping %d unacked "
+                            "transitions to resend when it is back", self.config.actor_id, self.config.weights_address,
+                            silent, "executing" if self.config.loop.realtime else "paused", pending)
+        elif self._away_since is not None:
+            log.warning("actor %d: the learner is back after %.1f s", self.config.actor_id,
+                        time.monotonic() - self._away_since)
+            self._away_since = None
+
+    def _stopping_gate(self, client: WeightClient, uplink: Uplink) -> Callable[[], bool]:
+        """Real time: never wait on the learner (the robot keeps executing while it is away;
+        data waits in the uplink); end when it says it is stopping."""
         def gate() -> bool:
             st = client.status
+            self._watch_learner(client, uplink.unacked)
+            if self._away_since is not None:
+                self.ticks_learner_away += 1
             return st is None or not st.stopping
         return gate
 
@@ -140,8 +163,9 @@ class Actor:
             uplink = self.uplink
             self.loop = ControlLoop(
                 self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops, observer=self.observer,
-                gate=self._stopping_gate(client) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
-                stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits},
+                gate=self._stopping_gate(client, uplink) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
+                stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits,
+                               "learner_outages": self.learner_outages, "ticks_learner_away": self.ticks_learner_away},
                 guide=self.guide)
             self.robot.connect()
             try:

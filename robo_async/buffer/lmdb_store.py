@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +117,7 @@ class PersistentReplayStore(ReplayStore):
         self.last_error: str | None = None
         self.out_of_order = 0  # batches that skipped ahead of an actor's high-water mark (resent later)
         self.corrupt_records = 0
+        self.thread_error: str | None = None  # what killed a writer/committer/pager thread
         self.repaired: list[str] = []  # what recovery fixed, for logs and `buffer inspect`
         self._committed_hw: dict[int, int] = {}
         self._accepted_hw: dict[int, int] = {}
@@ -157,11 +158,28 @@ class PersistentReplayStore(ReplayStore):
             self._writer_hw = dict(self._committed_hw)
             for target, name in ((self._writer, "replay-writer"), (self._committer, "replay-commit"),
                                  (self._pager, "replay-pager")):
-                t = threading.Thread(target=target, name=name, daemon=True)
+                t = threading.Thread(target=self._watched, args=(target, name), name=name, daemon=True)
                 t.start()
                 self._threads.append(t)
         self.recovery_s = time.monotonic() - t0
         return self
+
+    def _watched(self, target: Callable[[], None], name: str) -> None:
+        try:
+            target()
+        except BaseException as e:  # watched: check() raises it on the learner's thread
+            self.thread_error = f"{name} thread died: {type(e).__name__}: {e}"
+            log.error("replay store %s: %s", self.path, self.thread_error)
+            with self._drained:  # nothing queued will commit now: wake flush() and insert()
+                self._outstanding = 0
+                self._queued_bytes = 0
+                self._drained.notify_all()
+
+    def check(self) -> None:
+        """Raise StoreError if one of the store's threads (writer, committer, pager) died: a
+        store that no longer commits is a learner failure (the supervisor restarts it), not silence."""
+        if self.thread_error is not None:
+            raise StoreError(f"replay store {self.path}: {self.thread_error}")
 
     def _check_expected(self, expect: Schema) -> None:
         assert self.schema is not None
@@ -259,6 +277,7 @@ class PersistentReplayStore(ReplayStore):
         not fit the store (nothing of it is queued)."""
         if table not in TABLES:
             raise ReplayError(f"unknown table '{table}'; tables: {TABLES}")
+        self.check()
         try:  # compact batches (from an Adder) become full rows; every batch has the HIL columns
             batch = TransitionBatch(batch.actor_id, batch.seq, standard_columns(expand_next_obs(batch.arrays)))
         except WireError as e:

@@ -1,24 +1,36 @@
 """The local launcher: learner and actors as processes on this machine, supervised.
 
-Shutdown: the learner stopping (solved, budget) ends the run; any process dying ends it with a
-message naming which and why; Ctrl-C sets `stop` so the learner writes a final checkpoint.
+A learner that dies or goes silent is restarted from its last checkpoint and the store on the
+same addresses; an actor that crashes is restarted and resends what it journaled (supervisor.py:
+backoff, restart budget, `<run_dir>/supervisor.jsonl`). Shutdown: the learner stopping (solved,
+budget) ends the run; a spent restart budget ends it naming what failed and how often; an actor
+whose robot is lost stops and the others go on; Ctrl-C sets `stop` so the learner writes a final
+checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 import queue
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from multiprocessing.synchronize import Event
+from pathlib import Path
 
 from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
 from hal.resources import Resource, acquire_needs, parse_needs
+from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import TrainPlan
 from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main
 from robo_async.launch.wiring import with_addresses
 from robo_async.launch.progress import ProgressDisplay
+from robo_async.launch.supervisor import EventLog, RestartBudget, RestartPolicy
+from robo_async.learner.learner import LearnerConfig
 
 
 class RunFailed(RuntimeError):
@@ -31,6 +43,11 @@ class RunResult:
     checkpoint: str | None
     progress: dict[str, float]
     interrupted: bool = False
+
+
+def exit_reason(code: int | None) -> str:
+    name = f" ({signal.Signals(-code).name})" if code is not None and code < 0 else ""
+    return f"exit code {code}{name}"
 
 
 def _drain_errors(errors: mp.Queue) -> dict[str, str]:
@@ -80,69 +97,163 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             lease.release()
 
 
+class _Learner:
+    """One incarnation of the learner process, with its own queues (a process killed while
+    writing to a multiprocessing queue can leave that queue unusable)."""
+
+    def __init__(self, ctx: BaseContext, cfg: LearnerConfig, stop: Event) -> None:
+        self.status, self.errors = ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=learner_main, args=(cfg, stop, self.status, self.errors), name="learner")
+        self.proc.start()
+        self.heard = time.monotonic()  # any report counts as a heartbeat
+        self.ready = False
+
+    def why(self) -> str:
+        return _drain_errors(self.errors).get("learner", exit_reason(self.proc.exitcode))
+
+
+def _restart_config(cfg: LearnerConfig, addresses: tuple[str, str], restarted: int) -> LearnerConfig:
+    """The same learner on the same addresses (actors reconnect by themselves), from its last
+    checkpoint if it wrote one, else counting what the store holds as this run's env steps."""
+    ckpts = Path(cfg.run_dir) / "checkpoints"
+    has_ckpt = any(ckpts.glob("ckpt_*.safetensors")) if ckpts.exists() else False
+    return dataclasses.replace(cfg, data_address=addresses[0], weights_address=addresses[1], resume=has_ckpt,
+                               count_stored=not has_ckpt, restarted=restarted)
+
+
 def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     ctx = mp.get_context("spawn")
-    stop, status, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
-    learner = ctx.Process(target=learner_main, args=(plan.learner, stop, status, errors), name="learner")
-    learner.start()
-    procs: dict[str, mp.Process] = {"learner": learner}
+    stop, errors = ctx.Event(), ctx.Queue()
+    try:
+        policy = RestartPolicy.from_options(plan.launcher)
+    except ValueError as e:
+        raise RunFailed(str(e)) from None
+    events = EventLog(plan.run_dir)
+    learner: _Learner | None = _Learner(ctx, plan.learner, stop)
+    learner_budget = RestartBudget("the learner", policy)
+    actor_budgets = {cfg.actor_id: RestartBudget(f"actor {cfg.actor_id}", policy) for cfg in plan.actors}
+    procs: dict[str, mp.Process] = {}  # actors by name
+    pending: dict[str, float] = {}  # what waits to be restarted, and when
     progress: dict[str, float] = {}
     done: dict | None = None
     interrupted = False
+
+    def start_actor(cfg: ActorConfig, addresses: tuple[str, str]) -> None:
+        p = ctx.Process(target=actor_main, name=f"actor-{cfg.actor_id}",
+                        args=(plan.task_of(cfg.actor_id), plan.policy, with_addresses(cfg, *addresses), stop, errors))
+        p.start()
+        procs[f"actor {cfg.actor_id}"] = p
+
+    def write_pids() -> None:
+        pids = {w: p.pid for w, p in procs.items()}
+        if learner is not None:
+            pids["learner"] = learner.proc.pid
+        (plan.run_dir / "processes.json").write_text(json.dumps(pids))
+
+    def restarts() -> dict[str, float]:
+        return {"supervisor/learner_restarts": learner_budget.total,
+                "supervisor/actor_restarts": sum(b.total for b in actor_budgets.values())}
+
     try:
         deadline = time.monotonic() + plan.start_timeout_s
         addresses = None
         while addresses is None:
             try:
-                kind, payload = status.get(timeout=0.2)
+                kind, payload = learner.status.get(timeout=0.2)
                 if kind == "ready":
                     addresses = payload
             except queue.Empty:
                 pass
-            if not learner.is_alive():
-                why = _drain_errors(errors).get("learner", f"exit code {learner.exitcode}")
-                raise RunFailed(f"the learner failed to start: {why}")
+            if not learner.proc.is_alive():
+                raise RunFailed(f"the learner failed to start: {learner.why()}")
             if time.monotonic() > deadline:
                 raise RunFailed(f"the learner did not start within {plan.start_timeout_s:.0f} s")
+        learner.ready = True
+        by_id = {cfg.actor_id: cfg for cfg in plan.actors}
         for cfg in plan.actors:
-            p = ctx.Process(target=actor_main, name=f"actor-{cfg.actor_id}",
-                            args=(plan.task_of(cfg.actor_id), plan.policy, with_addresses(cfg, *addresses),
-                                  stop, errors))
-            p.start()
-            procs[f"actor {cfg.actor_id}"] = p
-        (plan.run_dir / "processes.json").write_text(json.dumps({w: p.pid for w, p in procs.items()}))
+            start_actor(cfg, addresses)
+        write_pids()
         all_done_at: float | None = None  # when the last actor ended cleanly
         stopping = False  # an actor ended cleanly: the learner said it is stopping
         while done is None:
-            if all_done_at is None and not any(w != "learner" for w in procs):
-                all_done_at = time.monotonic()
-            if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
+            now = time.monotonic()
+            if all_done_at is None and not procs and not any(w != "learner" for w in pending):
+                all_done_at = now
+            if all_done_at is not None and now - all_done_at > plan.shutdown_timeout_s:
                 break  # every actor ended and the learner has not said "done": stop it (below)
-            try:
-                kind, payload = status.get(timeout=0.2)
-                if kind == "progress":
-                    progress = payload
-                    display.update(progress)
-                elif kind == "done":
-                    done = payload
-            except queue.Empty:
-                pass
+            if learner is not None:
+                try:
+                    kind, payload = learner.status.get(timeout=0.2)
+                    learner.heard = time.monotonic()
+                    if kind == "progress":
+                        progress = {**payload, **restarts()}
+                        display.update(progress)
+                    elif kind == "done":
+                        done = payload
+                    elif kind == "ready":
+                        learner.ready = True
+                        events.write("ready", "learner", pid=learner.proc.pid)
+                        display.message(f"[green]the learner is back (pid {learner.proc.pid})[/]")
+                except queue.Empty:
+                    pass
+                now = time.monotonic()
+                silent = now - learner.heard
+                limit = policy.liveness_s if learner.ready else plan.start_timeout_s
+                alive = learner.proc.is_alive()
+                if done is None and ((not alive and not (learner.proc.exitcode == 0 and stopping))
+                                     or silent > limit):
+                    why = learner.why() if not alive else f"no report for {silent:.0f} s (launcher.supervise.liveness_s)"
+                    if alive:
+                        learner.proc.kill()
+                        learner.proc.join(5.0)
+                    delay = learner_budget.next_delay(now)
+                    events.write("failed", "learner", pid=learner.proc.pid, why=why)
+                    if delay is None:
+                        raise RunFailed(learner_budget.exhausted(why))
+                    learner_budget.record(now, why)
+                    display.message(f"[red]the learner (pid {learner.proc.pid}) failed: {why}; restarting it in "
+                                    f"{delay:.0f} s from its last checkpoint and the store "
+                                    f"(restart {learner_budget.total}); actors keep their robots meanwhile[/]")
+                    learner, pending["learner"] = None, now + delay
+            else:
+                time.sleep(0.05)
+            if learner is None and time.monotonic() >= pending.get("learner", float("inf")):
+                del pending["learner"]
+                learner = _Learner(ctx, _restart_config(plan.learner, addresses, learner_budget.total), stop)
+                events.write("restarted", "learner", pid=learner.proc.pid, restart=learner_budget.total)
+                write_pids()
             for who, p in list(procs.items()):
-                if not p.is_alive() and done is None and p.exitcode == 0 and who != "learner":
-                    del procs[who]  # it ended because the learner said it is stopping: wait for its "done"
+                if p.is_alive() or done is not None:
+                    continue
+                del procs[who]
+                aid = int(who.split()[1])
+                if p.exitcode == 0:  # it ended because the learner said it is stopping: wait for "done"
                     stopping = True
                     continue
-                if not p.is_alive() and done is None and not (who == "learner" and p.exitcode == 0):
-                    why = _drain_errors(errors).get(who, f"exit code {p.exitcode}")
-                    if p.exitcode == ROBOT_LOST and who != "learner":
-                        del procs[who]  # that robot is stopped and held; the others carry on
-                        left = [w for w in procs if w != "learner"]
-                        display.message(f"[red]{who} (pid {p.pid}) stopped: {why}; continuing with "
-                                        f"{len(left)} actor(s)[/]")
-                        if not left and not stopping:  # (once the learner is stopping, its result follows)
-                            raise RunFailed(f"{who} (pid {p.pid}): {why}; no robots left, stopping the run")
-                        continue
-                    raise RunFailed(f"{who} (pid {p.pid}) died: {why}; stopping the run")
+                why = _drain_errors(errors).get(who, exit_reason(p.exitcode))
+                events.write("failed", who, pid=p.pid, why=why)
+                if p.exitcode == ROBOT_LOST:  # that robot is stopped and held; the others carry on
+                    left = len(procs) + sum(w != "learner" for w in pending)
+                    display.message(f"[red]{who} (pid {p.pid}) stopped: {why}; continuing with {left} actor(s)[/]")
+                    if not left and not stopping:  # (once the learner is stopping, its result follows)
+                        raise RunFailed(f"{who} (pid {p.pid}): {why}; no robots left, stopping the run")
+                    continue
+                if stopping:
+                    continue
+                budget = actor_budgets[aid]
+                delay = budget.next_delay(time.monotonic())
+                if delay is None:
+                    raise RunFailed(budget.exhausted(why))
+                budget.record(time.monotonic(), why)
+                display.message(f"[red]{who} (pid {p.pid}) died: {why}; restarting it in {delay:.0f} s "
+                                f"(restart {budget.total}); it resends what it journaled[/]")
+                pending[who] = time.monotonic() + delay
+            for who, at in list(pending.items()):
+                if who != "learner" and time.monotonic() >= at:
+                    del pending[who]
+                    start_actor(by_id[int(who.split()[1])], addresses)
+                    events.write("restarted", who, pid=procs[who].pid, restart=actor_budgets[int(who.split()[1])].total)
+                    write_pids()
     except KeyboardInterrupt:
         interrupted = True
         display.message("[yellow]Ctrl-C: stopping; the learner writes a final checkpoint...[/]")
@@ -151,21 +262,23 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         finals: list[dict] = []
 
         def drain() -> None:  # keep reading so no child blocks at exit on a full pipe
-            while True:
+            while learner is not None:
                 try:
-                    kind, payload = status.get_nowait()
+                    kind, payload = learner.status.get_nowait()
                 except queue.Empty:
                     return
                 if kind == "done":
                     finals.append(payload)
 
+        if learner is not None:
+            procs["learner"] = learner.proc
         _shutdown(procs, plan.shutdown_timeout_s, drain)
         drain()
         if done is None and finals:
             done = finals[-1]
     if done is None:
-        return RunResult("interrupted", None, progress, interrupted)
-    return RunResult(done.pop("reason"), done.pop("checkpoint"), done, interrupted)
+        return RunResult("interrupted", None, {**progress, **restarts()}, interrupted)
+    return RunResult(done.pop("reason"), done.pop("checkpoint"), {**done, **restarts()}, interrupted)
 
 
 def _shutdown(procs: dict[str, mp.Process], timeout_s: float, drain: Callable[[], None]) -> None:

@@ -47,6 +47,7 @@ class ActorSchema:
     journal: bool = True
     max_ram_mb: float = 256
     resend_s: float = 5.0
+    learner_silent_s: float = 3.0
     inference: str = "auto"
     replan: str = "due"
     success_reward: float = 1.0
@@ -82,6 +83,15 @@ class ResourcesSchema:
 
 
 @dataclass
+class SuperviseSchema:  # robo_async/launch/supervisor.py RestartPolicy
+    restarts: int = 5
+    window_s: float = 3600
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30
+    liveness_s: float = 30
+
+
+@dataclass
 class LauncherSchema:
     name: str = "local"
     start_timeout_s: float = 60
@@ -90,6 +100,7 @@ class LauncherSchema:
     num_cpus: int | None = None
     learner_num_cpus: float = 1
     actor_num_cpus: float = 0.5
+    supervise: SuperviseSchema = field(default_factory=SuperviseSchema)
 
 
 @dataclass

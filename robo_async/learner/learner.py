@@ -62,6 +62,7 @@ class LearnerConfig:
     threads: int = 1
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
     tensorboard: bool = True
+    restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
 
 
 class Learner:
@@ -114,6 +115,7 @@ class Learner:
         self._receiver: TransitionReceiver | None = None
         self._publisher: WeightPublisher | None = None
         self._metrics: MetricsLogger | None = None
+        self._elapsed_before = 0.0  # run time before a supervised restart (from the checkpoint)
 
     # --- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
@@ -130,9 +132,10 @@ class Learner:
         self._receiver = TransitionReceiver(self.config.data_address)
         self._publisher = WeightPublisher(self.config.weights_address)
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
-        self._t0 = time.monotonic()
-        self._next = {"status": 0.0, "log": self._t0 + self.config.log_every_s,
-                      "ckpt": self._t0 + self.config.checkpoint_every_s}
+        now = time.monotonic()
+        self._t0 = now - self._elapsed_before
+        self._next = {"status": 0.0, "log": now + self.config.log_every_s,
+                      "ckpt": now + self.config.checkpoint_every_s}
         self.publish()
 
     @property
@@ -153,6 +156,7 @@ class Learner:
     def step(self) -> None:
         """One iteration: ingest, then update while the rate limiter allows (bounded)."""
         assert self._receiver is not None and self._publisher is not None
+        self.store.check()  # a dead writer/committer thread is a learner failure, not silence
         if self.store.accepting():  # else leave data in the socket: backpressure to the actors
             for msg in self._receiver.poll(timeout_ms=0 if self._may_update() else 1):
                 self._ingest(msg)
@@ -293,6 +297,7 @@ class Learner:
             "time/env_steps": self.env_steps,
             "time/updates": self.updates,
             "time/episodes": self.episodes,
+            "supervisor/learner_restarts": self.config.restarted,
             **self.rates.rates(time.monotonic(), {"env_steps": self.env_steps, "updates": self.updates}),
             "charts/policy_version": self.version,
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
@@ -314,6 +319,11 @@ class Learner:
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
             "actors/estopped": sum(int(h.get("estopped", 0)) for h in self.heartbeats.values()),  # held ticks
+            "actors/missed_ticks": sum(int(h.get("missed_ticks", 0)) for h in self.heartbeats.values()),
+            # real-time actors kept executing while the learner was away (restarts, network)
+            "actors/ticks_learner_away": sum(int(h.get("ticks_learner_away", 0)) for h in self.heartbeats.values()),
+            "actors/learner_outages": max((int(h.get("learner_outages", 0)) for h in self.heartbeats.values()),
+                                          default=0),
         }
         jerk = [float(h["train_jerk"]) for h in self.heartbeats.values() if "train_jerk" in h]
         if jerk:  # commanded-action jerk of training episodes (rad/s^3): what exploration asks of a motor
@@ -362,6 +372,7 @@ class Learner:
             "episode_counts": {str(k): v for k, v in self.episode_counts.items()},
             "limiter": self.limiter.state_dict(),
             "store_counts": dict(self.store.counts),
+            "elapsed_s": time.monotonic() - self._t0,
         }
 
     def save(self) -> Path:
@@ -387,5 +398,7 @@ class Learner:
         since = self.store.counts["online"] - int(meta.get("store_counts", {}).get("online", 0))
         self.limiter.inserted += max(since, 0)
         self.env_steps += max(since, 0)
+        if self.config.restarted:  # the same run, restarted by its supervisor: its clock goes on
+            self._elapsed_before = float(meta.get("elapsed_s", 0.0))
         log.info("resumed from %s: %d updates, %d env steps, policy v%d", path, self.updates,
                  self.env_steps, self.version)

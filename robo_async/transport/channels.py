@@ -144,6 +144,7 @@ class WeightClient:
         self._weights: Weights | None = None
         self._taken_version = -1
         self.status: LearnerStatus | None = None
+        self.status_t = 0.0  # monotonic time the newest status arrived
         self.dropped = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="weight-client", daemon=True)
@@ -176,10 +177,15 @@ class WeightClient:
             return
         if isinstance(msg, LearnerStatus):
             self.status = msg
+            self.status_t = time.monotonic()
         elif isinstance(msg, Weights):
             with self._lock:
                 if self._weights is None or msg.version > self._weights.version:
                     self._weights = msg
+
+    def silent_s(self) -> float:
+        """Seconds since the learner's last status (it sends one every ~20 ms); 0 before the first."""
+        return time.monotonic() - self.status_t if self.status is not None else 0.0
 
     def take_weights(self) -> Weights | None:
         """Newest weights not yet taken, or None."""

@@ -109,16 +109,19 @@ def assert_contiguous(run_dir, actor):
     return len(seqs)
 
 
-def test_learner_killed_mid_run_then_resumed_loses_nothing(tmp_path):
+def test_learner_killed_past_its_restart_budget_stops_then_resume_loses_nothing(tmp_path):
     demos = tmp_path / "demos"
     res = run(["buffer", "demos", f"out={demos}", "episodes=5"])
     assert res.returncode == 0 and "recorded" in res.stdout, res.stderr
     run_dir = tmp_path / "killed"
-    proc, pids = start_training(run_dir, f"buffer.imports=[{{path: {demos}, table: demos}}]")
+    proc, pids = start_training(run_dir, f"buffer.imports=[{{path: {demos}, table: demos}}]",
+                                "launcher.supervise.restarts=0")
     wait_for_env_steps(run_dir, 300)
     os.kill(pids["learner"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "learner" in err and "died" in err
+    assert proc.returncode == 1, err
+    assert "the learner failed 1 times within 3600 s (restart budget launcher.supervise.restarts=0); " \
+           "last: exit code -9 (SIGKILL)" in err
     assert "imported" in out
     before = len(actor_seqs(run_dir, 0))
     assert before > 0
@@ -130,6 +133,47 @@ def test_learner_killed_mid_run_then_resumed_loses_nothing(tmp_path):
     assert inspect.returncode == 0
     demos_line = [ln for ln in inspect.stdout.splitlines() if ln.startswith("demos")][0]
     assert int(demos_line.split()[1].replace(",", "")) > 0
+
+
+def wait_for(pred, timeout=120, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_learner_killed_comes_back_by_itself_while_a_real_time_actor_keeps_running(tmp_path):
+    from robo_async.launch.supervisor import read_events
+
+    run_dir = tmp_path / "heal"
+    proc, pids = start_training(run_dir, "task.realtime=true", "launcher.supervise.backoff_s=0.5",
+                                "learner.checkpoint_every_s=2")
+    wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
+    wait_for_env_steps(run_dir, 200)
+    os.kill(pids["learner"], signal.SIGKILL)
+    # a new learner process, started by the launcher, reports again (its metrics continue)
+    events = wait_for(lambda: [e for e in read_events(run_dir) if e["event"] == "ready"], what="the learner back")
+    new_pid = json.loads((run_dir / "processes.json").read_text())["learner"]
+    assert new_pid != pids["learner"] and events[0]["pid"] == new_pid
+    steps_back = read_metrics(run_dir)[-1]["time/env_steps"]
+    wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps_back + 100, what="training to go on")
+    wait_for(lambda: read_metrics(run_dir)[-1].get("actors/ticks_learner_away", 0) > 0,
+             what="the actor's report of ticks run while the learner was away")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err  # interrupted (after its final checkpoint)
+    failed = [e for e in read_events(run_dir) if e["event"] == "failed"]
+    assert [(e["who"], e["pid"]) for e in failed] == [("learner", pids["learner"])]
+    assert "SIGKILL" in failed[0]["why"]
+    assert "the learner is back" in out + err
+    rows = read_metrics(run_dir)
+    assert rows[-1]["supervisor/learner_restarts"] == 1
+    # the actor never stopped: its seq numbering ran on, every transition stored exactly once
+    assert assert_contiguous(run_dir, 0) > steps_back + 100
+    assert json.loads((run_dir / "processes.json").read_text())["actor 0"] == pids["actor 0"]
 
 
 def test_learner_restore_loads_exact_weights(trained):
@@ -222,15 +266,36 @@ def test_port_in_use_fails_fast_with_message(tmp_path):
     assert f"tcp://127.0.0.1:{port} is already in use" in res.stderr
 
 
-def test_crashed_actor_stops_the_run_naming_it(tmp_path):
+def test_a_crashed_actor_is_restarted_and_resends_what_it_journaled(tmp_path):
+    from robo_async.launch.supervisor import read_events
+
     run_dir = tmp_path / "crash"
-    proc, pids = start_training(run_dir)
+    proc, pids = start_training(run_dir, "launcher.supervise.backoff_s=0.2")
     actor_pid = pids["actor 0"]
-    wait_for_env_steps(run_dir, 1)
+    wait_for_env_steps(run_dir, 100)
     os.kill(actor_pid, signal.SIGKILL)
+    wait_for(lambda: json.loads((run_dir / "processes.json").read_text())["actor 0"] != actor_pid,
+             what="a new actor process")
+    steps = read_metrics(run_dir)[-1]["time/env_steps"]
+    wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps + 200, what="the new actor's data")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err  # interrupted (after its final checkpoint)
+    assert f"actor 0 (pid {actor_pid}) died: exit code -9 (SIGKILL); restarting it" in out + err
+    assert [e["event"] for e in read_events(run_dir) if e["who"] == "actor 0"] == ["failed", "restarted"]
+    assert read_metrics(run_dir)[-1]["time/env_steps"] > steps
+    assert assert_contiguous(run_dir, 0) > steps + 200  # the new actor numbered on from its journal
+
+
+def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_path):
+    run_dir = tmp_path / "crash0"
+    proc, pids = start_training(run_dir, "launcher.supervise.restarts=0")
+    wait_for_env_steps(run_dir, 1)
+    os.kill(pids["actor 0"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert f"actor 0 (pid {actor_pid}) died: exit code -9; stopping the run" in err
+    assert "actor 0 failed 1 times within 3600 s (restart budget launcher.supervise.restarts=0); " \
+           "last: exit code -9" in err
     # The learner still wrote a final checkpoint on the way down.
     assert checkpoint.list_checkpoints(run_dir / "checkpoints")
 
