@@ -1,6 +1,8 @@
 """The Ray launcher: the learner as a Ray actor (on a GPU node when the cluster has one), each
 actor as a Ray task placed on the node whose resources include its robot. The data plane stays
-ZMQ; Ray only places and supervises processes.
+ZMQ; Ray only places and supervises processes: a learner that dies or stops reporting is
+restarted on the same node and addresses from its checkpoint and the store, crashed actor tasks
+are resubmitted, both within the restart budget of supervisor.py.
 
 Robots are Ray custom resources named by their resource id: start a robot machine with
 `ray start --address=HEAD --resources='{"robot:so101_follower/left": 1}'` (`robo-async resources
@@ -10,6 +12,7 @@ and this run's robots are declared on it. Each actor leases its robot (or a sim 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -34,24 +37,32 @@ class RayLearner:
         self.learner = Learner(cfg)
         self._stop = threading.Event()
         self._progress: dict[str, float] = {}
+        self._heard = time.monotonic()
 
-    def open(self) -> tuple[str, str]:
+    def open(self) -> tuple[tuple[str, str], tuple[str, str], str, int]:
+        """(addresses for actors, addresses bound, node id, pid): a restart binds the same ones there."""
+        import os
+
         import ray
 
         self.learner.open()
         ip = ray.util.get_node_ip_address()
-        return tuple(a.replace("0.0.0.0", ip) for a in self.learner.addresses)  # type: ignore[return-value]
+        bound = self.learner.addresses
+        return (tuple(a.replace("0.0.0.0", ip) for a in bound), bound,  # type: ignore[return-value]
+                ray.get_runtime_context().get_node_id(), os.getpid())
 
     def run(self) -> dict:
         from robo_async.launch.wiring import learner_loop
 
         def report(p: dict[str, float]) -> None:
             self._progress = p
+            self._heard = time.monotonic()
 
         return learner_loop(self.learner, self._stop.is_set, report)
 
-    def progress(self) -> dict[str, float]:
-        return self._progress
+    def progress(self) -> tuple[dict[str, float], float]:
+        """The newest progress and its age in seconds (the loop's heartbeat)."""
+        return self._progress, time.monotonic() - self._heard
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,12 +89,37 @@ def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, le
         lease.release()
 
 
+def _start_learner(cfg: LearnerConfig, opts: dict, gpus: int, node: str | None, timeout_s: float):
+    """A RayLearner opened (bound) on `node` (None: anywhere); returns (handle, open()'s answer)."""
+    import ray
+
+    extra = {}
+    if node is not None:  # a restart: the same node, so the actors' addresses stay right
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        extra["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+    learner = ray.remote(RayLearner).options(num_cpus=float(opts.get("learner_num_cpus", 1)), num_gpus=gpus,
+                                             max_concurrency=2, max_restarts=0, **extra).remote(cfg)
+    try:
+        return learner, ray.get(learner.open.remote(), timeout=timeout_s)
+    except Exception as e:
+        ray.kill(learner)
+        raise RunFailed(f"the learner failed to start on Ray: {str(e).splitlines()[-1] if str(e) else e!r}") from None
+
+
 def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     import ray
 
+    from robo_async.launch.local import _restart_config
+    from robo_async.launch.supervisor import EventLog, RestartBudget, RestartPolicy
     from robo_async.launch.wiring import with_addresses
 
     opts = plan.launcher
+    try:
+        policy = RestartPolicy.from_options(opts)
+    except ValueError as e:
+        raise RunFailed(str(e)) from None
+    events = EventLog(plan.run_dir)
     robot_ids = {plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors
                  if plan.task_of(c.actor_id).robot is not None}
     started = False
@@ -96,47 +132,102 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         started = True
     try:
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        learner = ray.remote(RayLearner).options(num_cpus=float(opts.get("learner_num_cpus", 1)), num_gpus=gpus,
-                                                 max_concurrency=2).remote(plan.learner)
-        try:
-            data, weights = ray.get(learner.open.remote(), timeout=plan.start_timeout_s)
-        except Exception as e:
-            raise RunFailed(f"the learner failed to start on Ray: {e}") from None
+        learner, ((data, weights), bound, node, pid) = _start_learner(plan.learner, opts, gpus, None,
+                                                                      plan.start_timeout_s)
+        pids = plan.run_dir / "processes.json"
+        pids.write_text(json.dumps({"learner": pid}))
+        learner_budget = RestartBudget("the learner", policy)
         run_ref = learner.run.remote()
-        task_fn = ray.remote(ray_actor_task)
+        task_fn = ray.remote(max_retries=0)(ray_actor_task)  # restarts are ours: budgeted, logged
         refs = {}
-        for cfg in plan.actors:
+        budgets = {c.actor_id: RestartBudget(f"actor {c.actor_id}", policy) for c in plan.actors}
+
+        def submit(cfg) -> None:
             t = plan.task_of(cfg.actor_id)
             rid = t.resource_id(cfg.actor_id)
             resources = {rid: 1} if t.robot is not None else {}
             refs[task_fn.options(num_cpus=float(opts.get("actor_num_cpus", 0.5)), resources=resources).remote(
-                t, plan.policy, with_addresses(cfg, data, weights), rid, plan.leases, plan.run_dir.name)] = \
-                f"actor {cfg.actor_id}"
+                t, plan.policy, with_addresses(cfg, data, weights), rid, plan.leases, plan.run_dir.name)] = cfg
+
+        for cfg in plan.actors:
+            submit(cfg)
         progress: dict[str, float] = {}
         interrupted = False
         all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
         stopping = False  # an actor ended cleanly: the learner said it is stopping
+        done = None
+
+        def restarts() -> dict[str, float]:
+            return {"supervisor/learner_restarts": learner_budget.total,
+                    "supervisor/actor_restarts": sum(b.total for b in budgets.values())}
+
         try:
-            while not ray.wait([run_ref], timeout=0.5)[0]:
+            while done is None:
+                why = None
+                if ray.wait([run_ref], timeout=0.5)[0]:
+                    try:
+                        done = ray.get(run_ref)
+                        break
+                    except Exception as e:  # the learner's process died or its loop raised
+                        why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                else:
+                    try:
+                        got, age = ray.get(learner.progress.remote(), timeout=policy.liveness_s)
+                        if age > policy.liveness_s:
+                            why = f"no report for {age:.0f} s (launcher.supervise.liveness_s)"
+                        elif got:
+                            progress = {**got, **restarts()}
+                            display.update(progress)
+                    except ray.exceptions.GetTimeoutError:
+                        why = f"no answer for {policy.liveness_s:.0f} s (launcher.supervise.liveness_s)"
+                    except ray.exceptions.RayActorError as e:
+                        why = str(e).strip().splitlines()[-1]
+                if why is not None:  # restart the learner where it ran, on the same addresses
+                    ray.kill(learner)
+                    events.write("failed", "learner", why=why)
+                    delay = learner_budget.next_delay(time.monotonic())
+                    if delay is None:
+                        raise RunFailed(learner_budget.exhausted(why))
+                    learner_budget.record(time.monotonic(), why)
+                    display.message(f"[red]the learner failed: {why}; restarting it in {delay:.0f} s from its last "
+                                    f"checkpoint and the store (restart {learner_budget.total})[/]")
+                    time.sleep(delay)
+                    cfg = _restart_config(plan.learner, bound, learner_budget.total)
+                    learner, (_, _, _, pid) = _start_learner(cfg, opts, gpus, node, plan.start_timeout_s)
+                    run_ref = learner.run.remote()
+                    pids.write_text(json.dumps({"learner": pid}))
+                    events.write("ready", "learner", pid=pid, restart=learner_budget.total)
+                    display.message("[green]the learner is back[/]")
                 if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
                     learner.stop.remote()  # every actor ended and the learner has not: stop it
                     all_done_at = float("inf")
-                progress = ray.get(learner.progress.remote()) or progress
-                if progress:
-                    display.update(progress)
                 finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
                 for ref in finished:
-                    who = refs.pop(ref)
+                    cfg = refs.pop(ref)
+                    who = f"actor {cfg.actor_id}"
                     try:
                         clean, msg = ray.get(ref)
-                    except Exception as e:
-                        learner.stop.remote()
-                        raise RunFailed(f"{who} failed on Ray: {str(e).splitlines()[-1]}; stopping the run") from None
+                    except Exception as e:  # it crashed (or its worker died): restart it, within budget
+                        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                        events.write("failed", who, why=msg)
+                        if stopping:
+                            continue
+                        delay = budgets[cfg.actor_id].next_delay(time.monotonic())
+                        if delay is None:
+                            learner.stop.remote()
+                            raise RunFailed(budgets[cfg.actor_id].exhausted(msg)) from None
+                        budgets[cfg.actor_id].record(time.monotonic(), msg)
+                        display.message(f"[red]{who} failed on Ray: {msg}; restarting it in {delay:.0f} s[/]")
+                        time.sleep(delay)
+                        submit(cfg)
+                        events.write("restarted", who, restart=budgets[cfg.actor_id].total)
+                        continue
                     if clean or (stopping and not refs):  # the learner is stopping: its result follows
                         stopping = True
                         if not refs and all_done_at is None:
                             all_done_at = time.monotonic()
                         continue
+                    events.write("failed", who, why=msg)
                     display.message(f"[red]{who}: {msg}; continuing with {len(refs)} actor(s)[/]")
                     if not refs:
                         learner.stop.remote()
@@ -144,12 +235,13 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         except KeyboardInterrupt:
             interrupted = True
             learner.stop.remote()
-        done = ray.get(run_ref, timeout=plan.shutdown_timeout_s + 60)
+        if done is None:
+            done = ray.get(run_ref, timeout=plan.shutdown_timeout_s + 60)
         if refs:  # actors end when the learner says it is stopping
             _, late = ray.wait(list(refs), num_returns=len(refs), timeout=plan.shutdown_timeout_s)
             for ref in late:
                 ray.cancel(ref, force=True)
-        return RunResult(done.pop("reason"), done.pop("checkpoint"), done, interrupted)
+        return RunResult(done.pop("reason"), done.pop("checkpoint"), {**done, **restarts()}, interrupted)
     finally:
         if started:
             ray.shutdown()

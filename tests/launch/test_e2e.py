@@ -352,16 +352,32 @@ def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
     assert f"robot:sim_so101/shared_arm is held by job 'someone-else' (pid {holder.pid}" in res.stderr
 
 
-def test_two_actor_smoke_run_on_a_local_ray(tmp_path):
+def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
+    from robo_async.launch.supervisor import read_events
+
     run_dir = tmp_path / "ray"
     # a budget long enough for the LeRobot-backed actor to start (it imports LeRobot) under load
-    res = run(["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=2",
-               "budget.env_steps=6000", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]"], timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
-    assert "training ended: env-step budget" in res.stdout
+    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=2",
+                                   "budget.env_steps=6000", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]",
+                                   "launcher.supervise.backoff_s=0.5", "learner.checkpoint_every_s=2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (run_dir / "processes.json").exists(), timeout=180, what="the learner on Ray")
+        wait_for_env_steps(run_dir, 1500, timeout=240)
+        killed = json.loads((run_dir / "processes.json").read_text())["learner"]
+        os.kill(killed, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:] + out[-2000:]
+    assert "training ended: env-step budget" in out
+    events = [(e["event"], e["who"]) for e in read_events(run_dir)]
+    assert events == [("failed", "learner"), ("ready", "learner")], events
+    assert json.loads((run_dir / "processes.json").read_text())["learner"] != killed
     for a in (0, 1):  # both actors (one placed by the robot's Ray custom resource) fed the learner
         assert assert_contiguous(run_dir, a) > 0
     assert checkpoint.list_checkpoints(run_dir / "checkpoints")
+    assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] == 1
 
 
 def test_any_gymnasium_env_trains_as_a_sim_resource(tmp_path):
