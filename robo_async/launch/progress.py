@@ -38,6 +38,7 @@ class ProgressDisplay:
         self._every = every_s
         self._next = 0.0
         self._tty = sys.stdout.isatty()
+        self._unprinted: dict[str, float] | None = None  # the newest progress not yet printed
 
     def __enter__(self) -> "ProgressDisplay":
         if self._tty:
@@ -48,6 +49,8 @@ class ProgressDisplay:
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(None, None, None)
+        elif self._unprinted is not None:  # the final state, not the one up to every_s before it
+            self._print(self._unprinted)
 
     def _table(self, p: dict[str, float]) -> Table:
         t = Table(title=self.title)
@@ -62,7 +65,13 @@ class ProgressDisplay:
             self._live.update(self._table(progress))
         elif time.monotonic() >= self._next:
             self._next = time.monotonic() + self._every
-            print("  ".join(f"{k}={v}" for k, v in _fmt(progress).items()), flush=True)
+            self._print(progress)
+        else:
+            self._unprinted = progress
+
+    def _print(self, progress: dict[str, float]) -> None:
+        self._unprinted = None
+        print("  ".join(f"{k}={v}" for k, v in _fmt(progress).items()), flush=True)
 
     def message(self, text: str) -> None:
         self.console.print(text)

@@ -29,7 +29,7 @@ from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorith
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
-from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights
+from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights, WireError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ class LearnerConfig:
     threads: int = 1
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
     tensorboard: bool = True
+    max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
+    max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
     restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
 
 
@@ -88,6 +90,7 @@ class Learner:
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
+        self.refused_messages = 0  # well-formed messages this learner does not take (unknown actors past the cap)
         self.heartbeats: dict[int, dict] = {}
         self.limiter = SampleToInsertRatio(ac.utd_ratio, ac.warmup_steps, ac.limiter_slack)
         self.version = 0
@@ -129,7 +132,7 @@ class Learner:
             self.restore(checkpoint.resolve(self.run_dir))
         self.high_water = self.store.high_water()
         self.sampler.start()
-        self._receiver = TransitionReceiver(self.config.data_address)
+        self._receiver = TransitionReceiver(self.config.data_address, max_message_mb=self.config.max_message_mb)
         self._publisher = WeightPublisher(self.config.weights_address)
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
@@ -159,7 +162,11 @@ class Learner:
         self.store.check()  # a dead writer/committer thread is a learner failure, not silence
         if self.store.accepting():  # else leave data in the socket: backpressure to the actors
             for msg in self._receiver.poll(timeout_ms=0 if self._may_update() else 1):
-                self._ingest(msg)
+                try:
+                    self._ingest(msg)
+                except (ReplayError, WireError, ValueError, KeyError, TypeError, IndexError) as e:
+                    self.refused_messages += 1  # a message this learner cannot use: dropped, counted
+                    log.error("dropped a %s message: %s: %s", type(msg).__name__, type(e).__name__, e)
         self._count_committed()
         for _ in range(8):
             if not (self._may_update() and self._update()):
@@ -213,6 +220,14 @@ class Learner:
             self.high_water = self.store.high_water()
 
     def _ingest(self, msg: object) -> None:
+        actor = getattr(msg, "actor_id", None)
+        if actor is not None and actor not in self._heard and actor not in self.high_water \
+                and len(self._heard) >= self.config.max_actors:
+            self.refused_messages += 1  # per-peer state stays bounded: a flood of new ids is dropped
+            if self.refused_messages <= 10 or self.refused_messages % 1000 == 0:
+                log.error("refused a message from actor %d: already %d actors (learner.max_actors)", actor,
+                          len(self._heard))
+            return
         if isinstance(msg, TransitionBatch):
             problem = self._check_batch(msg)
             try:
@@ -245,7 +260,8 @@ class Learner:
                 self.train_successes.append(msg.success)
         elif isinstance(msg, Heartbeat):
             self.heartbeats[msg.actor_id] = dict(msg.meta)
-            self._heard[msg.actor_id] = time.monotonic()
+        if actor is not None:
+            self._heard[actor] = time.monotonic()
 
     def _update(self) -> bool:
         """One algorithm update on a prefetched batch; False if no batch is ready yet."""
@@ -315,6 +331,8 @@ class Learner:
             "buffer/frames_as_sent": self.store.frames_as_sent,  # encoded by actors, stored as they came
             "buffer/frames_encoded": self.store.frames_encoded,  # encoded by the store (raw pixels arrived)
             "buffer/rejected_batches": self.rejected_batches,
+            "transport/malformed": self._receiver.dropped if self._receiver is not None else 0,
+            "transport/refused": self.refused_messages,
             "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),

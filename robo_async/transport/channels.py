@@ -40,10 +40,12 @@ def bind(sock: zmq.Socket, address: str) -> None:
 class TransitionReceiver:
     """Learner side of the data plane (PULL, bound)."""
 
-    def __init__(self, address: str, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, address: str, ctx: zmq.Context | None = None, max_message_mb: float = 64.0) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._sock.setsockopt(zmq.RCVHWM, 200)  # batches; beyond it backpressure reaches the actors
+        # a peer sending a larger frame is disconnected by ZMQ before it is buffered (it reconnects)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_mb * 2**20))
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.dropped = 0
@@ -61,7 +63,8 @@ class TransitionReceiver:
                 out.append(decode([f.buffer for f in frames]))
             except WireError as e:
                 self.dropped += 1
-                log.warning("dropped a malformed message from an actor: %s", e)
+                if self.dropped <= 20 or self.dropped % 1000 == 0:  # a flood does not flood the log
+                    log.warning("dropped a malformed message from an actor (%d so far): %s", self.dropped, e)
         return out
 
     def close(self) -> None:
@@ -136,8 +139,10 @@ class WeightClient:
     win): each wake takes the GIL from the control loop, and the learner's status comes every
     20 ms, so waking per message would cost the loop ~50 hand-offs a second for nothing."""
 
-    def __init__(self, address: str, ctx: zmq.Context | None = None, every_s: float = 0.05) -> None:
+    def __init__(self, address: str, ctx: zmq.Context | None = None, every_s: float = 0.05,
+                 max_message_mb: float = 16384.0) -> None:
         self._ctx = ctx or zmq.Context.instance()
+        self._max_bytes = int(max_message_mb * 2**20)
         self._address = address
         self._every_s = every_s
         self._lock = threading.Lock()
@@ -157,6 +162,7 @@ class WeightClient:
         sock = self._ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.setsockopt(zmq.RCVHWM, 16)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
         sock.connect(self._address)
         try:
             while not self._stop.is_set():
@@ -173,7 +179,8 @@ class WeightClient:
             msg = decode([f.buffer for f in frames])
         except WireError as e:
             self.dropped += 1
-            log.warning("dropped a malformed message from the learner: %s", e)
+            if self.dropped <= 20 or self.dropped % 1000 == 0:
+                log.warning("dropped a malformed message from the learner (%d so far): %s", self.dropped, e)
             return
         if isinstance(msg, LearnerStatus):
             self.status = msg

@@ -258,22 +258,26 @@ def encode(msg: Message) -> list[bytes | memoryview]:
 
 
 def _arrays(header: dict, frames: Sequence[bytes | memoryview]) -> dict[str, np.ndarray | Frames]:
-    specs = header.get("arrays")
-    if not isinstance(specs, list) or len(specs) != len(frames):
+    specs = header["arrays"]
+    if len(specs) != len(frames):
         n = len(specs) if isinstance(specs, list) else "no"
         raise WireError(f"header lists {n} arrays but {len(frames)} data frames arrived")
     out: dict[str, np.ndarray | Frames] = {}
     for spec, frame in zip(specs, frames):
+        name = spec[0] if isinstance(spec, list) and spec else None
+        if type(name) is not str or not 0 < len(name) <= MAX_NAME or name in out:
+            raise WireError(f"bad or repeated array name {_show(name)} (1-{MAX_NAME} chars, unique)")
         if isinstance(spec, list) and len(spec) == 4 and spec[1] == "frames":
-            out[str(spec[0])] = _frames(spec, memoryview(frame))
+            out[name] = _frames(spec, memoryview(frame))
             continue
         if not (isinstance(spec, list) and len(spec) == 3):
-            raise WireError(f"bad array spec {spec!r}: expected [name, dtype, shape]")
-        name, dtype, shape = spec
-        if dtype not in DTYPES:
-            raise WireError(f"array '{name}' has dtype {dtype!r}; allowed: {sorted(DTYPES)}")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise WireError(f"array '{name}' has bad shape {shape!r}")
+            raise WireError(f"bad array spec {_show(spec)}: expected [name, dtype, shape]")
+        _, dtype, shape = spec
+        if type(dtype) is not str or dtype not in DTYPES:
+            raise WireError(f"array '{name}' has dtype {_show(dtype)}; allowed: {sorted(DTYPES)}")
+        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM
+                and all(type(d) is int and 0 <= d <= 1 << 40 for d in shape)):
+            raise WireError(f"array '{name}' has bad shape {_show(shape)}")
         buf = memoryview(frame)
         expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if buf.nbytes != expected:
@@ -309,52 +313,130 @@ def _frames(spec: list, buf: memoryview) -> Frames:
 
 EPISODE_LABELS = ("", "success", "failure", "rerecord")
 
+# --- limits: every field of every message is checked for type, range and size -------------------
+MAX_ACTOR_ID = 1 << 16  # actor ids are small integers (one per robot)
+MAX_COUNT = 1 << 62  # seqs, versions, env steps, updates
+MAX_HEADER_BYTES = 1 << 20  # msgpack header (array specs included)
+MAX_NAME = 128  # array names
+MAX_TEXT = 256  # strings in headers (architecture, heartbeat values)
+MAX_META = 64  # heartbeat figures
+MAX_ARRAYS = {"transitions": 256, "weights": 1 << 16}  # other kinds carry none
+MAX_NDIM = 8
+TRANSITION_COLUMNS = frozenset({"action", "reward", "terminated", "truncated", "policy_version", "success",
+                                "intervention", "policy_action"})
+OBS_PREFIXES = ("obs/", "next_obs/", FINAL_OBS)
+# the dtype each known transition column must have
+COLUMN_DTYPES = {"reward": "float32", "terminated": "bool", "truncated": "bool", "policy_version": "int64",
+                 "success": "bool", "intervention": "uint8", "action": "float32", "policy_action": "float32"}
+_MISSING = object()
 
-def _episode_operator_ticks(header: dict) -> int:
-    n, length = header.get("operator_ticks", 0), header.get("length")
-    if type(n) is not int or not (isinstance(length, int) and 0 <= n <= length):
-        raise WireError(f"episode 'operator_ticks' is {n!r}, expected an int in 0..length ({length!r})")
-    return n
 
-
-def _episode_label(header: dict) -> str:
-    label = header.get("label", "")
-    if label not in EPISODE_LABELS:
-        raise WireError(f"episode 'label' is {label!r}, expected one of {EPISODE_LABELS}")
-    return label
-
-
-def _field(header: dict, name: str, typ: type | tuple[type, ...]) -> Scalar:
-    value = header.get(name)
-    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-        raise WireError(f"header field '{name}' is {value!r}, expected {typ}")
+def _int(header: dict, name: str, lo: int, hi: int, default: object = _MISSING) -> int:
+    value = header.get(name, default)
+    if type(value) is not int or not lo <= value <= hi:
+        raise WireError(f"header field '{name}' is {_show(value)}, expected an int in [{lo}, {hi}]")
     return value
 
 
-def _count(value: object, name: str, high: int = 1 << 20) -> int:
-    if type(value) is not int or not 0 <= value <= high:
-        raise WireError(f"header field '{name}' is {value!r}, expected an int in [0, {high}]")
+def _bool(header: dict, name: str, default: object = _MISSING) -> bool:
+    value = header.get(name, default)
+    if type(value) is not bool:
+        raise WireError(f"header field '{name}' is {_show(value)}, expected true or false")
     return value
+
+
+def _text(header: dict, name: str, default: object = _MISSING, max_len: int = MAX_TEXT) -> str:
+    value = header.get(name, default)
+    if type(value) is not str or len(value) > max_len:
+        raise WireError(f"header field '{name}' is {_show(value)}, expected a string of at most {max_len} chars")
+    return value
+
+
+def _finite(header: dict, name: str) -> float:
+    value = header.get(name, _MISSING)
+    if type(value) not in (int, float) or not np.isfinite(value) or abs(value) > 1e30:
+        raise WireError(f"header field '{name}' is {_show(value)}, expected a finite number")
+    return float(value)
+
+
+def _show(value: object) -> str:
+    if value is _MISSING:
+        return "missing"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _meta(value: object) -> dict[str, Scalar]:
+    """Heartbeat figures: at most MAX_META str -> scalar entries, every one bounded."""
+    if not isinstance(value, dict) or len(value) > MAX_META:
+        raise WireError(f"heartbeat 'meta' must be a map of at most {MAX_META} entries, got {_show(value)}")
+    for k, v in value.items():
+        if type(k) is not str or not 0 < len(k) <= 64:
+            raise WireError(f"heartbeat 'meta' key {_show(k)} must be a string of 1-64 chars")
+        ok = (v is None or type(v) is bool or (type(v) is int and -MAX_COUNT <= v <= MAX_COUNT)
+              or type(v) is float or (type(v) is str and len(v) <= MAX_TEXT))
+        if not ok:
+            raise WireError(f"heartbeat 'meta' value of '{k}' is {_show(v)}, expected a bounded scalar")
+    return value
+
+
+_HEADER = {"schema", "kind", "arrays"}
+_KIND_FIELDS = {
+    "transitions": {"actor_id", "seq"},
+    "weights": {"version", "architecture"},
+    "episode": {"actor_id", "episode", "episode_return", "length", "success", "policy_version", "evaluation",
+                "operator_ticks", "label"},
+    "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors"},
+    "heartbeat": {"actor_id", "env_steps", "policy_version", "meta"},
+}
+
+
+def _check_transition_arrays(arrays: dict[str, np.ndarray | Frames]) -> None:
+    """Known columns only, with their dtypes; float columns finite; flags and versions in range."""
+    for k, a in arrays.items():
+        if not (k in TRANSITION_COLUMNS or (k.startswith(OBS_PREFIXES) and len(k.split("/", 1)[1]) > 0)):
+            raise WireError(f"transitions carry an unknown array '{k}'; known: {sorted(TRANSITION_COLUMNS)} "
+                            f"and obs/<key>, next_obs/<key>, {FINAL_OBS}<key>")
+        want = COLUMN_DTYPES.get(k)
+        if want is not None and a.dtype.name != want:
+            raise WireError(f"transitions array '{k}' is {a.dtype.name}, expected {want}")
+        if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+            raise WireError(f"transitions array '{k}' has NaN or infinite values")
+    pv = arrays["policy_version"]
+    if pv.size and (int(pv.min()) < -1 or int(pv.max()) > MAX_COUNT):
+        raise WireError(f"transitions 'policy_version' must lie in [-1, {MAX_COUNT}]")
 
 
 def decode(frames: Sequence[bytes | memoryview]) -> Message:
-    """Parse and validate a multipart message; raises WireError on anything malformed."""
+    """Parse and validate a multipart message; raises WireError on anything malformed: the header
+    (msgpack, at most MAX_HEADER_BYTES, only the kind's known keys, every field's type and range),
+    the array specs (names, dtypes, shapes, byte sizes, counts) and, for transitions, the columns
+    (known names, dtypes, finite floats)."""
     if not frames:
         raise WireError("empty message")
+    head = memoryview(frames[0])
+    if head.nbytes > MAX_HEADER_BYTES:
+        raise WireError(f"header of {head.nbytes} bytes exceeds {MAX_HEADER_BYTES}")
     try:
-        header = msgpack.unpackb(bytes(frames[0]), raw=False)
+        header = msgpack.unpackb(head, raw=False, strict_map_key=True, max_bin_len=0, max_ext_len=0)
     except Exception as e:  # msgpack raises several types for garbage
         raise WireError(f"header is not valid msgpack: {e}") from None
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
-    if header.get("schema") != SCHEMA:
-        raise WireError(f"schema {header.get('schema')!r} not supported (this side speaks {SCHEMA})")
+    if header.get("schema") != SCHEMA or type(header.get("schema")) is not int:
+        raise WireError(f"schema {_show(header.get('schema'))} not supported (this side speaks {SCHEMA})")
     kind = header.get("kind")
-    if kind not in _KINDS:
-        raise WireError(f"unknown message kind {kind!r}; known: {sorted(_KINDS)}")
+    if type(kind) is not str or kind not in _KINDS:
+        raise WireError(f"unknown message kind {_show(kind)}; known: {sorted(_KINDS)}")
+    unknown = set(header) - _HEADER - _KIND_FIELDS[kind]
+    if unknown:
+        raise WireError(f"{kind} header has unknown keys {sorted(map(str, unknown))[:8]}")
+    specs = header.get("arrays")
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS.get(kind, 0):
+        raise WireError(f"{kind} header 'arrays' must be a list of at most {MAX_ARRAYS.get(kind, 0)} specs")
     arrays = _arrays(header, frames[1:])
     encoded = [k for k, a in arrays.items() if isinstance(a, Frames)]
-    if encoded and (kind != "transitions" or any(not k.startswith(("obs/", "next_obs/", FINAL_OBS)) for k in encoded)):
+    if encoded and (kind != "transitions" or any(not k.startswith(OBS_PREFIXES) for k in encoded)):
         raise WireError(f"encoded frames are for observations in transitions, not {kind} {encoded}")
     if kind == "transitions":
         required = {"action", "reward", "terminated", "truncated", "policy_version"}
@@ -365,32 +447,41 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
         bad = [k for k, a in arrays.items() if a.ndim == 0 or (a.shape[0] != n and not k.startswith(FINAL_OBS))]
         if n <= 0 or bad:
             raise WireError(f"transitions arrays disagree on batch size {n}: {bad}")
+        _check_transition_arrays(arrays)
+        actor, seq = _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "seq", 0, MAX_COUNT - n)
         arrays = standard_columns(expand_next_obs(arrays))
-        return TransitionBatch(int(_field(header, "actor_id", int)), int(_field(header, "seq", int)), arrays)
+        return TransitionBatch(actor, seq, arrays)
     if kind == "weights":
-        return Weights(int(_field(header, "version", int)), arrays, str(header.get("architecture", "")))
+        for k, a in arrays.items():
+            flat = a.reshape(-1) if a.dtype.kind == "f" else a[:0].reshape(-1)
+            for lo in range(0, flat.size, 1 << 22):  # in slices: no full-size temporary for a big policy
+                if not np.isfinite(flat[lo:lo + (1 << 22)]).all():
+                    raise WireError(f"weights array '{k}' has NaN or infinite values")
+        return Weights(_int(header, "version", 0, MAX_COUNT), arrays, _text(header, "architecture", ""))
     if kind == "episode":
+        length = _int(header, "length", 0, MAX_COUNT)
+        label = header.get("label", "")
+        if label not in EPISODE_LABELS or type(label) is not str:
+            raise WireError(f"episode 'label' is {_show(label)}, expected one of {EPISODE_LABELS}")
         return EpisodeStats(
-            int(_field(header, "actor_id", int)), int(_field(header, "episode", int)),
-            float(_field(header, "episode_return", (int, float))), int(_field(header, "length", int)),
-            bool(_field(header, "success", bool)), int(_field(header, "policy_version", int)),
-            bool(header.get("evaluation", False)), _episode_operator_ticks(header), _episode_label(header),
+            _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "episode", 0, MAX_COUNT),
+            _finite(header, "episode_return"), length, _bool(header, "success"),
+            _int(header, "policy_version", -1, MAX_COUNT), _bool(header, "evaluation", False),
+            _int(header, "operator_ticks", 0, length, 0), label,
         )
     if kind == "status":
         acked = header.get("acked", [])
-        if not (isinstance(acked, list) and all(
-                isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) for p in acked)):
-            raise WireError(f"status 'acked' must be a list of [actor_id, seq] pairs, got {acked!r}")
+        if not (isinstance(acked, list) and len(acked) <= MAX_ACTOR_ID and all(
+                isinstance(p, list) and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
+                and 0 <= p[0] <= MAX_ACTOR_ID and 0 <= p[1] <= MAX_COUNT for p in acked)):
+            raise WireError(f"status 'acked' must be a list of [actor_id, seq] pairs, got {_show(acked)}")
         return LearnerStatus(
-            int(_field(header, "updates", int)), int(_field(header, "version", int)),
-            int(_field(header, "env_steps", int)), int(_field(header, "allowed_env_steps", int)),
-            bool(header.get("stopping", False)), str(header.get("boot_id", "")),
-            tuple((a, s) for a, s in acked), _count(header.get("actors", 1), "actors"),
+            _int(header, "updates", 0, MAX_COUNT), _int(header, "version", 0, MAX_COUNT),
+            _int(header, "env_steps", 0, MAX_COUNT), _int(header, "allowed_env_steps", 0, MAX_COUNT),
+            _bool(header, "stopping", False), _text(header, "boot_id", "", 64),
+            tuple((a, s) for a, s in acked), _int(header, "actors", 0, MAX_ACTOR_ID, 1),
         )
-    meta = header.get("meta", {})
-    if not isinstance(meta, dict):
-        raise WireError("heartbeat meta must be a map")
     return Heartbeat(
-        int(_field(header, "actor_id", int)), int(_field(header, "env_steps", int)),
-        int(_field(header, "policy_version", int)), meta,
+        _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "env_steps", 0, MAX_COUNT),
+        _int(header, "policy_version", -1, MAX_COUNT), _meta(header.get("meta", {})),
     )
