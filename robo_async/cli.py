@@ -21,6 +21,7 @@ commands:
   reward train from=<run|store> cameras=[front]   a success classifier on camera frames (a learned reward)
   teleop out=<store> teleop=<device> [episodes=10] [dataset=<new dir>] [overrides]
                                        drive a robot with a teleop, record labelled episodes (store + LeRobotDataset)
+  keys dir=<keys dir> actors=2         CURVE key pairs: the learner's and one per actor id (transport.keys=<dir>)
   resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
                                        robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
@@ -38,6 +39,28 @@ def _kv(args: list[str]) -> dict[str, str]:
         k, v = a.split("=", 1)
         out[k] = v
     return out
+
+
+def _keys(args: dict[str, str]) -> int:
+    from robo_async.transport.curve import create_keys
+
+    unknown = set(args) - {"dir", "actors", "ids"}
+    if unknown or "dir" not in args:
+        raise UserError("usage: robo-async keys dir=<keys dir> actors=N (ids 0..N-1) | ids=[3,7]")
+    try:
+        ids = ([int(x) for x in args["ids"].strip("[]").split(",") if x.strip()] if "ids" in args
+               else list(range(int(args.get("actors", "1")))))
+    except ValueError:
+        raise UserError(f"keys: actors must be a count and ids a list of integers, got {args}") from None
+    if any(i < 0 for i in ids):
+        raise UserError("keys: actor ids are >= 0")
+    d = Path(args["dir"])
+    written = create_keys(d, ids)
+    print(f"{len(written)} key files written under {d} (existing ones kept); actor ids {ids}")
+    print(f"  learner machine: {d}/learner.key_secret, {d}/learner.key and {d}/authorized/ (the allow-list)")
+    print(f"  actor <id> machine: {d}/learner.key and {d}/actors/actor-<id>.key_secret, nothing else")
+    print(f"  train with: robo-async train transport.keys={d} transport.host=0.0.0.0 ...")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             return _eval(_kv(rest))
         if cmd == "resources":
             return _resources(_kv(rest))
+        if cmd == "keys":
+            return _keys(_kv(rest))
         if cmd == "buffer":
             from robo_async.buffer_cli import main as buffer_main
 

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 from threading import Event as ThreadEvent
 
+import zmq
+
 from hal.robot import RobotError
 from hal.safety import SafeRobot
 from hal.teleop import Teleop
 from policies.base import Policy
+
 from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
 from robo_async.actor.uplink import Uplink, UplinkConfig
@@ -39,6 +42,7 @@ class ActorConfig:
     first_status_timeout_s: float = 60.0
     uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
+    keys_dir: str | None = None  # CURVE keys (`robo-async keys`): this actor's pair and the learner's public key
     learner_silent_s: float = 3.0  # no status for this long: the learner is away (logged, counted)
     guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
 
@@ -148,8 +152,20 @@ class Actor:
 
     def run(self, stop: Event | ThreadEvent) -> LoopResult | None:
         cfg = self.config
-        client = WeightClient(cfg.weights_address).start()
-        self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink)
+        secure = None
+        if cfg.keys_dir is not None:
+            from functools import partial
+
+            from robo_async.transport.curve import secure_client
+
+            secure = partial(secure_client, keys_dir=cfg.keys_dir, actor_id=cfg.actor_id)
+            probe = zmq.Context.instance().socket(zmq.PUSH)
+            try:  # the key files are read here, so a missing one is named before anything starts
+                secure(probe)
+            finally:
+                probe.close(linger=0)
+        client = WeightClient(cfg.weights_address, secure=secure).start()
+        self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink, secure=secure)
         try:
             journal_next = self.uplink.open()
             status = self._first_status(client, stop)

@@ -80,8 +80,10 @@ def _key(seq: int) -> bytes:
 
 class Uplink:
     def __init__(self, actor_id: int, address: str, status: Callable[[], LearnerStatus | None],
-                 config: UplinkConfig = UplinkConfig(), ctx: zmq.Context | None = None) -> None:
+                 config: UplinkConfig = UplinkConfig(), ctx: zmq.Context | None = None,
+                 secure: Callable[[zmq.Socket], None] | None = None) -> None:
         self.actor_id = actor_id
+        self._secure = secure  # CURVE client keys (transport/curve.py), set before connecting
         self.address = address
         self.config = config
         self._status = status
@@ -224,6 +226,8 @@ class Uplink:
         sock.setsockopt(zmq.SNDHWM, 200)  # batches queued in ZMQ; the rest wait in unacked
         sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to a live learner; resend covers the rest
         sock.setsockopt(zmq.LINGER, 2000)
+        if self._secure is not None:
+            self._secure(sock)
         sock.connect(self.address)
         self._sock = sock
         self._thread = threading.Thread(target=self._run, name=f"uplink-{self.actor_id}", daemon=True)

@@ -356,6 +356,33 @@ def _plain(node: object) -> object:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig | ListConfig) else node
 
 
+def transport_keys(t: DictConfig, actors: int) -> str | None:
+    """The CURVE keys directory, or None for clear links (loopback, or an explicit opt-out)."""
+    from robo_async.transport.curve import is_loopback
+
+    mode, keys = str(t.get("curve", "auto")), t.get("keys")
+    if mode not in ("auto", "on", "off"):
+        raise ConfigError(f"transport.curve must be auto, on or off, not '{mode}'")
+    if mode == "off":
+        return None
+    if not keys:
+        if mode == "on":
+            raise ConfigError("transport.curve=on needs transport.keys=<dir>: create one with "
+                              "`robo-async keys dir=keys actors=N`")
+        if not is_loopback(str(t.host)):
+            raise ConfigError(f"transport.host={t.host} binds beyond loopback without keys: anyone who reaches "
+                              f"the ports could read the weights and insert data. Create keys with "
+                              f"`robo-async keys dir=keys actors={actors}` and set transport.keys=keys, or "
+                              f"opt out with transport.curve=off")
+        return None
+    d = Path(str(keys)).expanduser().resolve()
+    missing = [str(p) for p in (d / "learner.key_secret", d / "learner.key", d / "authorized") if not p.exists()]
+    if missing:
+        raise ConfigError(f"transport.keys={keys}: {', '.join(missing)} missing; create them with "
+                          f"`robo-async keys dir={keys} actors={actors}`")
+    return str(d)
+
+
 def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
     check_train(OmegaConf.to_container(cfg, resolve=True))  # types and unknown keys, one line each
     safety = _plain(cfg.get("safety")) or {}
@@ -417,6 +444,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     buf.pop("imports")
     store = StoreConfig(**buf)
     t = cfg.transport
+    keys_dir = transport_keys(t, cfg.actors)
     learner = LearnerConfig(
         run_dir=str(run_dir),
         data_address=f"tcp://{t.host}:{t.data_port}",
@@ -431,6 +459,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=cfg.learner.threads, device=resolve_device(str(cfg.learner.get("device", "auto"))),
+        keys_dir=keys_dir, max_message_mb=float(t.get("max_message_mb", 64)),
     )
     inference = str(cfg.actor.get("inference", "auto"))
     resolve_inference(inference, task)
@@ -468,7 +497,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                 replan=replan, success_reward=float(cfg.actor.get("success_reward", 1.0)),
                 inference_workers=int(cfg.actor.get("inference_workers", 1)), guide=guide),
             flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)),
-            learner_silent_s=float(cfg.actor.get("learner_silent_s", 3.0)), guide=str(guide_src) if guide_src else None,
+            learner_silent_s=float(cfg.actor.get("learner_silent_s", 3.0)), keys_dir=keys_dir, guide=str(guide_src) if guide_src else None,
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s), image_codec=str(cfg.buffer.image_codec),

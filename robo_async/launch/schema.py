@@ -37,6 +37,9 @@ class TransportSchema:
     host: str = "127.0.0.1"
     data_port: int = 0
     weights_port: int = 0
+    keys: str | None = None
+    curve: str = "auto"
+    max_message_mb: float = 64
 
 
 @dataclass

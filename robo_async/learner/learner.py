@@ -63,6 +63,7 @@ class LearnerConfig:
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
     tensorboard: bool = True
     max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
+    keys_dir: str | None = None  # CURVE keys (`robo-async keys`): only listed actor keys connect
     max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
     restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
 
@@ -118,6 +119,7 @@ class Learner:
         self._receiver: TransitionReceiver | None = None
         self._publisher: WeightPublisher | None = None
         self._metrics: MetricsLogger | None = None
+        self._auth = None  # transport.curve.LearnerAuth when CURVE is on
         self._elapsed_before = 0.0  # run time before a supervised restart (from the checkpoint)
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -132,8 +134,13 @@ class Learner:
             self.restore(checkpoint.resolve(self.run_dir))
         self.high_water = self.store.high_water()
         self.sampler.start()
-        self._receiver = TransitionReceiver(self.config.data_address, max_message_mb=self.config.max_message_mb)
-        self._publisher = WeightPublisher(self.config.weights_address)
+        if self.config.keys_dir is not None:
+            from robo_async.transport.curve import LearnerAuth
+
+            self._auth = LearnerAuth(self.config.keys_dir).start()
+        self._receiver = TransitionReceiver(self.config.data_address, max_message_mb=self.config.max_message_mb,
+                                            auth=self._auth)
+        self._publisher = WeightPublisher(self.config.weights_address, auth=self._auth)
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
@@ -154,6 +161,8 @@ class Learner:
         for part in (self._receiver, self._publisher, self._metrics, self.sampler, self.store):
             if part is not None:
                 part.close()
+        if self._auth is not None:
+            self._auth.stop()
 
     # --- the loop ------------------------------------------------------------------------
     def step(self) -> None:
@@ -174,6 +183,8 @@ class Learner:
         now = time.monotonic()
         if now >= self._next["status"]:
             self._next["status"] = now + self.config.status_every_s
+            if self._auth is not None and not self._auth.alive():  # watched: no silent loss of authentication
+                raise RuntimeError("the CURVE authenticator (ZAP) thread died")
             self._publisher.publish_status(self.status())
             self._publisher.maybe_republish()
         if now >= self._next["log"]:
@@ -333,6 +344,8 @@ class Learner:
             "buffer/rejected_batches": self.rejected_batches,
             "transport/malformed": self._receiver.dropped if self._receiver is not None else 0,
             "transport/refused": self.refused_messages,
+            "transport/id_mismatch": self._receiver.id_mismatch if self._receiver is not None else 0,
+            "transport/auth_denied": self._auth.denied if self._auth is not None else 0,
             "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),
             "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
             "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),

@@ -15,7 +15,12 @@ import time
 
 import zmq
 
+from collections.abc import Callable
+
+from robo_async.transport.curve import LearnerAuth, actor_of
 from robo_async.transport.wire import LearnerStatus, Message, Weights, WireError, decode, encode
+
+Secure = Callable[[zmq.Socket], None]  # sets a socket's CURVE keys before it binds or connects
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +45,20 @@ def bind(sock: zmq.Socket, address: str) -> None:
 class TransitionReceiver:
     """Learner side of the data plane (PULL, bound)."""
 
-    def __init__(self, address: str, ctx: zmq.Context | None = None, max_message_mb: float = 64.0) -> None:
+    def __init__(self, address: str, ctx: zmq.Context | None = None, max_message_mb: float = 64.0,
+                 auth: LearnerAuth | None = None) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
+        self._auth = auth
+        if auth is not None:  # CURVE server: only admitted actor keys connect; ids are bound to keys
+            auth.secure(self._sock)
         self._sock.setsockopt(zmq.RCVHWM, 200)  # batches; beyond it backpressure reaches the actors
         # a peer sending a larger frame is disconnected by ZMQ before it is buffered (it reconnects)
         self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_mb * 2**20))
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.dropped = 0
+        self.id_mismatch = 0  # messages under another actor's id than the key they came with
 
     def poll(self, timeout_ms: int = 0, max_messages: int = 64) -> list[Message]:
         out: list[Message] = []
@@ -60,7 +70,17 @@ class TransitionReceiver:
             except zmq.Again:
                 break
             try:
-                out.append(decode([f.buffer for f in frames]))
+                msg = decode([f.buffer for f in frames])
+                if self._auth is not None:
+                    owner = actor_of(frames[0])
+                    claimed = getattr(msg, "actor_id", None)
+                    if claimed is None or owner != claimed:
+                        self.id_mismatch += 1
+                        if self.id_mismatch <= 20 or self.id_mismatch % 1000 == 0:
+                            log.warning("refused a %s message under actor id %s from the key of actor %s",
+                                        msg.kind, claimed, owner)
+                        continue
+                out.append(msg)
             except WireError as e:
                 self.dropped += 1
                 if self.dropped <= 20 or self.dropped % 1000 == 0:  # a flood does not flood the log
@@ -75,9 +95,11 @@ class TransitionSender:
     """Actor side of the data plane (PUSH, connected). Never blocks: `send` returns False
     when the outgoing queue is full so the caller can keep the data and retry."""
 
-    def __init__(self, address: str, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, address: str, ctx: zmq.Context | None = None, secure: Secure | None = None) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUSH)
+        if secure is not None:
+            secure(self._sock)
         self._sock.setsockopt(zmq.SNDHWM, 1_000)
         self._sock.setsockopt(zmq.LINGER, 2_000)
         self._sock.connect(address)
@@ -97,9 +119,12 @@ class WeightPublisher:
     """Learner side of weight sync (PUB, bound). Republishes the newest weights every
     `republish_s` so actors that (re)connect late still get them."""
 
-    def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None,
+                 auth: LearnerAuth | None = None) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUB)
+        if auth is not None:  # weights go only to admitted actor keys
+            auth.secure(self._sock)
         self._sock.setsockopt(zmq.SNDHWM, 8)
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -140,8 +165,9 @@ class WeightClient:
     20 ms, so waking per message would cost the loop ~50 hand-offs a second for nothing."""
 
     def __init__(self, address: str, ctx: zmq.Context | None = None, every_s: float = 0.05,
-                 max_message_mb: float = 16384.0) -> None:
+                 max_message_mb: float = 16384.0, secure: Secure | None = None) -> None:
         self._ctx = ctx or zmq.Context.instance()
+        self._secure = secure
         self._max_bytes = int(max_message_mb * 2**20)
         self._address = address
         self._every_s = every_s
@@ -163,6 +189,8 @@ class WeightClient:
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.setsockopt(zmq.RCVHWM, 16)
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
+        if self._secure is not None:
+            self._secure(sock)
         sock.connect(self._address)
         try:
             while not self._stop.is_set():
