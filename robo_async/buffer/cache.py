@@ -78,7 +78,8 @@ class TableCache:
         self._next = 0
         self._tail: dict[int, tuple[int, int]] = {}  # actor -> (ring slot, seq) of its newest row
         self._open: dict[int, tuple[int, bool]] = {}  # actor -> (first seq, any success) of its running episode
-        self.total = 0  # committed transitions in the table (on disk)
+        self.total = 0  # committed transitions in the table (indices 0..total-1, ever)
+        self.first = 0  # the oldest index still on disk (retention evicts below it)
         self.lock = threading.Lock()
 
     @property
@@ -90,9 +91,10 @@ class TableCache:
         return self._res.filled
 
     # --- filled by the writer (recent) and the pager (reservoir) ----------------------------
-    def set_total(self, total: int) -> None:
+    def set_total(self, total: int, first: int = 0) -> None:
         with self.lock:
             self.total = total
+            self.first = first
 
     def append(self, arrays: Mapping[str, np.ndarray], total_after: int, actor_id: int = -1,
                first_seq: int = -1) -> None:
@@ -149,8 +151,9 @@ class TableCache:
         self._open[actor] = (start_seq, any_won or bool(won[lo:].any()))
 
     def older_count(self) -> int:
-        """Table indices `[0, older_count)` are not in the recent ring."""
-        return max(0, self.total - self.recent_filled)
+        """Table indices `[first, first + older_count)` are on disk and not in the recent ring
+        (rows paged into the reservoir before an eviction stay until the pager replaces them)."""
+        return max(0, self.total - self.first - self.recent_filled)
 
     def put_reservoir(self, slot: int, table_index: int, row: Mapping[str, np.ndarray], actor_id: int = -1,
                       seq: int = -1) -> None:

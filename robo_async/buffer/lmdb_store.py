@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +68,16 @@ class StoreConfig:
     page_chunk: int = 256  # records the pager reads per step
     refresh_per_s: float = 200.0  # older records swapped into a full reservoir per second (bounded CPU)
     page_run: int = 64  # consecutive records per refresh (windows need neighbours)
+    # Retention (days-long runs): the oldest records of a table go first. Per table, at most this
+    # many rows (absent: no limit), e.g. {online: 5000000}; and the whole store at most max_gb on
+    # disk (online rows are evicted to stay under it). Evicted records are first copied, as they
+    # are, into the store at archive_dir (same format; committed before they are deleted here).
+    max_rows: dict[str, int] = field(default_factory=dict)
+    max_gb: float | None = None
+    archive_dir: str | None = None
+    evict_chunk: int = 2048  # records deleted per transaction (the committer does it between commits)
+    disk_warn_gb: float = 5.0  # warn (logged, metric) when the disk holding the store has less free space ...
+    disk_min_gb: float = 1.0  # ... and stop accepting data below this (actors keep it and resend later)
 
 
 MIRROR = "interventions"  # online rows an operator acted on are also indexed here (same commit)
@@ -107,11 +118,22 @@ class PersistentReplayStore(ReplayStore):
     def __init__(self, path: str | Path, config: StoreConfig = StoreConfig()) -> None:
         if config.image_codec not in CODECS:
             raise ValueError(f"buffer.image_codec '{config.image_codec}' unknown; use one of {CODECS}")
+        unknown = set(config.max_rows) - set(TABLES)
+        if unknown or any(int(v) < 1 for v in config.max_rows.values()):
+            raise ValueError(f"buffer.max_rows {dict(config.max_rows)}: tables are {TABLES}, limits at least 1")
         self.path = Path(path)
         self.config = config
         self.schema: Schema | None = None
         self.caches: dict[str, TableCache] = {}
-        self.counts = dict.fromkeys(TABLES, 0)  # committed per table
+        self.counts = dict.fromkeys(TABLES, 0)  # committed per table, ever (indices run 0..count-1)
+        self.first = dict.fromkeys(TABLES, 0)  # the oldest index still held (retention evicts below it)
+        self.archived = 0  # rows copied to the archive store before eviction
+        self._ev_seq: dict[str, dict[int, int]] = {t: {} for t in TABLES}  # per actor: seqs below are evicted
+        # actor -> (seq, mirrored, image keys) of its last evicted online row (one entry per actor)
+        self._prev_mirrored: dict[int, tuple[int, bool, list[bytes] | None]] = {}
+        self._archive: "PersistentReplayStore | None" = None
+        self.disk_free_gb = float("inf")
+        self._disk_t = 0.0
         self.commit_times: list[float] = []  # monotonic time of each commit (last 10k)
         self.write_errors = 0
         self.last_error: str | None = None
@@ -138,7 +160,8 @@ class PersistentReplayStore(ReplayStore):
         self._drained = threading.Condition(self._lock)
 
     # --- open / recover --------------------------------------------------------------------
-    def open(self, expect: Schema | None = None, readonly: bool = False) -> "PersistentReplayStore":
+    def open(self, expect: Schema | None = None, readonly: bool = False,
+             threads: bool = True) -> "PersistentReplayStore":
         t0 = time.monotonic()
         self.path.mkdir(parents=True, exist_ok=True)
         try:
@@ -153,7 +176,7 @@ class PersistentReplayStore(ReplayStore):
         self.recover()
         if expect is not None:
             self._set_schema(expect) if self.schema is None else self._check_expected(expect)
-        if not readonly:
+        if not readonly and threads:
             self._pool = ThreadPoolExecutor(self.config.encode_threads, thread_name_prefix="encode")
             self._writer_hw = dict(self._committed_hw)
             for target, name in ((self._writer, "replay-writer"), (self._committer, "replay-commit"),
@@ -205,13 +228,22 @@ class PersistentReplayStore(ReplayStore):
             for k, v in txn.cursor():
                 if k.startswith(b"hw:"):
                     hw[int(k[3:])] = _int(v)
+                elif k.startswith(b"first:"):
+                    self.first[k[6:].decode()] = _int(v)
+                elif k.startswith(b"pm:"):  # the last evicted online row of an actor (retention)
+                    q, mirrored, keys = msgpack.unpackb(v, raw=False)
+                    self._prev_mirrored[int(k[3:])] = (q, mirrored, keys)
+                elif k.startswith(b"ev:"):  # ev:<table>:<actor>
+                    _, table, actor = k.decode().split(":")
+                    self._ev_seq[table][int(actor)] = _int(v)
         self._committed_hw = dict(hw)
         if self.schema is None:
             self._accepted_hw = dict(hw)
             return
         for table in TABLES:
             self.counts[table] = self._repair_tail(table)
-            self.caches[table].set_total(self.counts[table])
+            self.first[table] = min(self.first[table], self.counts[table])
+            self.caches[table].set_total(self.counts[table], self.first[table])
         if self.repaired:
             self._committed_hw = self._rebuild_high_water()
         self._accepted_hw = dict(self._committed_hw)
@@ -222,7 +254,7 @@ class PersistentReplayStore(ReplayStore):
         db = self._dbs[f"t:{table}"]
         with self._env.begin(db=db) as txn:
             cur = txn.cursor()
-            n = _int(cur.key()) + 1 if cur.last() else 0
+            n = _int(cur.key()) + 1 if cur.last() else self.first[table]  # (all evicted: empty, count kept)
             meta_n = _int(txn.get(f"count:{table}".encode(), db=self._dbs["meta"]))
             bad = 0
             for i in range(n - 1, max(-1, n - 1 - self.config.tail_check), -1):
@@ -264,7 +296,8 @@ class PersistentReplayStore(ReplayStore):
         self.schema = schema
         per_tx = max(schema.transition_bytes, 1)
         cap = int(min(self.config.cache_transitions, self.config.cache_mb * 2**20 / per_tx))
-        self.caches = {t: TableCache(schema, cap) for t in TABLES}
+        limits = self.config.max_rows  # a table under retention caches at most what it holds
+        self.caches = {t: TableCache(schema, min(cap, int(limits.get(t) or cap))) for t in TABLES}
         if write and not self._readonly:
             assert self._env is not None
             with self._env.begin(write=True, db=self._dbs["meta"]) as txn:
@@ -334,9 +367,31 @@ class PersistentReplayStore(ReplayStore):
             return self._drained.wait_for(lambda: self._outstanding == 0, timeout)
 
     def accepting(self) -> bool:
-        """False while the writer is behind by max_queued_mb: leave messages in the socket
-        (backpressure reaches the actors, whose uplinks keep the data)."""
-        return self._queued_bytes < self.config.max_queued_mb * 2**20
+        """False while the writer is behind by max_queued_mb, or the disk is nearly full: leave
+        messages in the socket (backpressure reaches the actors, whose uplinks keep the data)."""
+        return self._queued_bytes < self.config.max_queued_mb * 2**20 and self._disk_ok()
+
+    def _disk_ok(self) -> bool:
+        """Free space on the store's disk, checked every few seconds: a warning below disk_warn_gb,
+        no new data below disk_min_gb (said loudly, with what to do)."""
+        now = time.monotonic()
+        if now - self._disk_t < 2.0:
+            return self.disk_free_gb >= self.config.disk_min_gb
+        self._disk_t = now
+        try:
+            self.disk_free_gb = shutil.disk_usage(self.path).free / 2**30
+        except OSError:
+            return True
+        cfg = self.config
+        if self.disk_free_gb < cfg.disk_warn_gb and now - getattr(self, "_disk_warned", -1e9) > 60:
+            self._disk_warned = now
+            stop = self.disk_free_gb < cfg.disk_min_gb
+            log.error("replay store %s: %.2f GB free on its disk (%s); %s set buffer.max_rows or buffer.max_gb "
+                      "(retention, optionally buffer.archive_dir) or free space", self.path, self.disk_free_gb,
+                      f"below buffer.disk_min_gb={cfg.disk_min_gb}: new data is NOT accepted, the actors keep it"
+                      if stop else f"warning at buffer.disk_warn_gb={cfg.disk_warn_gb}",
+                      "writes are paused;" if stop else "")
+        return self.disk_free_gb >= cfg.disk_min_gb
 
     def _done(self, n: int, nbytes: int) -> None:
         with self._drained:
@@ -398,7 +453,11 @@ class PersistentReplayStore(ReplayStore):
 
     def _committer(self) -> None:
         while True:
-            job = self._commits.get()
+            try:
+                job = self._commits.get(timeout=0.5)
+            except queue.Empty:
+                self._retain()  # idle: catch up with retention
+                continue
             if job is None:
                 self._commits.task_done()
                 break
@@ -409,6 +468,152 @@ class PersistentReplayStore(ReplayStore):
             finally:
                 self._done(taken, nbytes)
                 self._commits.task_done()
+            self._retain()
+
+    # --- retention ---------------------------------------------------------------------------
+    def live(self, table: str) -> int:
+        """Rows of `table` held now (committed minus evicted)."""
+        return self.counts[table] - self.first[table]
+
+    def _over(self) -> dict[str, int]:
+        """Rows each table must lose to meet max_rows and max_gb (online absorbs the bytes limit)."""
+        cfg = self.config
+        out = {t: max(0, self.live(t) - int(cfg.max_rows[t])) for t in TABLES if cfg.max_rows.get(t) is not None}
+        if cfg.max_gb is not None and self._env is not None:
+            used = self.data_bytes()
+            limit = cfg.max_gb * 2**30
+            if used > limit and self.live("online") > 0:
+                per_row = used / max(sum(self.live(t) for t in TABLES), 1)
+                need = int((used - 0.9 * limit) / max(per_row, 1)) + 1
+                out["online"] = max(out.get("online", 0), min(need, self.live("online")))
+        return {t: n for t, n in out.items() if n > 0}
+
+    def data_bytes(self) -> int:
+        """Bytes of the pages holding data (the file keeps freed pages and reuses them, so it
+        stops growing once retention frees as much as is written)."""
+        assert self._env is not None
+        with self._env.begin() as txn:
+            pages = 0
+            for db in self._dbs.values():
+                st = txn.stat(db)
+                pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            return pages * self._env.stat()["psize"]
+
+    def _retain(self) -> None:
+        """Evict the oldest rows of tables over their limits, a chunk per call (committer thread)."""
+        if self._readonly or self.schema is None or not (self.config.max_rows or self.config.max_gb):
+            return
+        for table, n in self._over().items():
+            try:
+                self._evict(table, min(n, self.config.evict_chunk))
+            except (lmdb.Error, OSError) as e:
+                self.write_errors += 1
+                self.last_error = f"retention: {type(e).__name__}: {e}"
+                log.error("replay store %s: evicting from '%s' failed (%s); nothing was deleted", self.path,
+                          table, self.last_error)
+
+    def _own_keys(self, keys: list[bytes], actor: int, seq: int) -> list[bytes]:
+        return [k for k in keys if k[:16] == image_key(actor, seq, 0)[:16]]
+
+    def _evict(self, table: str, n: int) -> None:
+        """Delete records [first, first+n) of `table` and the images no other held record uses,
+        after copying them to the archive store (if configured) in a commit of their own."""
+        assert self._env is not None and self.schema is not None
+        db, lo = self._dbs[f"t:{table}"], self.first[table]
+        hi = min(lo + n, self.counts[table])
+        if hi <= lo:
+            return
+        other = "interventions" if table == "online" else "online"
+        with self._env.begin() as txn:
+            recs = []
+            for i in range(lo, hi):
+                v = txn.get(_key(i), db=db)
+                if v is None:
+                    continue
+                try:
+                    a, q, row, keys = decode_record(self.schema, v)
+                    iv = int(row["intervention"]) if "intervention" in row else 0
+                except CorruptRecord:
+                    a, q, keys, iv = -1, -1, [], 0
+                recs.append((i, a, q, v, keys, iv))
+            nxt = {}  # interventions: is the same actor's next seq the next record here (mirrored too)?
+            if table == "interventions":
+                for j, (i, a, q, *_rest) in enumerate(recs):
+                    after = recs[j + 1] if j + 1 < len(recs) else None
+                    if after is None:
+                        v = txn.get(_key(i + 1), db=db)
+                        after = (None, *peek_record(v)) if v is not None else None
+                    nxt[i] = after is not None and after[1] == a and after[2] == q + 1
+            images = {k: txn.get(k, db=self._dbs["img"]) for r in recs for k in r[4]} if self._archive_on() else {}
+        if self._archive_on():
+            self._archive_records(table, recs, images)
+        ev = dict(self._ev_seq[table])
+        prev = dict(self._prev_mirrored)
+        meta = self._dbs["meta"]
+        with self._env.begin(write=True) as txn:
+            for i, a, q, _, keys, iv in recs:
+                txn.delete(_key(i), db=db)
+                if a < 0:
+                    continue
+                ev[a] = max(ev.get(a, 0), q + 1)
+                gone_there = q < self._ev_seq[other].get(a, 0)  # the other table no longer holds (a, q)
+                drop: list[bytes] = []
+                if table == "demos":
+                    drop = self._own_keys(keys, a, q)
+                elif table == "online":
+                    # the same actor's previous row, if an operator drove it and the interventions
+                    # table still holds it, may use this row's obs frame as its next obs
+                    p_seq, p_mirrored, p_keys = prev.get(a, (q - 1, True, None))  # unknown: assume so
+                    pred_held = p_mirrored and p_seq == q - 1 and p_seq >= self._ev_seq["interventions"].get(a, 0)
+                    if iv == 0 or gone_there:
+                        drop = [k for k in self._own_keys(keys, a, q)
+                                if not (pred_held and (p_keys is None or k in p_keys))]
+                    prev[a] = (q, iv > 0, keys)
+                else:  # interventions: its images belong to online rows (a, q) and maybe (a, q+1)
+                    if gone_there:
+                        drop = self._own_keys(keys, a, q)
+                    if not nxt.get(i, False) and q + 1 < self._ev_seq["online"].get(a, 0):
+                        drop += self._own_keys(keys, a, q + 1)
+                for k in drop:
+                    txn.delete(k, db=self._dbs["img"])
+            txn.put(f"first:{table}".encode(), _key(hi), db=meta)
+            for a, q in ev.items():
+                if q != self._ev_seq[table].get(a):
+                    txn.put(f"ev:{table}:{a}".encode(), _key(q), db=meta)
+            for a, entry in prev.items():
+                if entry is not self._prev_mirrored.get(a):
+                    txn.put(f"pm:{a}".encode(), msgpack.packb(list(entry), use_bin_type=True), db=meta)
+        with self._lock:
+            self._ev_seq[table] = ev
+            self._prev_mirrored = prev
+            self.first[table] = hi
+        self.caches[table].set_total(self.counts[table], hi)
+        log.info("replay store %s: retention evicted %d rows of '%s' (now %d held)", self.path, hi - lo, table,
+                 self.live(table))
+
+    def _archive_on(self) -> bool:
+        return self.config.archive_dir is not None
+
+    def _archive_records(self, table: str, recs: list, images: dict[bytes, bytes | None]) -> None:
+        """Copy evicted records, as they are, into the archive store (durable before deletion here)."""
+        if self._archive is None:
+            assert self.schema is not None
+            self._archive = PersistentReplayStore(self.config.archive_dir, StoreConfig(cache_transitions=2))
+            self._archive.open(expect=self.schema, readonly=False, threads=False)
+        arch = self._archive
+        assert arch._env is not None
+        with arch._env.begin(write=True) as txn:
+            db = arch._dbs[f"t:{table}"]
+            n = arch.counts[table]
+            for _, _, _, v, _, _ in recs:
+                txn.put(_key(n), v, db=db, append=True)
+                n += 1
+            for k, blob in images.items():
+                if blob is not None:
+                    txn.put(k, blob, db=arch._dbs["img"], overwrite=False)
+            txn.put(f"count:{table}".encode(), _key(n), db=arch._dbs["meta"])
+        arch.counts[table] = n
+        self.archived += len(recs)
 
     def _prepare(self, item: _Item, group_hw: dict[int, int]) -> tuple | None:
         """Trim what is already stored; encode the frames that are new. None if nothing is new."""
@@ -555,6 +760,7 @@ class PersistentReplayStore(ReplayStore):
         """Like `rows`, with each transition's (actor_id, seq): (index, actor_id, seq, row)."""
         assert self._env is not None
         stop = self.counts[table] if stop is None else stop
+        start = max(start, self.first[table])  # evicted rows are gone
         for lo in range(start, stop, 1024):
             with self._env.begin() as txn:
                 for i in range(lo, min(lo + 1024, stop)):
@@ -599,17 +805,19 @@ class PersistentReplayStore(ReplayStore):
                 else:
                     continue
                 busy = True
+                base = cache.first  # indices are offset by what retention evicted
                 assert self._env is not None
                 memo: dict[bytes, np.ndarray] = {}
                 got: tuple[list, list, list, list, list] = ([], [], [], [], [])
                 with self._env.begin() as txn:
                     for j, slot in enumerate(slots):
                         try:
-                            actor, seq, row = self._read_record(txn, table, lo + j, memo)
+                            actor, seq, row = self._read_record(txn, table, base + lo + j, memo)
                         except CorruptRecord as e:
-                            self._corrupt(table, lo + j, e)
+                            if base + lo + j >= self.first[table]:  # (not an eviction racing the pager)
+                                self._corrupt(table, base + lo + j, e)
                             continue
-                        for part, v in zip(got, (slot, lo + j, row, actor, seq)):
+                        for part, v in zip(got, (slot, base + lo + j, row, actor, seq)):
                             part.append(v)
                 cache.put_reservoir_run(*got)
             self._stop.wait(0.002 if busy else 0.05)
@@ -632,7 +840,7 @@ class PersistentReplayStore(ReplayStore):
         return self.caches[table].sample(batch_size, rng)
 
     def __len__(self) -> int:
-        return sum(self.counts.values())
+        return sum(self.live(t) for t in TABLES)
 
     # --- status ------------------------------------------------------------------------------
     def last_commit(self) -> float | None:
@@ -654,6 +862,9 @@ class PersistentReplayStore(ReplayStore):
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        if self._archive is not None:
+            self._archive.close()
+            self._archive = None
         if self._env is not None:
             self._env.close()
             self._env = None

@@ -46,7 +46,8 @@ def inspect(path: Path) -> str:
                     succ += won
                     ep_success[actor] = False
             rate = f"{succ / eps:.0%}" if eps else "-"
-            lines.append(f"{t:<14}{store.counts[t]:>12,}{eps:>10,}{rate:>9}{len(ep_success):>8}")
+            gone = f"  ({store.first[t]:,} older evicted by retention)" if store.first[t] else ""
+            lines.append(f"{t:<14}{store.live(t):>12,}{eps:>10,}{rate:>9}{len(ep_success):>8}{gone}")
         cols = ", ".join(f"{c.name} {c.describe()}" for c in store.schema.columns)
         last = store.last_commit()
         lines += [f"columns: {cols}",

@@ -339,6 +339,10 @@ class Learner:
             "buffer/interventions": self.store.counts["interventions"],
             "buffer/commit_interval_ms": self._commit_interval_ms(),
             "buffer/write_errors": self.store.write_errors,
+            "buffer/first_online": self.store.first["online"],  # rows below were evicted by retention
+            "buffer/held": len(self.store),
+            "buffer/archived": self.store.archived,
+            "buffer/disk_free_gb": min(self.store.disk_free_gb, 1e6),
             "buffer/frames_as_sent": self.store.frames_as_sent,  # encoded by actors, stored as they came
             "buffer/frames_encoded": self.store.frames_encoded,  # encoded by the store (raw pixels arrived)
             "buffer/rejected_batches": self.rejected_batches,
