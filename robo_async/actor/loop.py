@@ -195,7 +195,8 @@ class ControlLoop:
         self._guide_chunk: ActionChunk | None = None
         self._guide_i = 0
         self._guide_results: list[bool] = []  # training episodes since the last check
-        self._commanded: list[np.ndarray] = []  # this episode's applied actions (for its jerk)
+        # this episode's applied actions, for its jerk (the last 10,000: episodes without a time limit)
+        self._commanded: deque[np.ndarray] = deque(maxlen=10_000)
         self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
@@ -406,7 +407,7 @@ class ControlLoop:
                 if not evaluation and len(self._commanded) >= 4:
                     a = np.asarray(self._commanded, np.float64)
                     self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / dt ** 3))
-                self._commanded = []
+                self._commanded.clear()
                 self.episodes += 1
                 finished += 1
                 if finished >= max_episodes:

@@ -61,6 +61,8 @@ class UplinkConfig:
     # None to send raw pixels.
     image_codec: str | None = "qoi"
     jpeg_quality: int = 95
+    queue_mb: float = 64.0  # batches queued in ZMQ, in bytes (the high-water mark is sized from it) ...
+    message_bytes: int = 65536  # ... and the expected size of one batch message
 
 
 @dataclass(eq=False)  # entries compare by identity
@@ -223,7 +225,10 @@ class Uplink:
     def start(self, acked: int = 0) -> None:
         self._apply_ack(acked)
         sock = self._ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.SNDHWM, 200)  # batches queued in ZMQ; the rest wait in unacked
+        from robo_async.transport.channels import hwm
+
+        # about queue_mb of batches queued in ZMQ; the rest wait in unacked (RAM, then the journal)
+        sock.setsockopt(zmq.SNDHWM, hwm(self.config.queue_mb, self.config.message_bytes, low=4))
         sock.setsockopt(zmq.IMMEDIATE, 1)  # queue only to a live learner; resend covers the rest
         sock.setsockopt(zmq.LINGER, 2000)
         if self._secure is not None:

@@ -356,6 +356,13 @@ def _plain(node: object) -> object:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig | ListConfig) else node
 
 
+def batch_bytes(spec: RobotSpec, flush_every: int) -> int:
+    """About the size of one actor batch message (raw frames: an upper bound), to size ZMQ queues in bytes."""
+    vec = spec.state_dim + sum(n for _, n in spec.features)
+    per = 4 * (2 * vec + 2 * spec.action_dim) + 16 + 2 * sum(c.height * c.width * 3 for c in spec.cameras)
+    return flush_every * per
+
+
 def transport_keys(t: DictConfig, actors: int) -> str | None:
     """The CURVE keys directory, or None for clear links (loopback, or an explicit opt-out)."""
     from robo_async.transport.curve import is_loopback
@@ -460,6 +467,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=cfg.learner.threads, device=resolve_device(str(cfg.learner.get("device", "auto"))),
         keys_dir=keys_dir, max_message_mb=float(t.get("max_message_mb", 64)),
+        queue_mb=float(t.get("queue_mb", 64)), message_bytes=batch_bytes(spec, int(cfg.actor.flush_every)),
     )
     inference = str(cfg.actor.get("inference", "auto"))
     resolve_inference(inference, task)
@@ -501,6 +509,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s), image_codec=str(cfg.buffer.image_codec),
+                                queue_mb=float(t.get("queue_mb", 64)),
+                                message_bytes=batch_bytes(task_spec(plan_task(i)), int(cfg.actor.flush_every)),
                                 jpeg_quality=int(cfg.buffer.jpeg_quality)),
         )
         for i in range(cfg.actors)

@@ -40,6 +40,7 @@ class TransportSchema:
     keys: str | None = None
     curve: str = "auto"
     max_message_mb: float = 64
+    queue_mb: float = 64
 
 
 @dataclass

@@ -29,7 +29,8 @@ from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorith
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
-from robo_async.transport.wire import EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights, WireError
+from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
+                                      Weights, WireError)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class LearnerConfig:
     threads: int = 1
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
     tensorboard: bool = True
+    queue_mb: float = 64.0  # ZMQ queues sized in bytes: about this much per peer (high-water marks)
+    message_bytes: int = 65536  # the expected size of one actor batch message (sizes the data queue)
     max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
     keys_dir: str | None = None  # CURVE keys (`robo-async keys`): only listed actor keys connect
     max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
@@ -138,9 +141,12 @@ class Learner:
             from robo_async.transport.curve import LearnerAuth
 
             self._auth = LearnerAuth(self.config.keys_dir).start()
-        self._receiver = TransitionReceiver(self.config.data_address, max_message_mb=self.config.max_message_mb,
-                                            auth=self._auth)
-        self._publisher = WeightPublisher(self.config.weights_address, auth=self._auth)
+        c = self.config
+        self._receiver = TransitionReceiver(c.data_address, max_message_mb=c.max_message_mb, auth=self._auth,
+                                            queue_mb=c.queue_mb, message_bytes=c.message_bytes)
+        weights_bytes = sum(a.nbytes for a in self.algorithm.policy_weights().values())
+        self._publisher = WeightPublisher(c.weights_address, auth=self._auth, queue_mb=c.queue_mb,
+                                          weights_bytes=weights_bytes)
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
@@ -298,7 +304,8 @@ class Learner:
         now = time.monotonic()
         actors = sum(now - t < 10.0 for t in self._heard.values())
         return LearnerStatus(self.updates, self.version, self.limiter.inserted, allowed, stopping, self.boot_id,
-                             tuple(sorted(self.store.high_water().items())), max(actors, 1))
+                             tuple(sorted((a, q) for a, q in self.store.high_water().items() if a <= MAX_ACTOR_ID)),
+                             max(actors, 1))  # (imported data is numbered from 2**40: no actor waits for its acks)
 
     @property
     def success_rate(self) -> float | None:

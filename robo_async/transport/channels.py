@@ -42,17 +42,24 @@ def bind(sock: zmq.Socket, address: str) -> None:
         raise
 
 
+def hwm(queue_mb: float, message_bytes: int, low: int = 2, high: int = 10_000) -> int:
+    """A ZMQ high-water mark (counted in messages) from a budget in bytes and the expected message
+    size, so a queue of camera batches or weights holds about `queue_mb`, not N messages of any size."""
+    return int(min(max(queue_mb * 2**20 // max(message_bytes, 1), low), high))
+
+
 class TransitionReceiver:
     """Learner side of the data plane (PULL, bound)."""
 
     def __init__(self, address: str, ctx: zmq.Context | None = None, max_message_mb: float = 64.0,
-                 auth: LearnerAuth | None = None) -> None:
+                 auth: LearnerAuth | None = None, queue_mb: float = 64.0, message_bytes: int = 65536) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._auth = auth
         if auth is not None:  # CURVE server: only admitted actor keys connect; ids are bound to keys
             auth.secure(self._sock)
-        self._sock.setsockopt(zmq.RCVHWM, 200)  # batches; beyond it backpressure reaches the actors
+        # per actor connection: about queue_mb of batches; beyond it backpressure reaches the actors
+        self._sock.setsockopt(zmq.RCVHWM, hwm(queue_mb, message_bytes, low=4))
         # a peer sending a larger frame is disconnected by ZMQ before it is buffered (it reconnects)
         self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_mb * 2**20))
         bind(self._sock, address)
@@ -120,12 +127,13 @@ class WeightPublisher:
     `republish_s` so actors that (re)connect late still get them."""
 
     def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None,
-                 auth: LearnerAuth | None = None) -> None:
+                 auth: LearnerAuth | None = None, queue_mb: float = 64.0, weights_bytes: int = 1 << 20) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUB)
         if auth is not None:  # weights go only to admitted actor keys
             auth.secure(self._sock)
-        self._sock.setsockopt(zmq.SNDHWM, 8)
+        # per subscriber: about queue_mb of weights (at least 2 messages); a slow one misses older ones
+        self._sock.setsockopt(zmq.SNDHWM, hwm(queue_mb, weights_bytes, low=2, high=64))
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._latest: list[bytes] | None = None
