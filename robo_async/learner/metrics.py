@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 LEARNING_CURVE = "learning_curve.png"
@@ -40,16 +41,24 @@ class RateWindows:
 
 
 class MetricsLogger:
-    """Namespaced keys (`losses/...`, `charts/...`, `time/...`), one JSON line per record."""
+    """Namespaced keys (`losses/...`, `charts/...`, `time/...`), one JSON line per record.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    Bounded for days-long runs: past `max_mb`, `metrics.jsonl` becomes `metrics.1.jsonl` (the
+    one before is dropped) and TensorBoard's `tb/` becomes `tb.1/`, so both take at most twice
+    `max_mb` (read_metrics reads the two in order)."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, max_mb: float = 64.0) -> None:
+        self._dir = run_dir
         self._path = run_dir / "metrics.jsonl"
+        self._max = int(max_mb * 2**20)
         self._file = open(self._path, "a", buffering=1)  # line-buffered: a crash loses <= 1 line
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        self._tensorboard = tensorboard
+        self._tb = self._writer() if tensorboard else None
 
-            self._tb = SummaryWriter(str(run_dir / "tb"))
+    def _writer(self):  # noqa: ANN202 - torch's SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter
+
+        return SummaryWriter(str(self._dir / "tb"))
 
     def write(self, step: int, values: dict[str, float]) -> None:
         clean = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
@@ -57,6 +66,20 @@ class MetricsLogger:
         if self._tb is not None:
             for k, v in clean.items():
                 self._tb.add_scalar(k, v, step)
+        if self._file.tell() > self._max:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        import shutil
+
+        self._file.close()
+        os.replace(self._path, self._dir / "metrics.1.jsonl")
+        self._file = open(self._path, "a", buffering=1)
+        if self._tb is not None:
+            self._tb.close()
+            shutil.rmtree(self._dir / "tb.1", ignore_errors=True)
+            os.replace(self._dir / "tb", self._dir / "tb.1")
+            self._tb = self._writer()
 
     def close(self) -> None:
         self._file.close()
@@ -66,13 +89,13 @@ class MetricsLogger:
 
 def read_metrics(run_dir: Path) -> list[dict[str, float]]:
     rows = []
-    path = run_dir / "metrics.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line after a crash
+    for path in (run_dir / "metrics.1.jsonl", run_dir / "metrics.jsonl"):  # the rotated part first
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a torn last line after a crash
     return rows
 
 

@@ -73,3 +73,16 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
         checkpoint.read(path)
     with pytest.raises(checkpoint.CheckpointError, match="no checkpoint found"):
         checkpoint.resolve(tmp_path / "empty")
+
+
+def test_metrics_rotate_past_their_size_and_read_back_in_order(tmp_path):
+    from robo_async.learner.metrics import MetricsLogger, read_metrics
+
+    m = MetricsLogger(tmp_path, tensorboard=False, max_mb=0.01)  # ~10 KB per file
+    for step in range(600):
+        m.write(step, {"charts/x": float(step), "charts/pad": 1.0})
+    m.close()
+    assert (tmp_path / "metrics.1.jsonl").exists()
+    assert (tmp_path / "metrics.jsonl").stat().st_size <= 0.01 * 2**20 + 200
+    steps = [r["step"] for r in read_metrics(tmp_path)]
+    assert steps == list(range(steps[0], 600)) and 0 < steps[0] < 600  # the oldest part went, the rest in order
