@@ -181,7 +181,8 @@ class Actor:
                 self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops, observer=self.observer,
                 gate=self._stopping_gate(client, uplink) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
                 stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits,
-                               "learner_outages": self.learner_outages, "ticks_learner_away": self.ticks_learner_away},
+                               "learner_outages": self.learner_outages, "ticks_learner_away": self.ticks_learner_away,
+                               "weights_refused": client.weights_refused},
                 guide=self.guide)
             self.robot.connect()
             try:

@@ -356,6 +356,15 @@ def _plain(node: object) -> object:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig | ListConfig) else node
 
 
+def push_config(d: dict) -> "PushConfig":
+    from robo_async.transport.weights import PushConfig
+
+    try:
+        return PushConfig(**d)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"learner.weights: {e}") from None
+
+
 def batch_bytes(spec: RobotSpec, flush_every: int) -> int:
     """About the size of one actor batch message (raw frames: an upper bound), to size ZMQ queues in bytes."""
     vec = spec.state_dim + sum(n for _, n in spec.features)
@@ -468,6 +477,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         threads=cfg.learner.threads, device=resolve_device(str(cfg.learner.get("device", "auto"))),
         keys_dir=keys_dir, max_message_mb=float(t.get("max_message_mb", 64)),
         queue_mb=float(t.get("queue_mb", 64)), message_bytes=batch_bytes(spec, int(cfg.actor.flush_every)),
+        push=push_config(_plain(cfg.learner.get("weights")) or {}),
     )
     inference = str(cfg.actor.get("inference", "auto"))
     resolve_inference(inference, task)

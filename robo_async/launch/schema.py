@@ -64,11 +64,20 @@ class ActorSchema:
 
 
 @dataclass
+class WeightsSchema:  # robo_async/transport/weights.py PushConfig
+    precision: str = "fp32"
+    delta: bool = False
+    keyframe_every: int = 20
+    part_mb: float = 4
+
+
+@dataclass
 class LearnerSchema:
     publish_every: int = 10
     checkpoint_every_s: float = 30
     log_every_s: float = 1.0
     threads: int = 1
+    weights: WeightsSchema = field(default_factory=WeightsSchema)
     device: str = "auto"
 
 

@@ -29,6 +29,7 @@ from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorith
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
                                       Weights, WireError)
 
@@ -63,6 +64,7 @@ class LearnerConfig:
     threads: int = 1
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
     tensorboard: bool = True
+    push: PushConfig = PushConfig()  # weight pushes: fp32/fp16, delta, parts (transport/weights.py)
     queue_mb: float = 64.0  # ZMQ queues sized in bytes: about this much per peer (high-water marks)
     message_bytes: int = 65536  # the expected size of one actor batch message (sizes the data queue)
     max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
@@ -146,7 +148,7 @@ class Learner:
                                             queue_mb=c.queue_mb, message_bytes=c.message_bytes)
         weights_bytes = sum(a.nbytes for a in self.algorithm.policy_weights().values())
         self._publisher = WeightPublisher(c.weights_address, auth=self._auth, queue_mb=c.queue_mb,
-                                          weights_bytes=weights_bytes)
+                                          weights_bytes=weights_bytes, push=c.push)
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
@@ -192,7 +194,7 @@ class Learner:
             if self._auth is not None and not self._auth.alive():  # watched: no silent loss of authentication
                 raise RuntimeError("the CURVE authenticator (ZAP) thread died")
             self._publisher.publish_status(self.status())
-            self._publisher.maybe_republish()
+            self._publisher.check()  # a dead publisher thread is a learner failure, not silence
         if now >= self._next["log"]:
             self._next["log"] = now + self.config.log_every_s
             self._log()
@@ -355,6 +357,9 @@ class Learner:
             "buffer/rejected_batches": self.rejected_batches,
             "transport/malformed": self._receiver.dropped if self._receiver is not None else 0,
             "transport/refused": self.refused_messages,
+            "weights/push_ms": (self._publisher.last_push_s * 1000) if self._publisher is not None else 0.0,
+            "weights/push_mb": (self._publisher.push_bytes / 2**20) if self._publisher is not None else 0.0,
+            "weights/refused_by_actors": sum(int(h.get("weights_refused", 0)) for h in self.heartbeats.values()),
             "transport/id_mismatch": self._receiver.id_mismatch if self._receiver is not None else 0,
             "transport/auth_denied": self._auth.denied if self._auth is not None else 0,
             "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),

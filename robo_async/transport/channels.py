@@ -12,13 +12,16 @@ import errno
 import logging
 import threading
 import time
+from collections import deque
 
+import numpy as np
 import zmq
 
 from collections.abc import Callable
 
 from robo_async.transport.curve import LearnerAuth, actor_of
-from robo_async.transport.wire import LearnerStatus, Message, Weights, WireError, decode, encode
+from robo_async.transport.weights import Assembler, PushConfig, encode_push
+from robo_async.transport.wire import LearnerStatus, Message, WeightPart, Weights, WireError, decode, encode
 
 Secure = Callable[[zmq.Socket], None]  # sets a socket's CURVE keys before it binds or connects
 
@@ -123,45 +126,118 @@ class TransitionSender:
 
 
 class WeightPublisher:
-    """Learner side of weight sync (PUB, bound). Republishes the newest weights every
-    `republish_s` so actors that (re)connect late still get them."""
+    """Learner side of weight sync (PUB, bound). Its own thread owns the socket: `publish()` hands
+    over a snapshot of the newest weights and returns; the thread encodes the push (parts, fp16,
+    delta, crc32: transport/weights.py) and streams it with non-blocking sends, so a multi-GB
+    policy never stalls the learner; a newer push supersedes the rest of an older one. Every
+    `republish_s` it repeats the newest keyframe and delta, so actors that (re)connect late or
+    missed a part still get them. Statuses (`publish_status`) go out at the thread's next wake."""
 
     def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None,
-                 auth: LearnerAuth | None = None, queue_mb: float = 64.0, weights_bytes: int = 1 << 20) -> None:
+                 auth: LearnerAuth | None = None, queue_mb: float = 64.0, weights_bytes: int = 1 << 20,
+                 push: PushConfig = PushConfig()) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUB)
         if auth is not None:  # weights go only to admitted actor keys
             auth.secure(self._sock)
-        # per subscriber: about queue_mb of weights (at least 2 messages); a slow one misses older ones
-        self._sock.setsockopt(zmq.SNDHWM, hwm(queue_mb, weights_bytes, low=2, high=64))
+        # per subscriber: about queue_mb of parts (at least 2 messages); a slow one misses older ones
+        part = min(weights_bytes, int(push.part_mb * 2**20))
+        self._sock.setsockopt(zmq.SNDHWM, hwm(queue_mb, part, low=2, high=256))
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._latest: list[bytes] | None = None
+        self.push = push
         self._republish_s = republish_s
-        self._last_sent = 0.0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._weights: Weights | None = None  # the newest weights not yet encoded
+        self._status: LearnerStatus | None = None  # the newest status not yet sent
+        self.pushes = 0  # pushes sent whole (every part once)
+        self.push_bytes = 0  # payload bytes of the newest push
+        self.last_push_s = 0.0  # publish() -> its last part handed to ZMQ, for the newest push
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
+        self._thread.start()
 
     def publish(self, weights: Weights) -> None:
-        # Keep an owned copy of the frames: the arrays may be overwritten by the next update.
-        self._latest = [bytes(f) for f in encode(weights)]
-        self._send(self._latest)
+        """Hand over the newest weights (copied now: the learner's arrays change with the next update)."""
+        snap = Weights(weights.version, {k: np.array(v, copy=True) for k, v in weights.arrays.items()},
+                       weights.architecture)
+        with self._lock:
+            self._weights = snap
+            self._weights_t = time.monotonic()
+        self._wake.set()
 
     def publish_status(self, status: LearnerStatus) -> None:
-        self._send(encode(status))
+        with self._lock:
+            self._status = status
+        self._wake.set()
 
-    def maybe_republish(self) -> None:
-        if self._latest is not None and time.monotonic() - self._last_sent > self._republish_s:
-            self._send(self._latest)
+    def check(self) -> None:
+        """Raise if the publisher thread died (watched: the learner fails and is restarted)."""
+        if self.error is not None:
+            raise RuntimeError(f"the weight publisher thread died: {type(self.error).__name__}: {self.error}")
 
-    def _send(self, frames: list) -> None:
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # watched: check() raises it on the learner's thread
+            self.error = e
+            log.error("weight publisher thread died: %s: %s", type(e).__name__, e)
+
+    def _loop(self) -> None:
+        key: tuple[int, dict] | None = None  # the newest keyframe (version, transmitted arrays)
+        key_frames: list = []
+        latest: list = []  # the newest push's messages (keyframe or delta)
+        queue: deque = deque()
+        started, last_sent = 0.0, 0.0
+        while True:
+            with self._lock:
+                status, self._status = self._status, None
+                weights, self._weights = self._weights, None
+                t_pub = getattr(self, "_weights_t", 0.0)
+            if status is not None:
+                self._send(encode(status))
+            if self._stop.is_set():
+                return
+            if weights is not None:
+                parts, tx, keyframe = encode_push(weights.version, weights.arrays, weights.architecture, self.push, key)
+                latest = [encode(p) for p in parts]
+                if keyframe:
+                    key, key_frames = (weights.version, tx), latest
+                queue = deque(latest)
+                started = t_pub
+                self.push_bytes = sum(a.nbytes for p in parts for a in p.arrays.values())
+            sent = 0
+            while queue and sent < 8 * 2**20:  # a bounded slice per wake: statuses are not held up
+                frames = queue[0]
+                if not self._send(frames):
+                    break
+                queue.popleft()
+                sent += sum(memoryview(f).nbytes for f in frames)
+                if not queue and started:
+                    self.last_push_s, started = time.monotonic() - started, 0.0
+                    self.pushes += 1
+                last_sent = time.monotonic()
+            if not queue and latest and time.monotonic() - last_sent > self._republish_s:
+                queue = deque(latest if latest is key_frames else [*key_frames, *latest])
+                last_sent = time.monotonic()
+            self._wake.wait(0.002 if queue else 0.05)
+            self._wake.clear()
+
+    def _send(self, frames: list) -> bool:
         try:
             self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            return True
         except zmq.Again:
-            pass  # a slow subscriber misses this one; the next publish supersedes it
-        if frames is self._latest:
-            self._last_sent = time.monotonic()
+            return False  # a slow subscriber: this one waits (parts) or is superseded (statuses)
 
     def close(self) -> None:
-        self._sock.close(linger=0)
+        """Send the pending status (e.g. "stopping"), stop the thread, close the socket."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+        self._sock.close(linger=500)
 
 
 class WeightClient:
@@ -177,6 +253,7 @@ class WeightClient:
         self._ctx = ctx or zmq.Context.instance()
         self._secure = secure
         self._max_bytes = int(max_message_mb * 2**20)
+        self._assembler = Assembler()  # streamed pushes -> verified weights (checksums)
         self._address = address
         self._every_s = every_s
         self._lock = threading.Lock()
@@ -218,6 +295,15 @@ class WeightClient:
             if self.dropped <= 20 or self.dropped % 1000 == 0:
                 log.warning("dropped a malformed message from the learner (%d so far): %s", self.dropped, e)
             return
+        if isinstance(msg, WeightPart):
+            try:
+                msg = self._assembler.feed(msg)  # a whole, verified push, or None (more parts to come)
+            except WireError as e:
+                self.dropped += 1
+                log.warning("dropped a weights part: %s", e)
+                return
+            if msg is None:
+                return
         if isinstance(msg, LearnerStatus):
             self.status = msg
             self.status_t = time.monotonic()
@@ -225,6 +311,12 @@ class WeightClient:
             with self._lock:
                 if self._weights is None or msg.version > self._weights.version:
                     self._weights = msg
+
+    @property
+    def weights_refused(self) -> int:
+        """Pushes refused (checksum mismatch, pieces that do not fit) or not applicable (a delta
+        against a keyframe this actor does not hold)."""
+        return self._assembler.bad + self._assembler.missing_base
 
     def silent_s(self) -> float:
         """Seconds since the learner's last status (it sends one every ~20 ms); 0 before the first."""

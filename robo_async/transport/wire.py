@@ -17,7 +17,7 @@ import msgpack
 import numpy as np
 
 SCHEMA = 1
-DTYPES = frozenset({"float32", "float64", "int64", "int32", "uint8", "bool"})
+DTYPES = frozenset({"float32", "float64", "float16", "int64", "int32", "uint8", "bool"})
 _DTYPE_NAMES = {np.dtype(n): n for n in DTYPES}
 Scalar = int | float | str | bool | None
 
@@ -185,6 +185,23 @@ class Weights:
 
 
 @dataclass(frozen=True)
+class WeightPart:
+    """One part of a streamed weight push (transport/weights.py): pieces of arrays, and in part 0
+    the manifest `(name, shape, transmitted dtype, crc32)` of every array."""
+
+    version: int
+    part: int
+    parts: int
+    base: int  # -1: a keyframe (every element); else the keyframe version this delta applies to
+    precision: str  # fp32 | fp16
+    architecture: str
+    manifest: tuple[tuple[str, tuple[int, ...], str, int], ...]
+    arrays: Mapping[str, np.ndarray]
+
+    kind = "wpart"
+
+
+@dataclass(frozen=True)
 class LearnerStatus:
     """Published by the learner several times a second: progress and the actors' step allowance."""
 
@@ -220,8 +237,8 @@ class Heartbeat:
                                           for k, v in self.meta.items()})
 
 
-Message = TransitionBatch | EpisodeStats | Weights | LearnerStatus | Heartbeat
-_KINDS = {c.kind: c for c in (TransitionBatch, EpisodeStats, Weights, LearnerStatus, Heartbeat)}
+Message = TransitionBatch | EpisodeStats | Weights | WeightPart | LearnerStatus | Heartbeat
+_KINDS = {c.kind: c for c in (TransitionBatch, EpisodeStats, Weights, WeightPart, LearnerStatus, Heartbeat)}
 
 
 def _pack(kind: str, arrays: Mapping[str, np.ndarray], **fields: Scalar) -> list[bytes | memoryview]:
@@ -247,6 +264,10 @@ def encode(msg: Message) -> list[bytes | memoryview]:
         return _pack(msg.kind, msg.arrays, actor_id=msg.actor_id, seq=msg.seq)
     if isinstance(msg, Weights):
         return _pack(msg.kind, msg.arrays, version=msg.version, architecture=msg.architecture)
+    if isinstance(msg, WeightPart):
+        return _pack(msg.kind, msg.arrays, version=msg.version, part=msg.part, parts=msg.parts, base=msg.base,
+                     precision=msg.precision, architecture=msg.architecture,
+                     manifest=[[n, list(sh), dt, c] for n, sh, dt, c in msg.manifest])
     if isinstance(msg, (EpisodeStats, LearnerStatus)):
         return _pack(msg.kind, {}, **{k: getattr(msg, k) for k in msg.__dataclass_fields__})
     if isinstance(msg, Heartbeat):
@@ -317,10 +338,10 @@ EPISODE_LABELS = ("", "success", "failure", "rerecord")
 MAX_ACTOR_ID = 1 << 16  # actor ids are small integers (one per robot)
 MAX_COUNT = 1 << 62  # seqs, versions, env steps, updates
 MAX_HEADER_BYTES = 1 << 20  # msgpack header (array specs included)
-MAX_NAME = 128  # array names
+MAX_NAME = 256  # array names (a weight piece: d:<parameter name>:<offset>)
 MAX_TEXT = 256  # strings in headers (architecture, heartbeat values)
 MAX_META = 64  # heartbeat figures
-MAX_ARRAYS = {"transitions": 256, "weights": 1 << 16}  # other kinds carry none
+MAX_ARRAYS = {"transitions": 256, "weights": 1 << 16, "wpart": 1 << 16}  # other kinds carry none
 MAX_NDIM = 8
 TRANSITION_COLUMNS = frozenset({"action", "reward", "terminated", "truncated", "policy_version", "success",
                                 "intervention", "policy_action"})
@@ -384,6 +405,7 @@ _HEADER = {"schema", "kind", "arrays"}
 _KIND_FIELDS = {
     "transitions": {"actor_id", "seq"},
     "weights": {"version", "architecture"},
+    "wpart": {"version", "part", "parts", "base", "precision", "architecture", "manifest"},
     "episode": {"actor_id", "episode", "episode_return", "length", "success", "policy_version", "evaluation",
                 "operator_ticks", "label"},
     "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors"},
@@ -405,6 +427,37 @@ def _check_transition_arrays(arrays: dict[str, np.ndarray | Frames]) -> None:
     pv = arrays["policy_version"]
     if pv.size and (int(pv.min()) < -1 or int(pv.max()) > MAX_COUNT):
         raise WireError(f"transitions 'policy_version' must lie in [-1, {MAX_COUNT}]")
+
+
+def _weight_part(header: dict, arrays: dict[str, np.ndarray]) -> WeightPart:
+    version = _int(header, "version", 0, MAX_COUNT)
+    parts = _int(header, "parts", 1, 1 << 20)
+    part = _int(header, "part", 0, parts - 1)
+    base = _int(header, "base", -1, max(version - 1, -1))
+    precision = header.get("precision")
+    if precision not in ("fp32", "fp16"):
+        raise WireError(f"wpart 'precision' is {_show(precision)}, expected fp32 or fp16")
+    manifest = header.get("manifest")
+    if not isinstance(manifest, list) or len(manifest) > MAX_ARRAYS["wpart"] or (part == 0) != bool(manifest):
+        raise WireError(f"wpart 'manifest' must be a list of arrays in part 0 (only), got {_show(manifest)}")
+    names = set()
+    for m in manifest:
+        if not (isinstance(m, list) and len(m) == 4 and type(m[0]) is str and 0 < len(m[0]) <= MAX_NAME
+                and isinstance(m[1], list) and len(m[1]) <= MAX_NDIM
+                and all(type(d) is int and 0 <= d <= 1 << 40 for d in m[1])
+                and m[2] in DTYPES and type(m[3]) is int and 0 <= m[3] < 1 << 32) or m[0] in names:
+            raise WireError(f"wpart manifest entry {_show(m)}: expected [name, shape, dtype, crc32], names unique")
+        names.add(m[0])
+    for name, a in arrays.items():
+        kind, _, rest = name.partition(":")
+        key, _, off = rest.rpartition(":")
+        if kind not in ("d", "i", "v") or not key or not off.isdigit() or a.ndim != 1 \
+                or (kind == "i" and a.dtype != np.int64) or (kind == "v" and f"i:{key}:{off}" not in arrays):
+            raise WireError(f"wpart piece '{name}': expected d:|i:|v:<name>:<offset>, 1-D (indices int64)")
+        if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+            raise WireError(f"wpart piece '{name}' has NaN or infinite values")
+    return WeightPart(version, part, parts, base, precision, _text(header, "architecture", ""),
+                      tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays)
 
 
 def decode(frames: Sequence[bytes | memoryview]) -> Message:
@@ -458,6 +511,8 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
                 if not np.isfinite(flat[lo:lo + (1 << 22)]).all():
                     raise WireError(f"weights array '{k}' has NaN or infinite values")
         return Weights(_int(header, "version", 0, MAX_COUNT), arrays, _text(header, "architecture", ""))
+    if kind == "wpart":
+        return _weight_part(header, arrays)
     if kind == "episode":
         length = _int(header, "length", 0, MAX_COUNT)
         label = header.get("label", "")

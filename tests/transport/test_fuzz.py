@@ -20,6 +20,7 @@ from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.learner import LearnerConfig
 from robo_async.transport.channels import WeightClient
+from robo_async.transport.weights import PushConfig, encode_push
 from robo_async.transport.wire import (EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights, decode,
                                        encode)
 
@@ -80,7 +81,7 @@ def array_mutations(frames: list[bytes]) -> list[list[bytes]]:
 
     for i, (name, dtype, shape) in enumerate(header["arrays"]):
         other = header["arrays"][(i + 1) % len(header["arrays"])][0]
-        out += [spec_variant(i, 0, v) for v in ("", 5, other, "x" * 200)]
+        out += [spec_variant(i, 0, v) for v in ("", 5, other, "x" * 300)]
         out += [spec_variant(i, 1, v) for v in ("float16", "object", 3)]
         out += [spec_variant(i, 2, v) for v in ([-1, *shape[1:]], "x", [1] * 9, [shape[0] + 1, *shape[1:]])]
         cut = list(frames)
@@ -210,6 +211,21 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
         bad += [with_header(frames_of(first), "evil", 1), with_header(wf, "evil", 1)]
         nan_w = frames_of(Weights(9, {**w.arrays, "fc.bias": np.full(4, np.nan, np.float32)}, "mlp:3-4"))
         bad += array_mutations(wf)[:8] + [nan_w] + garbage()
+        # streamed pushes (wpart): every header field, the manifest and the piece names
+        parts, _, _ = encode_push(11, w.arrays, "mlp:3-4", PushConfig(part_mb=0.00003))
+        assert len(parts) >= 2
+        p0, p1 = frames_of(parts[0]), frames_of(parts[1])
+        wpart_bad = {"version": [-1, "1", MISSING], "part": [-1, 99, MISSING], "parts": [0, "2", MISSING],
+                     "base": [-2, 11, "k"], "precision": ["fp8", None, MISSING], "architecture": [5, "a" * 300],
+                     "manifest": ["x", [], [["fc.bias", [4], "float32", -1]], [["fc.bias", [4], "float99", 1]],
+                                  [["a", [1], "float32", 1], ["a", [1], "float32", 1]], MISSING]}
+        bad += [with_header(p0, k, v) for k, vs in wpart_bad.items() for v in vs]
+        bad += [with_header(p1, "manifest", [["fc.bias", [4], "float32", 1]])]  # a manifest outside part 0
+        bad += [with_header(p0, "evil", 1)]
+        for name in ("q:fc.weight:0", "d:fc.weight:x", "d::0", "v:fc.weight:0"):
+            h = msgpack.unpackb(p0[0], raw=False)
+            h["arrays"][0][0] = name
+            bad.append([msgpack.packb(h, use_bin_type=True), *p0[1:]])
         for frames in bad:
             with pytest.raises(Exception):
                 decode(frames)

@@ -1,0 +1,190 @@
+"""Weight pushes for big policies: streamed in parts, optionally half precision and delta, each
+array checked (crc32) before an actor swaps it in.
+
+A push of version v is `parts` messages of kind "wpart" (wire.WeightPart). Part 0 carries the
+manifest: every array's name, shape, transmitted dtype and the crc32 of its transmitted bytes.
+Each part carries pieces of arrays, named in the wire's array list:
+
+    d:<name>:<offset>   dense values from flat element <offset> on
+    i:<name>:<offset>   (delta) flat indices of changed elements (int64) ...
+    v:<name>:<offset>   ... and their new values
+
+A keyframe (`base` = -1) holds every element. A delta (`base` = k) holds only elements that
+differ from keyframe k as transmitted: an actor that holds keyframe k applies it; one that does
+not waits for the next keyframe, which the publisher repeats (with the newest delta) every
+`republish_s`. With `precision=fp16`, float32 arrays travel as float16 (half the bytes); actors
+turn them back into float32. The crc covers exactly what the actor ends up with, so a part lost,
+reordered, truncated or corrupted is never swapped in.
+
+    parts, tx = encode_push(version, arrays, arch, PushConfig(precision="fp16", delta=True), key)
+    asm = Assembler(); weights = asm.feed(part) for each part  # -> Weights once complete and verified
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from robo_async.transport.wire import WeightPart, Weights, WireError
+
+log = logging.getLogger(__name__)
+PRECISIONS = ("fp32", "fp16")
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    precision: str = "fp32"  # fp32 | fp16: float32 arrays travel as float16 (actors get float32 back)
+    delta: bool = False  # send only the elements that changed since the last keyframe
+    keyframe_every: int = 20  # versions between keyframes when delta is on
+    part_mb: float = 4.0  # a push is streamed in parts of about this size (the learner never stalls on one)
+    sparse_below: float = 0.25  # a changed array goes as (indices, values) below this changed fraction
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"weights precision must be one of {PRECISIONS}, not '{self.precision}'")
+        if self.keyframe_every < 1 or self.part_mb <= 0:
+            raise ValueError("weights keyframe_every must be >= 1 and part_mb > 0")
+
+
+def crc(a: np.ndarray) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
+
+
+def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, np.ndarray]:
+    """The arrays as they travel: float32 -> float16 for fp16, else as they are (contiguous)."""
+    out = {}
+    for k, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        out[k] = a.astype(np.float16) if precision == "fp16" and a.dtype == np.float32 else a
+    return out
+
+
+def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
+                key: tuple[int, dict[str, np.ndarray]] | None = None
+                ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
+    """(parts, transmitted arrays, is_keyframe). `key` is (version, transmitted arrays) of the last
+    keyframe; a delta is made against it when cfg.delta and it is recent and has the same arrays."""
+    tx = transmitted(arrays, cfg.precision)
+    manifest = tuple((k, tuple(a.shape), a.dtype.name, crc(a)) for k, a in tx.items())
+    delta = (cfg.delta and key is not None and version - key[0] < cfg.keyframe_every
+             and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: (a.shape, a.dtype) for k, a in tx.items()})
+    pieces: list[tuple[str, np.ndarray]] = []
+    step = max(1, int(cfg.part_mb * 2**20))
+    for k, a in tx.items():
+        flat = a.reshape(-1)
+        if delta:
+            assert key is not None
+            changed = np.flatnonzero(flat != key[1][k].reshape(-1))
+            if len(changed) == 0:
+                continue
+            if len(changed) < cfg.sparse_below * flat.size:
+                per = max(1, step // (8 + a.itemsize))
+                for lo in range(0, len(changed), per):
+                    idx = changed[lo:lo + per]
+                    pieces += [(f"i:{k}:{lo}", idx.astype(np.int64)), (f"v:{k}:{lo}", flat[idx])]
+                continue
+        per = max(1, step // max(a.itemsize, 1))
+        for lo in range(0, max(flat.size, 1), per):
+            pieces.append((f"d:{k}:{lo}", flat[lo:lo + per]))
+    groups: list[list[tuple[str, np.ndarray]]] = [[]]
+    size = 0
+    for name, p in pieces:  # consecutive pieces into parts of about part_mb ((i, v) pairs stay together)
+        if groups[-1] and size + p.nbytes > step and not name.startswith("v:"):
+            groups.append([])
+            size = 0
+        groups[-1].append((name, p))
+        size += p.nbytes
+    base = key[0] if delta and key is not None else -1
+    parts = [WeightPart(version, i, len(groups), base, cfg.precision, architecture,
+                        manifest if i == 0 else (), dict(g)) for i, g in enumerate(groups)]
+    return parts, tx, not delta
+
+
+class Assembler:
+    """Actor side: parts -> verified Weights (float32 back from fp16). Keeps the newest keyframe
+    (as transmitted) so deltas against it can be applied; bounded: one push in progress."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, dict[str, np.ndarray]] | None = None
+        self._cur: dict | None = None  # the push being assembled
+        self.bad = 0  # pushes refused (checksum, manifest, pieces that do not fit)
+        self.missing_base = 0  # deltas against a keyframe this actor does not hold
+        self.completed = 0
+
+    def feed(self, p: WeightPart) -> Weights | None:
+        cur = self._cur
+        if p.part == 0:
+            if cur is not None and cur["version"] == p.version and cur["base"] == p.base:
+                return None  # a repeat of the push under way
+            if p.base >= 0 and (self._key is None or self._key[0] != p.base):
+                self.missing_base += 1
+                self._cur = None
+                return None
+            if not p.manifest:
+                raise WireError("weights part 0 carries no manifest")
+            bufs = {}
+            for name, shape, dtype, _ in p.manifest:
+                if p.base >= 0:
+                    src = self._key[1].get(name) if self._key is not None else None
+                    if src is None or src.shape != shape or src.dtype.name != dtype:
+                        self.missing_base += 1
+                        self._cur = None
+                        return None
+                    bufs[name] = src.copy()
+                else:
+                    bufs[name] = np.empty(shape, dtype)
+            self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(),
+                               "manifest": p.manifest, "bufs": bufs, "precision": p.precision,
+                               "architecture": p.architecture}
+        elif cur is None or cur["version"] != p.version or cur["base"] != p.base:
+            return None  # its part 0 was not seen: wait for the repeat
+        if p.parts != cur["parts"] or p.part in cur["got"]:
+            return None
+        try:
+            self._apply(cur["bufs"], p.arrays)
+        except (ValueError, KeyError, IndexError) as e:
+            self.bad += 1
+            self._cur = None
+            log.warning("weights v%d part %d refused: %s", p.version, p.part, e)
+            return None
+        cur["got"].add(p.part)
+        if len(cur["got"]) < cur["parts"]:
+            return None
+        self._cur = None
+        bad = [n for n, _, _, c in cur["manifest"] if crc(cur["bufs"][n]) != c]
+        if bad:
+            self.bad += 1
+            log.warning("weights v%d refused: checksum mismatch in %s", p.version, bad[:5])
+            return None
+        if cur["base"] < 0:
+            self._key = (cur["version"], {k: v.copy() for k, v in cur["bufs"].items()})
+        self.completed += 1
+        arrays = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in cur["bufs"].items()}
+        return Weights(cur["version"], arrays, cur["architecture"])
+
+    @staticmethod
+    def _apply(bufs: dict[str, np.ndarray], pieces: Mapping[str, np.ndarray]) -> None:
+        for name, a in pieces.items():
+            kind, _, rest = name.partition(":")
+            key, _, off = rest.rpartition(":")
+            if kind == "i":
+                continue  # applied with its values
+            flat = bufs[key].reshape(-1)
+            if a.dtype != flat.dtype:
+                raise ValueError(f"piece {name} is {a.dtype}, the manifest says {flat.dtype}")
+            if kind == "d":
+                lo = int(off)
+                if lo < 0 or lo + a.size > flat.size:
+                    raise ValueError(f"piece {name} runs past '{key}' ({flat.size} elements)")
+                flat[lo:lo + a.size] = a
+            elif kind == "v":
+                idx = pieces[f"i:{key}:{off}"]
+                if idx.shape != a.shape or (idx.size and (idx.min() < 0 or idx.max() >= flat.size)):
+                    raise ValueError(f"delta piece {name} does not fit '{key}'")
+                flat[idx] = a
+            else:
+                raise ValueError(f"unknown piece {name}")

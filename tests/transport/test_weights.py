@@ -1,0 +1,111 @@
+"""Weight pushes: streamed parts, half precision, deltas against keyframes, checksums; through a
+real publisher thread and subscriber sockets."""
+
+import time
+
+import numpy as np
+import pytest
+
+from robo_async.transport.channels import WeightClient, WeightPublisher
+from robo_async.transport.weights import Assembler, PushConfig, encode_push, transmitted
+from robo_async.transport.wire import WeightPart, Weights, decode, encode
+
+
+def policy(seed=0, big=200_000):
+    rng = np.random.default_rng(seed)
+    return {"backbone.w": rng.normal(size=(big,)).astype(np.float32),
+            "head.w": rng.normal(size=(64, 32)).astype(np.float32), "head.b": np.zeros(32, np.float32),
+            "steps": np.array([3], np.int64)}
+
+
+def wire(part: WeightPart) -> WeightPart:
+    return decode([bytes(f) for f in encode(part)])
+
+
+def newest(client: WeightClient, version: int, timeout: float = 30.0) -> Weights:
+    deadline, got = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        w = client.take_weights()
+        got = w or got
+        if got is not None and got.version >= version:
+            return got
+        time.sleep(0.01)
+    raise AssertionError(f"weights v{version} did not arrive (newest: {got and got.version})")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_streamed_pushes_arrive_whole_and_deltas_carry_only_what_changed(precision):
+    cfg = PushConfig(precision=precision, delta=True, part_mb=0.25)
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=cfg)
+    client = WeightClient(pub.address, every_s=0.005).start()
+    try:
+        w = policy()
+        pub.publish(Weights(1, w, "net"))
+        got = newest(client, 1)
+        full_bytes = pub.push_bytes
+        want = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in transmitted(w, precision).items()}
+        assert all(np.array_equal(got.arrays[k], want[k]) for k in w) and got.arrays["backbone.w"].dtype == np.float32
+        assert full_bytes == pytest.approx(sum(a.nbytes for a in transmitted(w, precision).values()), rel=0.01)
+        w2 = {k: v.copy() for k, v in w.items()}
+        w2["head.w"] += 1.0  # only the head trains (a frozen backbone)
+        pub.publish(Weights(2, w2, "net"))
+        got2 = newest(client, 2)
+        want2 = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in transmitted(w2, precision).items()}
+        assert all(np.array_equal(got2.arrays[k], want2[k]) for k in w)
+        assert pub.push_bytes < 0.05 * full_bytes  # the backbone did not travel again
+        assert client.weights_refused == 0
+    finally:
+        client.close()
+        pub.close()
+
+
+def test_a_late_actor_gets_the_keyframe_and_the_newest_delta():
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(delta=True, part_mb=0.25))
+    try:
+        w = policy(1)
+        pub.publish(Weights(1, w, "net"))
+        w2 = {k: v.copy() for k, v in w.items()}
+        w2["head.b"] += 2.0
+        deadline = time.monotonic() + 10
+        while pub.pushes < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pub.publish(Weights(2, w2, "net"))
+        client = WeightClient(pub.address, every_s=0.005).start()  # joins after both pushes
+        try:
+            got = newest(client, 2)
+            assert np.array_equal(got.arrays["head.b"], w2["head.b"])
+            assert np.array_equal(got.arrays["backbone.w"], w["backbone.w"])
+        finally:
+            client.close()
+    finally:
+        pub.close()
+
+
+def test_a_corrupted_or_mismatched_push_is_never_swapped_in():
+    w = policy(2, big=50_000)
+    parts, tx, _ = encode_push(1, w, "net", PushConfig(part_mb=0.05))
+    assert len(parts) > 2
+    asm = Assembler()
+    hurt = dict(parts[1].arrays)
+    name = next(iter(hurt))
+    hurt[name] = hurt[name].copy()
+    hurt[name][0] += 1.0  # a bit flipped in flight (well-formed, wrong)
+    fed = [parts[0], WeightPart(**{**parts[1].__dict__, "arrays": hurt}), *parts[2:]]
+    assert all(asm.feed(wire(p)) is None for p in fed)
+    assert asm.bad == 1 and asm.completed == 0
+    got = [asm.feed(wire(p)) for p in parts]  # the clean repeat completes
+    assert got[-1] is not None and all(g is None for g in got[:-1]) and asm.completed == 1
+    # a delta against a keyframe this actor does not hold: not applied, counted
+    w2 = {k: v.copy() for k, v in w.items()}
+    w2["head.w"][0, 0] = 5.0
+    delta, _, keyframe = encode_push(3, w2, "net", PushConfig(delta=True), key=(2, tx))
+    assert not keyframe
+    assert all(Assembler().feed(wire(p)) is None for p in delta)
+    fresh = Assembler()
+    for p in delta:
+        fresh.feed(wire(p))
+    assert fresh.missing_base == 1
+    # the same delta against the keyframe it was made from
+    delta, _, _ = encode_push(3, w2, "net", PushConfig(delta=True), key=(1, tx))
+    out = [asm.feed(wire(p)) for p in delta][-1]
+    assert out is not None and out.version == 3 and out.arrays["head.w"][0, 0] == 5.0
