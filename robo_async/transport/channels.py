@@ -143,6 +143,9 @@ class WeightPublisher:
         # per subscriber: about queue_mb of parts (at least 2 messages); a slow one misses older ones
         part = min(weights_bytes, int(push.part_mb * 2**20))
         self._sock.setsockopt(zmq.SNDHWM, hwm(queue_mb, part, low=2, high=256))
+        # a full subscriber queue makes send() say EAGAIN instead of dropping a part silently:
+        # the stream waits (at the slowest actor's pace) rather than leaving a push incomplete
+        self._sock.setsockopt(zmq.XPUB_NODROP, 1)
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.push = push

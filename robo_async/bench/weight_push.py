@@ -1,0 +1,185 @@
+"""`robo-async bench weight-push`: the time from `publish()` on the learner to verified weights on
+an actor process, for policies of 4 MiB to 2 GiB: full fp32, half precision, and a delta where 1%
+of the parameters changed (a trained head on a frozen backbone); in the clear and with CURVE;
+against raw pyzmq (one multipart message of the same fp32 bytes, no parts, no checksum) in the
+same run. The actor is a separate process (a real WeightClient on a real SUB socket).
+
+    robo-async bench weight-push [sizes_mb=4,40,400,2048] [repeats=2]
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from robo_async.bench import register
+
+
+def _policy(mb: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """A policy of `mb` MiB: a backbone of 16 tensors plus a head holding 1% of the parameters."""
+    n = int(mb * 2**20 / 4)
+    head = max(1, n // 100)
+    rng = np.random.default_rng(seed)
+    per = (n - head) // 16
+    out = {f"backbone.{i}.w": rng.standard_normal(per, np.float32) for i in range(16)}
+    out["head.w"] = rng.standard_normal(head, np.float32)
+    return out
+
+
+def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
+    """The actor side: per trial, subscribe (ours or raw), report 'ready', then the arrival time."""
+    import zmq
+
+    from robo_async.transport.channels import WeightClient
+    from robo_async.transport.curve import secure_client
+
+    ctx = zmq.Context.instance()
+    while True:
+        cmd = cmds.get()
+        if cmd is None:
+            return
+        mode, address, keys, versions = cmd
+        if mode == "raw":
+            sock = ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.setsockopt(zmq.RCVHWM, 4)
+            sock.connect(address)
+            while sock.recv_multipart()[0] != b"ping":
+                pass
+            answers.put(("ready", 0.0))
+            while True:
+                frames = sock.recv_multipart(copy=False)
+                if bytes(frames[0].buffer[:4]) == b"data":
+                    answers.put(("done", time.monotonic()))
+                    break
+            sock.close(linger=0)
+            continue
+        secure = (lambda s: secure_client(s, keys, 0)) if keys else None
+        client = WeightClient(address, every_s=0.001, secure=secure).start()
+        while client.status is None:
+            time.sleep(0.001)
+        answers.put(("ready", 0.0))
+        for v in versions:
+            while True:
+                w = client.take_weights()
+                if w is not None and w.version >= v:
+                    answers.put(("done", time.monotonic()))
+                    break
+                time.sleep(0.0005)
+        client.close()
+
+
+def _raw_push(arrays: dict[str, np.ndarray], cmds: mp.Queue, answers: mp.Queue) -> float:
+    import zmq
+
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    cmds.put(("raw", f"tcp://127.0.0.1:{port}", None, ()))
+    while True:
+        pub.send_multipart([b"ping"])
+        try:
+            if answers.get(timeout=0.01)[0] == "ready":
+                break
+        except Exception:  # noqa: BLE001 - queue.Empty
+            continue
+    t0 = time.monotonic()
+    pub.send_multipart([b"data" + b"\0" * 60, *(memoryview(a).cast("B") for a in arrays.values())], copy=False)
+    t = answers.get(timeout=600)[1] - t0
+    pub.close(linger=1000)
+    return t
+
+
+def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: Path | None,
+              cmds: mp.Queue, answers: mp.Queue) -> float:
+    """Seconds for the measured push: the first (keyframe) push, or with delta the second push
+    after 1% of the parameters (the head) changed."""
+    from robo_async.transport.channels import WeightPublisher
+    from robo_async.transport.curve import LearnerAuth
+    from robo_async.transport.weights import PushConfig
+    from robo_async.transport.wire import LearnerStatus, Weights
+
+    auth = LearnerAuth(keys).start() if keys else None
+    nbytes = sum(a.nbytes for a in arrays.values())
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, auth=auth, weights_bytes=nbytes,
+                          push=PushConfig(precision=precision, delta=delta))
+    try:
+        cmds.put(("ours", pub.address, str(keys) if keys else None, (1, 2) if delta else (1,)))
+        while True:
+            pub.publish_status(LearnerStatus(0, 0, 0, 0))
+            try:
+                if answers.get(timeout=0.01)[0] == "ready":
+                    break
+            except Exception:  # noqa: BLE001 - queue.Empty
+                continue
+        t0 = time.monotonic()
+        pub.publish(Weights(1, arrays, "bench"))
+        t = answers.get(timeout=900)[1] - t0
+        if delta:
+            changed = dict(arrays)
+            changed["head.w"] = arrays["head.w"] + 1.0
+            t0 = time.monotonic()
+            pub.publish(Weights(2, changed, "bench"))
+            t = answers.get(timeout=900)[1] - t0
+        return t
+    finally:
+        pub.close()
+        if auth is not None:
+            auth.stop()
+
+
+@register("weight-push")
+def bench_weight_push(args: dict[str, str]) -> int:
+    from robo_async.transport.curve import create_keys
+
+    sizes = [float(x) for x in args.get("sizes_mb", "4,40,400,2048").split(",")]
+    repeats = int(args.get("repeats", 2))
+    ctx = mp.get_context("spawn")
+    cmds, answers = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_receiver, args=(cmds, answers), daemon=True)
+    proc.start()
+    keys = Path(tempfile.mkdtemp(prefix="wp-keys-"))
+    create_keys(keys, [0])
+    rows = []
+    variants = [("raw zmq", None), ("full fp32", ("fp32", False, None)), ("fp16", ("fp16", False, None)),
+                ("delta 1%", ("fp32", True, None)), ("full fp32 CURVE", ("fp32", False, keys)),
+                ("delta 1% CURVE", ("fp32", True, keys))]
+    print(f"{'MiB':>6}  {'variant':<18}{'push s (best of ' + str(repeats) + ')':>22}{'MB/s':>9}", flush=True)
+    try:
+        for mb in sizes:
+            arrays = _policy(mb)
+            for name, v in variants:
+                times = []
+                for _ in range(repeats):
+                    if v is None:
+                        times.append(_raw_push(arrays, cmds, answers))
+                    else:
+                        times.append(_our_push(arrays, *v, cmds, answers))
+                best = min(times)
+                rows.append({"size_mb": mb, "variant": name, "seconds": round(best, 4)})
+                print(f"{mb:>6.0f}  {name:<18}{best:>22.3f}{mb / best:>9.0f}", flush=True)
+            del arrays
+    finally:
+        cmds.put(None)
+        proc.join(10)
+
+    def t(mb: float, name: str) -> float:
+        return next(r["seconds"] for r in rows if r["size_mb"] == mb and r["variant"] == name)
+
+    out = {
+        "rows": rows,
+        "full_over_raw": {str(mb): round(t(mb, "full fp32") / t(mb, "raw zmq"), 2) for mb in sizes},
+        "full_over_raw_max": round(max(t(mb, "full fp32") / t(mb, "raw zmq") for mb in sizes), 2),
+        "fp16_over_full": {str(mb): round(t(mb, "fp16") / t(mb, "full fp32"), 2) for mb in sizes},
+        "delta_over_full_1pct": round(t(max(sizes), "delta 1%") / t(max(sizes), "full fp32"), 3),
+        "delta_over_full_1pct_by_size": {str(mb): round(t(mb, "delta 1%") / t(mb, "full fp32"), 3) for mb in sizes},
+        "curve_overhead": round(t(max(sizes), "full fp32 CURVE") / t(max(sizes), "full fp32"), 2),
+        "curve_overhead_by_size": {str(mb): round(t(mb, "full fp32 CURVE") / t(mb, "full fp32"), 2) for mb in sizes},
+    }
+    print(json.dumps(out))
+    return 0
