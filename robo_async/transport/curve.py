@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import time
 from pathlib import Path
 
 import zmq
@@ -118,7 +119,14 @@ class LearnerAuth:
         self.public, self.secret = _load(self.keys_dir / "learner.key_secret", secret=True)
         allowed = authorized(self.keys_dir)
         self._auth = _Authenticator(self._ctx, allowed)
-        self._auth.start()
+        for attempt in range(50):  # a previous authenticator of this context may still be releasing its endpoint
+            try:
+                self._auth.start()
+                break
+            except zmq.ZMQError as e:
+                if e.errno != zmq.EADDRINUSE or attempt == 49:
+                    raise
+                time.sleep(0.05)
         self._auth.configure_curve_callback("*", credentials_provider=self._auth)
         log.info("CURVE on: %d actor key(s) admitted from %s", len(allowed), self.keys_dir / "authorized")
         return self
