@@ -528,5 +528,6 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     if not actors:
         raise ConfigError("actors must be at least 1")
     launcher = _plain(cfg.launcher)
+    launcher["dashboard_port"] = (cfg.get("dashboard") or {}).get("port", 0)
     return TrainPlan(run_dir, learner, task, pol, actors, launcher["start_timeout_s"],
                      launcher["shutdown_timeout_s"], actor_tasks, _plain(cfg.get("resources")) or {}, launcher)

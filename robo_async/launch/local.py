@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
 from hal.resources import Resource, acquire_needs, parse_needs
@@ -31,6 +32,9 @@ from robo_async.launch.wiring import with_addresses
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.supervisor import EventLog, RestartBudget, RestartPolicy
 from robo_async.learner.learner import LearnerConfig
+
+if TYPE_CHECKING:
+    from robo_async.dashboard.server import Dashboard
 
 
 class RunFailed(RuntimeError):
@@ -97,6 +101,25 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             lease.release()
 
 
+def start_dashboard(plan: TrainPlan, display: ProgressDisplay) -> "Dashboard | None":
+    """The live web page (`dashboard.port`; null: none), on loopback; its address is printed."""
+    port = plan.launcher.get("dashboard_port")
+    if port is None:
+        return None
+    from robo_async.dashboard.server import Dashboard
+
+    try:
+        dash = Dashboard(int(port)).start()
+    except (RuntimeError, OSError) as e:  # a busy port: the run goes on without the page
+        display.message(f"[yellow]dashboard not started: {e}[/]")
+        return None
+    dash.update(run={"name": plan.run_dir.name, "status": "running"})
+    (plan.run_dir / "dashboard.url").write_text(dash.url)
+    display.message(f"dashboard: {dash.url} (loopback; from another machine: ssh -L {dash.url.split(':')[-1]
+                    .strip('/')}:127.0.0.1:{dash.url.split(':')[-1].strip('/')} <this host>)")
+    return dash
+
+
 class _Learner:
     """One incarnation of the learner process, with its own queues (a process killed while
     writing to a multiprocessing queue can leave that queue unusable)."""
@@ -154,6 +177,8 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         return {"supervisor/learner_restarts": learner_budget.total,
                 "supervisor/actor_restarts": sum(b.total for b in actor_budgets.values())}
 
+    dash = start_dashboard(plan, display)
+    resources = {c.actor_id: plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors}
     try:
         deadline = time.monotonic() + plan.start_timeout_s
         addresses = None
@@ -188,6 +213,10 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                     if kind == "progress":
                         progress = {**payload, **restarts()}
                         display.update(progress)
+                        if dash is not None:
+                            dash.update(progress=progress)
+                    elif kind == "actors" and dash is not None:
+                        dash.update(actors={a: {**row, "resource": resources.get(a, "-")} for a, row in payload.items()})
                     elif kind == "done":
                         done = payload
                     elif kind == "ready":
@@ -274,6 +303,9 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             procs["learner"] = learner.proc
         _shutdown(procs, plan.shutdown_timeout_s, drain)
         drain()
+        if dash is not None:
+            dash.update(run={"name": plan.run_dir.name, "status": "ended"})
+            dash.close()
         if done is None and finals:
             done = finals[-1]
     if done is None:

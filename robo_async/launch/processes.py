@@ -61,7 +61,11 @@ def learner_main(cfg: LearnerConfig, stop: Event, status: Queue, errors: Queue, 
         learner = Learner(cfg)
         learner.open()
         status.put(("ready", learner.addresses))
-        done = learner_loop(learner, stop.is_set, lambda p: status.put(("progress", p)), report_s)
+        def report(p: dict) -> None:
+            status.put(("progress", p))
+            status.put(("actors", learner.actor_rows()))
+
+        done = learner_loop(learner, stop.is_set, report, report_s)
         status.put(("done", done))
     except Exception as e:  # report, then exit non-zero: the launcher names us and stops the run
         _fail("learner", errors, e)

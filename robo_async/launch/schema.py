@@ -117,6 +117,11 @@ class LauncherSchema:
 
 
 @dataclass
+class DashboardSchema:
+    port: int | None = 0
+
+
+@dataclass
 class TrainSchema:
     """`configs/train.yaml`; the groups (task, policy, algo, buffer, robot, teleop) are checked
     against their own schemas."""
@@ -141,6 +146,7 @@ class TrainSchema:
     eval_episodes: int = 20
     video: bool = False
     transport: TransportSchema = field(default_factory=TransportSchema)
+    dashboard: DashboardSchema = field(default_factory=DashboardSchema)
     actor: ActorSchema = field(default_factory=ActorSchema)
     learner: LearnerSchema = field(default_factory=LearnerSchema)
     safety: SafetySchema = field(default_factory=SafetySchema)

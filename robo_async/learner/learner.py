@@ -278,7 +278,7 @@ class Learner:
             else:
                 self.train_successes.append(msg.success)
         elif isinstance(msg, Heartbeat):
-            self.heartbeats[msg.actor_id] = dict(msg.meta)
+            self.heartbeats[msg.actor_id] = {**msg.meta, "env_steps": msg.env_steps, "policy_version": msg.policy_version}
         if actor is not None:
             self._heard[actor] = time.monotonic()
 
@@ -400,6 +400,15 @@ class Learner:
             out["charts/success_rate"] = float(np.mean(self.successes))
             out["charts/episodic_return"] = float(np.mean(self.returns))
         return out
+
+    def actor_rows(self) -> dict[int, dict[str, float]]:
+        """Per actor, its latest heartbeat figures (ticks, lateness, inference, control, unacked),
+        episodes and seconds since it was last heard from: the dashboard's actor table."""
+        now = time.monotonic()
+        keep = ("env_steps", "policy_version", "late_p99_ms", "missed_ticks", "infer_p50_ms", "infer_p95_ms",
+                "operator", "unacked", "estopped", "ticks_learner_away")
+        return {a: {**{k: h[k] for k in keep if k in h}, "episodes": self.episode_counts.get(a, 0),
+                    "heard_s": now - self._heard.get(a, now)} for a, h in self.heartbeats.items()}
 
     def _commit_interval_ms(self) -> float:
         t = self.store.commit_times[-100:]

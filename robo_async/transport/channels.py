@@ -20,7 +20,7 @@ import zmq
 from collections.abc import Callable
 
 from robo_async.transport.curve import LearnerAuth, actor_of
-from robo_async.transport.weights import Assembler, PushConfig, encode_push
+from robo_async.transport.weights import Assembler, PushConfig, encode_push, keyframe_of
 from robo_async.transport.wire import LearnerStatus, Message, WeightPart, Weights, WireError, decode, encode
 
 Secure = Callable[[zmq.Socket], None]  # sets a socket's CURVE keys before it binds or connects
@@ -207,7 +207,7 @@ class WeightPublisher:
                 parts, tx, keyframe = encode_push(weights.version, weights.arrays, weights.architecture, self.push, key)
                 latest = [encode(p) for p in parts]
                 if keyframe:
-                    key, key_frames = (weights.version, tx), latest
+                    key, key_frames = keyframe_of(weights.version, parts, tx), latest
                 queue = deque(latest)
                 started = t_pub
                 self.push_bytes = sum(a.nbytes for p in parts for a in p.arrays.values())

@@ -64,23 +64,27 @@ def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, n
 
 
 def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
-                key: tuple[int, dict[str, np.ndarray]] | None = None
-                ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
-    """(parts, transmitted arrays, is_keyframe). `key` is (version, transmitted arrays) of the last
-    keyframe; a delta is made against it when cfg.delta and it is recent and has the same arrays."""
+                key: tuple | None = None) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
+    """(parts, transmitted arrays, is_keyframe). `key` is (version, transmitted arrays[, crcs]) of
+    the last keyframe; a delta is made against it when cfg.delta and it is recent and has the same
+    arrays. Use `keyframe_of(parts, tx)` for the next call's `key` after a keyframe."""
     tx = transmitted(arrays, cfg.precision)
-    manifest = tuple((k, tuple(a.shape), a.dtype.name, crc(a)) for k, a in tx.items())
     delta = (cfg.delta and key is not None and version - key[0] < cfg.keyframe_every
              and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: (a.shape, a.dtype) for k, a in tx.items()})
+    same = {k for k, a in tx.items() if delta and np.array_equal(a, key[1][k])} if key is not None else set()
+    sums = key[2] if delta and key is not None and len(key) > 2 else {}  # type: ignore[misc]
+    # crc32 of every array as transmitted; an unchanged array keeps its keyframe's (not recomputed)
+    manifest = tuple((k, tuple(a.shape), a.dtype.name, sums[k] if k in same and k in sums else crc(a))
+                     for k, a in tx.items())
     pieces: list[tuple[str, np.ndarray]] = []
     step = max(1, int(cfg.part_mb * 2**20))
     for k, a in tx.items():
         flat = a.reshape(-1)
         if delta:
             assert key is not None
-            changed = np.flatnonzero(flat != key[1][k].reshape(-1))
-            if len(changed) == 0:
+            if k in same:
                 continue
+            changed = np.flatnonzero(flat != key[1][k].reshape(-1))
             if len(changed) < cfg.sparse_below * flat.size:
                 per = max(1, step // (8 + a.itemsize))
                 for lo in range(0, len(changed), per):
@@ -104,12 +108,17 @@ def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: st
     return parts, tx, not delta
 
 
+def keyframe_of(version: int, parts: list[WeightPart], tx: dict[str, np.ndarray]) -> tuple:
+    """(version, transmitted arrays, crc per array): what deltas are made against."""
+    return version, tx, {n: c for n, _, _, c in parts[0].manifest}
+
+
 class Assembler:
     """Actor side: parts -> verified Weights (float32 back from fp16). Keeps the newest keyframe
     (as transmitted) so deltas against it can be applied; bounded: one push in progress."""
 
     def __init__(self) -> None:
-        self._key: tuple[int, dict[str, np.ndarray]] | None = None
+        self._key: tuple[int, dict[str, np.ndarray], dict[str, int]] | None = None  # version, arrays, crcs
         self._cur: dict | None = None  # the push being assembled
         self.bad = 0  # pushes refused (checksum, manifest, pieces that do not fit)
         self.missing_base = 0  # deltas against a keyframe this actor does not hold
@@ -128,16 +137,16 @@ class Assembler:
                 raise WireError("weights part 0 carries no manifest")
             bufs = {}
             for name, shape, dtype, _ in p.manifest:
-                if p.base >= 0:
+                if p.base >= 0:  # a delta: untouched arrays are the (verified) keyframe's, shared
                     src = self._key[1].get(name) if self._key is not None else None
                     if src is None or src.shape != shape or src.dtype.name != dtype:
                         self.missing_base += 1
                         self._cur = None
                         return None
-                    bufs[name] = src.copy()
+                    bufs[name] = src
                 else:
                     bufs[name] = np.empty(shape, dtype)
-            self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(),
+            self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(), "touched": set(),
                                "manifest": p.manifest, "bufs": bufs, "precision": p.precision,
                                "architecture": p.architecture}
         elif cur is None or cur["version"] != p.version or cur["base"] != p.base:
@@ -145,6 +154,12 @@ class Assembler:
         if p.parts != cur["parts"] or p.part in cur["got"]:
             return None
         try:
+            if cur["base"] >= 0:  # copy a keyframe array before its first change (the keyframe stays intact)
+                for name in p.arrays:
+                    k = name.partition(":")[2].rpartition(":")[0]
+                    if k not in cur["touched"] and k in cur["bufs"]:
+                        cur["bufs"][k] = cur["bufs"][k].copy()
+                        cur["touched"].add(k)
             self._apply(cur["bufs"], p.arrays)
         except (ValueError, KeyError, IndexError) as e:
             self.bad += 1
@@ -155,13 +170,18 @@ class Assembler:
         if len(cur["got"]) < cur["parts"]:
             return None
         self._cur = None
-        bad = [n for n, _, _, c in cur["manifest"] if crc(cur["bufs"][n]) != c]
+        check = cur["touched"] if cur["base"] >= 0 else set(cur["bufs"])  # a keyframe: all; a delta: what changed
+        bad = [n for n, _, _, c in cur["manifest"] if n in check and crc(cur["bufs"][n]) != c]
+        if cur["base"] >= 0 and self._key is not None:  # an untouched array must be the keyframe's as sent now
+            key_sums = self._key[2]
+            bad += [n for n, _, _, c in cur["manifest"] if n not in check and key_sums.get(n) != c]
         if bad:
             self.bad += 1
             log.warning("weights v%d refused: checksum mismatch in %s", p.version, bad[:5])
             return None
         if cur["base"] < 0:
-            self._key = (cur["version"], {k: v.copy() for k, v in cur["bufs"].items()})
+            self._key = (cur["version"], {k: v.copy() for k, v in cur["bufs"].items()},
+                         {n: c for n, _, _, c in cur["manifest"]})
         self.completed += 1
         arrays = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in cur["bufs"].items()}
         return Weights(cur["version"], arrays, cur["architecture"])

@@ -1,0 +1,128 @@
+"""The live dashboard: a web page served by the run's launcher (aiohttp, server-sent events).
+
+It shows the learner's progress (updates/s, losses, versions and lag, buffer sizes and free disk,
+restarts) and one row per actor (its robot or simulator and lease, ticks, tick lateness and
+missed ticks, inference latency, who is in control, unacked data, its policy version). The page
+subscribes to `/events` (one JSON state every `every_s`); `/state` returns the same JSON once.
+
+It binds loopback only: on a remote learner, open it through SSH
+(`ssh -L 8765:127.0.0.1:8765 learner-host`, then http://127.0.0.1:8765), so nothing but an
+authenticated SSH session reaches it.
+
+    dash = Dashboard(port=8765).start()     # a thread with its own event loop
+    dash.update(progress=..., actors=..., run={...})   # from the launcher, as reports arrive
+    dash.url; dash.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+PAGE = Path(__file__).with_name("page.html")
+
+
+def _clean(x: object) -> object:
+    """JSON-safe: NaN/inf become None, numpy scalars plain."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item"):
+        x = x.item()  # type: ignore[union-attr]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+class Dashboard:
+    def __init__(self, port: int = 0, every_s: float = 0.5) -> None:
+        self.port = port
+        self.every_s = every_s
+        self._state: dict = {"run": {}, "progress": {}, "actors": {}, "t": 0.0}
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+        self.error: BaseException | None = None
+
+    def update(self, **parts: object) -> None:
+        with self._lock:
+            for k, v in parts.items():
+                self._state[k] = _clean(v)
+            self._state["t"] = time.time()
+
+    def state(self) -> dict:
+        with self._lock:
+            return dict(self._state)
+
+    def start(self) -> "Dashboard":
+        self._thread = threading.Thread(target=self._run, name="dashboard", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30) or self.error is not None:
+            raise RuntimeError(f"the dashboard did not start: {self.error}")
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:  # noqa: BLE001 - reported by start() or logged
+            self.error = e
+            self._ready.set()
+            log.error("dashboard stopped: %s: %s", type(e).__name__, e)
+
+    async def _serve(self) -> None:
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/", self._page)
+        app.router.add_get("/state", self._json)
+        app.router.add_get("/events", self._events)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self.port)  # loopback only: reach it through SSH
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    async def _page(self, request):  # noqa: ANN001, ANN202 - aiohttp handler
+        from aiohttp import web
+
+        return web.Response(text=PAGE.read_text(), content_type="text/html")
+
+    async def _json(self, request):  # noqa: ANN001, ANN202
+        from aiohttp import web
+
+        return web.json_response(self.state())
+
+    async def _events(self, request):  # noqa: ANN001, ANN202
+        from aiohttp import web
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        try:
+            while not self._stop.is_set():
+                await resp.write(f"data: {json.dumps(self.state())}\n\n".encode())
+                await asyncio.sleep(self.every_s)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return resp
+
+    def close(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(10)
