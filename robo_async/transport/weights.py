@@ -179,9 +179,10 @@ class Assembler:
             self.bad += 1
             log.warning("weights v%d refused: checksum mismatch in %s", p.version, bad[:5])
             return None
+        for v in cur["bufs"].values():  # shared with the keyframe and the policy's loader: read-only
+            v.flags.writeable = False
         if cur["base"] < 0:
-            self._key = (cur["version"], {k: v.copy() for k, v in cur["bufs"].items()},
-                         {n: c for n, _, _, c in cur["manifest"]})
+            self._key = (cur["version"], cur["bufs"], {n: c for n, _, _, c in cur["manifest"]})
         self.completed += 1
         arrays = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in cur["bufs"].items()}
         return Weights(cur["version"], arrays, cur["architecture"])
