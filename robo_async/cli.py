@@ -27,6 +27,7 @@ commands:
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
   bench buffer                         replay store: ingest, sample latency, recovery, crash trials
   bench multi-actor [seconds=30]       env steps/s and updates/s with 1, 2, 4 actors; lease latency
+  bench weight-push [sizes_mb=4,40,400,2048]   weight pushes: full, fp16, delta, CURVE, against raw ZMQ
   bench async-inference [episodes=5]   sync vs async chunk inference at 0-300 ms latency: speed, reaction, jitter
 """
 
