@@ -161,9 +161,31 @@ def _resources(args: dict[str, str]) -> int:
     from hal.leases import LeaseManager
     from hal.resources import InventoryError, discover
 
-    unknown = set(args) - {"inventory", "sims", "ray"}
+    unknown = set(args) - {"inventory", "sims", "ray", "fleet", "address"}
     if unknown:
-        raise UserError(f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,... ray=true")
+        raise UserError(f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,... ray=true "
+                        f"fleet=true [address=<ray head>]")
+    if args.get("fleet", "false") == "true":
+        import datetime as dt
+
+        import ray
+
+        from robo_async.launch.fleet import fleet_table
+
+        address = args.get("address", "auto")
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
+        except (ConnectionError, RuntimeError) as e:
+            raise UserError(f"no Ray cluster at {address}: {e}") from None
+        table = fleet_table()
+        print(f"fleet leases (the lease authority of the Ray cluster at {address}):")
+        if not table:
+            print("  no leases held, nobody waiting")
+        for rid, row in table.items():
+            since = dt.datetime.fromtimestamp(row["since"]).isoformat(timespec="seconds") if row["since"] else "-"
+            print(f"  {rid:<36}held by {row['holder'] or '-'} since {since}; waiting: "
+                  f"{', '.join(row['waiting']) or 'nobody'}")
+        ray.shutdown()
     sims = {}
     for part in filter(None, args.get("sims", "reach:1").split(",")):
         task, _, n = part.partition(":")

@@ -16,11 +16,15 @@ import json
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from robo_async.launch.builders import PolicyArgs, TaskArgs, TrainPlan
 from robo_async.launch.local import RunFailed, RunResult
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.learner.learner import LearnerConfig
+
+if TYPE_CHECKING:
+    from robo_async.launch.supervisor import EventLog, RestartPolicy
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +114,8 @@ def _start_learner(cfg: LearnerConfig, opts: dict, gpus: int, node: str | None, 
 def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     import ray
 
-    from robo_async.launch.local import _restart_config
-    from robo_async.launch.supervisor import EventLog, RestartBudget, RestartPolicy
-    from robo_async.launch.wiring import with_addresses
+    from hal.leases import LeaseHeld
+    from robo_async.launch.supervisor import EventLog, RestartPolicy
 
     opts = plan.launcher
     try:
@@ -131,117 +134,143 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                      include_dashboard=False, log_to_driver=False)
         started = True
     try:
-        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        learner, ((data, weights), bound, node, pid) = _start_learner(plan.learner, opts, gpus, None,
-                                                                      plan.start_timeout_s)
-        pids = plan.run_dir / "processes.json"
-        pids.write_text(json.dumps({"learner": pid}))
-        learner_budget = RestartBudget("the learner", policy)
-        run_ref = learner.run.remote()
-        task_fn = ray.remote(max_retries=0)(ray_actor_task)  # restarts are ours: budgeted, logged
-        refs = {}
-        budgets = {c.actor_id: RestartBudget(f"actor {c.actor_id}", policy) for c in plan.actors}
+        from robo_async.launch.fleet import FleetLeases
 
-        def submit(cfg) -> None:
-            t = plan.task_of(cfg.actor_id)
-            rid = t.resource_id(cfg.actor_id)
-            resources = {rid: 1} if t.robot is not None else {}
-            refs[task_fn.options(num_cpus=float(opts.get("actor_num_cpus", 0.5)), resources=resources).remote(
-                t, plan.policy, with_addresses(cfg, data, weights), rid, plan.leases, plan.run_dir.name)] = cfg
-
-        for cfg in plan.actors:
-            submit(cfg)
-        progress: dict[str, float] = {}
-        interrupted = False
-        all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
-        stopping = False  # an actor ended cleanly: the learner said it is stopping
-        done = None
-
-        def restarts() -> dict[str, float]:
-            return {"supervisor/learner_restarts": learner_budget.total,
-                    "supervisor/actor_restarts": sum(b.total for b in budgets.values())}
-
+        # the cluster's lease authority: this job's robots, all or nothing, first come first served
         try:
-            while done is None:
-                why = None
-                if ray.wait([run_ref], timeout=0.5)[0]:
-                    try:
-                        done = ray.get(run_ref)
-                        break
-                    except Exception as e:  # the learner's process died or its loop raised
-                        why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-                else:
-                    try:
-                        got, age = ray.get(learner.progress.remote(), timeout=policy.liveness_s)
-                        if age > policy.liveness_s:
-                            why = f"no report for {age:.0f} s (launcher.supervise.liveness_s)"
-                        elif got:
-                            progress = {**got, **restarts()}
-                            display.update(progress)
-                    except ray.exceptions.GetTimeoutError:
-                        why = f"no answer for {policy.liveness_s:.0f} s (launcher.supervise.liveness_s)"
-                    except ray.exceptions.RayActorError as e:
-                        why = str(e).strip().splitlines()[-1]
-                if why is not None:  # restart the learner where it ran, on the same addresses
-                    ray.kill(learner)
-                    events.write("failed", "learner", why=why)
-                    delay = learner_budget.next_delay(time.monotonic())
-                    if delay is None:
-                        raise RunFailed(learner_budget.exhausted(why))
-                    learner_budget.record(time.monotonic(), why)
-                    display.message(f"[red]the learner failed: {why}; restarting it in {delay:.0f} s from its last "
-                                    f"checkpoint and the store (restart {learner_budget.total})[/]")
-                    time.sleep(delay)
-                    cfg = _restart_config(plan.learner, bound, learner_budget.total)
-                    learner, (_, _, _, pid) = _start_learner(cfg, opts, gpus, node, plan.start_timeout_s)
-                    run_ref = learner.run.remote()
-                    pids.write_text(json.dumps({"learner": pid}))
-                    events.write("ready", "learner", pid=pid, restart=learner_budget.total)
-                    display.message("[green]the learner is back[/]")
-                if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
-                    learner.stop.remote()  # every actor ended and the learner has not: stop it
-                    all_done_at = float("inf")
-                finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-                for ref in finished:
-                    cfg = refs.pop(ref)
-                    who = f"actor {cfg.actor_id}"
-                    try:
-                        clean, msg = ray.get(ref)
-                    except Exception as e:  # it crashed (or its worker died): restart it, within budget
-                        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-                        events.write("failed", who, why=msg)
-                        if stopping:
-                            continue
-                        delay = budgets[cfg.actor_id].next_delay(time.monotonic())
-                        if delay is None:
-                            learner.stop.remote()
-                            raise RunFailed(budgets[cfg.actor_id].exhausted(msg)) from None
-                        budgets[cfg.actor_id].record(time.monotonic(), msg)
-                        display.message(f"[red]{who} failed on Ray: {msg}; restarting it in {delay:.0f} s[/]")
-                        time.sleep(delay)
-                        submit(cfg)
-                        events.write("restarted", who, restart=budgets[cfg.actor_id].total)
-                        continue
-                    if clean or (stopping and not refs):  # the learner is stopping: its result follows
-                        stopping = True
-                        if not refs and all_done_at is None:
-                            all_done_at = time.monotonic()
-                        continue
-                    events.write("failed", who, why=msg)
-                    display.message(f"[red]{who}: {msg}; continuing with {len(refs)} actor(s)[/]")
-                    if not refs:
-                        learner.stop.remote()
-                        raise RunFailed(f"{who}: {msg}; no robots left, stopping the run")
-        except KeyboardInterrupt:
-            interrupted = True
-            learner.stop.remote()
-        if done is None:
-            done = ray.get(run_ref, timeout=plan.shutdown_timeout_s + 60)
-        if refs:  # actors end when the learner says it is stopping
-            _, late = ray.wait(list(refs), num_returns=len(refs), timeout=plan.shutdown_timeout_s)
-            for ref in late:
-                ray.cancel(ref, force=True)
-        return RunResult(done.pop("reason"), done.pop("checkpoint"), {**done, **restarts()}, interrupted)
+            fleet = FleetLeases(sorted(robot_ids), plan.run_dir.name, float(plan.leases.get("wait_s") or 0),
+                                say=display.message).__enter__()
+        except LeaseHeld as e:
+            raise RunFailed(str(e)) from None
+        try:
+            return _run_on_ray(plan, display, opts, policy, events)
+        finally:
+            fleet.__exit__(None, None, None)
+            if fleet.resources:
+                (plan.run_dir / "fleet.json").write_text(json.dumps(
+                    {"resources": fleet.resources, "waited_s": fleet.waited_s, "granted": fleet.granted,
+                     "released": fleet.released}))
     finally:
         if started:
             ray.shutdown()
+
+
+def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "RestartPolicy",
+                events: "EventLog") -> RunResult:
+    import ray
+
+    from robo_async.launch.local import _restart_config
+    from robo_async.launch.supervisor import RestartBudget
+    from robo_async.launch.wiring import with_addresses
+
+    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    learner, ((data, weights), bound, node, pid) = _start_learner(plan.learner, opts, gpus, None,
+                                                                  plan.start_timeout_s)
+    pids = plan.run_dir / "processes.json"
+    pids.write_text(json.dumps({"learner": pid}))
+    learner_budget = RestartBudget("the learner", policy)
+    run_ref = learner.run.remote()
+    task_fn = ray.remote(max_retries=0)(ray_actor_task)  # restarts are ours: budgeted, logged
+    refs = {}
+    budgets = {c.actor_id: RestartBudget(f"actor {c.actor_id}", policy) for c in plan.actors}
+
+    def submit(cfg) -> None:
+        t = plan.task_of(cfg.actor_id)
+        rid = t.resource_id(cfg.actor_id)
+        resources = {rid: 1} if t.robot is not None else {}
+        refs[task_fn.options(num_cpus=float(opts.get("actor_num_cpus", 0.5)), resources=resources).remote(
+            t, plan.policy, with_addresses(cfg, data, weights), rid, plan.leases, plan.run_dir.name)] = cfg
+
+    for cfg in plan.actors:
+        submit(cfg)
+    progress: dict[str, float] = {}
+    interrupted = False
+    all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
+    stopping = False  # an actor ended cleanly: the learner said it is stopping
+    done = None
+
+    def restarts() -> dict[str, float]:
+        return {"supervisor/learner_restarts": learner_budget.total,
+                "supervisor/actor_restarts": sum(b.total for b in budgets.values())}
+
+    try:
+        while done is None:
+            why = None
+            if ray.wait([run_ref], timeout=0.5)[0]:
+                try:
+                    done = ray.get(run_ref)
+                    break
+                except Exception as e:  # the learner's process died or its loop raised
+                    why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            else:
+                try:
+                    got, age = ray.get(learner.progress.remote(), timeout=policy.liveness_s)
+                    if age > policy.liveness_s:
+                        why = f"no report for {age:.0f} s (launcher.supervise.liveness_s)"
+                    elif got:
+                        progress = {**got, **restarts()}
+                        display.update(progress)
+                except ray.exceptions.GetTimeoutError:
+                    why = f"no answer for {policy.liveness_s:.0f} s (launcher.supervise.liveness_s)"
+                except ray.exceptions.RayActorError as e:
+                    why = str(e).strip().splitlines()[-1]
+            if why is not None:  # restart the learner where it ran, on the same addresses
+                ray.kill(learner)
+                events.write("failed", "learner", why=why)
+                delay = learner_budget.next_delay(time.monotonic())
+                if delay is None:
+                    raise RunFailed(learner_budget.exhausted(why))
+                learner_budget.record(time.monotonic(), why)
+                display.message(f"[red]the learner failed: {why}; restarting it in {delay:.0f} s from its last "
+                                f"checkpoint and the store (restart {learner_budget.total})[/]")
+                time.sleep(delay)
+                cfg = _restart_config(plan.learner, bound, learner_budget.total)
+                learner, (_, _, _, pid) = _start_learner(cfg, opts, gpus, node, plan.start_timeout_s)
+                run_ref = learner.run.remote()
+                pids.write_text(json.dumps({"learner": pid}))
+                events.write("ready", "learner", pid=pid, restart=learner_budget.total)
+                display.message("[green]the learner is back[/]")
+            if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
+                learner.stop.remote()  # every actor ended and the learner has not: stop it
+                all_done_at = float("inf")
+            finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in finished:
+                cfg = refs.pop(ref)
+                who = f"actor {cfg.actor_id}"
+                try:
+                    clean, msg = ray.get(ref)
+                except Exception as e:  # it crashed (or its worker died): restart it, within budget
+                    msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                    events.write("failed", who, why=msg)
+                    if stopping:
+                        continue
+                    delay = budgets[cfg.actor_id].next_delay(time.monotonic())
+                    if delay is None:
+                        learner.stop.remote()
+                        raise RunFailed(budgets[cfg.actor_id].exhausted(msg)) from None
+                    budgets[cfg.actor_id].record(time.monotonic(), msg)
+                    display.message(f"[red]{who} failed on Ray: {msg}; restarting it in {delay:.0f} s[/]")
+                    time.sleep(delay)
+                    submit(cfg)
+                    events.write("restarted", who, restart=budgets[cfg.actor_id].total)
+                    continue
+                if clean or (stopping and not refs):  # the learner is stopping: its result follows
+                    stopping = True
+                    if not refs and all_done_at is None:
+                        all_done_at = time.monotonic()
+                    continue
+                events.write("failed", who, why=msg)
+                display.message(f"[red]{who}: {msg}; continuing with {len(refs)} actor(s)[/]")
+                if not refs:
+                    learner.stop.remote()
+                    raise RunFailed(f"{who}: {msg}; no robots left, stopping the run")
+    except KeyboardInterrupt:
+        interrupted = True
+        learner.stop.remote()
+    if done is None:
+        done = ray.get(run_ref, timeout=plan.shutdown_timeout_s + 60)
+    if refs:  # actors end when the learner says it is stopping
+        _, late = ray.wait(list(refs), num_returns=len(refs), timeout=plan.shutdown_timeout_s)
+        for ref in late:
+            ray.cancel(ref, force=True)
+    return RunResult(done.pop("reason"), done.pop("checkpoint"), {**done, **restarts()}, interrupted)
