@@ -28,6 +28,7 @@ commands:
   bench buffer                         replay store: ingest, sample latency, recovery, crash trials
   bench multi-actor [seconds=30]       env steps/s and updates/s with 1, 2, 4 actors; lease latency
   bench weight-push [sizes_mb=4,40,400,2048]   weight pushes: full, fp16, delta, CURVE, against raw ZMQ
+  bench soak [minutes=20] [actors=4]   a job under chaos (kill -9, cut links): lost/duplicated rows, recovery, RSS
   bench async-inference [episodes=5]   sync vs async chunk inference at 0-300 ms latency: speed, reaction, jitter
 """
 

@@ -74,6 +74,17 @@ def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
         client.close()
 
 
+def _await_ready(ping, answers: mp.Queue) -> None:  # noqa: ANN001 - a callable
+    """Ping until the receiver says its subscription is live (PUB/SUB drops what comes before)."""
+    while True:
+        ping()
+        try:
+            if answers.get(timeout=0.01)[0] == "ready":
+                return
+        except Exception:  # noqa: BLE001 - queue.Empty
+            continue
+
+
 def _raw_push(arrays: dict[str, np.ndarray], cmds: mp.Queue, answers: mp.Queue) -> float:
     import zmq
 
@@ -81,13 +92,7 @@ def _raw_push(arrays: dict[str, np.ndarray], cmds: mp.Queue, answers: mp.Queue) 
     pub = ctx.socket(zmq.PUB)
     port = pub.bind_to_random_port("tcp://127.0.0.1")
     cmds.put(("raw", f"tcp://127.0.0.1:{port}", None, ()))
-    while True:
-        pub.send_multipart([b"ping"])
-        try:
-            if answers.get(timeout=0.01)[0] == "ready":
-                break
-        except Exception:  # noqa: BLE001 - queue.Empty
-            continue
+    _await_ready(lambda: pub.send_multipart([b"ping"]), answers)
     t0 = time.monotonic()
     pub.send_multipart([b"data" + b"\0" * 60, *(memoryview(a).cast("B") for a in arrays.values())], copy=False)
     t = answers.get(timeout=600)[1] - t0
@@ -110,13 +115,7 @@ def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: 
                           push=PushConfig(precision=precision, delta=delta))
     try:
         cmds.put(("ours", pub.address, str(keys) if keys else None, (1, 2) if delta else (1,)))
-        while True:
-            pub.publish_status(LearnerStatus(0, 0, 0, 0))
-            try:
-                if answers.get(timeout=0.01)[0] == "ready":
-                    break
-            except Exception:  # noqa: BLE001 - queue.Empty
-                continue
+        _await_ready(lambda: pub.publish_status(LearnerStatus(0, 0, 0, 0)), answers)
         t0 = time.monotonic()
         pub.publish(Weights(1, arrays, "bench"))
         t = answers.get(timeout=900)[1] - t0

@@ -30,15 +30,11 @@ from robo_async.launch.builders import TrainPlan
 from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main
 from robo_async.launch.wiring import with_addresses
 from robo_async.launch.progress import ProgressDisplay
-from robo_async.launch.supervisor import EventLog, RestartBudget, RestartPolicy
+from robo_async.launch.supervisor import EventLog, RestartBudget, RestartPolicy, RunFailed
 from robo_async.learner.learner import LearnerConfig
 
 if TYPE_CHECKING:
     from robo_async.dashboard.server import Dashboard
-
-
-class RunFailed(RuntimeError):
-    pass
 
 
 @dataclass
@@ -194,6 +190,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             if time.monotonic() > deadline:
                 raise RunFailed(f"the learner did not start within {plan.start_timeout_s:.0f} s")
         learner.ready = True
+        (plan.run_dir / "addresses.json").write_text(json.dumps(list(addresses)))  # data, weights
         by_id = {cfg.actor_id: cfg for cfg in plan.actors}
         for cfg in plan.actors:
             start_actor(cfg, addresses)
@@ -235,11 +232,8 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                     if alive:
                         learner.proc.kill()
                         learner.proc.join(5.0)
-                    delay = learner_budget.next_delay(now)
                     events.write("failed", "learner", pid=learner.proc.pid, why=why)
-                    if delay is None:
-                        raise RunFailed(learner_budget.exhausted(why))
-                    learner_budget.record(now, why)
+                    delay = learner_budget.claim(why)
                     display.message(f"[red]the learner (pid {learner.proc.pid}) failed: {why}; restarting it in "
                                     f"{delay:.0f} s from its last checkpoint and the store "
                                     f"(restart {learner_budget.total}); actors keep their robots meanwhile[/]")
@@ -270,10 +264,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                 if stopping:
                     continue
                 budget = actor_budgets[aid]
-                delay = budget.next_delay(time.monotonic())
-                if delay is None:
-                    raise RunFailed(budget.exhausted(why))
-                budget.record(time.monotonic(), why)
+                delay = budget.claim(why)
                 display.message(f"[red]{who} (pid {p.pid}) died: {why}; restarting it in {delay:.0f} s "
                                 f"(restart {budget.total}); it resends what it journaled[/]")
                 pending[who] = time.monotonic() + delay

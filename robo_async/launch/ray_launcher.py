@@ -217,10 +217,7 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
             if why is not None:  # restart the learner where it ran, on the same addresses
                 ray.kill(learner)
                 events.write("failed", "learner", why=why)
-                delay = learner_budget.next_delay(time.monotonic())
-                if delay is None:
-                    raise RunFailed(learner_budget.exhausted(why))
-                learner_budget.record(time.monotonic(), why)
+                delay = learner_budget.claim(why)
                 display.message(f"[red]the learner failed: {why}; restarting it in {delay:.0f} s from its last "
                                 f"checkpoint and the store (restart {learner_budget.total})[/]")
                 time.sleep(delay)
@@ -244,11 +241,11 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
                     events.write("failed", who, why=msg)
                     if stopping:
                         continue
-                    delay = budgets[cfg.actor_id].next_delay(time.monotonic())
-                    if delay is None:
+                    try:
+                        delay = budgets[cfg.actor_id].claim(msg)
+                    except RunFailed:
                         learner.stop.remote()
-                        raise RunFailed(budgets[cfg.actor_id].exhausted(msg)) from None
-                    budgets[cfg.actor_id].record(time.monotonic(), msg)
+                        raise
                     display.message(f"[red]{who} failed on Ray: {msg}; restarting it in {delay:.0f} s[/]")
                     time.sleep(delay)
                     submit(cfg)

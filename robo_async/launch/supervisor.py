@@ -48,6 +48,10 @@ class RestartPolicy:
         return p
 
 
+class RunFailed(RuntimeError):
+    """The run stops: what failed, said in one line."""
+
+
 class RestartBudget:
     """Restart bookkeeping of one process (bounded: only restarts inside the window are kept)."""
 
@@ -71,6 +75,15 @@ class RestartBudget:
         self._recent.append(now)
         self.total += 1
         self.last_why = why
+
+    def claim(self, why: str) -> float:
+        """Record a restart for `why` and return the wait before it; RunFailed when the budget is spent."""
+        now = time.monotonic()
+        delay = self.next_delay(now)
+        if delay is None:
+            raise RunFailed(self.exhausted(why))
+        self.record(now, why)
+        return delay
 
     def exhausted(self, why: str) -> str:
         p = self.policy

@@ -1,0 +1,164 @@
+"""`robo-async bench soak`: a training job with real-time actors (local launcher, its own
+processes) under chaos for `minutes`: random `kill -9` of the learner and of actors, and TCP
+connections between actors and the learner cut (`ss -K`, where the kernel allows it). At the end
+every actor's seqs in the store are checked: lost (gaps) and duplicated; recoveries are read from
+`supervisor.jsonl`; each process's RSS is sampled every few seconds and its slope fitted.
+
+    robo-async bench soak [minutes=20] [actors=4] [every_s=45] [dir=...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from robo_async.bench import register
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _children_rss(pid: int) -> float:
+    """RSS of a process plus its children (an actor's inference or a learner's helpers)."""
+    total = _rss_mb(pid) or 0.0
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return total + sum(_rss_mb(int(k)) or 0.0 for k in kids)
+
+
+def _cut_connections(port: int) -> bool:
+    """Kill the TCP sockets on a learner port (actors see a dropped link and reconnect)."""
+    res = subprocess.run(["ss", "-K", f"( sport = :{port} or dport = :{port} )"], capture_output=True, text=True)
+    return res.returncode == 0
+
+
+@register("soak")
+def bench_soak(args: dict[str, str]) -> int:
+    minutes = float(args.get("minutes", 20))
+    actors = int(args.get("actors", 4))
+    every_s = float(args.get("every_s", 45))
+    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="soak-"))
+    run_dir = root / "run"
+    rng = random.Random(int(args.get("seed", 0)))
+    cmd = [sys.executable, "-m", "robo_async.cli", "train", f"run_dir={run_dir}", f"actors={actors}",
+           "task.realtime=true", f"budget.seconds={minutes * 60:.0f}", "stop_at_success=null", "eval_episodes=0",
+           "launcher.supervise.restarts=1000", "launcher.supervise.backoff_s=0.5", "launcher.supervise.max_backoff_s=2",
+           "learner.checkpoint_every_s=10", "policy.hidden=[64,64]", "algo.hidden=[64,64]", "algo.batch_size=64",
+           "dashboard.port=null"]
+    print(f"soak: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s; run in {run_dir}",
+          flush=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids_file = run_dir / "processes.json"
+    t0 = time.monotonic()
+    while not pids_file.exists() and proc.poll() is None and time.monotonic() - t0 < 180:
+        time.sleep(0.5)
+    rss: dict[str, list[tuple[float, float]]] = {}  # "<who> pid" -> [(hours, MB)]
+    chaos: list[dict] = []
+    cuts_ok = None
+    next_chaos = time.monotonic() + every_s * rng.uniform(0.5, 1.5)
+    next_rss = time.monotonic()
+    end = t0 + minutes * 60
+    while proc.poll() is None and time.monotonic() < end + 120:
+        now = time.monotonic()
+        try:
+            pids = json.loads(pids_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            pids = {}
+        if now >= next_rss:
+            next_rss = now + 5
+            for who, pid in pids.items():
+                mb = _children_rss(pid)
+                if mb:
+                    rss.setdefault(f"{who} {pid}", []).append(((now - t0) / 3600, mb))
+        if now >= next_chaos and now < end - 60:
+            next_chaos = now + every_s * rng.uniform(0.5, 1.5)
+            action = rng.choice(["kill learner", "kill actor", "cut links"])
+            who = "learner" if action != "kill actor" else rng.choice([w for w in pids if w != "learner"] or ["learner"])
+            ev = {"t": round(now - t0, 1), "action": action, "who": who}
+            if action == "cut links":
+                try:
+                    port = int(json.loads((run_dir / "addresses.json").read_text())[0].rsplit(":", 1)[1])
+                except (OSError, ValueError, IndexError, json.JSONDecodeError):
+                    port = 0
+                ok = bool(port) and _cut_connections(port)
+                cuts_ok = ok if cuts_ok is None else (cuts_ok or ok)
+                ev["done"] = ok
+            elif who in pids:
+                try:
+                    os.kill(pids[who], signal.SIGKILL)
+                    ev["done"] = True
+                except ProcessLookupError:
+                    ev["done"] = False
+            chaos.append(ev)
+            print(f"  t={ev['t']:>6.0f} s  {action} ({who}): {'done' if ev.get('done') else 'not possible'}",
+                  flush=True)
+        time.sleep(0.5)
+    out, _ = proc.communicate(timeout=300)
+    (root / "train.log").write_text(out)
+
+    from robo_async.buffer.lmdb_store import PersistentReplayStore
+    from robo_async.launch.supervisor import read_events
+    from robo_async.learner.metrics import read_metrics
+
+    store = PersistentReplayStore(run_dir / "replay").open(readonly=True)
+    seqs: dict[int, list[int]] = {}
+    for _, a, q, _ in store.records("online"):
+        seqs.setdefault(a, []).append(q)
+    store.close()
+    stored = sum(len(v) for v in seqs.values())
+    duplicated = sum(len(v) - len(set(v)) for v in seqs.values())
+    produced = sum(max(v) + 1 for v in seqs.values() if v)  # every seq below an actor's newest was produced
+    lost = produced - (stored - duplicated)
+    events = read_events(run_dir)
+    recover = []
+    for i, e in enumerate(events):
+        if e["event"] == "failed" and e["who"] == "learner":
+            back = next((x for x in events[i + 1:] if x["event"] == "ready" and x["who"] == "learner"), None)
+            if back is not None:
+                recover.append(back["t"] - e["t"])
+    restarts = sum(e["event"] in ("restarted",) for e in events)
+    rows = read_metrics(run_dir)
+    missed = max((r.get("actors/missed_ticks", 0) for r in rows), default=0)
+    slopes = {}
+    for key, series in rss.items():
+        if len(series) >= 6 and series[-1][0] - series[0][0] > 2 / 60:
+            h, mb = np.array(series).T
+            half = len(h) // 3  # skip the warm-up third (imports, caches filling)
+            slopes[key] = float(np.polyfit(h[half:], mb[half:], 1)[0])
+    print(f"{'produced':>10}{'stored':>10}{'lost':>6}{'dup':>6}{'restarts':>10}{'recover mean/max s':>20}"
+          f"{'missed ticks':>14}{'RSS slope max MB/h':>20}")
+    print(f"{produced:>10,}{stored:>10,}{lost:>6}{duplicated:>6}{restarts:>10}"
+          f"{(np.mean(recover) if recover else 0):>11.1f}/{(max(recover) if recover else 0):<8.1f}{int(missed):>14}"
+          f"{(max(slopes.values()) if slopes else 0):>20.1f}")
+    result = {
+        "minutes": minutes, "actors": actors, "produced": produced, "stored": stored, "lost": lost,
+        "duplicated": duplicated, "restarts": restarts, "learner_recoveries": len(recover),
+        "recover_mean_s": round(float(np.mean(recover)), 2) if recover else None,
+        "recover_max_s": round(float(max(recover)), 2) if recover else None,
+        "missed_ticks": int(missed), "ticks_learner_away": int(max((r.get("actors/ticks_learner_away", 0)
+                                                                   for r in rows), default=0)),
+        "rss_slope_mb_per_h": {k: round(v, 1) for k, v in slopes.items()},
+        "rss_slope_mb_per_h_max": round(max(slopes.values()), 1) if slopes else None,
+        "chaos": chaos, "link_cuts_possible": cuts_ok, "full_disk": "not exercised",
+        "run_dir": str(run_dir),
+    }
+    print(json.dumps(result))
+    return 0
