@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +41,14 @@ def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
     from robo_async.transport.curve import secure_client
 
     ctx = zmq.Context.instance()
+    parent = os.getppid()
+
+    def exit_with_parent() -> None:  # the bench killed: do not linger as an orphan
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     while True:
         cmd = cmds.get()
         if cmd is None:
