@@ -178,7 +178,6 @@ def test_weights_reach_a_late_subscriber():
     client = WeightClient(pub.address).start()
     got = None
     for _ in range(200):
-        pub.maybe_republish()
         pub.publish_status(LearnerStatus(1, 3, 0, 10))
         got = got or client.take_weights()
         if got is not None and client.status is not None:
