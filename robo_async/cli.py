@@ -67,6 +67,11 @@ def _keys(args: dict[str, str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    import signal
+
+    # Ctrl-C stops a run in order (final checkpoint), also when started from a process that
+    # ignores SIGINT (the ignore would otherwise be inherited and the run could not be stopped)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)

@@ -68,10 +68,24 @@ def test_resume_restores_counters_and_weights(trained, tmp_path):
     assert_contiguous(run_dir, 0)
 
 
+_STARTED: list = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_outlives_its_test():
+    yield
+    while _STARTED:
+        p = _STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=30)
+
+
 def start_training(run_dir, *extra):
     """A long training run in the background; returns it once its processes are up, with their pids."""
     proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY, *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _STARTED.append(proc)
     pids = run_dir / "processes.json"
     deadline = time.monotonic() + 120
     while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
