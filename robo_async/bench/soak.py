@@ -1,6 +1,8 @@
 """`robo-async bench soak`: a training job with real-time actors (local launcher, its own
 processes) under chaos for `minutes`: random `kill -9` of the learner and of actors, and TCP
-connections between actors and the learner cut (`ss -K`, where the kernel allows it). At the end
+connections between actors and the learner cut (`ss -K`, where the kernel allows it), and the store's
+disk filled to below `buffer.disk_min_gb` for `fill_s` (a file allocated beside the store; the
+thresholds are set a few GB under what is free at the start, so no real disk gets full). At the end
 every actor's seqs in the store are checked: lost (gaps) and duplicated; recoveries are read from
 `supervisor.jsonl`; each process's RSS is sampled every few seconds and its slope fitted.
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +53,15 @@ def _cut_connections(port: int) -> bool:
     return res.returncode == 0
 
 
+def _fill_disk(path: Path, root: Path, leave_gb: float) -> bool:
+    """Allocate a file so that only `leave_gb` stays free on root's disk (fallocate: instant)."""
+    need = shutil.disk_usage(root).free - leave_gb * 2**30
+    if need <= 0:
+        return False
+    res = subprocess.run(["fallocate", "-l", str(int(need)), str(path)], capture_output=True)
+    return res.returncode == 0
+
+
 @register("soak")
 def bench_soak(args: dict[str, str]) -> int:
     minutes = float(args.get("minutes", 20))
@@ -57,12 +69,18 @@ def bench_soak(args: dict[str, str]) -> int:
     every_s = float(args.get("every_s", 45))
     root = Path(args.get("dir") or tempfile.mkdtemp(prefix="soak-"))
     run_dir = root / "run"
+    fill_s = float(args.get("fill_s", 20))
+    free0 = shutil.disk_usage(root).free / 2**30
+    disk_min = free0 - 5 if free0 > 12 else None  # a "nearly full disk" a few GB below what is free now
+    fill = root / "disk-filler"
     rng = random.Random(int(args.get("seed", 0)))
     cmd = [sys.executable, "-m", "robo_async.cli", "train", f"run_dir={run_dir}", f"actors={actors}",
            "task.realtime=true", f"budget.seconds={minutes * 60:.0f}", "stop_at_success=null", "eval_episodes=0",
            "launcher.supervise.restarts=1000", "launcher.supervise.backoff_s=0.5", "launcher.supervise.max_backoff_s=2",
            "learner.checkpoint_every_s=10", "policy.hidden=[64,64]", "algo.hidden=[64,64]", "algo.batch_size=64",
            "dashboard.port=null"]
+    if disk_min is not None:
+        cmd += [f"buffer.disk_min_gb={disk_min:.1f}", f"buffer.disk_warn_gb={disk_min + 2:.1f}"]
     print(f"soak: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s; run in {run_dir}",
           flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -73,44 +91,60 @@ def bench_soak(args: dict[str, str]) -> int:
     rss: dict[str, list[tuple[float, float]]] = {}  # "<who> pid" -> [(hours, MB)]
     chaos: list[dict] = []
     cuts_ok = None
+    fills = 0
     next_chaos = time.monotonic() + every_s * rng.uniform(0.5, 1.5)
     next_rss = time.monotonic()
     end = t0 + minutes * 60
-    while proc.poll() is None and time.monotonic() < end + 120:
-        now = time.monotonic()
-        try:
-            pids = json.loads(pids_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            pids = {}
-        if now >= next_rss:
-            next_rss = now + 5
-            for who, pid in pids.items():
-                mb = _children_rss(pid)
-                if mb:
-                    rss.setdefault(f"{who} {pid}", []).append(((now - t0) / 3600, mb))
-        if now >= next_chaos and now < end - 60:
-            next_chaos = now + every_s * rng.uniform(0.5, 1.5)
-            action = rng.choice(["kill learner", "kill actor", "cut links"])
-            who = "learner" if action != "kill actor" else rng.choice([w for w in pids if w != "learner"] or ["learner"])
-            ev = {"t": round(now - t0, 1), "action": action, "who": who}
-            if action == "cut links":
-                try:
-                    port = int(json.loads((run_dir / "addresses.json").read_text())[0].rsplit(":", 1)[1])
-                except (OSError, ValueError, IndexError, json.JSONDecodeError):
-                    port = 0
-                ok = bool(port) and _cut_connections(port)
-                cuts_ok = ok if cuts_ok is None else (cuts_ok or ok)
-                ev["done"] = ok
-            elif who in pids:
-                try:
-                    os.kill(pids[who], signal.SIGKILL)
-                    ev["done"] = True
-                except ProcessLookupError:
-                    ev["done"] = False
-            chaos.append(ev)
-            print(f"  t={ev['t']:>6.0f} s  {action} ({who}): {'done' if ev.get('done') else 'not possible'}",
-                  flush=True)
-        time.sleep(0.5)
+    fill_until = None
+    try:
+        while proc.poll() is None and time.monotonic() < end + 120:
+            now = time.monotonic()
+            try:
+                pids = json.loads(pids_file.read_text())
+            except (OSError, json.JSONDecodeError):
+                pids = {}
+            if now >= next_rss:
+                next_rss = now + 5
+                for who, pid in pids.items():
+                    mb = _children_rss(pid)
+                    if mb:
+                        rss.setdefault(f"{who} {pid}", []).append(((now - t0) / 3600, mb))
+            if fill_until is not None and now >= fill_until:
+                fill.unlink(missing_ok=True)
+                fill_until = None
+                print(f"  t={now - t0:>6.0f} s  disk space given back", flush=True)
+            if now >= next_chaos and now < end - 60:
+                next_chaos = now + every_s * rng.uniform(0.5, 1.5)
+                actions = ["kill learner", "kill actor", "cut links"] + (["fill disk"] if disk_min is not None else [])
+                action = rng.choice(actions)
+                who = rng.choice([w for w in pids if w != "learner"] or ["learner"]) if action == "kill actor" \
+                    else "store" if action == "fill disk" else "learner"
+                ev = {"t": round(now - t0, 1), "action": action, "who": who}
+                if action == "cut links":
+                    try:
+                        port = int(json.loads((run_dir / "addresses.json").read_text())[0].rsplit(":", 1)[1])
+                    except (OSError, ValueError, IndexError, json.JSONDecodeError):
+                        port = 0
+                    ok = bool(port) and _cut_connections(port)
+                    cuts_ok = ok if cuts_ok is None else (cuts_ok or ok)
+                    ev["done"] = ok
+                elif action == "fill disk":
+                    ev["done"] = fill_until is None and _fill_disk(fill, root, disk_min - 1)
+                    if ev["done"]:
+                        fill_until = now + fill_s
+                        fills += 1
+                elif who in pids:
+                    try:
+                        os.kill(pids[who], signal.SIGKILL)
+                        ev["done"] = True
+                    except ProcessLookupError:
+                        ev["done"] = False
+                chaos.append(ev)
+                print(f"  t={ev['t']:>6.0f} s  {action} ({who}): {'done' if ev.get('done') else 'not possible'}",
+                      flush=True)
+            time.sleep(0.5)
+    finally:
+        fill.unlink(missing_ok=True)
     out, _ = proc.communicate(timeout=300)
     (root / "train.log").write_text(out)
 
@@ -157,7 +191,9 @@ def bench_soak(args: dict[str, str]) -> int:
                                                                    for r in rows), default=0)),
         "rss_slope_mb_per_h": {k: round(v, 1) for k, v in slopes.items()},
         "rss_slope_mb_per_h_max": round(max(slopes.values()), 1) if slopes else None,
-        "chaos": chaos, "link_cuts_possible": cuts_ok, "full_disk": "not exercised",
+        "chaos": chaos, "link_cuts_possible": cuts_ok,
+        "disk_fills": fills, "disk_pauses_logged": out.count("new data is NOT accepted"),
+        "disk_min_free_gb_seen": round(min((r.get("buffer/disk_free_gb", 1e9) for r in rows), default=0), 1),
         "run_dir": str(run_dir),
     }
     print(json.dumps(result))
