@@ -69,6 +69,7 @@ def bench_soak(args: dict[str, str]) -> int:
     every_s = float(args.get("every_s", 45))
     root = Path(args.get("dir") or tempfile.mkdtemp(prefix="soak-"))
     run_dir = root / "run"
+    root.mkdir(parents=True, exist_ok=True)
     fill_s = float(args.get("fill_s", 20))
     free0 = shutil.disk_usage(root).free / 2**30
     disk_min = free0 - 5 if free0 > 12 else None  # a "nearly full disk" a few GB below what is free now
