@@ -68,6 +68,10 @@ class Policy(abc.ABC):
     def weights(self) -> dict[str, np.ndarray]:
         return {k: v.detach().cpu().numpy() for k, v in self.module().state_dict().items()}
 
+    def frozen(self) -> frozenset[str]:
+        """Names in weights() of parameters that are not trained (requires_grad off)."""
+        return frozenset(n for n, p in self.module().named_parameters() if not p.requires_grad)
+
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         """Swap in new parameters; on any mismatch raise WeightsMismatch and keep the old ones."""
         current = self.module().state_dict()

@@ -111,9 +111,11 @@ def _raw_push(arrays: dict[str, np.ndarray], cmds: mp.Queue, answers: mp.Queue) 
 
 
 def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: Path | None,
-              cmds: mp.Queue, answers: mp.Queue) -> float:
+              cmds: mp.Queue, answers: mp.Queue, declared: bool = True) -> float:
     """Seconds for the measured push: the first (keyframe) push, or with delta the second push
-    after 1% of the parameters (the head) changed."""
+    after 1% of the parameters (the head) changed. `declared`: the backbone is declared frozen,
+    as an algorithm declares its untrained parameters (Algorithm.frozen_weights); else every
+    array is compared with the keyframe."""
     from robo_async.transport.channels import WeightPublisher
     from robo_async.transport.curve import LearnerAuth
     from robo_async.transport.weights import PushConfig
@@ -127,13 +129,14 @@ def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: 
         cmds.put(("ours", pub.address, str(keys) if keys else None, (1, 2) if delta else (1,)))
         _await_ready(lambda: pub.publish_status(LearnerStatus(0, 0, 0, 0)), answers)
         t0 = time.monotonic()
-        pub.publish(Weights(1, arrays, "bench"))
+        frozen = frozenset(k for k in arrays if k != "head.w") if delta and declared else frozenset()
+        pub.publish(Weights(1, arrays, "bench"), frozen=frozen)
         t = answers.get(timeout=900)[1] - t0
         if delta:
             changed = dict(arrays)
             changed["head.w"] = arrays["head.w"] + 1.0
             t0 = time.monotonic()
-            pub.publish(Weights(2, changed, "bench"))
+            pub.publish(Weights(2, changed, "bench"), frozen=frozen)
             t = answers.get(timeout=900)[1] - t0
         return t
     finally:
@@ -156,9 +159,10 @@ def bench_weight_push(args: dict[str, str]) -> int:
     create_keys(keys, [0])
     rows = []
     variants = [("raw zmq", None), ("full fp32", ("fp32", False, None)), ("fp16", ("fp16", False, None)),
-                ("delta 1%", ("fp32", True, None)), ("full fp32 CURVE", ("fp32", False, keys)),
+                ("delta 1%", ("fp32", True, None)), ("delta 1% undeclared", ("fp32", True, None, "undeclared")),
+                ("full fp32 CURVE", ("fp32", False, keys)),
                 ("delta 1% CURVE", ("fp32", True, keys))]
-    print(f"{'MiB':>6}  {'variant':<18}{'push s (best of ' + str(repeats) + ')':>22}{'MB/s':>9}", flush=True)
+    print(f"{'MiB':>6}  {'variant':<20}{'push s (best of ' + str(repeats) + ')':>22}{'MB/s':>9}", flush=True)
     try:
         for mb in sizes:
             arrays = _policy(mb)
@@ -168,10 +172,10 @@ def bench_weight_push(args: dict[str, str]) -> int:
                     if v is None:
                         times.append(_raw_push(arrays, cmds, answers))
                     else:
-                        times.append(_our_push(arrays, *v, cmds, answers))
+                        times.append(_our_push(arrays, *v[:3], cmds, answers, declared=len(v) == 3))
                 best = min(times)
                 rows.append({"size_mb": mb, "variant": name, "seconds": round(best, 4)})
-                print(f"{mb:>6.0f}  {name:<18}{best:>22.3f}{mb / best:>9.0f}", flush=True)
+                print(f"{mb:>6.0f}  {name:<20}{best:>22.3f}{mb / best:>9.0f}", flush=True)
             del arrays
     finally:
         cmds.put(None)
@@ -187,6 +191,8 @@ def bench_weight_push(args: dict[str, str]) -> int:
         "fp16_over_full": {str(mb): round(t(mb, "fp16") / t(mb, "full fp32"), 2) for mb in sizes},
         "delta_over_full_1pct": round(t(max(sizes), "delta 1%") / t(max(sizes), "full fp32"), 3),
         "delta_over_full_1pct_by_size": {str(mb): round(t(mb, "delta 1%") / t(mb, "full fp32"), 3) for mb in sizes},
+        "delta_undeclared_over_full_1pct_by_size": {
+            str(mb): round(t(mb, "delta 1% undeclared") / t(mb, "full fp32"), 3) for mb in sizes},
         "curve_overhead": round(t(max(sizes), "full fp32 CURVE") / t(max(sizes), "full fp32"), 2),
         "curve_overhead_by_size": {str(mb): round(t(mb, "full fp32 CURVE") / t(mb, "full fp32"), 2) for mb in sizes},
     }

@@ -41,6 +41,7 @@ class RayLearner:
         self.learner = Learner(cfg)
         self._stop = threading.Event()
         self._progress: dict[str, float] = {}
+        self._actors: dict[int, dict[str, float]] = {}
         self._heard = time.monotonic()
 
     def open(self) -> tuple[tuple[str, str], tuple[str, str], str, int]:
@@ -60,13 +61,14 @@ class RayLearner:
 
         def report(p: dict[str, float]) -> None:
             self._progress = p
+            self._actors = self.learner.actor_rows()  # taken on the loop's thread: a consistent copy
             self._heard = time.monotonic()
 
         return learner_loop(self.learner, self._stop.is_set, report)
 
-    def progress(self) -> tuple[dict[str, float], float]:
-        """The newest progress and its age in seconds (the loop's heartbeat)."""
-        return self._progress, time.monotonic() - self._heard
+    def progress(self) -> tuple[dict[str, float], float, dict[int, dict[str, float]]]:
+        """The newest progress, its age in seconds (the loop's heartbeat), and the per-actor rows."""
+        return self._progress, time.monotonic() - self._heard, self._actors
 
     def stop(self) -> None:
         self._stop.set()
@@ -159,7 +161,7 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
                 events: "EventLog") -> RunResult:
     import ray
 
-    from robo_async.launch.local import _restart_config
+    from robo_async.launch.local import _restart_config, start_dashboard
     from robo_async.launch.supervisor import RestartBudget
     from robo_async.launch.wiring import with_addresses
 
@@ -183,6 +185,8 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
 
     for cfg in plan.actors:
         submit(cfg)
+    resource_of = {c.actor_id: plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors}
+    dash = start_dashboard(plan, display)  # served here, by the driver, on loopback
     progress: dict[str, float] = {}
     interrupted = False
     all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
@@ -204,12 +208,15 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
                     why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             else:
                 try:
-                    got, age = ray.get(learner.progress.remote(), timeout=policy.liveness_s)
+                    got, age, rows = ray.get(learner.progress.remote(), timeout=policy.liveness_s)
                     if age > policy.liveness_s:
                         why = f"no report for {age:.0f} s (launcher.supervise.liveness_s)"
                     elif got:
                         progress = {**got, **restarts()}
                         display.update(progress)
+                        if dash is not None:
+                            dash.update(progress=progress, actors={
+                                a: {**row, "resource": resource_of.get(a, "-")} for a, row in rows.items()})
                 except ray.exceptions.GetTimeoutError:
                     why = f"no answer for {policy.liveness_s:.0f} s (launcher.supervise.liveness_s)"
                 except ray.exceptions.RayActorError as e:
@@ -264,6 +271,10 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
     except KeyboardInterrupt:
         interrupted = True
         learner.stop.remote()
+    finally:
+        if dash is not None:
+            dash.update(run={"name": plan.run_dir.name, "status": "ended"})
+            dash.close()
     if done is None:
         done = ray.get(run_ref, timeout=plan.shutdown_timeout_s + 60)
     if refs:  # actors end when the learner says it is stopping

@@ -299,7 +299,8 @@ class Learner:
 
     def publish(self) -> None:
         assert self._publisher is not None
-        self._publisher.publish(Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture))
+        self._publisher.publish(Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture),
+                                frozen=self.algorithm.frozen_weights())
 
     def status(self, stopping: bool = False) -> LearnerStatus:
         allowed = self.limiter.allowed_inserts() if self.config.algo_config.limit_to_data else 1 << 62

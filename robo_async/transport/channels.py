@@ -162,11 +162,13 @@ class WeightPublisher:
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
 
-    def publish(self, weights: Weights) -> None:
-        """Hand over the newest weights (copied now: the learner's arrays change with the next update)."""
-        snap = Weights(weights.version, {k: np.array(v, copy=True) for k, v in weights.arrays.items()},
-                       weights.architecture)
+    def publish(self, weights: Weights, frozen: frozenset[str] = frozenset()) -> None:
+        """Hand over the newest weights: copied now (the learner's arrays change with the next
+        update), except `frozen` ones (never trained: the thread reads them, a keyframe copies them)."""
+        snap = Weights(weights.version, {k: v if k in frozen else np.array(v, copy=True)
+                                         for k, v in weights.arrays.items()}, weights.architecture)
         with self._lock:
+            self._frozen = frozen
             self._weights = snap
             self._weights_t = time.monotonic()
         self._wake.set()
@@ -198,16 +200,18 @@ class WeightPublisher:
             with self._lock:
                 status, self._status = self._status, None
                 weights, self._weights = self._weights, None
+                frozen = getattr(self, "_frozen", frozenset())
                 t_pub = getattr(self, "_weights_t", 0.0)
             if status is not None:
                 self._send(encode(status))
             if self._stop.is_set():
                 return
             if weights is not None:
-                parts, tx, keyframe = encode_push(weights.version, weights.arrays, weights.architecture, self.push, key)
+                parts, tx, keyframe = encode_push(weights.version, weights.arrays, weights.architecture, self.push, key,
+                                                  frozen)
                 latest = [encode(p) for p in parts]
                 if keyframe:
-                    key, key_frames = keyframe_of(weights.version, parts, tx), latest
+                    key, key_frames = keyframe_of(weights.version, parts, tx, frozen), latest
                 queue = deque(latest)
                 started = t_pub
                 self.push_bytes = sum(a.nbytes for p in parts for a in p.arrays.values())

@@ -12,7 +12,9 @@ Each part carries pieces of arrays, named in the wire's array list:
 A keyframe (`base` = -1) holds every element. A delta (`base` = k) holds only elements that
 differ from keyframe k as transmitted: an actor that holds keyframe k applies it; one that does
 not waits for the next keyframe, which the publisher repeats (with the newest delta) every
-`republish_s`. With `precision=fp16`, float32 arrays travel as float16 (half the bytes); actors
+`republish_s`. Arrays named `frozen` (parameters the algorithm never trains: a frozen backbone)
+are neither copied, converted nor compared for a delta: the keyframe's copy stands for them, and
+each keyframe takes a fresh copy. With `precision=fp16`, float32 arrays travel as float16 (half the bytes); actors
 turn them back into float32. The crc covers exactly what the actor ends up with, so a part lost,
 reordered, truncated or corrupted is never swapped in.
 
@@ -54,6 +56,12 @@ def crc(a: np.ndarray) -> int:
     return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
 
 
+def _equal(a: np.ndarray, b: np.ndarray, block: int = 1 << 20) -> bool:
+    """a == b element for element, in blocks (no array-sized temporary; stops at the first change)."""
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    return all(np.array_equal(fa[i:i + block], fb[i:i + block]) for i in range(0, fa.size, block))
+
+
 def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, np.ndarray]:
     """The arrays as they travel: float32 -> float16 for fp16, else as they are (contiguous)."""
     out = {}
@@ -64,14 +72,30 @@ def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, n
 
 
 def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
-                key: tuple | None = None) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
+                key: tuple | None = None, frozen: frozenset[str] = frozenset()
+                ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
     """(parts, transmitted arrays, is_keyframe). `key` is (version, transmitted arrays[, crcs]) of
     the last keyframe; a delta is made against it when cfg.delta and it is recent and has the same
-    arrays. Use `keyframe_of(parts, tx)` for the next call's `key` after a keyframe."""
-    tx = transmitted(arrays, cfg.precision)
+    arrays. `frozen` names arrays that are unchanged since that keyframe by declaration (they may be
+    live views of the learner's tensors: a keyframe copies them). Use `keyframe_of(parts, tx)` for
+    the next call's `key` after a keyframe."""
+    def spec(a: np.ndarray) -> tuple:
+        return a.shape, (np.dtype(np.float16) if cfg.precision == "fp16" and a.dtype == np.float32 else a.dtype)
+
     delta = (cfg.delta and key is not None and version - key[0] < cfg.keyframe_every
-             and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: (a.shape, a.dtype) for k, a in tx.items()})
-    same = {k for k, a in tx.items() if delta and np.array_equal(a, key[1][k])} if key is not None else set()
+             and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: spec(a) for k, a in arrays.items()})
+    if delta:
+        assert key is not None
+        # frozen now and already when the keyframe was copied (a parameter frozen later is compared)
+        held = frozenset(frozen) & (key[3] if len(key) > 3 else frozenset())
+        tx = {k: key[1][k] for k in held} | transmitted({k: a for k, a in arrays.items() if k not in held},
+                                                         cfg.precision)
+        tx = {k: tx[k] for k in arrays}  # the arrays' own order
+        same = set(held) | {k for k, a in tx.items() if k not in held and _equal(a, key[1][k])}
+    else:  # a keyframe: every array, frozen ones copied now (live views must not stand in for it)
+        tx = transmitted(arrays, cfg.precision)
+        tx = {k: (np.array(a, copy=True) if k in frozen and a is arrays[k] else a) for k, a in tx.items()}
+        same = set()
     sums = key[2] if delta and key is not None and len(key) > 2 else {}  # type: ignore[misc]
     # crc32 of every array as transmitted; an unchanged array keeps its keyframe's (not recomputed)
     manifest = tuple((k, tuple(a.shape), a.dtype.name, sums[k] if k in same and k in sums else crc(a))
@@ -108,9 +132,11 @@ def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: st
     return parts, tx, not delta
 
 
-def keyframe_of(version: int, parts: list[WeightPart], tx: dict[str, np.ndarray]) -> tuple:
-    """(version, transmitted arrays, crc per array): what deltas are made against."""
-    return version, tx, {n: c for n, _, _, c in parts[0].manifest}
+def keyframe_of(version: int, parts: list[WeightPart], tx: dict[str, np.ndarray],
+                frozen: frozenset[str] = frozenset()) -> tuple:
+    """(version, transmitted arrays, crc per array, names frozen when it was taken): what deltas
+    are made against."""
+    return version, tx, {n: c for n, _, _, c in parts[0].manifest}, frozenset(frozen)
 
 
 class Assembler:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -378,6 +379,14 @@ def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
     try:
         wait_for(lambda: (run_dir / "processes.json").exists(), timeout=180, what="the learner on Ray")
         wait_for_env_steps(run_dir, 1500, timeout=240)
+        # the Ray launcher serves the live dashboard too: both actors, with their robots, are on it
+        url = (run_dir / "dashboard.url").read_text()
+        assert url.startswith("http://127.0.0.1:")
+        wait_for(lambda: len(json.loads(urllib.request.urlopen(url + "state", timeout=10).read())["actors"]) == 2,
+                 timeout=60, what="both actors on the dashboard")
+        state = json.loads(urllib.request.urlopen(url + "state", timeout=10).read())
+        assert state["actors"]["1"]["resource"] == "robot:sim_so101/ray_arm", state["actors"]
+        assert state["progress"]["time/env_steps"] >= 1500
         killed = json.loads((run_dir / "processes.json").read_text())["learner"]
         os.kill(killed, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)

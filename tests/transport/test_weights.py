@@ -109,3 +109,63 @@ def test_a_corrupted_or_mismatched_push_is_never_swapped_in():
     delta, _, _ = encode_push(3, w2, "net", PushConfig(delta=True), key=(1, tx))
     out = [asm.feed(wire(p)) for p in delta][-1]
     assert out is not None and out.version == 3 and out.arrays["head.w"][0, 0] == 5.0
+
+
+def test_frozen_arrays_are_neither_compared_nor_sent_in_deltas_and_keyframes_copy_them():
+    from robo_async.transport.weights import keyframe_of
+
+    cfg = PushConfig(delta=True, keyframe_every=3)
+    w = policy(4, big=50_000)
+    frozen = frozenset({"backbone.w"})
+    parts, tx, keyframe = encode_push(1, w, "net", cfg, None, frozen)
+    assert keyframe and not np.shares_memory(tx["backbone.w"], w["backbone.w"])  # the keyframe owns a copy
+    key = keyframe_of(1, parts, tx, frozen)
+    asm = Assembler()
+    assert [asm.feed(wire(p)) for p in parts][-1] is not None
+    # the live backbone changes although declared frozen: a delta trusts the declaration (not compared)
+    w = {k: (v if k in frozen else v.copy()) for k, v in w.items()}  # as publish() hands them over
+    w["backbone.w"][:10] += 1.0
+    w["head.w"][0, 0] = 7.0
+    delta, _, keyframe = encode_push(2, w, "net", cfg, key, frozen)
+    assert not keyframe
+    sent = {n.split(":")[1] for p in delta for n in p.arrays}
+    assert sent == {"head.w"}, sent
+    got = [asm.feed(wire(p)) for p in delta][-1]
+    assert got.arrays["head.w"][0, 0] == 7.0 and got.arrays["backbone.w"][0] == tx["backbone.w"][0]
+    # without the declaration the same change is found and sent
+    plain, _, _ = encode_push(2, w, "net", cfg, key[:3])
+    assert "backbone.w" in {n.split(":")[1] for p in plain for n in p.arrays}
+    # an array declared frozen only after the keyframe was taken is still compared
+    late = keyframe_of(1, parts, tx, frozenset())
+    d2, _, _ = encode_push(2, w, "net", cfg, late, frozen)
+    assert "backbone.w" in {n.split(":")[1] for p in d2 for n in p.arrays}
+    # the next keyframe carries the backbone as it now is
+    kf, _, keyframe = encode_push(4, w, "net", cfg, key, frozen)
+    assert keyframe
+    got = [asm.feed(wire(p)) for p in kf][-1]
+    assert np.array_equal(got.arrays["backbone.w"], w["backbone.w"])
+
+
+def test_an_algorithm_declares_its_untrained_policy_parameters_frozen():
+    import torch
+
+    from robo_async.learner.algorithms.base import Algorithm
+
+    class Holder:
+        frozen_weights = Algorithm.frozen_weights
+
+    class P:
+        def __init__(self):
+            self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+            self.net[0].requires_grad_(False)
+
+        module = lambda self: self.net  # noqa: E731
+
+    from policies.base import Policy
+
+    P.frozen = Policy.frozen
+    h = Holder()
+    h.policy = P()
+    assert h.frozen_weights() == frozenset({"0.weight", "0.bias"})
+    h.policy = object()  # a policy without the notion: nothing is frozen
+    assert h.frozen_weights() == frozenset()

@@ -145,6 +145,14 @@ class Algorithm(abc.ABC):
     def policy_weights(self) -> dict[str, np.ndarray]:
         """The actors' policy parameters, as published (and as `eval` loads from checkpoints)."""
 
+    def frozen_weights(self) -> frozenset[str]:
+        """Names in policy_weights() this algorithm never trains (a frozen backbone under a trained
+        head): the weight publisher neither copies nor compares them for each delta push. Default:
+        the policy's parameters with requires_grad off. An algorithm that changes such a parameter
+        anyway must override this."""
+        policy = getattr(self, "policy", None)
+        return policy.frozen() if hasattr(policy, "frozen") else frozenset()
+
     @abc.abstractmethod
     def modules(self) -> dict[str, nn.Module]:
         """Everything with parameters, by name, for checkpoints; `actor` is the published policy."""
