@@ -2,11 +2,12 @@
 processes) under chaos for `minutes`: random `kill -9` of the learner and of actors, and TCP
 connections between actors and the learner cut (`ss -K`, where the kernel allows it), and the store's
 disk filled to below `buffer.disk_min_gb` for `fill_s` (a file allocated beside the store; the
-thresholds are set a few GB under what is free at the start, so no real disk gets full). At the end
-every actor's seqs in the store are checked: lost (gaps) and duplicated; recoveries are read from
+thresholds are set a few GB under what is free at the start, so no real disk gets full). The online
+table is kept to `keep_rows` rows by retention, evicted rows archived to a second store. At the end
+every actor's seqs in the store and the archive are checked: lost (gaps) and duplicated; recoveries are read from
 `supervisor.jsonl`; each process's RSS is sampled every few seconds and its slope fitted.
 
-    robo-async bench soak [minutes=20] [actors=4] [every_s=45] [dir=...]
+    robo-async bench soak [minutes=20] [actors=4] [every_s=45] [keep_rows=30000] [cache_mb=64] [dir=...]
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def bench_soak(args: dict[str, str]) -> int:
     run_dir = root / "run"
     root.mkdir(parents=True, exist_ok=True)
     fill_s = float(args.get("fill_s", 20))
+    keep_rows = int(args.get("keep_rows", 30000))
+    cache_mb = int(args.get("cache_mb", 64))
     free0 = shutil.disk_usage(root).free / 2**30
     disk_min = free0 - 5 if free0 > 12 else None  # a "nearly full disk" a few GB below what is free now
     fill = root / "disk-filler"
@@ -79,7 +82,12 @@ def bench_soak(args: dict[str, str]) -> int:
            "task.realtime=true", f"budget.seconds={minutes * 60:.0f}", "stop_at_success=null", "eval_episodes=0",
            "launcher.supervise.restarts=1000", "launcher.supervise.backoff_s=0.5", "launcher.supervise.max_backoff_s=2",
            "learner.checkpoint_every_s=10", "policy.hidden=[64,64]", "algo.hidden=[64,64]", "algo.batch_size=64",
-           "dashboard.port=null"]
+           "dashboard.port=null",
+           # retention under chaos: the online table kept to `keep_rows` (evicted rows archived to a second
+           # store, so every row can still be counted) and a small RAM cache, so the learner reaches its
+           # steady size early and the RSS slope measures leaks rather than the cache filling up
+           f"buffer.max_rows={{online: {keep_rows}}}", f"buffer.archive_dir={root / 'archive'}",
+           f"buffer.cache_mb={cache_mb}"]
     if disk_min is not None:
         cmd += [f"buffer.disk_min_gb={disk_min:.1f}", f"buffer.disk_warn_gb={disk_min + 2:.1f}"]
     print(f"soak: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s; run in {run_dir}",
@@ -153,11 +161,17 @@ def bench_soak(args: dict[str, str]) -> int:
     from robo_async.launch.supervisor import read_events
     from robo_async.learner.metrics import read_metrics
 
-    store = PersistentReplayStore(run_dir / "replay").open(readonly=True)
     seqs: dict[int, list[int]] = {}
-    for _, a, q, _ in store.records("online"):
-        seqs.setdefault(a, []).append(q)
-    store.close()
+    held = {}
+    for name, path in (("store", run_dir / "replay"), ("archive", root / "archive")):
+        if not path.exists():
+            continue
+        store = PersistentReplayStore(path).open(readonly=True)
+        held[name] = 0
+        for _, a, q, _ in store.records("online"):
+            seqs.setdefault(a, []).append(q)
+            held[name] += 1
+        store.close()
     stored = sum(len(v) for v in seqs.values())
     duplicated = sum(len(v) - len(set(v)) for v in seqs.values())
     produced = sum(max(v) + 1 for v in seqs.values() if v)  # every seq below an actor's newest was produced
@@ -185,7 +199,8 @@ def bench_soak(args: dict[str, str]) -> int:
           f"{(max(slopes.values()) if slopes else 0):>20.1f}")
     result = {
         "minutes": minutes, "actors": actors, "produced": produced, "stored": stored, "lost": lost,
-        "duplicated": duplicated, "restarts": restarts, "learner_recoveries": len(recover),
+        "duplicated": duplicated, "in_store": held.get("store", 0), "archived": held.get("archive", 0),
+        "restarts": restarts, "learner_recoveries": len(recover),
         "recover_mean_s": round(float(np.mean(recover)), 2) if recover else None,
         "recover_max_s": round(float(max(recover)), 2) if recover else None,
         "missed_ticks": int(missed), "ticks_learner_away": int(max((r.get("actors/ticks_learner_away", 0)
