@@ -86,7 +86,7 @@ def bench_soak(args: dict[str, str]) -> int:
            # retention under chaos: the online table kept to `keep_rows` (evicted rows archived to a second
            # store, so every row can still be counted) and a small RAM cache, so the learner reaches its
            # steady size early and the RSS slope measures leaks rather than the cache filling up
-           f"buffer.max_rows={{online: {keep_rows}}}", f"buffer.archive_dir={root / 'archive'}",
+           f"buffer.max_rows.online={keep_rows}", f"buffer.archive_dir={root / 'archive'}",
            f"buffer.cache_mb={cache_mb}"]
     if disk_min is not None:
         cmd += [f"buffer.disk_min_gb={disk_min:.1f}", f"buffer.disk_warn_gb={disk_min + 2:.1f}"]

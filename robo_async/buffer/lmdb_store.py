@@ -24,6 +24,8 @@ data, so a resend after any crash is either new (stored) or a duplicate (dropped
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import queue
 import shutil
@@ -72,7 +74,7 @@ class StoreConfig:
     # many rows (absent: no limit), e.g. {online: 5000000}; and the whole store at most max_gb on
     # disk (online rows are evicted to stay under it). Evicted records are first copied, as they
     # are, into the store at archive_dir (same format; committed before they are deleted here).
-    max_rows: dict[str, int] = field(default_factory=dict)
+    max_rows: dict[str, int | None] = field(default_factory=dict)
     max_gb: float | None = None
     archive_dir: str | None = None
     evict_chunk: int = 2048  # records deleted per transaction (the committer does it between commits)
@@ -118,6 +120,8 @@ class PersistentReplayStore(ReplayStore):
     def __init__(self, path: str | Path, config: StoreConfig = StoreConfig()) -> None:
         if config.image_codec not in CODECS:
             raise ValueError(f"buffer.image_codec '{config.image_codec}' unknown; use one of {CODECS}")
+        # a table limited to null rows is not limited (the config lists every table, null by default)
+        config = dataclasses.replace(config, max_rows={t: v for t, v in config.max_rows.items() if v is not None})
         unknown = set(config.max_rows) - set(TABLES)
         if unknown or any(int(v) < 1 for v in config.max_rows.values()):
             raise ValueError(f"buffer.max_rows {dict(config.max_rows)}: tables are {TABLES}, limits at least 1")

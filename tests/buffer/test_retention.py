@@ -115,3 +115,18 @@ def test_evicted_rows_are_archived_first_and_max_gb_bounds_the_data(tmp_path):
         time.sleep(0.05)
     assert s.data_bytes() <= 0.5 * 2**20 and 0 < s.live("online") < 1000
     s.close()
+
+
+def test_retention_is_set_from_the_command_line(tmp_path):
+    """`buffer.max_rows.online=N` (every table is listed in the config, null: no limit) reaches the
+    store the learner opens, which then keeps that table within N."""
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+
+    plan = build_plan(compose_config(["buffer.max_rows.online=300", "eval_episodes=0"]), tmp_path / "run")
+    assert plan.learner.store.max_rows == {"online": 300, "demos": None, "interventions": None}
+    s = PersistentReplayStore(tmp_path / "r", plan.learner.store).open()
+    fill(s, per_actor=400)
+    settle(s, limit=300)
+    assert s.live("online") == 300 and s.counts["online"] == 800
+    s.close()
