@@ -176,13 +176,13 @@ def _resources(args: dict[str, str]) -> int:
 
         import ray
 
-        from robo_async.launch.fleet import fleet_table
+        from robo_async.launch.fleet import fleet_table, join_cluster
 
         address = args.get("address", "auto")
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR")
-        except (ConnectionError, RuntimeError) as e:
-            raise UserError(f"no Ray cluster at {address}: {e}") from None
+            join_cluster(address, logging_level="ERROR")
+        except ConnectionError as e:
+            raise UserError(str(e)) from None
         table = fleet_table()
         print(f"fleet leases (the lease authority of the Ray cluster at {address}):")
         if not table:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from hal.leases import LeaseHeld
 
@@ -159,6 +160,38 @@ class FleetLeases:
             except Exception:  # noqa: BLE001 - expires after ttl_s anyway
                 pass
         self.released = time.time()
+
+
+def join_cluster(address: str, **kw: object) -> None:
+    """ray.init to a running cluster. Clusters started with `ray start` use token authentication
+    (Ray 2.5x) and Ray sends its token (~/.ray/auth_token, RAY_AUTH_TOKEN) to an explicit address
+    only with RAY_AUTH_MODE=token, so a token never goes to a stranger by accident. A head on this
+    machine (a loopback address) is joined with the local token like `address=auto` is; anything
+    else needs RAY_AUTH_MODE=token set by the user. A refusal is one line naming what to set.
+    Raises ConnectionError."""
+    import os
+
+    import ray
+
+    host = address.removeprefix("ray://").rsplit(":", 1)[0]
+    if host in ("127.0.0.1", "localhost", "::1", "[::1]") and "RAY_AUTH_MODE" not in os.environ:
+        try:  # Ray's own switch (the environment variable plus its cached config)
+            from ray._private.authentication.authentication_token_setup import (
+                maybe_enable_token_auth_if_token_available,
+            )
+
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        except ImportError:  # another Ray: its environment variable alone
+            if (Path.home() / ".ray" / "auth_token").exists():
+                os.environ["RAY_AUTH_MODE"] = "token"
+    try:
+        ray.init(address=address, log_to_driver=False, **kw)
+    except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError or Ray's AuthenticationError
+        why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        hint = ("" if os.environ.get("RAY_AUTH_MODE") == "token" else
+                "; if the cluster uses token authentication (the default of `ray start`), set RAY_AUTH_MODE=token "
+                "and give this machine its token (~/.ray/auth_token or RAY_AUTH_TOKEN)")
+        raise ConnectionError(f"cannot join the Ray cluster at {address}: {why[:300]}{hint}") from None
 
 
 def fleet_table() -> dict:

@@ -130,7 +130,12 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     started = False
     if not ray.is_initialized():
         if opts.get("address"):
-            ray.init(address=opts["address"], log_to_driver=False)
+            from robo_async.launch.fleet import join_cluster
+
+            try:
+                join_cluster(opts["address"])
+            except ConnectionError as e:
+                raise RunFailed(str(e)) from None
         else:  # a local Ray with this run's robots declared on this node
             ray.init(num_cpus=opts.get("num_cpus"), resources={r: 1 for r in robot_ids} or None,
                      include_dashboard=False, log_to_driver=False)
@@ -138,6 +143,13 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     try:
         from robo_async.launch.fleet import FleetLeases
 
+        # a robot is a custom resource its node declares: an actor asking for one no node has would wait forever
+        offered = ray.cluster_resources()
+        missing = sorted(r for r in robot_ids if offered.get(r, 0) < 1)
+        if missing:
+            raise RunFailed(f"no node of the Ray cluster offers {', '.join(missing)}: start the node the robot is "
+                            f"plugged into with ray start --address=<head> --resources='"
+                            f"{json.dumps({r: 1 for r in missing})}' (`robo-async resources ray=true` prints it)")
         # the cluster's lease authority: this job's robots, all or nothing, first come first served
         try:
             fleet = FleetLeases(sorted(robot_ids), plan.run_dir.name, float(plan.leases.get("wait_s") or 0),

@@ -1,6 +1,20 @@
 """The fleet: one lease authority per Ray cluster, jobs served first come first served."""
 
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
 from robo_async.launch.fleet import LeaseAuthority
+
+EXE = [sys.executable, "-m", "robo_async.cli"]
 
 
 def test_jobs_wait_in_line_in_arrival_order_and_leases_are_all_or_nothing():
@@ -26,3 +40,63 @@ def test_jobs_wait_in_line_in_arrival_order_and_leases_are_all_or_nothing():
     a.holders["robot:x"]["seen"] -= 100
     assert a.acquire(["robot:x", "robot:y"], "D", ttl_s=30)["granted"]  # B expired, C left the line
     assert a.renew(["robot:x"], "B") == ["robot:x"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def ray_cluster():
+    """A Ray cluster started as users start one (`ray start --head`, token authentication on, the
+    robot declared by the node it is plugged into); the jobs join it through launcher.address."""
+    port = _free_port()
+    env_bin = str(Path(sys.executable).parent)
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
+    start = [f"{env_bin}/ray", "start", "--head", f"--port={port}", "--num-cpus=4", "--disable-usage-stats",
+             "--include-dashboard=false", f"--temp-dir={temp}",
+             '--resources={"robot:sim_so101/shared": 1}']
+    res = subprocess.run(start, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    yield f"127.0.0.1:{port}"
+    subprocess.run([f"{env_bin}/ray", "stop", "--force"], capture_output=True, timeout=120)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_two_jobs_on_a_ray_cluster_asking_for_the_same_robot_take_turns(tmp_path, ray_cluster):
+    from robo_async.learner.metrics import read_metrics
+
+    common = ["launcher=ray", f"launcher.address={ray_cluster}", "robots=[{type: sim_so101, id: shared}]",
+              "resources.wait_s=600", "budget.env_steps=1500", "algo.warmup_steps=200", "algo.batch_size=32",
+              "policy.hidden=[32,32]", "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=0",
+              "learner.log_every_s=0.2"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    first = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'first'}", *common],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "first" / "processes.json").exists() and time.monotonic() < deadline:
+        assert first.poll() is None, "\n".join(first.communicate())[-3000:]
+        time.sleep(0.2)
+    second = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'second'}", *common],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out1, err1 = first.communicate(timeout=300)
+    out2, err2 = second.communicate(timeout=300)
+    assert first.returncode == 0, err1[-2000:]
+    assert second.returncode == 0, err2[-2000:]
+    assert "waiting in line: robot:sim_so101/shared held by job 'first' (this job is number 1 in line)" in " ".join(out2.split()), out2
+    # the second job got the robot only once the first had released it
+    f1, f2 = (json.loads((tmp_path / n / "fleet.json").read_text()) for n in ("first", "second"))
+    assert f2["granted"] >= f1["released"] > f1["granted"] and f2["waited_s"] > 0
+    assert read_metrics(tmp_path / "second")[-1]["time/env_steps"] >= 1500
+    table = subprocess.run(EXE + ["resources", "fleet=true", f"address={ray_cluster}"], capture_output=True,
+                           text=True, timeout=120, env=env)
+    assert table.returncode == 0, table.stderr
+    assert "fleet leases" in table.stdout and "no leases held, nobody waiting" in table.stdout
+    # a robot no node of the cluster declares: refused at once, naming it (not an actor waiting forever)
+    absent = subprocess.run(EXE + ["train", f"run_dir={tmp_path / 'absent'}", *common,
+                                   "robots=[{type: sim_so101, id: elsewhere}]"],
+                            capture_output=True, text=True, timeout=180, env=env)
+    assert absent.returncode == 1
+    assert "no node of the Ray cluster offers robot:sim_so101/elsewhere" in absent.stderr + absent.stdout
