@@ -5,6 +5,7 @@ per transition) plus state. Figures:
 - ingest: a producer process (the actor's Adder + Uplink) sends `transitions` over ZMQ to an
   ingest server process (the learner's store path); rate = transitions / time until all acked
   (durable), plus the store alone in-process (no network, no producer on the same cores);
+- the same ingest with CURVE on both sockets (`curve=true`, the default): its rate and the ratio;
 - commit interval p50/p99/max while ingesting;
 - recovery: kill -9 the server with everything on disk, restart, time until open and until the
   first batch can be sampled;
@@ -219,6 +220,22 @@ def bench_buffer(args: dict[str, str]) -> int:
                    commit_interval_p99_ms=round(stats.get("commit_p99_ms", 0.0), 1),
                    commit_interval_max_ms=round(stats.get("commit_max_ms", 0.0), 1),
                    ingest_server_peak_rss_mb=round(stats.get("peak_rss_mb", 0.0)))
+
+    if args.get("curve", "true") == "true":
+        from robo_async.transport.curve import create_keys
+
+        print("the same ingest with CURVE (authenticated, encrypted) ...", flush=True)
+        keys = root / "keys"
+        create_keys(keys, [0])
+        c_data, c_status = f"tcp://127.0.0.1:{_port()}", f"tcp://127.0.0.1:{_port()}"
+        c_server = Proc(["serve", "--store", str(root / "store-curve"), "--data", c_data, "--status", c_status,
+                         "--keys", str(keys), "--commit-ms", str(float(args.get("commit_ms", StoreConfig.commit_ms)))])
+        c_server.wait_line("ready")
+        c_done = _fields(Proc(["produce", "--until", str(n), "--images", "2", "--frames", str(frames_file),
+                               "--data", c_data, "--status", c_status, "--keys", str(keys)]).wait_line("done", 3600))
+        c_server.term()
+        figures["ingest_per_s_curve"] = round(n / c_done["acked_s"], 1)
+        figures["curve_ingest_cost"] = round(figures["ingest_per_s"] / figures["ingest_per_s_curve"], 2)
 
     print("kill -9 with everything on disk, then restart ...", flush=True)
     server.kill()

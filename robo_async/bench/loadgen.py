@@ -30,8 +30,9 @@ from robo_async.transport.channels import TransitionReceiver, WeightClient, Weig
 from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
 
-def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
-    """Ingest until SIGTERM. Prints `ready ...` once open and a JSON stats line every second."""
+def serve(store_dir: str, data: str, status: str, config: StoreConfig, keys: str | None = None) -> None:
+    """Ingest until SIGTERM. Prints `ready ...` once open and a JSON stats line every second.
+    With `keys` (a `robo-async keys` directory) both sockets are CURVE servers, as the learner's."""
     t0 = time.monotonic()
     store = PersistentReplayStore(store_dir, config).open()
     opened = time.monotonic() - t0
@@ -39,7 +40,12 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
         time.sleep(0.001)  # the pager brings the newest data in first
     first_sample = time.monotonic() - t0
     print(f"ready recovery_s={opened:.4f} first_sample_s={first_sample:.4f} count={len(store)}", flush=True)
-    rx, pub = TransitionReceiver(data), WeightPublisher(status)
+    auth = None
+    if keys:
+        from robo_async.transport.curve import LearnerAuth
+
+        auth = LearnerAuth(keys).start()
+    rx, pub = TransitionReceiver(data, auth=auth), WeightPublisher(status, auth=auth)
     boot = uuid.uuid4().hex[:12]
     stop = False
 
@@ -71,6 +77,8 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig) -> None:
     store.close()
     rx.close()
     pub.close()
+    if auth is not None:
+        auth.stop()
 
 
 def _frame(frames: np.ndarray, seq: int) -> np.ndarray:
@@ -99,16 +107,23 @@ def make_row(seq: int, state_dim: int, images: int, size: int,
 
 def produce(data: str, status: str, journal: str | None, until: int, actor_id: int = 0, images: int = 0,
             size: int = 128, per_s: float = 0.0, flush_every: int = 32, drain_s: float = 300.0,
-            frames_file: str | None = None, max_pending: int = 4096) -> int:
+            frames_file: str | None = None, max_pending: int = 4096, keys: str | None = None) -> int:
     """Send transitions up to seq `until`, then wait until all are acked. Prints the start seq,
     then `done ...` with the send and ack timings and the highest ack ever seen."""
     frames = None
     if frames_file:
         with np.load(frames_file) as z:
             frames = [z[k] for k in sorted(z.files)]
-    client = WeightClient(status).start()
+    secure = None
+    if keys:  # the actor's CURVE client key, as a training actor uses it
+        from functools import partial
+
+        from robo_async.transport.curve import secure_client
+
+        secure = partial(secure_client, keys_dir=keys, actor_id=actor_id)
+    client = WeightClient(status, secure=secure).start()
     uplink = Uplink(actor_id, data, lambda: client.status,
-                    UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50))
+                    UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50), secure=secure)
     journal_next = uplink.open()
     while client.status is None:
         time.sleep(0.01)
@@ -171,14 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--per-s", type=float, default=0.0)
     r.add_argument("--frames", default=None, help="an .npz of recorded frames, one array per camera")
     for q in (s, r):
+        q.add_argument("--keys", default=None, help="a `robo-async keys` directory: CURVE on every socket")
         q.add_argument("--data", required=True)
         q.add_argument("--status", required=True)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     if a.cmd == "serve":
-        serve(a.store, a.data, a.status, StoreConfig(commit_ms=a.commit_ms))
+        serve(a.store, a.data, a.status, StoreConfig(commit_ms=a.commit_ms), keys=a.keys)
         return 0
-    return produce(a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s, frames_file=a.frames)
+    return produce(a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s, frames_file=a.frames,
+                   keys=a.keys)
 
 
 if __name__ == "__main__":
