@@ -126,6 +126,7 @@ class _Learner:
         self.proc.start()
         self.heard = time.monotonic()  # any report counts as a heartbeat
         self.ready = False
+        self.ready_at = time.monotonic()
 
     def why(self) -> str:
         return _drain_errors(self.errors).get("learner", exit_reason(self.proc.exitcode))
@@ -157,11 +158,35 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     done: dict | None = None
     interrupted = False
 
+    heard_at: dict[int, float] = {}  # actor id -> when the learner last heard it (this clock)
+    started_at: dict[str, float] = {}
+    hung: dict[str, str] = {}  # actors killed as hung, and why
+
     def start_actor(cfg: ActorConfig, addresses: tuple[str, str]) -> None:
         p = ctx.Process(target=actor_main, name=f"actor-{cfg.actor_id}",
                         args=(plan.task_of(cfg.actor_id), plan.policy, with_addresses(cfg, *addresses), stop, errors))
         p.start()
         procs[f"actor {cfg.actor_id}"] = p
+        started_at[f"actor {cfg.actor_id}"] = time.monotonic()
+
+    def kill_hung(now: float, learner_since: float) -> None:
+        """A real-time actor whose messages (a heartbeat every actor.heartbeat_s from its control loop) stopped
+        reaching a healthy learner for liveness_s, or that never sent one within start_timeout_s of
+        starting, is hung (a deadlock, a stuck driver call): killed here, restarted below. As-fast
+        simulators may wait at their allowance, so silence is no sign of a hang there."""
+        for who, p in procs.items():
+            aid = int(who.split()[1])
+            if who in hung or not p.is_alive() or not by_id[aid].loop.realtime:
+                continue
+            since = max(started_at[who], learner_since)
+            heard = heard_at.get(aid, float("-inf"))
+            if heard > started_at[who]:
+                silent, limit = now - max(heard, since), policy.liveness_s
+            else:
+                silent, limit = now - since, max(policy.liveness_s, plan.start_timeout_s)
+            if silent > limit:
+                hung[who] = f"hung: no heartbeat for {silent:.0f} s (launcher.supervise.liveness_s)"
+                p.kill()
 
     def write_pids() -> None:
         pids = {w: p.pid for w, p in procs.items()}
@@ -190,6 +215,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             if time.monotonic() > deadline:
                 raise RunFailed(f"the learner did not start within {plan.start_timeout_s:.0f} s")
         learner.ready = True
+        learner.ready_at = time.monotonic()
         (plan.run_dir / "addresses.json").write_text(json.dumps(list(addresses)))  # data, weights
         by_id = {cfg.actor_id: cfg for cfg in plan.actors}
         for cfg in plan.actors:
@@ -212,12 +238,17 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                         display.update(progress)
                         if dash is not None:
                             dash.update(progress=progress)
-                    elif kind == "actors" and dash is not None:
-                        dash.update(actors={a: {**row, "resource": resources.get(a, "-")} for a, row in payload.items()})
+                    elif kind == "actors":
+                        for a, row in payload.items():
+                            heard_at[a] = time.monotonic() - row["heard_s"]
+                        if dash is not None:
+                            dash.update(actors={a: {**row, "resource": resources.get(a, "-")}
+                                                for a, row in payload.items()})
                     elif kind == "done":
                         done = payload
                     elif kind == "ready":
                         learner.ready = True
+                        learner.ready_at = time.monotonic()
                         events.write("ready", "learner", pid=learner.proc.pid)
                         display.message(f"[green]the learner is back (pid {learner.proc.pid})[/]")
                 except queue.Empty:
@@ -240,6 +271,8 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                     learner, pending["learner"] = None, now + delay
             else:
                 time.sleep(0.05)
+            if learner is not None and learner.ready and done is None and not stopping:
+                kill_hung(time.monotonic(), learner.ready_at)
             if learner is None and time.monotonic() >= pending.get("learner", float("inf")):
                 del pending["learner"]
                 learner = _Learner(ctx, _restart_config(plan.learner, addresses, learner_budget.total), stop)
@@ -253,7 +286,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                 if p.exitcode == 0:  # it ended because the learner said it is stopping: wait for "done"
                     stopping = True
                     continue
-                why = _drain_errors(errors).get(who, exit_reason(p.exitcode))
+                why = hung.pop(who, None) or _drain_errors(errors).get(who, exit_reason(p.exitcode))
                 events.write("failed", who, pid=p.pid, why=why)
                 if p.exitcode == ROBOT_LOST:  # that robot is stopped and held; the others carry on
                     left = len(procs) + sum(w != "learner" for w in pending)

@@ -302,6 +302,31 @@ def test_a_crashed_actor_is_restarted_and_resends_what_it_journaled(tmp_path):
     assert assert_contiguous(run_dir, 0) > steps + 200  # the new actor numbered on from its journal
 
 
+def test_a_hung_real_time_actor_is_killed_and_restarted(tmp_path):
+    """SIGSTOP freezes actor 0 (as a deadlock or a stuck driver call would): its messages stop
+    reaching the learner, the launcher kills it after liveness_s and starts it again."""
+    from robo_async.launch.supervisor import read_events
+
+    run_dir = tmp_path / "hung"
+    proc, pids = start_training(run_dir, "task.realtime=true", "launcher.supervise.liveness_s=4",
+                                "launcher.supervise.backoff_s=0.2")
+    actor_pid = pids["actor 0"]
+    wait_for_env_steps(run_dir, 100)
+    os.kill(actor_pid, signal.SIGSTOP)
+    wait_for(lambda: json.loads((run_dir / "processes.json").read_text())["actor 0"] != actor_pid,
+             timeout=90, what="a new actor process")
+    steps = read_metrics(run_dir)[-1]["time/env_steps"]
+    wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps + 100, what="the new actor's data")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    failed = [e for e in read_events(run_dir) if e["who"] == "actor 0"]
+    assert [e["event"] for e in failed] == ["failed", "restarted"], failed
+    assert failed[0]["pid"] == actor_pid and failed[0]["why"].startswith("hung: no heartbeat for "), failed
+    assert read_events(run_dir)[0]["who"] == "actor 0"  # the learner was never blamed
+    assert assert_contiguous(run_dir, 0) > steps + 100
+
+
 def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "crash0"
     proc, pids = start_training(run_dir, "launcher.supervise.restarts=0")
