@@ -5,7 +5,8 @@ disk filled to below `buffer.disk_min_gb` for `fill_s` (a file allocated beside 
 thresholds are set a few GB under what is free at the start, so no real disk gets full). The online
 table is kept to `keep_rows` rows by retention, evicted rows archived to a second store. At the end
 every actor's seqs in the store and the archive are checked: lost (gaps) and duplicated; recoveries are read from
-`supervisor.jsonl`; each process's RSS is sampled every few seconds and its slope fitted.
+`supervisor.jsonl`; each process's anonymous RSS is sampled every few seconds and its slope fitted
+(processes that lived `rss_min_minutes` or more; the last `calm` share of the run has no chaos).
 
     robo-async bench soak [minutes=20] [actors=4] [every_s=45] [keep_rows=30000] [cache_mb=64] [dir=...]
 """
@@ -29,9 +30,11 @@ from robo_async.bench import register
 
 
 def _rss_mb(pid: int) -> float | None:
+    """Anonymous resident memory (RssAnon): what a leak grows. File-backed pages (the LMDB map,
+    shared libraries) come and go with the page cache and are not counted."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
@@ -73,6 +76,9 @@ def bench_soak(args: dict[str, str]) -> int:
     root.mkdir(parents=True, exist_ok=True)
     fill_s = float(args.get("fill_s", 20))
     keep_rows = int(args.get("keep_rows", 30000))
+    # the last `calm` of the run has no chaos: the processes then live long enough for an RSS slope
+    calm = float(args.get("calm", 1 / 3))
+    judge_min = float(args.get("rss_min_minutes", 4))  # a process's slope counts if sampled this long
     cache_mb = int(args.get("cache_mb", 64))
     free0 = shutil.disk_usage(root).free / 2**30
     disk_min = free0 - 5 if free0 > 12 else None  # a "nearly full disk" a few GB below what is free now
@@ -122,7 +128,7 @@ def bench_soak(args: dict[str, str]) -> int:
                 fill.unlink(missing_ok=True)
                 fill_until = None
                 print(f"  t={now - t0:>6.0f} s  disk space given back", flush=True)
-            if now >= next_chaos and now < end - 60:
+            if now >= next_chaos and now < t0 + minutes * 60 * (1 - calm):
                 next_chaos = now + every_s * rng.uniform(0.5, 1.5)
                 actions = ["kill learner", "kill actor", "cut links"] + (["fill disk"] if disk_min is not None else [])
                 action = rng.choice(actions)
@@ -188,7 +194,7 @@ def bench_soak(args: dict[str, str]) -> int:
     missed = max((r.get("actors/missed_ticks", 0) for r in rows), default=0)
     slopes = {}
     for key, series in rss.items():
-        if len(series) >= 6 and series[-1][0] - series[0][0] > 2 / 60:
+        if len(series) >= 6 and series[-1][0] - series[0][0] > judge_min / 60:
             h, mb = np.array(series).T
             half = len(h) // 3  # skip the warm-up third (imports, caches filling)
             slopes[key] = float(np.polyfit(h[half:], mb[half:], 1)[0])

@@ -159,6 +159,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     interrupted = False
 
     heard_at: dict[int, float] = {}  # actor id -> when the learner last heard it (this clock)
+    rows_at = [0.0]  # when the learner last reported its actors: silence is judged as of then
     started_at: dict[str, float] = {}
     hung: dict[str, str] = {}  # actors killed as hung, and why
 
@@ -169,7 +170,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         procs[f"actor {cfg.actor_id}"] = p
         started_at[f"actor {cfg.actor_id}"] = time.monotonic()
 
-    def kill_hung(now: float, learner_since: float) -> None:
+    def kill_hung(learner_since: float) -> None:
         """A real-time actor whose messages (a heartbeat every actor.heartbeat_s from its control loop) stopped
         reaching a healthy learner for liveness_s, or that never sent one within start_timeout_s of
         starting, is hung (a deadlock, a stuck driver call): killed here, restarted below. As-fast
@@ -178,6 +179,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             aid = int(who.split()[1])
             if who in hung or not p.is_alive() or not by_id[aid].loop.realtime:
                 continue
+            now = rows_at[0]  # a learner that stops reporting fails itself; its actors are not blamed
             since = max(started_at[who], learner_since)
             heard = heard_at.get(aid, float("-inf"))
             if heard > started_at[who]:
@@ -239,8 +241,9 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                         if dash is not None:
                             dash.update(progress=progress)
                     elif kind == "actors":
+                        rows_at[0] = time.monotonic()
                         for a, row in payload.items():
-                            heard_at[a] = time.monotonic() - row["heard_s"]
+                            heard_at[a] = rows_at[0] - row["heard_s"]
                         if dash is not None:
                             dash.update(actors={a: {**row, "resource": resources.get(a, "-")}
                                                 for a, row in payload.items()})
@@ -272,7 +275,7 @@ def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             else:
                 time.sleep(0.05)
             if learner is not None and learner.ready and done is None and not stopping:
-                kill_hung(time.monotonic(), learner.ready_at)
+                kill_hung(learner.ready_at)
             if learner is None and time.monotonic() >= pending.get("learner", float("inf")):
                 del pending["learner"]
                 learner = _Learner(ctx, _restart_config(plan.learner, addresses, learner_budget.total), stop)
