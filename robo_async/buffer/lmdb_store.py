@@ -24,7 +24,6 @@ data, so a resend after any crash is either new (stored) or a duplicate (dropped
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -79,6 +78,12 @@ class StoreConfig:
     disk_warn_gb: float = 5.0  # warn (logged, metric) when the disk holding the store has less free space ...
     disk_min_gb: float = 1.0  # ... and stop accepting data below this (actors keep it and resend later)
 
+    def __post_init__(self) -> None:
+        # a table limited to null rows is not limited (the config lists every table, null by default)
+        unknown = set(self.max_rows) - set(TABLES)
+        if unknown or any(v is not None and int(v) < 1 for v in self.max_rows.values()):
+            raise ValueError(f"buffer.max_rows {dict(self.max_rows)}: tables are {TABLES}, limits at least 1")
+
 
 MIRROR = "interventions"  # online rows an operator acted on are also indexed here (same commit)
 
@@ -114,11 +119,6 @@ class PersistentReplayStore(Retention, ReplayStore):
     def __init__(self, path: str | Path, config: StoreConfig = StoreConfig()) -> None:
         if config.image_codec not in CODECS:
             raise ValueError(f"buffer.image_codec '{config.image_codec}' unknown; use one of {CODECS}")
-        # a table limited to null rows is not limited (the config lists every table, null by default)
-        config = dataclasses.replace(config, max_rows={t: v for t, v in config.max_rows.items() if v is not None})
-        unknown = set(config.max_rows) - set(TABLES)
-        if unknown or any(int(v) < 1 for v in config.max_rows.values()):
-            raise ValueError(f"buffer.max_rows {dict(config.max_rows)}: tables are {TABLES}, limits at least 1")
         self.path = Path(path)
         self.config = config
         self.schema: Schema | None = None

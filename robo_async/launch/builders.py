@@ -458,7 +458,10 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     mix = check_mix(buf.pop("mix"))
     prefetch = int(buf.pop("prefetch"))
     buf.pop("imports")
-    store = StoreConfig(**buf)
+    try:
+        store = StoreConfig(**buf)
+    except ValueError as e:  # e.g. buffer.max_rows.online=0: named here, not by a learner that fails to start
+        raise ConfigError(str(e)) from None
     t = cfg.transport
     keys_dir = transport_keys(t, cfg.actors)
     learner = LearnerConfig(

@@ -154,6 +154,8 @@ class WeightPublisher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._weights: Weights | None = None  # the newest weights not yet encoded
+        self._weights_t = 0.0  # when they were handed over
+        self._frozen: frozenset[str] = frozenset()  # their arrays the algorithm never trains
         self._status: LearnerStatus | None = None  # the newest status not yet sent
         self.pushes = 0  # pushes sent whole (every part once)
         self.push_bytes = 0  # payload bytes of the newest push
@@ -200,8 +202,7 @@ class WeightPublisher:
             with self._lock:
                 status, self._status = self._status, None
                 weights, self._weights = self._weights, None
-                frozen = getattr(self, "_frozen", frozenset())
-                t_pub = getattr(self, "_weights_t", 0.0)
+                frozen, t_pub = self._frozen, self._weights_t
             if status is not None:
                 self._send(encode(status))
             if self._stop.is_set():
