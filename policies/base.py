@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,16 @@ class ActionChunk:
     actions: np.ndarray
     dt: float
     policy_version: int
+
+
+@dataclass(frozen=True)
+class ChunkRequest:
+    """One `predict_chunk` call's arguments (a batch of them goes to `Policy.predict_chunks`)."""
+
+    obs: Mapping[str, np.ndarray]
+    forwarded_state: np.ndarray | None = None
+    prefix: np.ndarray | None = None
+    delay_ticks: int = 0
 
 
 class Policy(abc.ABC):
@@ -60,6 +70,11 @@ class Policy(abc.ABC):
         predicted joint state at that tick; `prefix` holds actions already committed for it;
         `delay_ticks` is how many ticks old `obs` will be when the chunk starts (the measured
         inference latency), so a policy can account for acting on a stale observation."""
+
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """Chunks for several requests at once (the policy server batches the requests of several
+        actors that arrive together). Default: one by one; policies that can, batch the forward."""
+        return [call_policy(self, r.obs, r.forwarded_state, r.prefix, r.delay_ticks) for r in requests]
 
     @abc.abstractmethod
     def module(self) -> torch.nn.Module:

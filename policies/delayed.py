@@ -4,12 +4,12 @@ uniform jitter) longer, for benchmarks and tests with the sim in wall-clock real
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from policies.base import ActionChunk, Policy, call_policy
+from policies.base import ActionChunk, ChunkRequest, Policy, call_policy
 
 
 class DelayedPolicy(Policy):
@@ -48,8 +48,19 @@ class DelayedPolicy(Policy):
                       prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
         t0 = time.monotonic()
         chunk = call_policy(self.inner, obs, forwarded_state, prefix, delay_ticks)
+        self._wait(t0)
+        return chunk
+
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """A batch costs one delay (an accelerator's forward pass takes about as long for a few
+        rows as for one)."""
+        t0 = time.monotonic()
+        chunks = self.inner.predict_chunks(requests)
+        self._wait(t0)
+        return chunks
+
+    def _wait(self, t0: float) -> None:
         extra = self.delay_ms + (self._rng.uniform(0, self.jitter_ms) if self.jitter_ms > 0 else 0.0)
         left = t0 + extra / 1000 - time.monotonic()
         if left > 0:
             time.sleep(left)
-        return chunk

@@ -12,13 +12,13 @@ The network also sees `d` (the inference delay in ticks) and the forwarded state
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from policies.base import ActionChunk, Policy, camera_frames, register
+from policies.base import ActionChunk, ChunkRequest, Policy, camera_frames, register
 
 
 def _time_embedding(t: torch.Tensor, dim: int = 16) -> torch.Tensor:
@@ -184,6 +184,38 @@ class FlowChunkPolicy(Policy):
         if prefix is not None and len(prefix):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # exact, no round trip
         return ActionChunk(actions, self.dt, self.version)
+
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """One forward pass per prefix length for a batch of requests (the policy server)."""
+        out: list[ActionChunk | None] = [None] * len(requests)
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(0 if r.prefix is None else min(len(r.prefix), self.horizon), []).append(i)
+        for d, rows in groups.items():
+            if len(rows) == 1:
+                r = requests[rows[0]]
+                out[rows[0]] = self.predict_chunk(r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix,
+                                                  delay_ticks=r.delay_ticks)
+                continue
+            rs = [requests[i] for i in rows]
+            obs = {k: np.stack([np.asarray(r.obs[k]) for r in rs]) for k in rs[0].obs}
+            states = np.stack([np.asarray(r.obs["state"] if r.forwarded_state is None else r.forwarded_state,
+                                          np.float32) for r in rs])
+            cond = np.stack([self.condition(r.obs, r.forwarded_state) for r in rs])
+            p = None
+            if d:
+                p = torch.as_tensor(np.stack([self.normalize(np.asarray(r.prefix, np.float32)[:d], s)
+                                              for r, s in zip(rs, states)]))
+            delays = torch.as_tensor([d if d else r.delay_ticks for r in rs])
+            imgs = self.images(obs)
+            x = self.sample(torch.as_tensor(cond), p, delay=delays,
+                            images=None if imgs is None else torch.as_tensor(imgs)).numpy()
+            for j, (i, r) in enumerate(zip(rows, rs)):
+                actions = self.denormalize(x[j], states[j])
+                if d:
+                    actions[:d] = np.asarray(r.prefix, np.float32)[:d]
+                out[i] = ActionChunk(actions, self.dt, self.version)
+        return out  # type: ignore[return-value]
 
     # --- training -----------------------------------------------------------------------------
     def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,

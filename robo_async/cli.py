@@ -21,6 +21,9 @@ commands:
   reward train from=<run|store> cameras=[front]   a success classifier on camera frames (a learned reward)
   teleop out=<store> teleop=<device> [episodes=10] [dataset=<new dir>] [overrides]
                                        drive a robot with a teleop, record labelled episodes (store + LeRobotDataset)
+  serve [overrides]                    the config's policy for edge actors without a GPU (serve.port=5560,
+                                       policy.path=, serve.weights=tcp://learner:<weights_port>); actors use
+                                       actor.inference_server=tcp://<host>:5560
   keys dir=<keys dir> actors=2         CURVE key pairs: the learner's and one per actor id (transport.keys=<dir>)
   resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
                                        robots, buses, cameras, GPUs, sims; who holds them
@@ -30,6 +33,7 @@ commands:
   bench weight-push [sizes_mb=4,40,400,2048]   weight pushes: full, fp16, delta, CURVE, against raw ZMQ
   bench soak [minutes=20] [actors=4]   a job under chaos (kill -9, cut links): lost/duplicated rows, recovery, RSS
   bench async-inference [episodes=5]   sync vs async chunk inference at 0-300 ms latency: speed, reaction, jitter
+  bench remote-inference [episodes=4]  the policy behind a server through a delay/loss proxy; batching gain
 """
 
 
@@ -93,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             return _eval(_kv(rest))
         if cmd == "resources":
             return _resources(_kv(rest))
+        if cmd == "serve":
+            from robo_async.serve.cli import serve
+
+            return serve(rest)
         if cmd == "keys":
             return _keys(_kv(rest))
         if cmd == "buffer":

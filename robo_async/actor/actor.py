@@ -45,6 +45,7 @@ class ActorConfig:
     keys_dir: str | None = None  # CURVE keys (`robo-async keys`): this actor's pair and the learner's public key
     learner_silent_s: float = 3.0  # no status for this long: the learner is away (logged, counted)
     guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
+    inference_server: str | None = None  # the policy runs on this `robo-async serve` server (actor/remote.py)
 
 
 class LearnerUnavailable(RuntimeError):

@@ -50,6 +50,26 @@ def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> 
     return spec.forward_state(state, committed)
 
 
+class TickLatency:
+    """Latency in control ticks as the loop saw it: from the tick a chunk was asked for to the
+    tick it was merged (the first tick it could be used), over a sliding window. This is what a
+    prefix must cover, wherever the policy runs (here or on a server across a network), and it
+    needs no clock: a tick is the unit."""
+
+    def __init__(self, window: int = 50, min_samples: int = 3) -> None:
+        self._samples: deque[int] = deque(maxlen=window)
+        self.min_samples = min_samples
+
+    def add(self, ticks: int) -> None:
+        self._samples.append(max(int(ticks), 0))
+
+    def ticks(self, q: float = 95) -> int | None:
+        """The q-th percentile (rounded up), or None before `min_samples` chunks have landed."""
+        if len(self._samples) < self.min_samples:
+            return None
+        return int(math.ceil(float(np.percentile(self._samples, q)) - 1e-9))
+
+
 class LatencyTracker:
     """Inference latency over a sliding window (seconds)."""
 
@@ -342,6 +362,8 @@ class AsyncChunkRunner:
         self.versions: deque[int] = deque(maxlen=1000)  # policy versions of the latest merged chunks
         self.chunks_merged = 0
         self.epoch = 0
+        # measured in ticks (request -> merge); the engine's clock estimate (warm-up) until then
+        self.tick_latency = TickLatency()
 
     def reset(self) -> None:
         """A new episode: forget the plan; a chunk still being computed is discarded on arrival."""
@@ -371,6 +393,7 @@ class AsyncChunkRunner:
                 self.superseded += 1
                 continue
             self._merged_obs_tick = r.obs_tick
+            self.tick_latency.add(now - r.obs_tick)  # asked at its observation's tick
             self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version, r.obs_tick)
             self.versions.append(r.chunk.policy_version)
             self.chunks_merged += 1
@@ -378,7 +401,7 @@ class AsyncChunkRunner:
     def tick(self, now: int, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """The action for tick `now`. Never waits on the policy (except in `sync` mode, the baseline)."""
         self._take(now)
-        d = 0 if self.mode == "sync" else self.engine.latency.ticks(self.spec.dt)
+        d = 0 if self.mode == "sync" else self.latency_ticks()
         left = self.schedule.remaining(now)
         due = left <= d + self.margin or (self.continuous and self.mode != "sync")
         # with several workers, requests are spread over the latency so one always starts soon
@@ -408,6 +431,12 @@ class AsyncChunkRunner:
             a = self._hold(obs)
         self._last = a
         return a
+
+    def latency_ticks(self) -> int:
+        """Ticks from asking for a chunk to being able to use it (p95): measured by the loop once
+        a few chunks have landed, the engine's clock estimate (its warm-up) before."""
+        measured = self.tick_latency.ticks()
+        return measured if measured is not None else self.engine.latency.ticks(self.spec.dt)
 
     def _hold(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         return self._last if self._last is not None else self.spec.hold_action(obs["state"])

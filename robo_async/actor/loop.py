@@ -103,6 +103,7 @@ class LoopConfig:
     guide: GuideConfig | None = None  # JSRL: a guide acts first in training episodes (inline, sim only)
     success_reward: float = 1.0  # an operator's success label: the tick's reward is at least this
     teleop_drives: bool = False  # a teleop session: the operator drives from the first tick (robo-async teleop)
+    server_wait_s: float = 600.0  # a policy on a server: wait this long for it to answer first (saying where)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,12 @@ class ControlLoop:
                             f"{type(robot).__name__} in hal.safety.SafeRobot")
         if config.inference not in INFERENCE_MODES:
             raise ValueError(f"inference mode '{config.inference}' unknown; modes: {list(INFERENCE_MODES)}")
+        self.remote = bool(getattr(policy, "remote", False))  # on a policy server (actor/remote.py)
+        if self.remote and INFERENCE_MODES[config.inference] is None:
+            raise ValueError("a policy on a policy server needs an asynchronous inference mode (e.g. "
+                             "async_forward): inline would wait on the network on the control thread")
+        if self.remote:
+            weights = None  # the server gets the learner's weights itself
         self.robot, self.policy, self.config = robot, policy, config
         self.sink = sink if sink is not None else EpisodeLog()
         self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
@@ -279,7 +286,10 @@ class ControlLoop:
             out.update({"infer_p50_ms": round(e.latency.percentile(50) * 1000, 2),
                         "infer_p95_ms": round(e.latency.percentile(95) * 1000, 2),
                         "held_ticks": self.runner.holds, "bad_chunks": e.bad_chunks, "hung": e.hung_reports,
-                        "stale_dropped": self.runner.schedule.stale_dropped})
+                        "stale_dropped": self.runner.schedule.stale_dropped,
+                        "latency_ticks": self.runner.latency_ticks()})
+        if self.remote:
+            out.update(self.policy.stats())  # type: ignore[attr-defined]
         if self._extra_stats is not None:
             out.update(self._extra_stats())
         return out
@@ -317,6 +327,8 @@ class ControlLoop:
         cfg, robot, sink, runner = self.config, self.robot, self.sink, self.runner
         result = LoopResult()
         obs = self._reset()
+        if self.remote:  # hello: the server's architecture and horizon, or its refusal, named
+            self.policy.connect(cfg.server_wait_s, stop)  # type: ignore[attr-defined]
         if runner is not None and cfg.warmup_inference:  # torch's slow first call; seeds the latency
             runner.engine.warmup(obs)
         ep_return, ep_len, ep_success, ep_operator, evaluation = 0.0, 0, False, 0, self._is_eval()

@@ -312,15 +312,19 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
         raise ConfigError(str(e)) from None
 
 
-def resolve_inference(mode: str, task: TaskArgs) -> str:
+def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> str:
     """`auto`: `inline` (the policy on the control thread: the sim-only speed mode) for an
-    as-fast-as-possible simulator, `async_forward` (inference beside the loop) for real robots
-    and real-time simulators. `inline` on a real robot is refused: its loop must never wait."""
+    as-fast-as-possible simulator, `async_forward` (inference beside the loop) for real robots,
+    real-time simulators and a policy on a server (`actor.inference_server`). `inline` on a real
+    robot or with a server is refused: the loop must never wait."""
     if mode != "auto" and mode not in INFERENCE_MODES:
         raise ConfigError(f"actor.inference '{mode}' unknown; use auto or one of {list(INFERENCE_MODES)}")
     real = task.robot is not None
     if mode == "auto":
-        return "async_forward" if real or task.realtime else "inline"
+        return "async_forward" if real or task.realtime or server else "inline"
+    if mode == "inline" and server:
+        raise ConfigError(f"actor.inference=inline would wait on the network on the control thread; with "
+                          f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)")
     if mode == "inline" and real:
         raise ConfigError(f"actor.inference=inline runs the policy on the control thread, a sim-only speed mode; "
                           f"robot {task.robot['type']} needs an asynchronous mode (auto, async_forward, ...)")
@@ -431,7 +435,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     algo_name, algo_config = algo_of(OmegaConf.to_container(cfg.algo, resolve=True))
     pol = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
     if getattr(algo_config, "max_delay", 0) is None:  # delay-consistent acting: as the actors will ask
-        modes = {resolve_inference(str(cfg.actor.get("inference", "auto")), plan_task(i)) for i in range(cfg.actors)}
+        modes = {resolve_inference(str(cfg.actor.get("inference", "auto")), plan_task(i),
+                                   cfg.actor.get("inference_server") or None) for i in range(cfg.actors)}
         ms = pol.option("inference_delay_ms") or 0
         injected = float(max(ms) if isinstance(ms, tuple) else ms) / 1000 / spec.dt
         bc_delay = int((cfg.policy.get("bc") or {}).get("max_delay", 12))
@@ -483,7 +488,12 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
         push=push_config(_plain(cfg.learner.get("weights")) or {}),
     )
     inference = str(cfg.actor.get("inference", "auto"))
-    resolve_inference(inference, task)
+    server = cfg.actor.get("inference_server") or None
+    if server is not None and not (isinstance(server, str) and server.startswith(("tcp://", "ipc://"))):
+        raise ConfigError(f"actor.inference_server must be a ZMQ address like tcp://host:5560, not {server!r}")
+    if server is not None and cfg.actor.get("guide"):
+        raise ConfigError("actor.guide (JSRL) runs on the control thread; it cannot run with actor.inference_server")
+    resolve_inference(inference, task, server)
     replan = str(cfg.actor.get("replan", "auto"))
     if replan not in ("auto", "due", "continuous", "end"):
         raise ConfigError(f"actor.replan must be auto, due, end or continuous, not '{cfg.actor.replan}'")
@@ -514,11 +524,12 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
             loop=LoopConfig(
                 actor_id=i, episode_ticks=task.options.get("episode_ticks", 50), realtime=plan_task(i).realtime,
                 seed=cfg.seed * 1000 + i, start_episode=int(eps.get(str(i), 0)), eval_every=cfg.actor.eval_every,
-                heartbeat_s=cfg.actor.heartbeat_s, inference=resolve_inference(inference, plan_task(i)),
+                heartbeat_s=cfg.actor.heartbeat_s, inference=resolve_inference(inference, plan_task(i), server),
                 replan=replan, success_reward=float(cfg.actor.get("success_reward", 1.0)),
                 inference_workers=int(cfg.actor.get("inference_workers", 1)), guide=guide),
             flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)),
             learner_silent_s=float(cfg.actor.get("learner_silent_s", 3.0)), keys_dir=keys_dir, guide=str(guide_src) if guide_src else None,
+            inference_server=server,
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s), image_codec=str(cfg.buffer.image_codec),

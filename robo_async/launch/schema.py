@@ -56,6 +56,7 @@ class ActorSchema:
     replan: str = "due"
     success_reward: float = 1.0
     inference_workers: int = 1
+    inference_server: str | None = None
     guide: str | None = None
     guide_ticks: int = 60
     guide_step: int = 10
@@ -122,6 +123,16 @@ class DashboardSchema:
 
 
 @dataclass
+class ServeSchema:  # robo_async/serve: `robo-async serve`
+    port: int = 5560
+    weights: str | None = None
+    key_id: int = 0
+    max_batch: int = 16
+    batch_window_ms: float = 2.0
+    summary_s: float = 10.0
+
+
+@dataclass
 class TrainSchema:
     """`configs/train.yaml`; the groups (task, policy, algo, buffer, robot, teleop) are checked
     against their own schemas."""
@@ -151,6 +162,7 @@ class TrainSchema:
     learner: LearnerSchema = field(default_factory=LearnerSchema)
     safety: SafetySchema = field(default_factory=SafetySchema)
     resources: ResourcesSchema = field(default_factory=ResourcesSchema)
+    serve: ServeSchema = field(default_factory=ServeSchema)
 
 
 @functools.lru_cache(maxsize=None)

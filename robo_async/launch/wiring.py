@@ -15,6 +15,7 @@ from pathlib import Path
 from threading import Event as ThreadEvent
 
 from hal.safety import SafeRobot
+from hal.spec import RobotSpec
 from policies.base import Policy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
@@ -31,13 +32,26 @@ def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEve
     for t in teleops:
         t.connect()
     try:
-        actor = Actor(robot, make_actor_policy(policy, robot.spec), cfg, teleops,
+        actor = Actor(robot, remote_policy(cfg, policy, robot.spec) if cfg.inference_server
+                      else make_actor_policy(policy, robot.spec), cfg, teleops,
                       guide=make_guide(cfg.guide, task, robot) if cfg.guide else None)
         actor.run(stop)
         return actor
     finally:
         for t in teleops:
             t.close()
+
+
+def remote_policy(cfg: ActorConfig, policy: PolicyArgs, spec: RobotSpec) -> Policy:
+    """The actor's side of a policy on a `robo-async serve` server (CURVE with the actor's keys)."""
+    from functools import partial
+
+    from robo_async.actor.remote import RemotePolicy
+    from robo_async.transport.curve import secure_client
+
+    assert cfg.inference_server is not None
+    secure = partial(secure_client, keys_dir=cfg.keys_dir, actor_id=cfg.actor_id) if cfg.keys_dir else None
+    return RemotePolicy(cfg.inference_server, spec, cfg.actor_id, policy.name, secure=secure)
 
 
 def make_guide(source: str, task: TaskArgs, robot: SafeRobot) -> Policy:

@@ -237,8 +237,52 @@ class Heartbeat:
                                           for k, v in self.meta.items()})
 
 
-Message = TransitionBatch | EpisodeStats | Weights | WeightPart | LearnerStatus | Heartbeat
-_KINDS = {c.kind: c for c in (TransitionBatch, EpisodeStats, Weights, WeightPart, LearnerStatus, Heartbeat)}
+@dataclass(frozen=True)
+class InferRequest:
+    """An edge actor asks the policy server (`robo_async/serve`) for a chunk: about observation
+    `obs` taken at tick `tick`, the chunk starting `delay` ticks later, the robot there at
+    `forwarded_state` with `prefix` already committed (RTC). `hello`: no observation, a handshake
+    naming the actor's robot spec (`spec`, JSON of `RobotSpec.signature()`) and the policy it
+    expects (`policy`, "" any); the server answers with its architecture or refuses."""
+
+    actor_id: int
+    req: int  # request id, echoed by the reply (a reply for an older request is dropped)
+    tick: int = 0
+    delay: int = 0
+    deterministic: bool = False
+    obs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    forwarded_state: np.ndarray | None = None
+    prefix: np.ndarray | None = None
+    hello: bool = False
+    policy: str = ""
+    spec: str = ""
+
+    kind = "infer"
+
+
+@dataclass(frozen=True)
+class ChunkReply:
+    """The server's answer to `InferRequest` `req`: `actions` [H, A] computed by weights `version`
+    of `architecture`, or `error` (a refusal, named) and no actions. A hello's reply carries the
+    server's `spec` and `horizon`."""
+
+    req: int
+    version: int
+    architecture: str
+    actions: np.ndarray | None = None
+    error: str = ""
+    horizon: int = 0
+    spec: str = ""
+    infer_us: int = 0  # the server's compute time for the batch this chunk was in
+    batch: int = 0  # requests in that batch
+
+    kind = "chunk"
+
+
+Message = (TransitionBatch | EpisodeStats | Weights | WeightPart | LearnerStatus | Heartbeat | InferRequest
+           | ChunkReply)
+_KINDS = {c.kind: c for c in (TransitionBatch, EpisodeStats, Weights, WeightPart, LearnerStatus, Heartbeat,
+                              InferRequest, ChunkReply)}
 
 
 def _pack(kind: str, arrays: Mapping[str, np.ndarray], **fields: Scalar) -> list[bytes | memoryview]:
@@ -275,6 +319,18 @@ def encode(msg: Message) -> list[bytes | memoryview]:
             msg.kind, {}, actor_id=msg.actor_id, env_steps=msg.env_steps,
             policy_version=msg.policy_version, meta=dict(msg.meta),
         )
+    if isinstance(msg, InferRequest):
+        arrays = {f"obs/{k}": v for k, v in msg.obs.items()}
+        if msg.forwarded_state is not None:
+            arrays["fstate"] = msg.forwarded_state
+        if msg.prefix is not None:
+            arrays["prefix"] = msg.prefix
+        return _pack(msg.kind, arrays, actor_id=msg.actor_id, req=msg.req, tick=msg.tick, delay=msg.delay,
+                     deterministic=msg.deterministic, hello=msg.hello, policy=msg.policy, spec=msg.spec)
+    if isinstance(msg, ChunkReply):
+        return _pack(msg.kind, {} if msg.actions is None else {"actions": msg.actions}, req=msg.req,
+                     version=msg.version, architecture=msg.architecture, error=msg.error, horizon=msg.horizon,
+                     spec=msg.spec, infer_us=msg.infer_us, batch=msg.batch)
     raise WireError(f"cannot encode {type(msg).__name__}")
 
 
@@ -341,7 +397,10 @@ MAX_HEADER_BYTES = 1 << 20  # msgpack header (array specs included)
 MAX_NAME = 256  # array names (a weight piece: d:<parameter name>:<offset>)
 MAX_TEXT = 256  # strings in headers (architecture, heartbeat values)
 MAX_META = 64  # heartbeat figures
-MAX_ARRAYS = {"transitions": 256, "weights": 1 << 16, "wpart": 1 << 16}  # other kinds carry none
+MAX_ARRAYS = {"transitions": 256, "weights": 1 << 16, "wpart": 1 << 16, "infer": 66, "chunk": 1}  # others: none
+MAX_SPEC = 16_384  # a robot spec's signature (JSON) in a hello
+MAX_HORIZON = 4096  # actions per chunk, ticks of delay
+MAX_ACTION_DIM = 1024
 MAX_NDIM = 8
 TRANSITION_COLUMNS = frozenset({"action", "reward", "terminated", "truncated", "policy_version", "success",
                                 "intervention", "policy_action"})
@@ -410,6 +469,8 @@ _KIND_FIELDS = {
                 "operator_ticks", "label"},
     "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors"},
     "heartbeat": {"actor_id", "env_steps", "policy_version", "meta"},
+    "infer": {"actor_id", "req", "tick", "delay", "deterministic", "hello", "policy", "spec"},
+    "chunk": {"req", "version", "architecture", "error", "horizon", "spec", "infer_us", "batch"},
 }
 
 
@@ -458,6 +519,63 @@ def _weight_part(header: dict, arrays: dict[str, np.ndarray]) -> WeightPart:
             raise WireError(f"wpart piece '{name}' has NaN or infinite values")
     return WeightPart(version, part, parts, base, precision, _text(header, "architecture", ""),
                       tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays)
+
+
+def _finite_array(kind: str, name: str, a: np.ndarray | Frames, ndim: int | None = None) -> None:
+    if isinstance(a, Frames) or (ndim is not None and (a.ndim != ndim or a.dtype != np.float32)):
+        raise WireError(f"{kind} array '{name}' must be float32 with {ndim} dimensions, "
+                        f"got {getattr(a, 'dtype', 'frames')}{getattr(a, 'shape', '')}")
+    if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+        raise WireError(f"{kind} array '{name}' has NaN or infinite values")
+
+
+def _infer_request(header: dict, arrays: dict[str, np.ndarray]) -> InferRequest:
+    """Arrays: `obs/<key>` (any allowed dtype, finite), optional `fstate` [S] and `prefix` [d, A]
+    (float32, finite); a hello carries none."""
+    obs = {}
+    for k, a in arrays.items():
+        if k.startswith("obs/") and len(k) > 4:
+            _finite_array("infer", k, a)
+            obs[k[4:]] = a
+        elif k == "fstate":
+            _finite_array("infer", k, a, 1)
+        elif k == "prefix":
+            _finite_array("infer", k, a, 2)
+            if not (len(a) <= MAX_HORIZON and 0 < a.shape[1] <= MAX_ACTION_DIM):
+                raise WireError(f"infer 'prefix' has shape {a.shape}: at most {MAX_HORIZON} x {MAX_ACTION_DIM}")
+        else:
+            raise WireError(f"infer carries an unknown array '{k}'; known: obs/<key>, fstate, prefix")
+    hello = _bool(header, "hello", False)
+    if hello and arrays:
+        raise WireError("an infer hello carries no arrays")
+    return InferRequest(
+        _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "req", 0, MAX_COUNT),
+        _int(header, "tick", 0, MAX_COUNT, 0), _int(header, "delay", 0, MAX_HORIZON, 0),
+        _bool(header, "deterministic", False), obs, arrays.get("fstate"), arrays.get("prefix"), hello,
+        _text(header, "policy", ""), _text(header, "spec", "", MAX_SPEC))
+
+
+def _chunk_reply(header: dict, arrays: dict[str, np.ndarray]) -> ChunkReply:
+    """`actions` [H, A] float32, finite, 1 <= H <= MAX_HORIZON; or an `error` and no arrays; or
+    (a hello's answer) a `horizon` and no arrays."""
+    error = _text(header, "error", "", 1024)
+    actions = arrays.get("actions")
+    if set(arrays) - {"actions"}:
+        raise WireError(f"chunk carries unknown arrays {sorted(set(arrays) - {'actions'})}; known: actions")
+    horizon = _int(header, "horizon", 0, MAX_HORIZON, 0)
+    if actions is not None and error:
+        raise WireError("a chunk carries 'actions' or an 'error', not both")
+    if actions is None and not error and not horizon:
+        raise WireError("a chunk carries 'actions', an 'error' or (a hello's answer) a 'horizon'")
+    if actions is not None:
+        _finite_array("chunk", "actions", actions, 2)
+        if not (1 <= len(actions) <= MAX_HORIZON and 1 <= actions.shape[1] <= MAX_ACTION_DIM):
+            raise WireError(f"chunk 'actions' has shape {actions.shape}: 1-{MAX_HORIZON} x 1-{MAX_ACTION_DIM}")
+    return ChunkReply(
+        _int(header, "req", 0, MAX_COUNT), _int(header, "version", -1, MAX_COUNT),
+        _text(header, "architecture", ""), actions, error, horizon,
+        _text(header, "spec", "", MAX_SPEC), _int(header, "infer_us", 0, 1 << 40, 0),
+        _int(header, "batch", 0, 1 << 20, 0))
 
 
 def decode(frames: Sequence[bytes | memoryview]) -> Message:
@@ -513,6 +631,10 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
         return Weights(_int(header, "version", 0, MAX_COUNT), arrays, _text(header, "architecture", ""))
     if kind == "wpart":
         return _weight_part(header, arrays)
+    if kind == "infer":
+        return _infer_request(header, arrays)
+    if kind == "chunk":
+        return _chunk_reply(header, arrays)
     if kind == "episode":
         length = _int(header, "length", 0, MAX_COUNT)
         label = header.get("label", "")

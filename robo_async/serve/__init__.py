@@ -1,0 +1,5 @@
+"""The policy server for edge actors without a GPU (`robo-async serve`); see server.py."""
+
+from robo_async.serve.server import PolicyServer, ServeConfig, spec_json
+
+__all__ = ["PolicyServer", "ServeConfig", "spec_json"]
