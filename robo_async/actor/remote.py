@@ -120,7 +120,7 @@ class RemotePolicy(Policy):
             left = t0 + wait_s - time.monotonic()
             if left <= 0 or (stop is not None and stop.is_set()):
                 raise ServerUnavailable(f"actor {self.actor_id}: no policy server answered at {self.address} "
-                                        f"in {wait_s:.0f} s")
+                                        f"in {wait_s:g} s")
             try:
                 reply = self._exchange(InferRequest(self.actor_id, self._req_id(), hello=True, policy=self.policy_name,
                                                     spec=self._spec_json), min(left, 1.0))

@@ -379,3 +379,38 @@ def test_replan_end_executes_every_action_of_every_chunk(replan, executed):
         fstate = policy.calls[-1][0]
         np.testing.assert_array_equal(fstate, chunk[-1])  # forwarded through the whole current chunk
     engine.close()
+
+
+def test_latency_is_measured_in_ticks_from_request_to_merge():
+    """The clock says inferences take no time; chunks land 5 ticks after they were asked for
+    (a remote server behind a network): the runner plans with 5, what the loop saw."""
+    gates = [threading.Event() for _ in range(6)]
+    policy = Scripted(horizon=8, gates=gates)
+    engine = InferenceEngine(policy, A, 8)
+    engine.latency = FixedLatency(0)
+    runner = AsyncChunkRunner(engine, SPEC, mode="rtc")
+    assert runner.latency_ticks() == 0
+    t = 0
+    for i in range(4):
+        while not engine.in_flight:  # tick until the runner asks (it may have, on the merging tick)
+            runner.tick(t, obs())
+            t += 1
+        for _ in range(4):
+            runner.tick(t, obs())
+            t += 1
+        gates[i].set()
+        wait_idle(engine)
+        merged = runner.chunks_merged
+        runner.tick(t, obs())  # lands here: 5 ticks after the request (asked on the tick before the 4)
+        t += 1
+        assert runner.chunks_merged == merged + 1
+    assert runner.latency_ticks() == 5, list(runner.tick_latency._samples)
+    while not engine.in_flight:
+        runner.tick(t, obs())
+        t += 1
+    gates[4].set()
+    wait_idle(engine)
+    assert len(policy.calls[-1][1]) == 5  # the committed prefix covers the 5 ticks
+    for g in gates:
+        g.set()
+    engine.close()

@@ -196,3 +196,69 @@ def test_port_in_use_is_a_clear_error():
     with pytest.raises(PortInUse, match="already in use"):
         TransitionReceiver(first.address)
     first.close()
+
+
+# --- the policy server's kinds: infer (actor -> server) and chunk (server -> actor) ---------------
+from robo_async.transport.wire import ChunkReply, InferRequest  # noqa: E402
+
+
+def _infer(**kw):
+    base = dict(actor_id=3, req=7, tick=120, delay=4, deterministic=True,
+                obs={"state": np.arange(6, dtype=np.float32), "front": np.zeros((8, 8, 3), np.uint8)},
+                forwarded_state=np.ones(6, np.float32), prefix=np.full((4, 6), 0.5, np.float32))
+    base.update(kw)
+    return InferRequest(**base)
+
+
+def test_infer_and_chunk_roundtrip():
+    m = decode([bytes(f) for f in encode(_infer())])
+    assert isinstance(m, InferRequest) and (m.actor_id, m.req, m.tick, m.delay, m.deterministic) == (3, 7, 120, 4, True)
+    np.testing.assert_array_equal(m.obs["state"], np.arange(6, dtype=np.float32))
+    assert m.obs["front"].shape == (8, 8, 3) and m.obs["front"].dtype == np.uint8
+    np.testing.assert_array_equal(m.forwarded_state, np.ones(6, np.float32))
+    np.testing.assert_array_equal(m.prefix, np.full((4, 6), 0.5, np.float32))
+    hello = decode(encode(InferRequest(1, 2, hello=True, policy="flow", spec='{"name":"x"}')))
+    assert hello.hello and hello.policy == "flow" and hello.spec == '{"name":"x"}' and not hello.obs
+    c = decode(encode(ChunkReply(7, 12, "flow:x", np.zeros((8, 6), np.float32), infer_us=900, batch=3)))
+    assert isinstance(c, ChunkReply) and (c.req, c.version, c.architecture, c.infer_us, c.batch) == (7, 12, "flow:x", 900, 3)
+    assert c.actions.shape == (8, 6)
+    h = decode(encode(ChunkReply(2, -1, "flow:x", horizon=8, spec="{}")))
+    assert h.actions is None and h.horizon == 8 and not h.error
+
+
+def _with(frames, **header):
+    h = msgpack.unpackb(bytes(frames[0]), raw=False)
+    h.update(header)
+    return [msgpack.packb(h, use_bin_type=True), *[bytes(f) for f in frames[1:]]]
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: encode(_infer(prefix=np.full((2, 6), np.nan, np.float32))), "'prefix' has NaN"),
+    (lambda: encode(_infer(forwarded_state=np.ones((2, 3), np.float32))), "'fstate' must be float32 with 1"),
+    (lambda: encode(_infer(obs={"state": np.array([np.inf], np.float32)})), "'obs/state' has NaN"),
+    (lambda: _with(encode(_infer()), delay=5000), "'delay'"),
+    (lambda: _with(encode(_infer()), req=-1), "'req'"),
+    (lambda: _with(encode(_infer()), deterministic=1), "'deterministic'"),
+    (lambda: _with(encode(_infer()), spec="x" * 20000), "'spec'"),
+    (lambda: _with(encode(_infer()), hello=True), "hello carries no arrays"),
+    (lambda: _with(encode(_infer()), evil=1), "unknown keys"),
+    (lambda: encode(_infer(obs={}, forwarded_state=None, prefix=np.zeros((2, 2000), np.float32))), "'prefix' has shape"),
+    (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), error="both"), "not both"),
+    (lambda: encode(ChunkReply(1, 0, "a")), "a 'horizon'"),
+    (lambda: encode(ChunkReply(1, 0, "a", np.full((8, 6), np.nan, np.float32))), "'actions' has NaN"),
+    (lambda: encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float64))), "must be float32 with 2"),
+    (lambda: encode(ChunkReply(1, 0, "a", np.zeros((0, 6), np.float32))), "has shape"),
+    (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), version=-2), "'version'"),
+    (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), architecture=7), "'architecture'"),
+])
+def test_malformed_infer_and_chunk_are_named(make, match):
+    with pytest.raises(WireError, match=match):
+        decode([bytes(f) for f in make()])
+
+
+def test_a_chunk_with_an_unknown_array_is_refused():
+    frames = [bytes(f) for f in encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32)))]
+    h = msgpack.unpackb(frames[0], raw=False)
+    h["arrays"][0][0] = "extra"
+    with pytest.raises(WireError, match="unknown arrays"):
+        decode([msgpack.packb(h, use_bin_type=True), frames[1]])
