@@ -385,6 +385,13 @@ class Learner:
             out["actors/infer_p95_ms"] = max(float(h["infer_p95_ms"]) for h in infer)
             out["actors/held_ticks"] = sum(int(h.get("held_ticks", 0)) for h in infer)
             out["actors/bad_chunks"] = sum(int(h.get("bad_chunks", 0)) for h in infer)
+            out["actors/latency_ticks"] = max(int(h.get("latency_ticks", 0)) for h in infer)
+        remote = [h for h in self.heartbeats.values() if "server_rtt_p95_ms" in h]
+        if remote:  # actors whose policy runs on a policy server (actor.inference_server)
+            out["actors/server_rtt_p95_ms"] = max(float(h["server_rtt_p95_ms"]) for h in remote)
+            out["actors/server_rerequests"] = sum(int(h.get("rerequests", 0)) for h in remote)
+            out["actors/server_stale_replies"] = sum(int(h.get("stale_replies", 0)) for h in remote)
+            out["actors/server_bad_replies"] = sum(int(h.get("bad_replies", 0)) for h in remote)
         teleops = [h for h in self.heartbeats.values() if "operator" in h]
         if teleops or self.operator_ticks:  # human in the loop
             out["hil/operator_ticks"] = self.operator_ticks
