@@ -7,9 +7,10 @@ on the network (it holds when no chunk has come). Per request:
 
 - a DEALER socket per inference thread sends `InferRequest` (observation, forwarded state,
   delay in ticks, prefix) and waits for the `ChunkReply` with the same request id;
-- no reply within `retry_s` (2x the p95 round trip, at least `min_retry_s`): the socket is
-  replaced (a late reply to the old one can never arrive) and the request sent again, until
-  `give_up_s`, when it raises (the engine drops the chunk, counts it, and the runner asks again);
+- no reply within 2x the p95 round trip (at least `min_retry_s`): the request is sent again
+  (a lost request or reply), waiting twice as long each time (a slow server is not flooded), and
+  the first answer to any of the tries is taken; after `give_up_s` it raises (the engine drops
+  the chunk, counts it, and the runner asks again about the state then);
 - a reply for another request (a late duplicate) or a malformed one is dropped and counted;
 - a reply from another architecture than the hello named (the server was swapped) is refused.
 
@@ -148,14 +149,10 @@ class RemotePolicy(Policy):
             self._next_req += 1
             return self._next_req
 
-    def _socket(self, fresh: bool = False) -> zmq.Socket:
+    def _socket(self) -> zmq.Socket:
         sock = getattr(self._local, "sock", None)
-        if sock is not None and not fresh:
-            return sock
         if sock is not None:
-            sock.close(linger=0)
-            with self._lock:
-                self._sockets.remove(sock)
+            return sock
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.IMMEDIATE, 1)  # nothing queued for a connection that is not up
@@ -169,37 +166,36 @@ class RemotePolicy(Policy):
         return sock
 
     def _exchange(self, req: InferRequest, give_up_s: float) -> ChunkReply:
-        """Send `req` and return its reply; re-sent on a fresh socket every `retry_s` until
-        `give_up_s` (ServerUnavailable)."""
+        """Send `req` and return its reply; re-sent with backoff until `give_up_s` (ServerUnavailable)."""
         frames = [b"", *encode(req)]
         t0 = time.monotonic()
         deadline = t0 + give_up_s
-        sock, tries, resend = self._socket(), 0, False
+        sock, tries, first_sent = self._socket(), 0, 0.0
+        wait = max(self.min_retry_s, 2 * self.rtt.percentile(95))
         while time.monotonic() < deadline:
-            if resend:  # the last try timed out: a fresh socket, so its late reply can never arrive
-                self.rerequests += 1
-                sock, resend = self._socket(fresh=True), False
             try:
                 sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
             except zmq.Again:  # not connected (the server is down): wait for the connection
                 sock.poll(int(min(max(deadline - time.monotonic(), 0), 0.1) * 1000) + 1, zmq.POLLOUT)
                 continue
             tries += 1
-            sent_at = time.monotonic()
-            retry_at = min(deadline, sent_at + max(self.min_retry_s, 2 * self.rtt.percentile(95)))
+            if tries > 1:
+                self.rerequests += 1
+            first_sent = first_sent or time.monotonic()
+            retry_at = min(deadline, time.monotonic() + wait)
+            wait *= 2  # backoff: a slow answer is waited for longer each time, never re-asked at a fixed rate
             while (left := retry_at - time.monotonic()) > 0:
                 if not sock.poll(int(left * 1000) + 1):
                     break
                 reply = self._read(sock.recv_multipart(copy=False))
                 if reply is None:
                     continue
-                if reply.req != req.req:  # a late duplicate or an answer to a request given up on
+                if reply.req != req.req:  # a late duplicate, or the answer to a request given up on
                     self.stale_replies += 1
                     continue
-                self.replies += 1
-                self.rtt.add(time.monotonic() - sent_at)
+                self.replies += 1  # the answer to any try of this request (the same question)
+                self.rtt.add(time.monotonic() - first_sent)
                 return reply
-            resend = True
         raise ServerUnavailable(f"policy server {self.address}: no answer in {give_up_s:.1f} s ({tries} tries)")
 
     def _read(self, frames: list[zmq.Frame]) -> ChunkReply | None:

@@ -127,10 +127,11 @@ class _Recorder:
         c["ticks"] = t.episode_tick + 1
 
 
-def run_cell(policy, mode: str, latency_ms: float, episodes: int, ticks: int, ingest: tuple[str, str],
+def run_cell(policy, mode: str, latency_ms: float | None, episodes: int, ticks: int, ingest: tuple[str, str],
              actor_id: int, journal: Path, cameras: tuple[str, ...] = ()) -> list[dict]:
     """`episodes` episodes of the training actor users run (SafeRobot, the control loop, Adder,
-    Uplink into a real ingest process) in real time, with `latency_ms` injected per inference."""
+    Uplink into a real ingest process) in real time, with `latency_ms` injected per inference
+    (None: the policy as it is, e.g. a `RemotePolicy` whose latency is the server's and the network's)."""
     task = ReachTask(task_config(ticks, cameras))
     actor_mode, workers, replan = RUNS[mode]
     rec = _Recorder(task)
@@ -139,7 +140,8 @@ def run_cell(policy, mode: str, latency_ms: float, episodes: int, ticks: int, in
         max_episodes=episodes, inference=actor_mode, inference_workers=workers, replan=replan,
         inference_timeout_s=5, explore_until_weights=False, warmup_inference=mode != "sync"),
         uplink=UplinkConfig(journal_dir=str(journal / str(actor_id))))
-    actor = Actor(SafeRobot(SimRobot(task)), DelayedPolicy(policy, latency_ms), cfg, observer=rec)
+    actor = Actor(SafeRobot(SimRobot(task)), policy if latency_ms is None else DelayedPolicy(policy, latency_ms), cfg,
+                  observer=rec)
     result = actor.run(threading.Event())
     assert result is not None
     infer = actor.loop.stats() if actor.loop is not None else {}
@@ -149,7 +151,8 @@ def run_cell(policy, mode: str, latency_ms: float, episodes: int, ticks: int, in
                     "actions": np.asarray(c["actions"]), "arrivals": c["arrivals"], "stamps": c["stamps"]})
     late = np.asarray(actor.loop.lateness.samples) * 1000 if actor.loop is not None else np.zeros(1)
     return out, {"lateness_ms": late, "missed": int(actor.loop.lateness.missed) if actor.loop else 0,
-                 "infer_p50_ms": infer.get("infer_p50_ms"), "infer_p95_ms": infer.get("infer_p95_ms")}
+                 "infer_p50_ms": infer.get("infer_p50_ms"), "infer_p95_ms": infer.get("infer_p95_ms"),
+                 "stats": infer}
 
 
 def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0, 2.6)) -> None:

@@ -5,9 +5,11 @@
 
 Actors send `InferRequest`s (wire.py: the observation, the forwarded state, the delay in ticks and
 the RTC prefix) and get `ChunkReply`s (the actions, the policy version that computed them). The
-loop takes every request that has arrived (waiting at most `batch_window_ms` for more, up to
-`max_batch`) and runs them as one batch (`Policy.predict_chunks`): an accelerator's forward pass
-costs about the same for eight rows as for one. Between batches, new weights from the learner's
+loop takes every request that has arrived and, while an actor heard from in the last second has
+not asked yet, waits for more (up to `max_batch`) at most `batch_window_ms` or half a forward
+pass, whichever is longer (the straggler would otherwise wait a whole pass); then runs them as
+one batch (`Policy.predict_chunks`): a forward pass costs far less per row for eight rows than
+for one. Between batches, new weights from the learner's
 publisher (`weights_address`) are swapped in; every chunk names the version that made it.
 
 A message's routing envelope is every frame before the first empty one (as REQ/REP does), so
@@ -81,6 +83,8 @@ class PolicyServer:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.bound = ""  # the address actually bound (port 0: a free one)
+        self._pass_s = 0.0  # a forward pass (moving average), seconds
+        self._active: dict[int, float] = {}  # actor id -> when it last asked (the batch waits for these)
         self.failure: BaseException | None = None
 
     # --- life cycle ---------------------------------------------------------------------------
@@ -158,21 +162,28 @@ class PolicyServer:
         sock = self._sock
         assert sock is not None
         stop = stop or self._stop
-        window = self.config.batch_window_ms / 1000
         while not stop.is_set():
             self._swap_weights()
             if not sock.poll(50):
                 continue
             batch: list[tuple[list, InferRequest]] = []
+            # waiting up to half a forward pass for an actor that is about to ask costs it less than
+            # the whole next pass it would wait otherwise
+            window = max(self.config.batch_window_ms / 1000, 0.5 * self._pass_s)
             deadline = time.monotonic() + window
             while len(batch) < self.config.max_batch:
                 if not sock.poll(0):
+                    # wait for more only while an actor heard from recently has not asked yet
                     left = deadline - time.monotonic()
-                    if left <= 0 or not batch or not sock.poll(int(left * 1000) + 1):
+                    asked = {m.actor_id for _, m in batch}
+                    if left <= 0 or not batch or self._active.keys() <= asked or not sock.poll(int(left * 1000) + 1):
                         break
                 item = self._receive(sock.recv_multipart(copy=False))
                 if item is not None:
                     batch.append(item)
+            if len(self._active) > len(batch):  # forget actors silent for a second
+                cutoff = time.monotonic() - 1.0
+                self._active = {a: t for a, t in self._active.items() if t >= cutoff}
             if batch:
                 self._answer(batch)
 
@@ -199,6 +210,7 @@ class PolicyServer:
                                                 error=f"this connection's key is actor {admitted}'s, "
                                                       f"not actor {msg.actor_id}'s"))
                 return None
+        self._active[msg.actor_id] = time.monotonic()
         if msg.hello:
             self._hello(envelope, msg)
             return None
@@ -250,6 +262,7 @@ class PolicyServer:
                             chunks.append(e1)
             took = time.monotonic() - t0
             self.busy_s += took
+            self._pass_s = 0.8 * self._pass_s + 0.2 * took if self._pass_s else took
             self.batches += 1
             self.batch_sizes[len(items)] = self.batch_sizes.get(len(items), 0) + 1
             us = int(took * 1e6)

@@ -129,13 +129,15 @@ def test_forwarded_state_prefix_and_delay_arrive_intact(serve):
 
 def test_batching_returns_each_actor_its_own_chunk(serve):
     n = 8
-    server = serve(Echo(), max_batch=n, batch_window_ms=20_000)  # waits for all eight
+    server = serve(Echo(), max_batch=n, batch_window_ms=20_000)  # waits for every actor that said hello
     out, errors = {}, []
+    hello = threading.Barrier(n)
 
     def actor(i):
         p = RemotePolicy(server.bound, SPEC, actor_id=i, give_up_s=60)
         try:
             p.connect(30)
+            hello.wait(30)
             out[i] = p.predict_chunk({"state": np.full(SPEC.state_dim, i, np.float32)}).actions
         except Exception as e:  # noqa: BLE001
             errors.append(e)
@@ -343,3 +345,22 @@ def test_the_server_follows_the_learners_weights():
     finally:
         server.close()
         pub.close()
+
+
+def test_a_batch_waits_only_for_actors_that_are_asking(serve):
+    """A 20 s batch window, one actor: answered at once (nobody else to wait for); a second
+    actor that said hello is waited for, and both are answered in one batch."""
+    server = serve(Echo(), batch_window_ms=20_000)
+    a = RemotePolicy(server.bound, SPEC, actor_id=0, give_up_s=10)
+    assert a.predict_chunk({"state": np.zeros(SPEC.state_dim, np.float32)}).actions.shape == (8, A)
+    assert server.policy.batches == [1]
+    b = RemotePolicy(server.bound, SPEC, actor_id=1, give_up_s=30)
+    b.connect(10)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("a", a.predict_chunk({"state": np.ones(SPEC.state_dim, np.float32)})))
+    t.start()
+    got["b"] = b.predict_chunk({"state": np.full(SPEC.state_dim, 2, np.float32)})
+    t.join(30)
+    assert server.policy.batches == [1, 2] and (got["a"].actions[0] == 1).all() and (got["b"].actions[0] == 2).all()
+    a.close()
+    b.close()

