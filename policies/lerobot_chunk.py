@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies.base import ActionChunk, Policy, WeightsMismatch, register
+from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, register
 
 
 class LeRobotPolicyUnavailable(RuntimeError):
@@ -146,6 +146,33 @@ class LeRobotChunkPolicy(Policy):
             a[:d] = np.asarray(prefix, np.float32)[:d]
         return ActionChunk(a, self.dt, self.version)
 
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """One forward pass for the requests without an RTC prefix the policy would use (the
+        policy server's batches); the others one by one."""
+        rtc = getattr(self.policy.config, "rtc_config", None)
+        rtc = rtc is not None and getattr(rtc, "enabled", False)
+        rows = [i for i, r in enumerate(requests) if not (rtc and r.prefix is not None and len(r.prefix))]
+        out: list[ActionChunk | None] = [None] * len(requests)
+        if len(rows) > 1:
+            parts = [self.batch(requests[i].obs, requests[i].forwarded_state) for i in rows]
+            batch = {k: torch.stack([p[k] for p in parts]) for k in parts[0] if k != "task"}
+            batch["task"] = [p["task"] for p in parts]
+            with torch.no_grad():
+                chunk = self.predict_normalized(self.pre(batch))
+            a = np.asarray(self.post(chunk).detach().cpu().numpy(), np.float32).reshape(len(rows), -1, self.action_dim)
+            a = np.clip(self._to_robot(a), self.low, self.high).astype(np.float32)
+            for j, i in enumerate(rows):
+                prefix = requests[i].prefix
+                if prefix is not None and len(prefix):
+                    d = min(len(prefix), a.shape[1])
+                    a[j, :d] = np.asarray(prefix, np.float32)[:d]
+                out[i] = ActionChunk(a[j], self.dt, self.version)
+        for i, r in enumerate(requests):
+            if out[i] is None:
+                out[i] = self.predict_chunk(r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix,
+                                            delay_ticks=r.delay_ticks)
+        return out  # type: ignore[return-value]
+
     @property
     def noise_shape(self) -> tuple[int, int] | None:
         """The shape [steps, A] of the starting noise its sampler takes (`predict_action_chunk(noise=)`:
@@ -155,7 +182,9 @@ class LeRobotChunkPolicy(Policy):
         if "noise" not in inspect.signature(self.policy.predict_action_chunk).parameters:
             return None
         c = self.policy.config
-        return int(getattr(c, "horizon", None) or getattr(c, "chunk_size", self.horizon)), self.action_dim
+        steps = int(getattr(c, "horizon", None) or getattr(c, "chunk_size", self.horizon))
+        # VLAs (SmolVLA, pi0) sample in an action space padded to max_action_dim
+        return steps, int(getattr(c, "max_action_dim", None) or self.action_dim)
 
     def predict_normalized(self, batch: dict, noise: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
         """`predict_action_chunk` on a preprocessed batch (leading batch dim), in the policy's
@@ -171,8 +200,15 @@ class LeRobotChunkPolicy(Policy):
 
     # --- persistence ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Policy config + weights + processors, as LeRobot writes them (loadable by LeRobot too)."""
+        """Policy config + weights + processors, as LeRobot writes them (loadable by LeRobot too).
+        A VLA's local backbone directory (config, processor, tokenizer) is copied in as
+        `backbone/`, so the directory is complete on any machine."""
+        import shutil
+
         path = Path(path)
+        vlm = getattr(self.policy.config, "vlm_model_name", None)
+        if vlm and Path(str(vlm)).is_dir() and Path(str(vlm)).resolve() != (path / "backbone").resolve():
+            shutil.copytree(str(vlm), path / "backbone", dirs_exist_ok=True)
         self.policy.save_pretrained(path)
         self.pre.save_pretrained(path)
         self.post.save_pretrained(path)
@@ -231,8 +267,24 @@ def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action
                                        "reachable here; download on a connected machine and copy the directory)")
     cfg = PreTrainedConfig.from_pretrained(str(path))
     cfg.device = device
+    overrides = {}
+    if (path / "backbone").is_dir():  # a VLA saved with its backbone (LeRobotChunkPolicy.save)
+        from policies.tiny_backbone import check_backbone_dir
+
+        check_backbone_dir(path / "backbone")
+        cfg.vlm_model_name = str(path / "backbone")
+        overrides = {"tokenizer_processor": {"tokenizer_name": str(path / "backbone")}}
+    elif cfg.type in _NO_HUB and _NO_HUB[cfg.type][0]:
+        vlm = getattr(cfg, _NO_HUB[cfg.type][0], "")
+        if not Path(str(vlm)).is_dir():
+            raise LeRobotPolicyUnavailable(f"{path}: the {cfg.type} policy's backbone {vlm} is not a local directory "
+                                           f"and the hub is not reachable here; save it with its backbone/")
+    missing = [f for f in ("model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
+               if not (path / f).is_file()]
+    if missing:
+        raise LeRobotPolicyUnavailable(f"LeRobot policy directory {path} is missing {', '.join(missing)}")
     policy = get_policy_class(cfg.type).from_pretrained(str(path), config=cfg)
-    pre, post = make_pre_post_processors(cfg, pretrained_path=str(path))
+    pre, post = make_pre_post_processors(cfg, pretrained_path=str(path), preprocessor_overrides=overrides)
     return LeRobotChunkPolicy(policy, pre, post, env_keys=env_keys, cameras=cameras, action_low=action_low,
                               action_high=action_high, dt=dt, units=units, task=task)
 

@@ -9,6 +9,8 @@ from sim.table import PickLiftExpert, PickLiftTask, PushExpert, PushTask, TableC
 TASKS = {"reach": (ReachTask, ReachConfig), "push": (PushTask, TableConfig),
          "pick_lift": (PickLiftTask, TableConfig), "gym": (GymRobot, GymConfig)}
 EXPERTS = {"reach": ReachExpert, "push": PushExpert, "pick_lift": PickLiftExpert}  # scripted experts
+# each sim task's language instruction (VLAs, the tiny VLA, tokenizers trained on them)
+INSTRUCTIONS = {"reach": "reach the red target", "push": "push the cube into the square", "pick_lift": "lift the cube"}
 
 __all__ = ["GymConfig", "GymRobot", "ReachConfig", "ReachExpert", "ReachTask", "SimImperfections", "SimRobot",
-           "TASKS", "EXPERTS", "PushTask", "PickLiftTask", "TableConfig", "PushExpert", "PickLiftExpert"]
+           "TASKS", "EXPERTS", "INSTRUCTIONS", "PushTask", "PickLiftTask", "TableConfig", "PushExpert", "PickLiftExpert"]

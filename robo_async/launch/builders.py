@@ -302,14 +302,34 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
         if missing:
             raise ConfigError(f"policy.cameras {missing} are not cameras of {spec.name} (it has {sorted(sizes)})")
         dims = obs_dims(spec, env_keys) if env_keys else ()
+        overrides = dict(opts.get("overrides") or {})
+        if str(opts.get("type", "act")) == "smolvla":
+            overrides["vlm_model_name"] = str(vla_backbone(opts.get("backbone")))
         return build_lerobot_policy(str(opts.get("type", "act")), state_dim=spec.state_dim,
                                     action_low=spec.joint_low, action_high=spec.joint_high, env_keys=env_keys,
                                     env_dim=int(sum(dims)), env_scale=float(opts.get("env_scale", 1.0)),
                                     cameras=tuple((c, *sizes[c]) for c in cams),
                                     chunk_size=int(opts.get("chunk_size", 10)), dt=spec.dt, units=units,
-                                    task=str(opts.get("instruction", "")), **dict(opts.get("overrides") or {}))
+                                    task=str(opts.get("instruction", "")), **overrides)
     except LeRobotPolicyUnavailable as e:
         raise ConfigError(str(e)) from None
+
+
+def vla_backbone(source: object) -> Path:
+    """`policy.backbone`: `tiny` (a small random SmolVLM generated here, its tokenizer trained on
+    the sim tasks' instructions) or a local SmolVLM directory (downloaded on a connected machine)."""
+    from policies.tiny_backbone import BackboneFilesMissing, check_backbone_dir, tiny_smolvlm_for
+    from sim import INSTRUCTIONS
+
+    if not source:
+        raise ConfigError("policy=smolvla needs policy.backbone: tiny (generated here, random weights) or a local "
+                          "SmolVLM directory (config.json, processor and tokenizer files); the hub is unreachable")
+    if str(source) == "tiny":
+        return tiny_smolvlm_for(list(INSTRUCTIONS.values()))
+    try:
+        return check_backbone_dir(Path(str(source)).expanduser())
+    except BackboneFilesMissing as e:
+        raise ConfigError(f"policy.backbone: {e}") from None
 
 
 def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> str:
