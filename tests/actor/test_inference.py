@@ -414,3 +414,22 @@ def test_latency_is_measured_in_ticks_from_request_to_merge():
     for g in gates:
         g.set()
     engine.close()
+
+
+def test_rtc_with_a_latency_as_long_as_the_chunk_asks_about_the_forwarded_state():
+    """A prefix covering the whole chunk would leave nothing new to run: from latency >= horizon
+    the rtc runner asks about the tick after the committed actions, as async_forward does."""
+    policy = Scripted(horizon=4)
+    engine = InferenceEngine(policy, A, 4)
+    engine.latency = FixedLatency(5)
+    runner = AsyncChunkRunner(engine, SPEC, mode="rtc")
+    runner.tick(0, obs())
+    wait_idle(engine)
+    fstate, prefix = policy.calls[-1]
+    assert prefix is None and fstate is not None
+    engine.latency = FixedLatency(3)  # shorter than the chunk: a committed prefix again
+    for t in range(1, 8):
+        runner.tick(t, obs())
+        wait_idle(engine)
+    assert any(p is not None and len(p) == 3 for _, p in policy.calls[1:])
+    engine.close()
