@@ -2,11 +2,18 @@
 
 Training (behaviour cloning): for data chunks x1 (normalized to [-1, 1]), noise x0 and t ~ U(0, 1),
 the network learns the velocity x1 - x0 at x_t = (1 - t) x0 + t x1. Sampling integrates
-`steps` Euler steps from noise. Real-time chunking (Black et al. 2025): when the first `d`
-actions are already committed (`prefix`), they are held on their data path during sampling
-(x_t[:d] = (1 - t) x0[:d] + t prefix) and returned exactly, so the rest of the chunk is sampled
-consistent with them; training with the same prefix conditioning teaches the network to use it.
-The network also sees `d` (the inference delay in ticks) and the forwarded state.
+`steps` Euler steps from noise. Real-time chunking: when the first `d`
+actions are already committed (`prefix`), they condition the sampling and are returned exactly,
+so the rest of the chunk is sampled consistent with them. Two ways (`prefix_mode`), trained the
+way they are sampled:
+- `path` (ours): the prefix is held on its data path, x_t[:d] = (1 - t) x0[:d] + t prefix
+  (inpainting along the flow);
+- `clean`: training-time RTC (Black et al. 2025, the variant LeRobot added for pi0.5): the prefix
+  is given clean at every step, x_t[:d] = prefix, with the mask telling the network which
+  positions are given; no guidance at inference.
+BC can also train with perturbed and partly hidden prefixes (REMAC-style masked action chunking,
+`bc_loss(prefix_noise=, prefix_hide=)`), so a chunk stays consistent when what ran differs from
+what was planned. The network also sees `d` (the inference delay in ticks) and the forwarded state.
 """
 
 from __future__ import annotations
@@ -85,9 +92,12 @@ class FlowChunkPolicy(Policy):
                  action_high: tuple[float, ...], horizon: int = 10, steps: int = 5,
                  hidden: tuple[int, ...] = (256, 256), dt: float = 1 / 30, obs_scale: Mapping[str, float] | None = None,
                  seed: int = 0, action_mode: str = "absolute", delta_range: float = 0.5,
-                 cameras: tuple[str, ...] = (), image_size: int = 64, **_: object) -> None:
+                 cameras: tuple[str, ...] = (), image_size: int = 64, prefix_mode: str = "path", **_: object) -> None:
         if action_mode not in ("absolute", "delta"):
             raise ValueError(f"flow policy action_mode must be 'absolute' or 'delta', not '{action_mode}'")
+        if prefix_mode not in ("path", "clean"):
+            raise ValueError(f"flow policy prefix_mode must be 'path' or 'clean', not '{prefix_mode}'")
+        self.prefix_mode = prefix_mode
         torch.manual_seed(seed)
         self.action_mode, self.delta_range = action_mode, float(delta_range)
         self.obs_keys, self.obs_dims = tuple(obs_keys), tuple(obs_dims)
@@ -103,7 +113,8 @@ class FlowChunkPolicy(Policy):
     @property
     def architecture(self) -> str:
         cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
-        return f"flow-{self.action_mode}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-" + "-".join(
+        clean = "-rtcclean" if self.prefix_mode == "clean" else ""  # the same shapes, another conditioning
+        return f"flow-{self.action_mode}{clean}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-" + "-".join(
             str(m.out_features) for m in self.net.net if isinstance(m, nn.Linear))
 
     def module(self) -> nn.Module:
@@ -163,7 +174,7 @@ class FlowChunkPolicy(Policy):
             for k in range(self.steps):
                 t = k / self.steps
                 if d:
-                    x[:, :d] = (1 - t) * x0[:, :d] + t * prefix[:, :d]
+                    x[:, :d] = prefix[:, :d] if self.prefix_mode == "clean" else (1 - t) * x0[:, :d] + t * prefix[:, :d]
                 v = self.net(x, torch.full((b,), t, device=dev), cond, delay_t, mask)
                 x = x + v / self.steps
         if d:
@@ -220,18 +231,32 @@ class FlowChunkPolicy(Policy):
     # --- training -----------------------------------------------------------------------------
     def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,
                 images: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None,
-                weights: torch.Tensor | None = None) -> torch.Tensor:
+                weights: torch.Tensor | None = None, prefix_noise: float = 0.0, prefix_hide: float = 0.0
+                ) -> torch.Tensor:
         """Flow-matching loss on normalized data chunks [B, H, A]. `delays`: ticks between the
         observation and the chunk's start (an input of the network); rows with `prefix_len` p > 0
-        (default: the delay) hold their first p actions fixed as a committed prefix (RTC, as at
-        inference) and are scored on the rest. `weights` [B]: per-sample loss weights."""
+        (default: the delay) are given their first p actions as a committed prefix (as at
+        inference, `prefix_mode`) and scored on the rest. `weights` [B]: per-sample loss weights.
+        REMAC-style robustness: `prefix_noise` (std, normalized units) perturbs the given prefix
+        (the target stays the demonstration's continuation); `prefix_hide` hides each committed
+        position with this probability (it is then sampled and scored like a free one)."""
         b, h, _ = chunks.shape
         cond = self.net.encode(cond, images)
         x0 = torch.randn_like(chunks)
         t = torch.rand(b, device=chunks.device)
         plen = delays if prefix_len is None else prefix_len
         mask = (torch.arange(h, device=chunks.device)[None] < plen[:, None]).float()  # [B, H]
-        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * chunks
+        if prefix_hide > 0:
+            mask = mask * (torch.rand_like(mask) >= prefix_hide).float()
+        given = chunks
+        if prefix_noise > 0:
+            given = chunks + prefix_noise * torch.randn_like(chunks) * mask[..., None]
+        tt = t[:, None, None]
+        m = mask[..., None]
+        if self.prefix_mode == "clean":
+            xt = m * given + (1 - m) * ((1 - tt) * x0 + tt * chunks)
+        else:
+            xt = (1 - tt) * x0 + tt * (m * given + (1 - m) * chunks)
         v = self.net(xt, t, cond, delays.float() / h, mask)
         err = ((v - (chunks - x0)) ** 2).mean(-1)  # [B, H]
         free = 1 - mask

@@ -143,7 +143,8 @@ def bc(overrides: list[str]) -> int:
                 progress.update(job, completed=step, info=f"loss {loss:.4f}")
 
             losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
-                              max_delay=int(b["max_delay"]), seed=int(cfg.seed), on_step=tick)
+                              max_delay=int(b["max_delay"]), seed=int(cfg.seed), on_step=tick,
+                              prefix_noise=float(b.get("prefix_noise", 0.0)), prefix_hide=float(b.get("prefix_hide", 0.0)))
     from safetensors.numpy import save_file
 
     save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))

@@ -18,7 +18,13 @@ The actor users run drives every cell: SafeRobot, the control loop, Adder, Uplin
 into a real ingest process that commits to a replay store and acks. Missed ticks: ticks started
 more than half a period late.
 
-Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps= out=
+Finally the RTC sweep (`rtc_variants=path,clean,remac`, chunk length `rtc_chunk_len=16`, latencies
+`rtc_latencies=0,100,200,300,400` ms, i.e. delays up to 12 ticks): async_forward_rtc with policies
+trained with each prefix conditioning: ours (the prefix on its flow path), training-time RTC (the
+prefix given clean) and REMAC-style (clean, perturbed and partly hidden in training).
+
+Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps=
+rtc_variants= rtc_latencies= rtc_chunk_len= lerobot_act=true out=
 """
 
 from __future__ import annotations
@@ -68,10 +74,18 @@ def task_config(ticks: int, cameras: tuple[str, ...] = ()) -> ReachConfig:
                        image_size=96)
 
 
-def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
+# prefix conditionings compared in the RTC sweep: name -> (prefix_mode, prefix_noise, prefix_hide)
+VARIANTS = {"path": ("path", 0.0, 0.0), "clean": ("clean", 0.0, 0.0), "remac": ("clean", 0.1, 0.3)}
+
+
+def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path") -> FlowChunkPolicy:
+    """The benchmark's chunk policy, trained by BC (cached). `variant`: how it is conditioned on
+    a committed prefix (VARIANTS: ours on the flow path, training-time RTC, REMAC-style)."""
     spec = ReachTask().spec()
+    mode, noise, hide = VARIANTS[variant]
     policy = FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5,
-                             hidden=(512, 512), obs_scale=SCALE, action_mode="delta", delta_range=0.6)
+                             hidden=(512, 512), obs_scale=SCALE, action_mode="delta", delta_range=0.6,
+                             prefix_mode=mode)
     demo_task = TaskArgs("reach", dataclasses.asdict(task_config(150)))
     # the cache key hashes everything that shaped the weights: sizes, steps, demos, and the code
     # of the demonstrator, the recorder, the BC loss and the policy
@@ -80,7 +94,7 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     import policies.flow as flow_code
     import sim.reach as reach_code
 
-    what = [policy.architecture, steps, EXPERT_STEP, repr(demo_task)] + [
+    what = [policy.architecture, steps, EXPERT_STEP, repr(demo_task)] + ([noise, hide] if noise or hide else []) + [
         inspect.getsource(m) for m in (bc_code, record_code, flow_code, reach_code)]
     key = hashlib.sha1(json.dumps(what, default=str).encode()).hexdigest()[:12]
     path = cache / f"flow_reach_{key}.safetensors"
@@ -90,7 +104,8 @@ def trained_policy(horizon: int, steps: int, cache: Path) -> FlowChunkPolicy:
     else:
         print(f"training the chunk policy by behaviour cloning ({steps} steps) ...", flush=True)
         demos = record_expert(demo_task, 200, max_step=EXPERT_STEP)
-        train_bc(policy, demos, steps, max_delay=12, log_every=max(steps // 5, 1))
+        train_bc(policy, demos, steps, max_delay=12, log_every=max(steps // 5, 1), prefix_noise=noise,
+                 prefix_hide=hide)
         cache.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in policy.net.state_dict().items()}, str(path))
     policy.deterministic = True
@@ -228,6 +243,33 @@ def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, epi
     return rows
 
 
+def rtc_sweep(variants: list[str], latencies: list[int], horizon: int, episodes: int, cells: _Cells,
+              bc_steps: int) -> list[dict]:
+    """async_forward_rtc with each prefix conditioning (trained that way) at delays up to 12
+    ticks: success, completion time, and the jump where a chunk lands (mean |a_k - a_k-1| at
+    arrival ticks over the mean elsewhere: 1 = seamless)."""
+    rows = []
+    for v in variants:
+        policy = trained_policy(horizon, bc_steps, Path.home() / ".cache" / "robo_async" / "bench", v)
+        for lat in latencies:
+            rs, timing = cells.run(policy, "async_forward_rtc", lat, episodes)
+            at, rest = [], []
+            for r in rs:
+                a = r["actions"]
+                steps = np.abs(np.diff(a, axis=0)).sum(-1) if len(a) > 1 else np.zeros(0)
+                arrivals = {k for k in r["arrivals"] if 0 < k < len(a)}
+                at += [steps[k - 1] for k in arrivals]
+                rest += [s for i, s in enumerate(steps) if i + 1 not in arrivals]
+            row = {"variant": v, "latency_ms": lat, "latency_ticks": timing["stats"].get("latency_ticks"),
+                   "success": float(np.mean([r["success"] for r in rs])),
+                   "completion_s": round(float(np.mean([r["time_s"] for r in rs])), 3),
+                   "boundary_jump": round(float(np.mean(at) / max(np.mean(rest), 1e-9)), 3) if at and rest else None}
+            rows.append(row)
+            print(f"  rtc sweep {v:<6} {lat:>4} ms ({row['latency_ticks']} ticks): success {row['success']:.0%}  "
+                  f"time {row['completion_s']:.2f} s  boundary jump {row['boundary_jump']}", flush=True)
+    return rows
+
+
 def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
     """A real LeRobot ACT (LeRobot's default size, ResNet-18 on a 96x96 camera, random init, CPU)
     beside the loop: its own latency, no injected delay. Success is meaningless (untrained); the
@@ -262,7 +304,7 @@ def bench_async_inference(args: dict[str, str]) -> int:
     episodes = int(args.get("episodes", 10))
     horizon = int(args.get("chunk_len", 8))
     ticks = int(args.get("ticks", 150))
-    latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",")]
+    latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",") if x]
     out = Path(args.get("out", "runs/bench-async-inference"))
     out.mkdir(parents=True, exist_ok=True)
     policy = trained_policy(horizon, int(args.get("bc_steps", 4000)), Path.home() / ".cache" / "robo_async" / "bench")
@@ -300,6 +342,13 @@ def bench_async_inference(args: dict[str, str]) -> int:
         sweep_rows = chunk_sweep(sweep, horizon, policy, episodes, cells, int(args.get("bc_steps", 4000))) \
             if sweep and 200 in latencies else None
         act_rows = lerobot_act_rows(horizon, cells) if args.get("lerobot_act", "true") == "true" else {}
+        variants = [v for v in args.get("rtc_variants", ",".join(VARIANTS)).split(",") if v]
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown:
+            raise ValueError(f"bench async-inference: unknown rtc_variants {unknown}; known: {list(VARIANTS)}")
+        rtc_rows = rtc_sweep(variants, [int(x) for x in args.get("rtc_latencies", "0,100,200,300,400").split(",") if x],
+                             int(args.get("rtc_chunk_len", 16)), episodes, cells,
+                             int(args.get("bc_steps", 4000))) if variants else []
     if trajs:
         plot(trajs, out / "chunk_boundaries_200ms.png")
     table = Table(title=f"bench async-inference: the actor loop (chunk length {horizon}, {episodes} episodes each)")
@@ -337,11 +386,14 @@ def bench_async_inference(args: dict[str, str]) -> int:
     if sweep_rows is not None:
         figures["sweep_200ms"] = sweep_rows
     figures.update(act_rows)
+    if rtc_rows:
+        figures["rtc_sweep"] = rtc_rows
     asyncs = [r for r in rows.values() if r["mode"] != "sync"]
-    figures["late_p50_ms"] = round(max(r["late_p50_ms"] for r in asyncs), 3)
-    figures["jitter_p99_ms"] = round(max(r["jitter_p99_ms"] for r in asyncs), 3)
-    figures["late_max_ms"] = round(max(r["late_max_ms"] for r in asyncs), 3)
-    figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))
+    if asyncs:
+        figures["late_p50_ms"] = round(max(r["late_p50_ms"] for r in asyncs), 3)
+        figures["jitter_p99_ms"] = round(max(r["jitter_p99_ms"] for r in asyncs), 3)
+        figures["late_max_ms"] = round(max(r["late_max_ms"] for r in asyncs), 3)
+        figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))
     figures["plot"] = str(out / "chunk_boundaries_200ms.png")
     figures["table"] = list(rows.values())
     print(json.dumps(figures))

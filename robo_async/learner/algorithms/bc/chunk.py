@@ -52,14 +52,17 @@ def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy
 
 def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 256,
              lr: float = 1e-3, max_delay: int = 10, seed: int = 0, log_every: int = 0,
-             on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Adam on the flow-matching loss; returns the loss per step."""
+             on_step: Callable[[int, float], None] | None = None, prefix_noise: float = 0.0,
+             prefix_hide: float = 0.0) -> list[float]:
+    """Adam on the flow-matching loss; returns the loss per step. `prefix_noise` / `prefix_hide`:
+    REMAC-style perturbed and partly hidden committed prefixes (`FlowChunkPolicy.bc_loss`)."""
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
     losses = []
     for step in range(steps):
         cond, chunks, delays, prefixes, frames = delay_samples(episodes, policy, max_delay, rng, batch)
-        loss = policy.bc_loss(cond, chunks, delays, frames, prefixes)
+        loss = policy.bc_loss(cond, chunks, delays, frames, prefixes, prefix_noise=prefix_noise,
+                              prefix_hide=prefix_hide)
         opt.zero_grad()
         loss.backward()
         opt.step()
