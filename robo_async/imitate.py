@@ -101,8 +101,11 @@ def bc(overrides: list[str]) -> int:
 
     cfg = compose_config(overrides)
     pol_cfg = OmegaConf.to_container(cfg.policy, resolve=True)
+    if pol_cfg["name"] == "tiny_vla":
+        return bc_multitask(cfg, pol_cfg)
     if pol_cfg["name"] != "flow":
-        raise UserError(f"bc trains the flow chunk policy (policy=flow), not policy={pol_cfg['name']}")
+        raise UserError(f"bc trains the flow chunk policy (policy=flow) or the tiny VLA (policy=tiny_vla), "
+                        f"not policy={pol_cfg['name']}")
     mode = str(cfg.actor.get("inference", "auto"))
     if mode in ("inline", "auto"):  # a chunk policy is evaluated in real time, inference beside the loop
         mode = "async_forward_rtc"
@@ -173,4 +176,96 @@ def bc(overrides: list[str]) -> int:
     return 0
 
 
-__all__ = ["bc", "episodes_from_store", "evaluate_chunk_policy"]
+def bc_multitask(cfg, pol_cfg: dict) -> int:
+    """`robo-async bc policy=tiny_vla`: scripted-expert demos of every task in `policy.tasks`,
+    each labelled with its task's instruction, one language-conditioned policy trained on all of
+    them, then evaluated per instruction (`eval_episodes` each, in `actor.inference` mode, real
+    time unless inline)."""
+    from robo_async.learner.algorithms.bc.chunk import train_bc
+    from sim import INSTRUCTIONS
+
+    b = pol_cfg["bc"]
+    tasks = [str(t) for t in pol_cfg.get("tasks") or ()]
+    cams = list(pol_cfg.get("cameras") or ())
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, "tiny-vla-bc")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        targs = {t: task_args({"name": t, **({"cameras": cams, "image_size": int(pol_cfg.get("image_size", 64))}
+                                             if cams else {})}) for t in tasks}
+        pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
+        spec = make_robot(targs[tasks[0]]).spec
+        policy = make_actor_policy(pargs, spec)
+    except (ConfigError, TypeError, ValueError, KeyError, IndexError) as e:
+        raise UserError(f"bad config: {e}") from None
+    torch.set_num_threads(max(1, int(cfg.learner.threads)))
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    demos: list = []
+    losses: list[float] = []
+    steps = int(b["steps"])
+    with Progress(*columns) as progress:
+        if steps:
+            for t in tasks:
+                eps = _record(targs[t], int(b["demos"]), float(b.get("expert_max_step", 0.03)), progress)
+                tokens = policy.tokens(INSTRUCTIONS[t])
+                for ep in eps:
+                    ep["obs/instruction"] = np.tile(tokens, (len(ep["action"]), 1))
+                demos += eps
+            job = progress.add_task(f"behaviour cloning on {len(tasks)} tasks", total=steps, info="")
+            losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
+                              max_delay=int(b["max_delay"]), seed=int(cfg.seed),
+                              on_step=lambda i, loss: progress.update(job, completed=i, info=f"loss {loss:.4f}"),
+                              prefix_noise=float(b.get("prefix_noise", 0.0)), prefix_hide=float(b.get("prefix_hide", 0.0)))
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
+    (run_dir / "policy.yaml").write_text(yaml.safe_dump(
+        {"policy": pol_cfg, "task": {"name": tasks[0], **({"cameras": cams, "image_size": int(pol_cfg.get("image_size", 64))}
+                                                            if cams else {})},
+         "tasks": tasks, "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)},
+        sort_keys=False))
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if losses:
+        plot_losses(losses, run_dir / "bc_loss.png")
+        print(f"trained {len(losses)} steps on {len(demos)} episodes of {len(tasks)} tasks: final loss "
+              f"{np.mean(losses[-50:]):.4f}", flush=True)
+    mode = str(cfg.actor.get("inference", "auto"))
+    mode = "async_forward_rtc" if mode == "auto" else mode
+    policy.version = 0  # trained weights: evaluation episodes run the deterministic policy
+    result = {"mode": mode, "episodes": int(cfg.eval_episodes),
+              "success": evaluate_per_instruction(policy, {t: targs[t] for t in tasks}, int(cfg.eval_episodes), mode)
+              if int(cfg.eval_episodes) > 0 else {}}
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
+    for instruction, rate in result["success"].items():
+        print(f"  '{instruction}': success {rate:.0%} over {cfg.eval_episodes} episodes ({mode})", flush=True)
+    written = [f for f in ("policy.safetensors", "policy.yaml", "bc_loss.png", "eval.json") if (run_dir / f).exists()]
+    print(f"results in {run_dir}: {', '.join(written)}", flush=True)
+    print(f"serve it: robo-async serve policy=tiny_vla policy.path={run_dir} \"policy.instruction=lift the cube\" "
+          f"task=pick_lift task.cameras=[front]", flush=True)
+    return 0
+
+
+def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed: int = 10_000) -> dict[str, float]:
+    """Success rate per task, the policy told that task's instruction (deterministic), through
+    the one control loop (real time unless `inline`)."""
+    from hal.safety import SafeRobot
+    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from sim import INSTRUCTIONS
+
+    out = {}
+    for name, t in targs.items():
+        policy.instruction = INSTRUCTIONS[name]
+        robot = SafeRobot(make_robot(t))
+        robot.connect()
+        try:
+            loop = ControlLoop(robot, policy, LoopConfig(
+                episode_ticks=int(t.options.get("episode_ticks", 50)), realtime=mode != "inline", seed=seed,
+                eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False))
+            res = loop.run()
+        finally:
+            robot.close()
+        out[INSTRUCTIONS[name]] = float(np.mean([e.success for e in res.episodes])) if res.episodes else 0.0
+    return out
+
+
+__all__ = ["bc", "bc_multitask", "episodes_from_store", "evaluate_chunk_policy", "evaluate_per_instruction"]

@@ -216,6 +216,25 @@ def obs_dims(spec: RobotSpec, keys: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(dims[k] for k in keys)
 
 
+def vla_inputs(keys: tuple[str, ...], tasks: object) -> tuple[tuple[int, ...], list[str]]:
+    """The tiny VLA's feature sizes (from whichever of `tasks` has each feature) and the
+    instructions of those tasks."""
+    from sim import INSTRUCTIONS
+
+    names = [str(t) for t in (tasks or ())]  # type: ignore[union-attr]
+    unknown = [t for t in names if t not in INSTRUCTIONS]
+    if not names or unknown:
+        raise ConfigError(f"policy.tasks must list sim tasks with instructions ({sorted(INSTRUCTIONS)}), got {names}")
+    dims: dict[str, int] = {}
+    for t in names:
+        spec = task_spec(task_args({"name": t}))
+        dims.update({"state": spec.state_dim, **spec.feature_dims()})
+    missing = [k for k in keys if k not in dims]
+    if missing:
+        raise ConfigError(f"policy.obs_keys {missing} are not observations of any of {names}")
+    return tuple(dims[k] for k in keys), [INSTRUCTIONS[t] for t in names]
+
+
 def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = False) -> Policy:
     """The policy an actor runs: built from the config, weights from `path` when given, wrapped
     in an injected inference delay when `inference_delay_ms` is set (sim and tests)."""
@@ -234,11 +253,17 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
             raise ConfigError(str(e)) from None
         policy.deterministic = deterministic
     else:
-        policy = make_policy(args.name, obs_keys=args.obs_keys, obs_dims=obs_dims(spec, args.obs_keys),
+        extra: dict = {}
+        if args.name == "tiny_vla":  # several tasks: features one task lacks are zero, words from all
+            dims, extra["instructions"] = vla_inputs(args.obs_keys, opts.get("tasks") or ())
+        else:
+            dims = obs_dims(spec, args.obs_keys)
+        policy = make_policy(args.name, obs_keys=args.obs_keys, obs_dims=dims,
                              action_low=spec.joint_low, action_high=spec.joint_high, hidden=args.hidden,
                              dt=spec.dt, deterministic=deterministic, action_mode=args.action_mode,
                              delta_scale=args.delta_scale, obs_scale=dict(args.obs_scale),
-                             **{k: v for k, v in opts.items() if k not in ("path", "inference_delay_ms", "type")})
+                             **extra, **{k: v for k, v in opts.items() if k not in ("path", "inference_delay_ms", "type",
+                                                                                     "tasks", "bc")})
         policy.deterministic = deterministic
         if opts.get("path"):
             load_policy_file(policy, Path(str(opts["path"])))
