@@ -103,9 +103,11 @@ def bc(overrides: list[str]) -> int:
     pol_cfg = OmegaConf.to_container(cfg.policy, resolve=True)
     if pol_cfg["name"] == "tiny_vla":
         return bc_multitask(cfg, pol_cfg)
-    if pol_cfg["name"] != "flow":
-        raise UserError(f"bc trains the flow chunk policy (policy=flow) or the tiny VLA (policy=tiny_vla), "
-                        f"not policy={pol_cfg['name']}")
+    if pol_cfg["name"] not in ("flow", "lerobot"):
+        raise UserError(f"bc trains the flow chunk policy (policy=flow), the tiny VLA (policy=tiny_vla) or a LeRobot "
+                        f"policy (policy=smolvla, policy=act), not policy={pol_cfg['name']}")
+    if "bc" not in pol_cfg:
+        raise UserError(f"policy={pol_cfg.get('type', pol_cfg['name'])} has no bc: section (demos, steps, batch, lr)")
     mode = str(cfg.actor.get("inference", "auto"))
     if mode in ("inline", "auto"):  # a chunk policy is evaluated in real time, inference beside the loop
         mode = "async_forward_rtc"
@@ -116,6 +118,7 @@ def bc(overrides: list[str]) -> int:
     try:
         pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
         spec = make_robot(targs).spec
+        torch.manual_seed(int(cfg.seed))  # the initial weights too are a function of the seed
         policy = make_actor_policy(pargs, spec)
     except (ConfigError, TypeError, ValueError, KeyError) as e:
         raise UserError(f"bad config: {e}") from None
@@ -145,12 +148,22 @@ def bc(overrides: list[str]) -> int:
             def tick(step: int, loss: float) -> None:
                 progress.update(job, completed=step, info=f"loss {loss:.4f}")
 
-            losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
-                              max_delay=int(b["max_delay"]), seed=int(cfg.seed), on_step=tick,
-                              prefix_noise=float(b.get("prefix_noise", 0.0)), prefix_hide=float(b.get("prefix_hide", 0.0)))
-    from safetensors.numpy import save_file
+            if pol_cfg["name"] == "lerobot":  # its own loss and preprocessor (SmolVLA: tokenizer, frozen VLM)
+                from robo_async.learner.algorithms.bc.chunk import train_lerobot_bc
 
-    save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
+                losses = train_lerobot_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
+                                          seed=int(cfg.seed), on_step=tick)
+            else:
+                losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
+                                  max_delay=int(b["max_delay"]), seed=int(cfg.seed), on_step=tick,
+                                  prefix_noise=float(b.get("prefix_noise", 0.0)),
+                                  prefix_hide=float(b.get("prefix_hide", 0.0)))
+    if pol_cfg["name"] == "lerobot":  # LeRobot's own files (config, weights, processors, backbone/)
+        policy.save(run_dir)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
     (run_dir / "policy.yaml").write_text(yaml.safe_dump(
         {"policy": pol_cfg, "task": OmegaConf.to_container(cfg.task, resolve=True),
          "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)}, sort_keys=False))
@@ -169,9 +182,10 @@ def bc(overrides: list[str]) -> int:
               f"mean {result['mean_ticks']:.0f} ticks, {result['holds']} held ticks, "
               f"inference p50 {result['latency_p50_ms'] or 0:.1f} ms", flush=True)
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
-    written = [f for f in ("policy.safetensors", "policy.yaml", "bc_loss.png", "eval.json") if (run_dir / f).exists()]
+    written = [f for f in ("policy.safetensors", "model.safetensors", "policy.yaml", "bc_loss.png", "eval.json")
+               if (run_dir / f).exists()]
     print(f"results in {run_dir}: {', '.join(written)}", flush=True)
-    print(f"evaluate again (other modes/latencies): robo-async bc policy=flow policy.path={run_dir} "
+    print(f"evaluate again (other modes/latencies): robo-async bc policy={pol_cfg.get('type', 'flow')} policy.path={run_dir} "
           f"policy.bc.steps=0 actor.inference=<mode> policy.inference_delay_ms=<ms>", flush=True)
     return 0
 

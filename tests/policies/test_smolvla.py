@@ -143,3 +143,26 @@ def test_dsrl_steers_smolvla(backbone):
     assert a0.shape == (1, 8, 6) and not np.allclose(a0, a1)  # the noise steers the chunk
     np.testing.assert_allclose(a0, steered.steered(one, z), atol=1e-5)  # and is a function of it
     assert steered.predict_chunk(obs()).actions.shape == (8, 6)
+
+
+def test_bc_trains_smolvla_with_its_own_loss_and_evaluates_it(tmp_path):
+    """`robo-async bc policy=smolvla`: LeRobot's training loss through its preprocessor (the
+    tokenizer), saved as a LeRobot directory with its backbone, evaluated in the async actor."""
+    import json
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "sbc"
+    res = subprocess.run([sys.executable, "-m", "robo_async.cli", "bc", "policy=smolvla", "task.cameras=[front]",
+                          "task.image_size=64", "policy.bc.demos=2", "policy.bc.steps=6", "policy.bc.batch=4",
+                          "eval_episodes=1", f"run_dir={run_dir}"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for f in ("config.json", "model.safetensors", "policy_preprocessor.json", "backbone/tokenizer.json", "policy.yaml"):
+        assert (run_dir / f).is_file(), f
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert result["episodes"] == 1 and result["mode"] == "async_forward_rtc"
+    trained = load_lerobot_policy(run_dir, action_low=SPEC.joint_low, action_high=SPEC.joint_high, cameras=("front",))
+    fresh = smolvla(run_dir / "backbone")  # the same seed: the weights bc started from
+    changed = {k for k, v in trained.weights().items() if not np.array_equal(v, fresh.weights()[k])}
+    assert any("lm_expert" in k for k in changed)  # the action expert learned
+    assert not any("vision_model" in k for k in changed)  # the frozen vision encoder did not

@@ -72,3 +72,51 @@ def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], ste
         if log_every and (step + 1) % log_every == 0:
             print(f"  bc step {step + 1}/{steps}: loss {np.mean(losses[-log_every:]):.4f}", flush=True)
     return losses
+
+
+def lerobot_samples(episodes: list[dict[str, np.ndarray]], policy, rng: np.random.Generator, n: int) -> dict:
+    """n (observation at tick t, the next chunk of expert actions) samples as a LeRobot training
+    batch (before its preprocessor): `action` [n, H, A] in the policy's units, `action_is_pad`
+    where the episode ended inside the chunk."""
+    h = policy.horizon
+    parts, actions, pads = [], [], []
+    for _ in range(n):
+        ep = episodes[rng.integers(len(episodes))]
+        acts = ep["action"]
+        t = int(rng.integers(0, len(acts)))
+        idx = np.arange(t, t + h)
+        pads.append(idx >= len(acts))
+        actions.append(policy._from_robot(acts[np.minimum(idx, len(acts) - 1)]))
+        parts.append(policy.batch({k.removeprefix("obs/"): v[t] for k, v in ep.items() if k.startswith("obs/")}))
+    batch = {k: torch.stack([p[k] for p in parts]) for k in parts[0] if k != "task"}
+    batch["task"] = [p["task"] for p in parts]
+    batch["action"] = torch.as_tensor(np.stack(actions), dtype=torch.float32)
+    batch["action_is_pad"] = torch.as_tensor(np.stack(pads))
+    return batch
+
+
+def train_lerobot_bc(policy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 32, lr: float = 1e-4,
+                     seed: int = 0, on_step: Callable[[int, float], None] | None = None) -> list[float]:
+    """Behaviour cloning of a LeRobot chunk policy (SmolVLA, ACT, ...) with its own training loss
+    (`PreTrainedPolicy.forward`) and its own preprocessor (normalization, tokenization); only
+    the parameters the policy trains (SmolVLA: the action expert, not the frozen VLM)."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    params = [p for p in policy.policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr)
+    policy.policy.train()
+    losses = []
+    try:
+        for step in range(steps):
+            out = policy.policy.forward(policy.pre(lerobot_samples(episodes, policy, rng, batch)))
+            loss = out[0] if isinstance(out, tuple) else out
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 10.0)
+            opt.step()
+            losses.append(float(loss.detach()))
+            if on_step is not None:
+                on_step(step + 1, losses[-1])
+    finally:
+        policy.policy.eval()
+    return losses
