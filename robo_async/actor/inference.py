@@ -64,10 +64,15 @@ class TickLatency:
         self._samples.append(max(int(ticks), 0))
 
     def ticks(self, q: float = 95) -> int | None:
-        """The q-th percentile (rounded up), or None before `min_samples` chunks have landed."""
+        """The q-th percentile (rounded up), or None before `min_samples` chunks have landed.
+        Outliers (over twice the median plus one: a lost request answered on a re-request, a
+        stall) are left out: planning every chunk for them would idle the robot on every chunk
+        for a rare loss, which the re-request and holding already cover."""
         if len(self._samples) < self.min_samples:
             return None
-        return int(math.ceil(float(np.percentile(self._samples, q)) - 1e-9))
+        s = np.asarray(self._samples)
+        s = s[s <= 2 * np.median(s) + 1]
+        return int(math.ceil(float(np.percentile(s, q)) - 1e-9))
 
 
 class LatencyTracker:

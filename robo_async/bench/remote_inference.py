@@ -17,7 +17,8 @@ policy server (`robo-async serve`), reached through a delay/loss proxy process o
    the tiny VLA's success per instruction (when those parts are available; else named as absent).
 
 Options: sweep=true episodes=4 rtts=0,50,150 losses=0,0.02 modes=sync,async_forward,async_forward_rtc
-infer_ms=100 chunk_len=8 ticks=150 batch_s=4 bc_steps=4000 smolvla=true tiny_vla=<run dir> out=
+infer_ms=100 chunk_len=8 ticks=150 batch_s=4 batch_policies=large,bench bc_steps=4000 smolvla=true
+tiny_vla=<bc run dir> (or false; default: trained here) tiny_vla_episodes=20 out=
 """
 
 from __future__ import annotations
@@ -240,6 +241,25 @@ def batching(args: dict[str, str]) -> tuple[dict[str, dict[str, dict[str, float]
     return out, sizes
 
 
+def batching_figures(chunks_per_s: dict, sizes: dict, horizon: int) -> dict[str, object]:
+    figures: dict[str, object] = {}
+    main = "large" if "large" in chunks_per_s else next(iter(chunks_per_s))
+    figures["batching_policy"] = (f"flow head {'x'.join(map(str, LARGE))} (25 M parameters, random init)"
+                                  if main == "large" else "the sweep's flow policy")
+    figures["server_chunks_per_s"] = chunks_per_s[main]
+    figures["batching_gain_8"] = round(chunks_per_s[main]["batched"]["8"] / chunks_per_s[main]["one_by_one"]["8"], 2)
+    for kind, modes in chunks_per_s.items():
+        if kind != main:
+            figures[f"server_chunks_per_s_{kind}"] = modes
+            figures[f"batching_gain_8_{kind}"] = round(modes["batched"]["8"] / modes["one_by_one"]["8"], 2)
+    if main == "large":
+        figures["batching_compute_gain_8"] = round(compute_gain(horizon), 2)
+    figures["batch_sizes"] = sizes
+    print(f"batching gain at 8 actors: {figures['batching_gain_8']}x (goal 3x; the policy alone batches "
+          f"{figures.get('batching_compute_gain_8')}x on this CPU)", flush=True)
+    return figures
+
+
 @register("remote-inference")
 def bench_remote_inference(args: dict[str, str]) -> int:
     torch.set_num_threads(1)
@@ -249,11 +269,15 @@ def bench_remote_inference(args: dict[str, str]) -> int:
                                   "episodes": int(args.get("episodes", 4))}
     rows: list[dict] = []
     local: dict[str, dict] = {}
+    figures.update(smolvla_tiny_infer_ms=None, tiny_vla_success=None)
     if args.get("sweep", "true") == "true":
         print("network sweep: the policy behind the server, through the delay/loss proxy", flush=True)
         rows, local = network_sweep(args, out)
-    print("batching: closed-loop actors against one server (real compute, no injected time)", flush=True)
-    chunks_per_s, sizes = batching(args)
+    chunks_per_s: dict = {}
+    sizes: dict = {}
+    if args.get("batching", "true") == "true":
+        print("batching: closed-loop actors against one server (real compute, no injected time)", flush=True)
+        chunks_per_s, sizes = batching(args)
     table = Table(title=f"bench remote-inference ({figures['infer_ms']:.0f} ms inference on the server, chunk "
                         f"length {figures['chunk_len']}, {figures['episodes']} episodes per cell)")
     for col in ("mode", "rtt ms", "loss", "success", "time s", "reaction ms", "jitter p99 ms", "missed", "latency ticks"):
@@ -275,34 +299,59 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     Console().print(bt)
     figures["rows"] = rows
     figures["local"] = local
-    main = "large" if "large" in chunks_per_s else next(iter(chunks_per_s))
-    figures["batching_policy"] = (f"flow head {'x'.join(map(str, LARGE))} (25 M parameters, random init)"
-                                  if main == "large" else "the sweep's flow policy")
-    figures["server_chunks_per_s"] = chunks_per_s[main]
-    figures["batching_gain_8"] = round(chunks_per_s[main]["batched"]["8"] / chunks_per_s[main]["one_by_one"]["8"], 2)
-    for kind, modes in chunks_per_s.items():
-        if kind != main:
-            figures[f"server_chunks_per_s_{kind}"] = modes
-            figures[f"batching_gain_8_{kind}"] = round(modes["batched"]["8"] / modes["one_by_one"]["8"], 2)
-    if main == "large":
-        figures["batching_compute_gain_8"] = round(compute_gain(int(args.get("chunk_len", 8))), 2)
-    figures["batch_sizes"] = sizes
-    print(f"batching gain at 8 actors: {figures['batching_gain_8']}x (goal 3x; the policy alone batches "
-          f"{figures.get('batching_compute_gain_8')}x on this CPU)", flush=True)
+    if chunks_per_s:
+        figures.update(batching_figures(chunks_per_s, sizes, int(args.get("chunk_len", 8))))
     af = [r for r in rows if r["mode"] == "async_forward" and r["rtt_ms"] == 150 and r["loss"] == 0]
     if af and "async_forward" in local:
         base = local["async_forward"]["success"]
         figures["async_forward_150ms_success_kept"] = round(af[0]["success"] / base, 3) if base else None
         figures["async_forward_150ms_missed_ticks"] = af[0]["missed_ticks"]
         figures["async_forward_150ms_jitter_p99_ms"] = af[0]["jitter_p99_ms"]
-    figures.update(vla_figures(args))
+    print("VLA-class policies", flush=True)
+    figures.update(vla_figures(args, out))
     (out / "remote_inference.json").write_text(json.dumps(figures, indent=1))
     print(json.dumps(figures))
     return 0
 
 
-def vla_figures(args: dict[str, str]) -> dict[str, object]:
-    """SmolVLA (tiny generated backbone) inference time per chunk; the tiny VLA's success per
-    instruction. Absent parts are named, not faked."""
-    out: dict[str, object] = {"smolvla_tiny_infer_ms": None, "tiny_vla_success": None}
-    return out
+def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
+    """SmolVLA (LeRobot's classes on the tiny generated backbone, one 64x64 camera, chunk 8) ms
+    per chunk on this CPU; the tiny VLA's success per instruction, from `tiny_vla=<bc run dir>`
+    or trained here with `robo-async bc policy=tiny_vla` (the command users run; evaluated inline)."""
+    figures: dict[str, object] = {}
+    if args.get("smolvla", "true") == "true":
+        from policies.lerobot_chunk import build_lerobot_policy
+        from policies.tiny_backbone import tiny_smolvlm_for
+        from sim import INSTRUCTIONS, ReachTask
+
+        spec = ReachTask().spec()
+        policy = build_lerobot_policy("smolvla", state_dim=spec.state_dim, action_low=spec.joint_low,
+                                      action_high=spec.joint_high, cameras=(("front", 64, 64),), chunk_size=8,
+                                      dt=spec.dt, task=INSTRUCTIONS["reach"],
+                                      vlm_model_name=str(tiny_smolvlm_for(list(INSTRUCTIONS.values()))),
+                                      resize_imgs_with_padding=(64, 64), num_steps=5, max_state_dim=8, max_action_dim=8)
+        obs = {"state": np.zeros(spec.state_dim, np.float32), "front": np.zeros((64, 64, 3), np.uint8)}
+        for _ in range(3):
+            policy.predict_chunk(obs)
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            policy.predict_chunk(obs, forwarded_state=obs["state"])
+            times.append((time.perf_counter() - t0) * 1000)
+        figures["smolvla_tiny_infer_ms"] = round(float(np.median(times)), 2)
+        figures["smolvla_tiny_params"] = sum(p.numel() for p in policy.policy.parameters())
+        print(f"  SmolVLA (tiny generated backbone, {figures['smolvla_tiny_params']:,} parameters): "
+              f"{figures['smolvla_tiny_infer_ms']} ms per chunk", flush=True)
+    source = args.get("tiny_vla")
+    if source != "false":
+        run = Path(source) if source else out / "tiny-vla"
+        if not (run / "eval.json").exists():
+            from robo_async.imitate import bc
+
+            print(f"  training the tiny VLA: robo-async bc policy=tiny_vla run_dir={run} ...", flush=True)
+            bc(["policy=tiny_vla", f"run_dir={run}", "actor.inference=inline",
+                f"eval_episodes={int(args.get('tiny_vla_episodes', 20))}"])
+        result = json.loads((run / "eval.json").read_text())
+        figures["tiny_vla_success"] = result["success"]
+        figures["tiny_vla_eval"] = {"run": str(run), "mode": result["mode"], "episodes": result["episodes"]}
+    return figures

@@ -433,3 +433,17 @@ def test_rtc_with_a_latency_as_long_as_the_chunk_asks_about_the_forwarded_state(
         wait_idle(engine)
     assert any(p is not None and len(p) == 3 for _, p in policy.calls[1:])
     engine.close()
+
+
+def test_tick_latency_leaves_out_lost_requests():
+    from robo_async.actor.inference import TickLatency
+
+    lat = TickLatency()
+    for _ in range(40):
+        lat.add(8)
+    for _ in range(4):  # 10% of requests lost and answered on a re-request, 28 ticks late
+        lat.add(28)
+    assert lat.ticks() == 8
+    for _ in range(50):  # a real change (a slower server): the median moves, so does the plan
+        lat.add(14)
+    assert lat.ticks() == 14
