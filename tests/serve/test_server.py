@@ -364,3 +364,27 @@ def test_a_batch_waits_only_for_actors_that_are_asking(serve):
     assert server.policy.batches == [1, 2] and (got["a"].actions[0] == 1).all() and (got["b"].actions[0] == 2).all()
     a.close()
     b.close()
+
+
+def test_curve_only_listed_actor_keys_get_chunks_and_ids_are_bound_to_keys(tmp_path):
+    from functools import partial
+
+    from robo_async.transport.curve import create_keys, secure_client
+
+    keys = tmp_path / "keys"
+    create_keys(keys, [0, 1])
+    server = PolicyServer(flow(), SPEC, ServeConfig("tcp://127.0.0.1:0", keys_dir=str(keys))).start()
+    try:
+        good = RemotePolicy(server.bound, SPEC, actor_id=1, secure=partial(secure_client, keys_dir=keys, actor_id=1))
+        assert good.predict_chunk({"state": np.zeros(SPEC.state_dim, np.float32)}).actions.shape == (8, A)
+        liar = RemotePolicy(server.bound, SPEC, actor_id=0, secure=partial(secure_client, keys_dir=keys, actor_id=1))
+        with pytest.raises(RemotePolicyError, match="this connection's key is actor 1's, not actor 0's"):
+            liar.connect(10)
+        clear = RemotePolicy(server.bound, SPEC, actor_id=0)  # no keys: the handshake fails, nothing comes back
+        with pytest.raises(ServerUnavailable):
+            clear.connect(1.5)
+        assert server.refused == 1 and server.chunks == 1
+        for p in (good, liar, clear):
+            p.close()
+    finally:
+        server.close()
