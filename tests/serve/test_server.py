@@ -388,3 +388,36 @@ def test_curve_only_listed_actor_keys_get_chunks_and_ids_are_bound_to_keys(tmp_p
             p.close()
     finally:
         server.close()
+
+
+BAD_FIELDS = {"actor_id": [-1, "0", 1.5, None, 1 << 40, True], "req": [-1, "1", None, 1 << 63],
+              "tick": [-1, "0", 1.5], "delay": [-1, 5000, "2"], "deterministic": [1, "yes", None],
+              "hello": [1, "no"], "policy": [3, "x" * 300], "spec": [7, "x" * 20000],
+              "arrays": ["x", None, [["a", "float32", [1]]] * 100], "evil": [1], "schema": [2, None],
+              "kind": ["chunk", "nope", 3]}
+
+
+def test_every_field_of_a_request_is_checked_and_a_bad_one_dropped(serve):
+    """Each mutation of an infer request is dropped and counted; the valid sentinel sent after
+    them on the same socket is answered (so 'dropped' is not 'not processed yet')."""
+    import msgpack
+
+    from robo_async.transport.wire import InferRequest
+
+    server = serve(flow())
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.connect(server.bound)
+    good = [bytes(f) for f in encode(InferRequest(0, 1, obs={"state": np.zeros(SPEC.state_dim, np.float32)}))]
+    sent = 0
+    for key, values in BAD_FIELDS.items():
+        for v in values:
+            h = msgpack.unpackb(good[0], raw=False)
+            h[key] = v
+            dealer.send_multipart([b"", msgpack.packb(h, use_bin_type=True), *good[1:]])
+            sent += 1
+    dealer.send_multipart([b"", *good])  # the sentinel
+    assert dealer.poll(20_000)
+    reply = decode(dealer.recv_multipart()[1:])
+    assert isinstance(reply, ChunkReply) and reply.req == 1 and reply.actions.shape == (8, A)
+    assert server.malformed == sent and server.chunks == 1 and server.alive()
+    dealer.close(0)
