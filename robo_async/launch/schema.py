@@ -57,6 +57,7 @@ class ActorSchema:
     success_reward: float = 1.0
     inference_workers: int = 1
     inference_server: str | None = None
+    server_wait_s: float = 600.0
     guide: str | None = None
     guide_ticks: int = 60
     guide_step: int = 10
