@@ -66,7 +66,9 @@ class RemotePolicy(Policy):
         self.horizon = 1
         self.version = -1
         self.deterministic = False
-        self.rtt = LatencyTracker(window=50)  # request -> reply, seconds (sets the retry time)
+        # request -> reply of inferences, seconds (sets the retry time); until some have come back a
+        # first inference (torch's slow first call on the server) is given 2 x 0.5 s before a resend
+        self.rtt = LatencyTracker(window=50, initial_s=0.5)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._next_req = 0
@@ -194,7 +196,8 @@ class RemotePolicy(Policy):
                     self.stale_replies += 1
                     continue
                 self.replies += 1  # the answer to any try of this request (the same question)
-                self.rtt.add(time.monotonic() - first_sent)
+                if not req.hello:  # a hello costs no inference: not what a chunk's round trip is
+                    self.rtt.add(time.monotonic() - first_sent)
                 return reply
         raise ServerUnavailable(f"policy server {self.address}: no answer in {give_up_s:.1f} s ({tries} tries)")
 
