@@ -102,6 +102,13 @@ class Policy(abc.ABC):
         self.version = version
 
 
+def check_architecture(version: int, architecture: str, policy: Policy, who: str) -> None:
+    """Raise WeightsMismatch when weights published for `architecture` ("" unknown: the shape
+    check of `load_weights` decides) are not for `policy`; `who` names the receiver."""
+    if architecture and architecture != policy.architecture:
+        raise WeightsMismatch(f"weights v{version} are for {architecture}, {who} runs {policy.architecture}")
+
+
 def camera_frames(obs: Mapping[str, np.ndarray], cameras: tuple[str, ...], who: str) -> np.ndarray | None:
     """The named cameras' frames stacked: [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batched
     observations); None without cameras; a missing camera is named."""

@@ -38,7 +38,7 @@ import numpy as np
 
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
-from policies.base import ActionChunk, Policy, WeightsMismatch
+from policies.base import ActionChunk, Policy, WeightsMismatch, check_architecture
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.actor.takeover import Operators
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
@@ -221,9 +221,7 @@ class ControlLoop:
         if w is None:
             return
         try:
-            if w.architecture and w.architecture != self.policy.architecture:
-                raise WeightsMismatch(f"weights v{w.version} are for {w.architecture}, "
-                                      f"this actor runs {self.policy.architecture}")
+            check_architecture(w.version, w.architecture, self.policy, "this actor")
             if self.runner is not None:  # an inference thread loads them between two chunks
                 self.runner.engine.swap_weights(w.version, w.arrays)
             else:

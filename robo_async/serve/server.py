@@ -31,7 +31,7 @@ import numpy as np
 import zmq
 
 from hal.spec import RobotSpec
-from policies.base import ChunkRequest, Policy, WeightsMismatch
+from policies.base import ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.transport.channels import WeightClient, bind
 from robo_async.transport.wire import ChunkReply, InferRequest, WireError, decode, encode
 
@@ -299,9 +299,7 @@ class PolicyServer:
         if w is None:
             return
         try:
-            if w.architecture and w.architecture != self.policy.architecture:
-                raise WeightsMismatch(f"weights v{w.version} are for {w.architecture}, this server runs "
-                                      f"{self.policy.architecture}")
+            check_architecture(w.version, w.architecture, self.policy, "this server")
             self.policy.load_weights(w.version, w.arrays)
             self.weight_swaps += 1
         except (WeightsMismatch, ValueError) as e:
