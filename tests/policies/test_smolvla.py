@@ -166,3 +166,24 @@ def test_bc_trains_smolvla_with_its_own_loss_and_evaluates_it(tmp_path):
     changed = {k for k, v in trained.weights().items() if not np.array_equal(v, fresh.weights()[k])}
     assert any("lm_expert" in k for k in changed)  # the action expert learned
     assert not any("vision_model" in k for k in changed)  # the frozen vision encoder did not
+
+
+def test_dsrl_trains_online_on_a_saved_smolvla(backbone, tmp_path):
+    """`robo-async train algo=dsrl policy=smolvla policy.path=<saved SmolVLA>`: the learner and
+    the actor load the frozen SmolVLA (its backbone inside), the noise actor learns and its
+    weights reach the actor."""
+    import subprocess
+    import sys
+
+    from robo_async.learner.metrics import read_metrics
+
+    saved = smolvla(backbone).save(tmp_path / "smolvla")
+    run_dir = tmp_path / "dsrl"
+    res = subprocess.run([sys.executable, "-m", "robo_async.cli", "train", "task=reach", "task.cameras=[front]",
+                          "task.image_size=64", "policy=smolvla", f"policy.path={saved}", "algo=dsrl",
+                          "algo.warmup_steps=100", "algo.batch_size=16", "budget.env_steps=400", "eval_episodes=0",
+                          "stop_at_success=null", "learner.publish_every=5", "dashboard.port=null",
+                          "actor.journal=false", f"run_dir={run_dir}"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    last = read_metrics(run_dir)[-1]
+    assert last["time/env_steps"] >= 400 and last["time/updates"] > 0 and last["charts/actor_policy_version"] > 0, last
