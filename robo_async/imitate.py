@@ -204,8 +204,10 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, "tiny-vla-bc")
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        targs = {t: task_args({"name": t, **({"cameras": cams, "image_size": int(pol_cfg.get("image_size", 64))}
-                                             if cams else {})}) for t in tasks}
+        # each task as `task=<name>` configures it (its episode length, ...), plus the policy's camera
+        camera = {"cameras": cams, "image_size": int(pol_cfg.get("image_size", 64))} if cams else {}
+        targs = {t: task_args({**OmegaConf.to_container(compose_config([f"task={t}"]).task, resolve=True), **camera})
+                 for t in tasks}
         pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
         spec = make_robot(targs[tasks[0]]).spec
         policy = make_actor_policy(pargs, spec)
@@ -234,8 +236,8 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
 
     save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
     (run_dir / "policy.yaml").write_text(yaml.safe_dump(
-        {"policy": pol_cfg, "task": {"name": tasks[0], **({"cameras": cams, "image_size": int(pol_cfg.get("image_size", 64))}
-                                                            if cams else {})},
+        {"policy": pol_cfg, "task": {**OmegaConf.to_container(compose_config([f"task={tasks[0]}"]).task, resolve=True),
+                                     **camera},
          "tasks": tasks, "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)},
         sort_keys=False))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
