@@ -29,7 +29,7 @@ def test_training_with_the_policy_on_a_server(tmp_path):
     try:
         run_dir = tmp_path / "remote"
         res = subprocess.run(EXE + ["train", f"run_dir={run_dir}", "task=reach", "task.realtime=true",
-                                    "budget.env_steps=700", f"transport.weights_port={weights_port}",
+                                    "budget.env_steps=450", f"transport.weights_port={weights_port}",
                                     f"actor.inference_server=tcp://127.0.0.1:{serve_port}", *TINY],
                              capture_output=True, text=True, timeout=240)
         assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
@@ -39,10 +39,10 @@ def test_training_with_the_policy_on_a_server(tmp_path):
         out, _ = server.communicate(timeout=30)
     assert server.returncode == 0, out
     rows = read_metrics(run_dir)
-    assert rows[-1]["time/env_steps"] >= 700
+    assert rows[-1]["time/env_steps"] >= 450
     stopped = [line for line in out.splitlines() if line.startswith("policy server stopped")][0]
     stats = eval(stopped.split(": ", 1)[1])  # the server's own summary (a dict literal)
-    assert stats["chunks"] >= 600 and stats["weight_swaps"] >= 2 and stats["version"] > 0
+    assert stats["chunks"] >= 400 and stats["weight_swaps"] >= 2 and stats["version"] > 0
     assert stats["malformed"] == 0 and stats["refused"] == 0
     # the actor's heartbeat figures: round trips to the server, latency measured in ticks
     assert any(r.get("actors/server_rtt_p95_ms", 0) > 0 for r in rows)
