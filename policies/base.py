@@ -51,6 +51,8 @@ class Policy(abc.ABC):
     # True: the policy's mode (no exploration noise, repeatable); the control loop sets it per
     # episode (evaluation episodes) before asking for that episode's chunks
     deterministic: bool = False
+    # the language task, for policies that follow one (VLAs); others ignore it
+    instruction: str = ""
 
     @property
     @abc.abstractmethod

@@ -38,6 +38,14 @@ class DelayedPolicy(Policy):
     def horizon(self) -> int:
         return self.inner.horizon
 
+    @property
+    def instruction(self) -> str:  # type: ignore[override]
+        return self.inner.instruction
+
+    @instruction.setter
+    def instruction(self, text: str) -> None:
+        self.inner.instruction = text
+
     def module(self) -> torch.nn.Module:
         return self.inner.module()
 

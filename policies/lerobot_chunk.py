@@ -90,6 +90,14 @@ class LeRobotChunkPolicy(Policy):
         self.type = policy.config.type
 
     @property
+    def instruction(self) -> str:  # type: ignore[override]
+        return self.task
+
+    @instruction.setter
+    def instruction(self, text: str) -> None:
+        self.task = text
+
+    @property
     def architecture(self) -> str:
         shapes = ";".join(f"{k}:{tuple(v.shape)}" for k, v in self.policy.state_dict().items())
         return f"lerobot-{self.type}:H{self.horizon}x{self.action_dim}:{hashlib.sha1(shapes.encode()).hexdigest()[:12]}"
@@ -335,6 +343,14 @@ class SteeredLeRobotPolicy(Policy):
         sizes = "-".join(str(m.out_features) for m in self.noise_actor.trunk if isinstance(m, torch.nn.Linear))
         return (f"dsrl-{sizes}-z{self.noise_shape[0]}x{self.noise_shape[1]}-b{self.noise_bound:g}:"
                 f"{self.prior.architecture}")
+
+    @property
+    def instruction(self) -> str:  # type: ignore[override]
+        return self.prior.task
+
+    @instruction.setter
+    def instruction(self, text: str) -> None:
+        self.prior.task = text
 
     def module(self) -> torch.nn.Module:
         return self.noise_actor

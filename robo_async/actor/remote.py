@@ -56,7 +56,7 @@ class RemotePolicy(Policy):
 
     def __init__(self, address: str, spec: RobotSpec, actor_id: int = 0, policy: str = "",
                  secure: Secure | None = None, min_retry_s: float = 0.15, give_up_s: float = 5.0,
-                 max_message_mb: float = 64.0) -> None:
+                 max_message_mb: float = 64.0, instruction: str = "") -> None:
         self.address, self.spec, self.actor_id, self.policy_name = address, spec, actor_id, policy
         self._secure = secure
         self.min_retry_s, self.give_up_s = min_retry_s, give_up_s
@@ -66,6 +66,7 @@ class RemotePolicy(Policy):
         self.horizon = 1
         self.version = -1
         self.deterministic = False
+        self.instruction = instruction  # sent with every request ("": the server's policy's own)
         # request -> reply of inferences, seconds (sets the retry time); until some have come back a
         # first inference (torch's slow first call on the server) is given 2 x 0.5 s before a resend
         self.rtt = LatencyTracker(window=50, initial_s=0.5)
@@ -96,7 +97,8 @@ class RemotePolicy(Policy):
             self.actor_id, self._req_id(), delay=int(min(max(delay_ticks, 0), 4096)),
             deterministic=bool(self.deterministic), obs={k: np.asarray(v) for k, v in obs.items()},
             forwarded_state=None if forwarded_state is None else np.asarray(forwarded_state, np.float32),
-            prefix=None if prefix is None or not len(prefix) else np.asarray(prefix, np.float32))
+            prefix=None if prefix is None or not len(prefix) else np.asarray(prefix, np.float32),
+            instruction=self.instruction)
         reply = self._exchange(req, self.give_up_s)
         if reply.error:
             raise RuntimeError(f"policy server {self.address}: {reply.error}")

@@ -241,11 +241,13 @@ class PolicyServer:
                                         spec=self.spec_json))
 
     def _answer(self, batch: list[tuple[list, InferRequest]]) -> None:
-        groups: dict[bool, list[tuple[list, InferRequest]]] = {}
+        groups: dict[tuple[bool, str], list[tuple[list, InferRequest]]] = {}
         for item in batch:
-            groups.setdefault(item[1].deterministic, []).append(item)
-        for deterministic, items in groups.items():
+            groups.setdefault((item[1].deterministic, item[1].instruction), []).append(item)
+        default = self.policy.instruction
+        for (deterministic, instruction), items in groups.items():
             self.policy.deterministic = deterministic
+            self.policy.instruction = instruction or default  # the actor's task, or the server's own
             reqs = [ChunkRequest(m.obs, m.forwarded_state, m.prefix, m.delay) for _, m in items]
             t0 = time.monotonic()
             try:
@@ -268,6 +270,7 @@ class PolicyServer:
             us = int(took * 1e6)
             for (envelope, m), c in zip(items, chunks):
                 self._send(envelope, self._reply(m, c, us, len(items)))
+        self.policy.instruction = default
 
     def _reply(self, m: InferRequest, chunk: object, infer_us: int, batch: int) -> ChunkReply:
         p = self.policy

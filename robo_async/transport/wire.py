@@ -256,6 +256,7 @@ class InferRequest:
     hello: bool = False
     policy: str = ""
     spec: str = ""
+    instruction: str = ""  # the language task, for policies that follow one ("" the server's own)
 
     kind = "infer"
 
@@ -326,7 +327,8 @@ def encode(msg: Message) -> list[bytes | memoryview]:
         if msg.prefix is not None:
             arrays["prefix"] = msg.prefix
         return _pack(msg.kind, arrays, actor_id=msg.actor_id, req=msg.req, tick=msg.tick, delay=msg.delay,
-                     deterministic=msg.deterministic, hello=msg.hello, policy=msg.policy, spec=msg.spec)
+                     deterministic=msg.deterministic, hello=msg.hello, policy=msg.policy, spec=msg.spec,
+                     instruction=msg.instruction)
     if isinstance(msg, ChunkReply):
         return _pack(msg.kind, {} if msg.actions is None else {"actions": msg.actions}, req=msg.req,
                      version=msg.version, architecture=msg.architecture, error=msg.error, horizon=msg.horizon,
@@ -469,7 +471,7 @@ _KIND_FIELDS = {
                 "operator_ticks", "label"},
     "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors"},
     "heartbeat": {"actor_id", "env_steps", "policy_version", "meta"},
-    "infer": {"actor_id", "req", "tick", "delay", "deterministic", "hello", "policy", "spec"},
+    "infer": {"actor_id", "req", "tick", "delay", "deterministic", "hello", "policy", "spec", "instruction"},
     "chunk": {"req", "version", "architecture", "error", "horizon", "spec", "infer_us", "batch"},
 }
 
@@ -552,7 +554,7 @@ def _infer_request(header: dict, arrays: dict[str, np.ndarray]) -> InferRequest:
         _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "req", 0, MAX_COUNT),
         _int(header, "tick", 0, MAX_COUNT, 0), _int(header, "delay", 0, MAX_HORIZON, 0),
         _bool(header, "deterministic", False), obs, arrays.get("fstate"), arrays.get("prefix"), hello,
-        _text(header, "policy", ""), _text(header, "spec", "", MAX_SPEC))
+        _text(header, "policy", ""), _text(header, "spec", "", MAX_SPEC), _text(header, "instruction", ""))
 
 
 def _chunk_reply(header: dict, arrays: dict[str, np.ndarray]) -> ChunkReply:

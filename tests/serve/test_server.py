@@ -393,6 +393,7 @@ def test_curve_only_listed_actor_keys_get_chunks_and_ids_are_bound_to_keys(tmp_p
 BAD_FIELDS = {"actor_id": [-1, "0", 1.5, None, 1 << 40, True], "req": [-1, "1", None, 1 << 63],
               "tick": [-1, "0", 1.5], "delay": [-1, 5000, "2"], "deterministic": [1, "yes", None],
               "hello": [1, "no"], "policy": [3, "x" * 300], "spec": [7, "x" * 20000],
+              "instruction": [5, None, "x" * 300],
               "arrays": ["x", None, [["a", "float32", [1]]] * 100], "evil": [1], "schema": [2, None],
               "kind": ["chunk", "nope", 3]}
 
@@ -421,3 +422,32 @@ def test_every_field_of_a_request_is_checked_and_a_bad_one_dropped(serve):
     assert isinstance(reply, ChunkReply) and reply.req == 1 and reply.actions.shape == (8, A)
     assert server.malformed == sent and server.chunks == 1 and server.alive()
     dealer.close(0)
+
+
+class Instructed(Echo):
+    """Echo that records the instruction it was asked under, per batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.instruction = "the server's own"
+        self.heard = []
+
+    def predict_chunks(self, requests):
+        self.heard.append((self.instruction, len(requests)))
+        return super().predict_chunks(requests)
+
+
+def test_each_actor_is_answered_under_its_own_instruction(serve):
+    server = serve(Instructed(), batch_window_ms=20_000)
+    a = RemotePolicy(server.bound, SPEC, actor_id=0, instruction="lift the cube")
+    b = RemotePolicy(server.bound, SPEC, actor_id=1)  # none: the server's policy's own
+    for p in (a, b):
+        p.connect(10)
+    t = threading.Thread(target=a.predict_chunk, args=({"state": np.zeros(SPEC.state_dim, np.float32)},))
+    t.start()
+    b.predict_chunk({"state": np.zeros(SPEC.state_dim, np.float32)})
+    t.join(30)
+    assert sorted(server.policy.heard) == [("lift the cube", 1), ("the server's own", 1)]
+    assert server.policy.instruction == "the server's own"  # restored after the batch
+    a.close()
+    b.close()

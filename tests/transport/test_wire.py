@@ -217,6 +217,7 @@ def test_infer_and_chunk_roundtrip():
     assert m.obs["front"].shape == (8, 8, 3) and m.obs["front"].dtype == np.uint8
     np.testing.assert_array_equal(m.forwarded_state, np.ones(6, np.float32))
     np.testing.assert_array_equal(m.prefix, np.full((4, 6), 0.5, np.float32))
+    assert decode(encode(_infer(instruction="lift the cube"))).instruction == "lift the cube"
     hello = decode(encode(InferRequest(1, 2, hello=True, policy="flow", spec='{"name":"x"}')))
     assert hello.hello and hello.policy == "flow" and hello.spec == '{"name":"x"}' and not hello.obs
     c = decode(encode(ChunkReply(7, 12, "flow:x", np.zeros((8, 6), np.float32), infer_us=900, batch=3)))
@@ -242,6 +243,8 @@ def _with(frames, **header):
     (lambda: _with(encode(_infer()), spec="x" * 20000), "'spec'"),
     (lambda: _with(encode(_infer()), hello=True), "hello carries no arrays"),
     (lambda: _with(encode(_infer()), evil=1), "unknown keys"),
+    (lambda: _with(encode(_infer()), instruction=3), "'instruction'"),
+    (lambda: _with(encode(_infer()), instruction="x" * 300), "'instruction'"),
     (lambda: encode(_infer(obs={}, forwarded_state=None, prefix=np.zeros((2, 2000), np.float32))), "'prefix' has shape"),
     (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), error="both"), "not both"),
     (lambda: encode(ChunkReply(1, 0, "a")), "a 'horizon'"),
