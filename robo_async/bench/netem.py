@@ -22,6 +22,9 @@ import zmq
 
 def proxy_main(upstream: str, rtt_ms: float, loss: float, seed: int, drop_replies: tuple[int, ...],
                dup_replies: tuple[int, ...], ready: Any, stop: Any, counts: Any) -> None:
+    from robo_async.launch.processes import _watch_parent
+
+    _watch_parent(stop)  # a parent killed with -9 leaves no proxy behind
     ctx = zmq.Context()
     front, back = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
     for s in (front, back):

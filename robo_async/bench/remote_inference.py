@@ -61,6 +61,7 @@ def _server_main(horizon: int, bc_steps: int, infer_ms: float, max_batch: int, r
 
     from policies.delayed import DelayedPolicy
     from robo_async.bench.async_inference import trained_policy
+    from robo_async.launch.processes import _watch_parent
     from robo_async.serve import PolicyServer, ServeConfig
     from sim import ReachTask
 
@@ -70,7 +71,9 @@ def _server_main(horizon: int, bc_steps: int, infer_ms: float, max_batch: int, r
     served = DelayedPolicy(policy, infer_ms) if infer_ms > 0 else policy
     server = PolicyServer(served, ReachTask().spec(), ServeConfig("tcp://127.0.0.1:0", max_batch=max_batch)).start()
     ready.put(server.bound)
-    stop.wait()
+    _watch_parent(stop)  # a benchmark killed with -9 leaves no server behind
+    while not stop.is_set():  # polled (see _watch_parent): never stop.wait() on a process Event
+        time.sleep(0.1)
     ready.put(server.stats())
     server.close()
 
