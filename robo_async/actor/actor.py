@@ -46,6 +46,7 @@ class ActorConfig:
     learner_silent_s: float = 3.0  # no status for this long: the learner is away (logged, counted)
     guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
     inference_server: str | None = None  # the policy runs on this `robo-async serve` server (actor/remote.py)
+    server_image_codec: str = "jpeg"  # how camera frames travel to it: jpeg | png | qoi | raw
 
 
 class LearnerUnavailable(RuntimeError):

@@ -536,6 +536,8 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     server = cfg.actor.get("inference_server") or None
     if server is not None and not (isinstance(server, str) and server.startswith(("tcp://", "ipc://"))):
         raise ConfigError(f"actor.inference_server must be a ZMQ address like tcp://host:5560, not {server!r}")
+    if str(cfg.actor.get("server_image_codec", "jpeg")) not in ("jpeg", "png", "qoi", "raw"):
+        raise ConfigError(f"actor.server_image_codec must be jpeg, png, qoi or raw, not '{cfg.actor.server_image_codec}'")
     if server is not None and cfg.actor.get("guide"):
         raise ConfigError("actor.guide (JSRL) runs on the control thread; it cannot run with actor.inference_server")
     resolve_inference(inference, task, server)
@@ -575,7 +577,7 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
                 server_wait_s=float(cfg.actor.get("server_wait_s", 600.0))),
             flush_every=cfg.actor.flush_every, start_seq=int(hw.get(str(i), 0)),
             learner_silent_s=float(cfg.actor.get("learner_silent_s", 3.0)), keys_dir=keys_dir, guide=str(guide_src) if guide_src else None,
-            inference_server=server,
+            inference_server=server, server_image_codec=str(cfg.actor.get("server_image_codec", "jpeg")),
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=bool(cfg.actor.journal), max_ram_mb=float(cfg.actor.max_ram_mb),
                                 resend_s=float(cfg.actor.resend_s), image_codec=str(cfg.buffer.image_codec),

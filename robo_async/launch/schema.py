@@ -58,6 +58,7 @@ class ActorSchema:
     inference_workers: int = 1
     inference_server: str | None = None
     server_wait_s: float = 600.0
+    server_image_codec: str = "jpeg"
     guide: str | None = None
     guide_ticks: int = 60
     guide_step: int = 10

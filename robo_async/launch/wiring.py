@@ -52,7 +52,7 @@ def remote_policy(cfg: ActorConfig, policy: PolicyArgs, spec: RobotSpec) -> Poli
     assert cfg.inference_server is not None
     secure = partial(secure_client, keys_dir=cfg.keys_dir, actor_id=cfg.actor_id) if cfg.keys_dir else None
     return RemotePolicy(cfg.inference_server, spec, cfg.actor_id, policy.name, secure=secure,
-                        instruction=str(policy.option("instruction") or ""))
+                        instruction=str(policy.option("instruction") or ""), image_codec=cfg.server_image_codec)
 
 
 def make_guide(source: str, task: TaskArgs, robot: SafeRobot) -> Policy:

@@ -21,6 +21,7 @@ and counted; a request the policy cannot answer gets an error reply naming why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -33,9 +34,21 @@ import zmq
 from hal.spec import RobotSpec
 from policies.base import ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.transport.channels import WeightClient, bind
-from robo_async.transport.wire import ChunkReply, InferRequest, WireError, decode, encode
+from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
+from robo_async.transport.wire import ChunkReply, Frames, InferRequest, WireError, decode, encode
 
 log = logging.getLogger(__name__)
+
+
+def _decoded(msg: InferRequest) -> InferRequest:
+    """The request with its encoded camera frames decoded (checksum, codec, size checked)."""
+    frames = {k: v for k, v in msg.obs.items() if isinstance(v, Frames)}
+    if not frames:
+        return msg
+    obs = dict(msg.obs)
+    for k, f in frames.items():
+        obs[k] = decode_frames(f, Column(f"obs/{k}", "uint8", tuple(f.shape[1:])))[0]
+    return dataclasses.replace(msg, obs=obs)
 
 
 def spec_json(spec: RobotSpec) -> str:
@@ -211,6 +224,13 @@ class PolicyServer:
                                                       f"not actor {msg.actor_id}'s"))
                 return None
         self._active[msg.actor_id] = time.monotonic()
+        try:
+            msg = _decoded(msg)
+        except CorruptRecord as e:  # answered, so the actor asks again rather than waiting
+            self._malformed(str(e))
+            self._send(envelope, ChunkReply(msg.req, self.policy.version, self.policy.architecture,
+                                            error=f"bad camera frame: {e}"[:1000]))
+            return None
         if msg.hello:
             self._hello(envelope, msg)
             return None

@@ -532,12 +532,17 @@ def _finite_array(kind: str, name: str, a: np.ndarray | Frames, ndim: int | None
 
 
 def _infer_request(header: dict, arrays: dict[str, np.ndarray]) -> InferRequest:
-    """Arrays: `obs/<key>` (any allowed dtype, finite), optional `fstate` [S] and `prefix` [d, A]
-    (float32, finite); a hello carries none."""
+    """Arrays: `obs/<key>` (any allowed dtype, finite; a camera frame may come encoded, `Frames`
+    of one image), optional `fstate` [S] and `prefix` [d, A] (float32, finite); a hello carries
+    none."""
     obs = {}
     for k, a in arrays.items():
         if k.startswith("obs/") and len(k) > 4:
-            _finite_array("infer", k, a)
+            if isinstance(a, Frames):  # a camera frame encoded at the actor: exactly one image
+                if a.shape[0] != 1:
+                    raise WireError(f"infer array '{k}' holds {a.shape[0]} encoded images, expected 1")
+            else:
+                _finite_array("infer", k, a)
             obs[k[4:]] = a
         elif k == "fstate":
             _finite_array("infer", k, a, 1)
@@ -609,8 +614,8 @@ def decode(frames: Sequence[bytes | memoryview]) -> Message:
         raise WireError(f"{kind} header 'arrays' must be a list of at most {MAX_ARRAYS.get(kind, 0)} specs")
     arrays = _arrays(header, frames[1:])
     encoded = [k for k, a in arrays.items() if isinstance(a, Frames)]
-    if encoded and (kind != "transitions" or any(not k.startswith(OBS_PREFIXES) for k in encoded)):
-        raise WireError(f"encoded frames are for observations in transitions, not {kind} {encoded}")
+    if encoded and (kind not in ("transitions", "infer") or any(not k.startswith(OBS_PREFIXES) for k in encoded)):
+        raise WireError(f"encoded frames are for observations in transitions and infer requests, not {kind} {encoded}")
     if kind == "transitions":
         required = {"action", "reward", "terminated", "truncated", "policy_version"}
         missing = required - arrays.keys()

@@ -20,7 +20,7 @@ from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.actor.remote import RemotePolicy, RemotePolicyError, ServerUnavailable
 from robo_async.bench.netem import NetemProxy
 from robo_async.serve import PolicyServer, ServeConfig
-from robo_async.transport.wire import ChunkReply, decode, encode
+from robo_async.transport.wire import ChunkReply, InferRequest, decode, encode
 from sim import PushTask, ReachTask, SimRobot
 
 SPEC = ReachTask().spec()
@@ -451,3 +451,47 @@ def test_each_actor_is_answered_under_its_own_instruction(serve):
     assert server.policy.instruction == "the server's own"  # restored after the batch
     a.close()
     b.close()
+
+
+def test_camera_frames_travel_encoded_lossless_ones_give_identical_chunks(serve):
+    from policies.flow import FlowChunkPolicy
+
+    def cam_policy():
+        p = FlowChunkPolicy(("state",), (SPEC.state_dim,), SPEC.joint_low, SPEC.joint_high, horizon=8, seed=3,
+                            cameras=("front",), image_size=32)
+        p.deterministic = True
+        return p
+
+    local = cam_policy()
+    server = serve(cam_policy())
+    img = np.random.default_rng(0).integers(0, 255, (96, 96, 3), dtype=np.uint8)
+    obs = {"state": np.zeros(SPEC.state_dim, np.float32), "front": img}
+    want = local.predict_chunk(obs).actions
+    for codec in ("png", "jpeg", "raw"):
+        remote = RemotePolicy(server.bound, SPEC, image_codec=codec)
+        remote.deterministic = True
+        got = remote.predict_chunk(obs).actions
+        if codec in ("png", "raw"):
+            np.testing.assert_array_equal(got, want)  # lossless: the same pixels, the same chunk
+        else:
+            assert np.abs(got - want).max() < 0.05  # lossy, close
+        remote.close()
+    smooth = np.tile(np.linspace(0, 255, 96, dtype=np.uint8)[:, None, None], (1, 96, 3))  # a camera-like image
+    jpeg = RemotePolicy(server.bound, SPEC)._encoded({"front": smooth})["front"]
+    assert len(jpeg.blobs[0]) < smooth.nbytes / 10  # what the default saves on the link
+
+
+def test_a_corrupt_camera_frame_is_refused_by_name_and_counted(serve):
+    from robo_async.transport.wire import Frames, InferRequest
+
+    server = serve(flow())
+    remote = RemotePolicy(server.bound, SPEC)
+    remote.connect(10)
+    frame = bytearray(RemotePolicy(server.bound, SPEC)._encoded(
+        {"front": np.zeros((16, 16, 3), np.uint8)})["front"].blobs[0])
+    frame[-1] ^= 0xFF  # fails its checksum
+    req = InferRequest(0, 99, obs={"state": np.zeros(SPEC.state_dim, np.float32),
+                                   "front": Frames([bytes(frame)], (1, 16, 16, 3))})
+    reply = remote._exchange(req, 10)
+    assert "bad camera frame" in reply.error and "obs/front" in reply.error and server.malformed == 1
+    remote.close()

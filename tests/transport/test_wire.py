@@ -265,3 +265,28 @@ def test_a_chunk_with_an_unknown_array_is_refused():
     h["arrays"][0][0] = "extra"
     with pytest.raises(WireError, match="unknown arrays"):
         decode([msgpack.packb(h, use_bin_type=True), frames[1]])
+
+
+def test_an_infer_request_may_carry_one_encoded_camera_frame():
+    from robo_async.buffer.codec import encode_image
+    from robo_async.transport.wire import Frames
+
+    img = np.random.default_rng(0).integers(0, 255, (8, 8, 3), dtype=np.uint8)
+    one = Frames([encode_image(img, "png")], (1, 8, 8, 3))
+    m = decode([bytes(f) for f in encode(_infer(obs={"state": np.zeros(6, np.float32), "front": one}))])
+    assert isinstance(m.obs["front"], Frames) and m.obs["front"].blobs == one.blobs
+    two = Frames([encode_image(img, "png")] * 2, (2, 8, 8, 3))
+    with pytest.raises(WireError, match="holds 2 encoded images, expected 1"):
+        decode([bytes(f) for f in encode(_infer(obs={"front": two}))])
+    with pytest.raises(WireError, match="encoded frames are for observations"):
+        decode(_frames_in_chunk(one))  # a reply may not carry encoded frames
+
+
+def _frames_in_chunk(frames):
+    """A chunk reply whose array is an encoded frame (only observations may be)."""
+    import msgpack as mp
+
+    good = [bytes(f) for f in encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32)))]
+    h = mp.unpackb(good[0], raw=False)
+    h["arrays"] = [["actions", "frames", list(frames.shape), [len(b) for b in frames.blobs]]]
+    return [mp.packb(h, use_bin_type=True), b"".join(frames.blobs)]
