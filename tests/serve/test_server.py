@@ -15,7 +15,7 @@ import zmq
 from hal.safety import SafeRobot
 from policies.base import ActionChunk, Policy
 from policies.flow import FlowChunkPolicy
-from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
+from robo_async.actor.inference import InferenceEngine
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.actor.remote import RemotePolicy, RemotePolicyError, ServerUnavailable
 from robo_async.bench.netem import NetemProxy
@@ -454,8 +454,6 @@ def test_each_actor_is_answered_under_its_own_instruction(serve):
 
 
 def test_camera_frames_travel_encoded_lossless_ones_give_identical_chunks(serve):
-    from policies.flow import FlowChunkPolicy
-
     def cam_policy():
         p = FlowChunkPolicy(("state",), (SPEC.state_dim,), SPEC.joint_low, SPEC.joint_high, horizon=8, seed=3,
                             cameras=("front",), image_size=32)
