@@ -59,9 +59,11 @@ class TickLatency:
     def __init__(self, window: int = 50, min_samples: int = 3) -> None:
         self._samples: deque[int] = deque(maxlen=window)
         self.min_samples = min_samples
+        self._cached: dict[float, int | None] = {}  # by q; the runner asks every tick, samples come per chunk
 
     def add(self, ticks: int) -> None:
         self._samples.append(max(int(ticks), 0))
+        self._cached.clear()
 
     def ticks(self, q: float = 95) -> int | None:
         """The q-th percentile (rounded up), or None before `min_samples` chunks have landed.
@@ -70,9 +72,11 @@ class TickLatency:
         for a rare loss, which the re-request and holding already cover."""
         if len(self._samples) < self.min_samples:
             return None
-        s = np.asarray(self._samples)
-        s = s[s <= 2 * np.median(s) + 1]
-        return int(math.ceil(float(np.percentile(s, q)) - 1e-9))
+        if q not in self._cached:
+            s = np.asarray(self._samples)
+            s = s[s <= 2 * np.median(s) + 1]
+            self._cached[q] = int(math.ceil(float(np.percentile(s, q)) - 1e-9))
+        return self._cached[q]
 
 
 class LatencyTracker:
