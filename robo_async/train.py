@@ -82,7 +82,7 @@ def train(overrides: list[str]) -> int:
 
 def launch(plan, display: ProgressDisplay) -> RunResult:
     """The runner named by `launcher.name`: serial, local or ray (the same wiring in each)."""
-    name = plan.launcher.get("name", "local")
+    name = plan.launcher.name
     if name == "ray":
         from robo_async.launch.ray_launcher import launch_ray
 

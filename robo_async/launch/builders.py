@@ -20,6 +20,7 @@ from robo_async.actor.loop import GuideConfig, LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
+from robo_async.launch.supervisor import LauncherConfig, RayLauncherConfig, ResourcesConfig, RestartPolicy
 from robo_async.launch.schema import ConfigError, check_algo, check_buffer, check_task, check_train
 from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.learner import LearnerConfig
@@ -96,11 +97,18 @@ class TrainPlan:
     task: TaskArgs
     policy: PolicyArgs
     actors: tuple[ActorConfig, ...]
-    start_timeout_s: float
-    shutdown_timeout_s: float
+    launcher: LauncherConfig = LauncherConfig()  # runner, timeouts, supervision
     actor_tasks: tuple[TaskArgs, ...] = ()  # per actor (heterogeneous robots); default: `task` for all
-    leases: dict = field(default_factory=dict)  # lease_dir, wait_s, sim_slots
-    launcher: dict = field(default_factory=dict)  # launcher options (ray: address, num_cpus, ...)
+    resources: ResourcesConfig = ResourcesConfig()  # leases: lease_dir, wait_s, sim_slots
+    dashboard_port: int | None = 0  # the live page on loopback (0: any free port; None: none)
+
+    @property
+    def start_timeout_s(self) -> float:
+        return self.launcher.start_timeout_s
+
+    @property
+    def shutdown_timeout_s(self) -> float:
+        return self.launcher.shutdown_timeout_s
 
     def task_of(self, actor_id: int) -> TaskArgs:
         return self.actor_tasks[actor_id] if self.actor_tasks else self.task
@@ -589,7 +597,13 @@ def build_plan(cfg: DictConfig, run_dir: Path, resume_meta: dict | None = None) 
     )
     if not actors:
         raise ConfigError("actors must be at least 1")
-    launcher = _plain(cfg.launcher)
-    launcher["dashboard_port"] = (cfg.get("dashboard") or {}).get("port", 0)
-    return TrainPlan(run_dir, learner, task, pol, actors, launcher["start_timeout_s"],
-                     launcher["shutdown_timeout_s"], actor_tasks, _plain(cfg.get("resources")) or {}, launcher)
+    launcher_opts = dict(_plain(cfg.launcher))  # type: ignore[arg-type]
+    try:
+        supervise = RestartPolicy(**(launcher_opts.pop("supervise", None) or {}))
+        launcher = (RayLauncherConfig if launcher_opts.get("name") == "ray" else LauncherConfig)(
+            supervise=supervise, **launcher_opts)
+        resources = ResourcesConfig(**(_plain(cfg.get("resources")) or {}))  # type: ignore[arg-type]
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    return TrainPlan(run_dir, learner, task, pol, actors, launcher, actor_tasks, resources,
+                     (cfg.get("dashboard") or {}).get("port", 0))

@@ -63,8 +63,8 @@ def _drain_errors(errors: mp.Queue) -> dict[str, str]:
 def lease_resources(plan: TrainPlan) -> list[Lease]:
     """One lease per actor (its robot or a simulator slot), all or nothing, held for the run;
     released by the kernel if this process dies."""
-    opts = plan.leases
-    leases = LeaseManager(opts.get("lease_dir"))
+    opts = plan.resources
+    leases = LeaseManager(opts.lease_dir)
     found: list[Resource] = []
     needs: dict[str, int] = {}
     for cfg in plan.actors:
@@ -78,11 +78,11 @@ def lease_resources(plan: TrainPlan) -> list[Lease]:
     for need in needs:
         if need.startswith("sim:"):
             task = need.split(":", 1)[1]
-            found += [Resource("sim", task, str(i), "local") for i in range(int(opts.get("sim_slots", 64)))]
+            found += [Resource("sim", task, str(i), "local") for i in range(opts.sim_slots)]
     job = plan.run_dir.name
     try:
         got = acquire_needs(found, parse_needs([f"{k}*{n}" for k, n in needs.items()]), leases, job,
-                            float(opts.get("wait_s") or 0))
+                            opts.wait_s)
     except (LeaseHeld, LeaseError) as e:
         raise RunFailed(str(e)) from None
     return [lease for _, lease in got]
@@ -99,7 +99,7 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
 
 def start_dashboard(plan: TrainPlan, display: ProgressDisplay) -> "Dashboard | None":
     """The live web page (`dashboard.port`; null: none), on loopback; its address is printed."""
-    port = plan.launcher.get("dashboard_port")
+    port = plan.dashboard_port
     if port is None:
         return None
     from robo_async.dashboard.server import Dashboard
@@ -144,10 +144,7 @@ def _restart_config(cfg: LearnerConfig, addresses: tuple[str, str], restarted: i
 def _launch(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     ctx = mp.get_context("spawn")
     stop, errors = ctx.Event(), ctx.Queue()
-    try:
-        policy = RestartPolicy.from_options(plan.launcher)
-    except ValueError as e:
-        raise RunFailed(str(e)) from None
+    policy = plan.launcher.supervise
     events = EventLog(plan.run_dir)
     learner: _Learner | None = _Learner(ctx, plan.learner, stop)
     learner_budget = RestartBudget("the learner", policy)

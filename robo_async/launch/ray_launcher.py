@@ -24,7 +24,7 @@ from robo_async.launch.progress import ProgressDisplay
 from robo_async.learner.learner import LearnerConfig
 
 if TYPE_CHECKING:
-    from robo_async.launch.supervisor import EventLog, RestartPolicy
+    from robo_async.launch.supervisor import EventLog, LauncherConfig, ResourcesConfig, RestartPolicy
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class RayLearner:
         self._stop.set()
 
 
-def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, lease_opts: dict,
+def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, lease_opts: "ResourcesConfig",
                    job: str) -> tuple[bool, str]:
     """One actor on whatever node Ray placed it: lease its robot there, run until the learner stops.
     Returns (clean, message): clean when it ended because the learner is stopping."""
@@ -85,7 +85,7 @@ def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, le
     from robo_async.launch.wiring import run_actor
 
     torch.set_num_threads(1)
-    lease = LeaseManager(lease_opts.get("lease_dir")).acquire(resource_id, job, float(lease_opts.get("wait_s") or 0))
+    lease = LeaseManager(lease_opts.lease_dir).acquire(resource_id, job, lease_opts.wait_s)
     try:
         actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
         return True, f"done: {actor.env_steps} env steps"
@@ -95,7 +95,7 @@ def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, le
         lease.release()
 
 
-def _start_learner(cfg: LearnerConfig, opts: dict, gpus: int, node: str | None, timeout_s: float):
+def _start_learner(cfg: LearnerConfig, opts: "LauncherConfig", gpus: int, node: str | None, timeout_s: float):
     """A RayLearner opened (bound) on `node` (None: anywhere); returns (handle, open()'s answer)."""
     import ray
 
@@ -104,7 +104,7 @@ def _start_learner(cfg: LearnerConfig, opts: dict, gpus: int, node: str | None, 
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         extra["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-    learner = ray.remote(RayLearner).options(num_cpus=float(opts.get("learner_num_cpus", 1)), num_gpus=gpus,
+    learner = ray.remote(RayLearner).options(num_cpus=opts.learner_num_cpus, num_gpus=gpus,
                                              max_concurrency=2, max_restarts=0, **extra).remote(cfg)
     try:
         return learner, ray.get(learner.open.remote(), timeout=timeout_s)
@@ -117,27 +117,24 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     import ray
 
     from hal.leases import LeaseHeld
-    from robo_async.launch.supervisor import EventLog, RestartPolicy
+    from robo_async.launch.supervisor import EventLog
 
     opts = plan.launcher
-    try:
-        policy = RestartPolicy.from_options(opts)
-    except ValueError as e:
-        raise RunFailed(str(e)) from None
+    policy = opts.supervise
     events = EventLog(plan.run_dir)
     robot_ids = {plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors
                  if plan.task_of(c.actor_id).robot is not None}
     started = False
     if not ray.is_initialized():
-        if opts.get("address"):
+        if opts.address:
             from robo_async.launch.fleet import join_cluster
 
             try:
-                join_cluster(opts["address"])
+                join_cluster(opts.address)
             except ConnectionError as e:
                 raise RunFailed(str(e)) from None
         else:  # a local Ray with this run's robots declared on this node
-            ray.init(num_cpus=opts.get("num_cpus"), resources={r: 1 for r in robot_ids} or None,
+            ray.init(num_cpus=opts.num_cpus, resources={r: 1 for r in robot_ids} or None,
                      include_dashboard=False, log_to_driver=False)
         started = True
     try:
@@ -152,7 +149,7 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
                             f"{json.dumps({r: 1 for r in missing})}' (`robo-async resources ray=true` prints it)")
         # the cluster's lease authority: this job's robots, all or nothing, first come first served
         try:
-            fleet = FleetLeases(sorted(robot_ids), plan.run_dir.name, float(plan.leases.get("wait_s") or 0),
+            fleet = FleetLeases(sorted(robot_ids), plan.run_dir.name, plan.resources.wait_s,
                                 say=display.message).__enter__()
         except LeaseHeld as e:
             raise RunFailed(str(e)) from None
@@ -169,7 +166,7 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             ray.shutdown()
 
 
-def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "RestartPolicy",
+def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: "LauncherConfig", policy: "RestartPolicy",
                 events: "EventLog") -> RunResult:
     import ray
 
@@ -192,8 +189,8 @@ def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: dict, policy: "
         t = plan.task_of(cfg.actor_id)
         rid = t.resource_id(cfg.actor_id)
         resources = {rid: 1} if t.robot is not None else {}
-        refs[task_fn.options(num_cpus=float(opts.get("actor_num_cpus", 0.5)), resources=resources).remote(
-            t, plan.policy, with_addresses(cfg, data, weights), rid, plan.leases, plan.run_dir.name)] = cfg
+        refs[task_fn.options(num_cpus=opts.actor_num_cpus, resources=resources).remote(
+            t, plan.policy, with_addresses(cfg, data, weights), rid, plan.resources, plan.run_dir.name)] = cfg
 
     for cfg in plan.actors:
         submit(cfg)

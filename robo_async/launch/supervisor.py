@@ -8,7 +8,7 @@ robot is not: that robot is held and closed). Each process has a restart budget:
 `restarts` within `window_s`, waiting `backoff_s`, doubled per recent restart up to
 `max_backoff_s`; past the budget the run stops and says what failed and how often.
 
-    policy = RestartPolicy.from_options(plan.launcher)
+    policy = plan.launcher.supervise
     budget = RestartBudget("learner", policy)
     delay = budget.next_delay(now)            # None: budget spent -> RunFailed(budget.exhausted(why))
     budget.record(now, why); log.event(...)   # then start it again after `delay`
@@ -32,20 +32,43 @@ class RestartPolicy:
     max_backoff_s: float = 30.0  # ... up to this
     liveness_s: float = 30.0  # a learner that reports nothing for this long is killed and restarted
 
-    @classmethod
-    def from_options(cls, opts: Mapping[str, object]) -> "RestartPolicy":
-        sup = opts.get("supervise") or {}
-        if not isinstance(sup, Mapping):
-            raise ValueError(f"launcher.supervise must be a mapping, got {sup!r}")
-        names = {f.name for f in fields(cls)}
-        unknown = set(sup) - names
-        if unknown:
-            raise ValueError(f"launcher.supervise has unknown keys {sorted(unknown)}; known: {sorted(names)}")
-        p = cls(**{k: type(getattr(cls, k))(v) for k, v in sup.items()})  # type: ignore[arg-type]
-        if p.restarts < 0 or p.window_s <= 0 or p.backoff_s < 0 or p.max_backoff_s < p.backoff_s or p.liveness_s <= 0:
-            raise ValueError(f"launcher.supervise {dict(sup)}: restarts >= 0, window_s > 0, "
+    def __post_init__(self) -> None:
+        if (self.restarts < 0 or self.window_s <= 0 or self.backoff_s < 0 or self.max_backoff_s < self.backoff_s
+                or self.liveness_s <= 0):
+            raise ValueError(f"launcher.supervise {self}: restarts >= 0, window_s > 0, "
                              f"0 <= backoff_s <= max_backoff_s, liveness_s > 0")
-        return p
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    """`launcher`: which runner places the learner and the actors, and how they are supervised."""
+
+    name: str = "local"  # serial (one process) | local (processes on this machine) | ray (a Ray cluster)
+    start_timeout_s: float = 60.0  # the learner must be ready (bound, checkpoint loaded) within this
+    shutdown_timeout_s: float = 20.0  # processes get this long to flush and save before they are killed
+    address: str | None = None  # ray: e.g. ray://head:10001 or auto; null starts a local Ray
+    num_cpus: int | None = None  # ray: CPUs of a local Ray (null: all)
+    learner_num_cpus: float = 1.0  # ray: CPUs reserved for the learner
+    actor_num_cpus: float = 0.5  # ray: CPUs reserved per actor
+    supervise: RestartPolicy = RestartPolicy()  # restart budgets and liveness (all runners)
+
+
+@dataclass(frozen=True)
+class RayLauncherConfig(LauncherConfig):
+    """`launcher=ray`: as `LauncherConfig`, with start-up and shutdown allowances for a cluster."""
+
+    name: str = "ray"
+    start_timeout_s: float = 120.0
+    shutdown_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ResourcesConfig:
+    """`resources`: the leases that make robots and simulators schedulable (hal.leases)."""
+
+    lease_dir: str | None = None  # where leases live (default ~/.cache/robo_async/leases or $ROBO_ASYNC_LEASE_DIR)
+    wait_s: float = 0.0  # a held robot: 0 fails at once naming the holder; > 0 waits in line this long
+    sim_slots: int = 64  # simulators available per task on this machine
 
 
 class RunFailed(RuntimeError):

@@ -1,4 +1,5 @@
-"""Behaviour cloning's hyperparameters (`configs/algo/bc.yaml`)."""
+"""Behaviour cloning's hyperparameters: `algo=bc` (`BCConfig`, online through the learner) and a
+policy's `policy.bc` section (`BCOptions`, what `robo-async bc` records and trains with)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,20 @@ class BCConfig(AlgoConfig):
     tables: tuple[str, ...] = ("demos", "interventions")  # what it imitates (never its own rollouts)
     warmup_steps: int = 0  # demonstrations are there before any actor runs
     limit_to_data: bool = False  # demonstrations need no new env steps: learn as fast as it can
+
+
+@dataclass(frozen=True)
+class BCOptions:
+    """`policy.bc`: how `robo-async bc` gets demonstrations and trains a chunk policy on them.
+    Each policy's config sets its own defaults (e.g. the tiny VLA records 60 demos per task)."""
+
+    demos: int = 200  # scripted-expert episodes to record (task.episode_ticks each)
+    from_store: str | None = None  # or train on a table of this replay store (e.g. teleop demonstrations)
+    table: str = "demos"  # ... this table
+    expert_max_step: float = 0.03  # rad per tick: how fast the scripted demonstrator moves (reach)
+    steps: int = 4000  # gradient steps
+    batch: int = 256  # windows per step
+    lr: float = 1e-3  # Adam learning rate
+    max_delay: int = 12  # delay-consistent training: conditioning offset by 0..max_delay ticks
+    prefix_noise: float = 0.0  # REMAC-style: perturb the committed prefix given to the network (std, normalized units)
+    prefix_hide: float = 0.0  # REMAC-style: hide each committed prefix position with this probability
