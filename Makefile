@@ -8,7 +8,7 @@ PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2]==(3,12)' 2>/dev/null; then echo $$p; break; fi; done)
 export MUJOCO_GL ?= egl
 
-.PHONY: demo test setup clean
+.PHONY: demo test docs setup clean
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON312)" ]; then echo "error: Python 3.12 not found (install it, e.g. pyenv install 3.12)"; exit 1; fi
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# the docs site (docs/, mkdocs.yml), built offline with warnings as errors into site/
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) runs
