@@ -41,6 +41,50 @@ INFERENCE_MODES: dict[str, tuple[str, bool] | None] = {
     "inline": None, "sync": ("sync", False), "async_naive": ("drop_stale", False),
     "async_forward": ("drop_stale", True), "async_forward_blend": ("blend", True),
     "async_forward_rtc": ("rtc", True)}
+PURPOSES = ("train", "evaluate")  # what the acting is for: what `auto` picks (see choose_inference)
+
+
+class InferenceModeError(ValueError):
+    """An inference mode this run cannot use; one line naming it and what to use instead."""
+
+
+def choose_inference(requested: str | None, *, purpose: str, horizon: int = 1, robot: str | None = None,
+                     realtime: bool = False, server: str | None = None) -> str:
+    """The one decision of `actor.inference` (train, eval, bc, the benchmarks' callers).
+
+    `requested`: `auto` (or None) or one of INFERENCE_MODES; `robot`: the real robot's type (None:
+    a simulator); `realtime`: the loop keeps wall-clock time on a simulator (a real-time sim, or
+    `robo-async bc` showing its chunk policy as it would run); `server`: the policy server's
+    address (`actor.inference_server`), if the policy runs there; `horizon`: actions per chunk.
+
+    The rule:
+    - a named mode is used as asked, except `inline`, which runs the policy on the control thread
+      (a sim-only speed mode: the loop waits on every inference): refused on a real robot and with
+      a server (the loop would wait on the network);
+    - `auto` on an as-fast-as-possible simulator (no robot, not real time, no server): `inline` for
+      training (any policy: acting is a data source there) and for evaluating a one-step policy
+      (horizon 1); evaluating a chunk policy: `async_forward_rtc` (it is judged as it will run);
+    - `auto` anywhere else (a real robot, real time, a server): inference beside the loop,
+      `async_forward` for training, `async_forward_rtc` (real-time chunking) for evaluation.
+
+    Raises InferenceModeError (a ValueError) for an unknown mode or a refused `inline`."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose '{purpose}' unknown; one of {PURPOSES}")
+    mode = "auto" if requested is None else requested
+    if mode != "auto" and mode not in INFERENCE_MODES:
+        raise InferenceModeError(f"actor.inference '{mode}' unknown; use auto or one of {list(INFERENCE_MODES)}")
+    if mode == "auto":
+        as_fast_sim = robot is None and not realtime and not server
+        if purpose == "train":
+            return "inline" if as_fast_sim else "async_forward"
+        return "inline" if as_fast_sim and horizon == 1 else "async_forward_rtc"
+    if mode == "inline" and server:
+        raise InferenceModeError(f"actor.inference=inline would wait on the network on the control thread; with "
+                                 f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)")
+    if mode == "inline" and robot is not None:
+        raise InferenceModeError(f"actor.inference=inline runs the policy on the control thread, a sim-only speed "
+                                 f"mode; robot {robot} needs an asynchronous mode (auto, async_forward, ...)")
+    return mode
 
 
 def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:

@@ -15,7 +15,7 @@ from hal.safety import SafeRobot, WorkspaceBox
 from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
 from robo_async.actor.actor import ActorConfig
-from robo_async.actor.inference import INFERENCE_MODES
+from robo_async.actor.inference import InferenceModeError, choose_inference
 from robo_async.actor.loop import GuideConfig, LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
@@ -366,22 +366,12 @@ def vla_backbone(source: object) -> Path:
 
 
 def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> str:
-    """`auto`: `inline` (the policy on the control thread: the sim-only speed mode) for an
-    as-fast-as-possible simulator, `async_forward` (inference beside the loop) for real robots,
-    real-time simulators and a policy on a server (`actor.inference_server`). `inline` on a real
-    robot or with a server is refused: the loop must never wait."""
-    if mode != "auto" and mode not in INFERENCE_MODES:
-        raise ConfigError(f"actor.inference '{mode}' unknown; use auto or one of {list(INFERENCE_MODES)}")
-    real = task.robot is not None
-    if mode == "auto":
-        return "async_forward" if real or task.realtime or server else "inline"
-    if mode == "inline" and server:
-        raise ConfigError(f"actor.inference=inline would wait on the network on the control thread; with "
-                          f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)")
-    if mode == "inline" and real:
-        raise ConfigError(f"actor.inference=inline runs the policy on the control thread, a sim-only speed mode; "
-                          f"robot {task.robot['type']} needs an asynchronous mode (auto, async_forward, ...)")
-    return mode
+    """`actor.inference` for training actors: `choose_inference` (actor/inference.py) decides."""
+    try:
+        return choose_inference(mode, purpose="train", robot=task.robot["type"] if task.robot is not None else None,
+                                realtime=task.realtime, server=server)
+    except InferenceModeError as e:
+        raise ConfigError(str(e)) from None
 
 
 def resolve_device(name: str) -> str:
