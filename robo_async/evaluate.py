@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from robo_async.actor.inference import INFERENCE_MODES
+from robo_async.actor.inference import InferenceModeError, choose_inference
 from robo_async.actor.loop import ControlLoop, LoopConfig, TickInfo
 from robo_async.launch.builders import (PolicyArgs, TaskArgs, acting_args, algo_of, make_actor_policy,
                                        make_safe_robot, task_args)
@@ -80,12 +80,6 @@ def policy_source(path: Path, task: str | None = None, delay_ms: float | list | 
                         int(meta["version"]))
 
 
-def default_mode(horizon: int, realtime: bool, real_robot: bool) -> str:
-    """Chunk policies and real robots: asynchronous inference with state forwarding and RTC;
-    one-step policies on an as-fast-as-possible simulator: inline (the sim-only speed mode)."""
-    return "inline" if horizon == 1 and not realtime and not real_robot else "async_forward_rtc"
-
-
 def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
              seed: int = 10_000, mode: str | None = None, video_size: int = 384,
              inference_delay_ms: float | list | None = None) -> EvalResult:
@@ -102,12 +96,11 @@ def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str 
     policy = make_actor_policy(src.policy, robot.spec, deterministic=True)
     if src.weights is not None:
         policy.load_weights(src.version, src.weights)
-    mode = mode or default_mode(policy.horizon, src.task.realtime, src.task.robot is not None)
-    if mode not in INFERENCE_MODES:
-        raise CheckpointMismatch(f"inference mode '{mode}' unknown; modes: {list(INFERENCE_MODES)}")
-    if mode == "inline" and src.task.robot is not None:
-        raise CheckpointMismatch("inference=inline runs the policy on the control thread, for simulators only; "
-                                 "use an async mode on a real robot")
+    try:  # None or auto: inline for a one-step policy on an as-fast sim, else async_forward_rtc
+        mode = choose_inference(mode or None, purpose="evaluate", horizon=policy.horizon, realtime=src.task.realtime,
+                                robot=src.task.robot["type"] if src.task.robot is not None else None)
+    except InferenceModeError as e:
+        raise CheckpointMismatch(str(e)) from None
     frames: list[np.ndarray] = []
     render = getattr(robot.inner, "render", None)
     if video is not None and render is None:
