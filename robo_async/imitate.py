@@ -63,6 +63,18 @@ def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[d
         raise UserError(f"{e}; give policy.bc.from_store=<store with demos>") from None
 
 
+def eval_mode(cfg, horizon: int) -> str:
+    """The inference mode the cloned policy is evaluated in: `actor.inference`, `auto` deciding as
+    for an evaluation in wall-clock real time (`choose_inference`: async_forward_rtc)."""
+    from robo_async.actor.inference import InferenceModeError, choose_inference
+
+    try:
+        return choose_inference(str(cfg.actor.get("inference", "auto")), purpose="evaluate", horizon=horizon,
+                                realtime=True)
+    except InferenceModeError as e:
+        raise UserError(str(e)) from None
+
+
 def evaluate_chunk_policy(path: Path, mode: str, episodes: int, seed: int = 10_000,
                           delay_ms: float | list | None = None) -> dict:
     """The saved policy on its task in wall-clock real time, through the one control loop
@@ -108,9 +120,6 @@ def bc(overrides: list[str]) -> int:
                         f"policy (policy=smolvla, policy=act), not policy={pol_cfg['name']}")
     if "bc" not in pol_cfg:
         raise UserError(f"policy={pol_cfg.get('type', pol_cfg['name'])} has no bc: section (demos, steps, batch, lr)")
-    mode = str(cfg.actor.get("inference", "auto"))
-    if mode in ("inline", "auto"):  # a chunk policy is evaluated in real time, inference beside the loop
-        mode = "async_forward_rtc"
     b = pol_cfg["bc"]
     targs = task_args(cfg.task)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, f"{targs.name}-bc")
@@ -122,6 +131,7 @@ def bc(overrides: list[str]) -> int:
         policy = make_actor_policy(pargs, spec)
     except (ConfigError, TypeError, ValueError, KeyError) as e:
         raise UserError(f"bad config: {e}") from None
+    mode = eval_mode(cfg, policy.horizon)
     torch.set_num_threads(max(1, int(cfg.learner.threads)))
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
@@ -213,6 +223,7 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
         policy = make_actor_policy(pargs, spec)
     except (ConfigError, TypeError, ValueError, KeyError, IndexError) as e:
         raise UserError(f"bad config: {e}") from None
+    mode = eval_mode(cfg, policy.horizon)
     torch.set_num_threads(max(1, int(cfg.learner.threads)))
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
@@ -245,8 +256,6 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
         plot_losses(losses, run_dir / "bc_loss.png")
         print(f"trained {len(losses)} steps on {len(demos)} episodes of {len(tasks)} tasks: final loss "
               f"{np.mean(losses[-50:]):.4f}", flush=True)
-    mode = str(cfg.actor.get("inference", "auto"))
-    mode = "async_forward_rtc" if mode == "auto" else mode
     policy.version = 0  # trained weights: evaluation episodes run the deterministic policy
     result = {"mode": mode, "episodes": int(cfg.eval_episodes),
               "success": evaluate_per_instruction(policy, {t: targs[t] for t in tasks}, int(cfg.eval_episodes), mode)

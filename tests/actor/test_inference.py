@@ -447,3 +447,29 @@ def test_tick_latency_leaves_out_lost_requests():
     for _ in range(50):  # a real change (a slower server): the median moves, so does the plan
         lat.add(14)
     assert lat.ticks() == 14
+
+
+def test_choose_inference_is_the_one_rule_for_auto_and_inline():
+    from robo_async.actor.inference import InferenceModeError, choose_inference
+
+    def pick(requested, purpose, **kw):
+        return choose_inference(requested, purpose=purpose, **kw)
+
+    # training: inline on an as-fast sim whatever the horizon, else inference beside the loop
+    assert pick("auto", "train") == pick("auto", "train", horizon=8) == "inline"
+    for where in ({"realtime": True}, {"robot": "so101"}, {"server": "tcp://127.0.0.1:5560"}):
+        assert pick("auto", "train", **where) == "async_forward"
+        assert pick("auto", "evaluate", **where) == "async_forward_rtc"
+    # evaluating: inline only for a one-step policy on an as-fast sim; a chunk policy as it will run
+    assert pick(None, "evaluate") == pick("auto", "evaluate", horizon=1) == "inline"
+    assert pick(None, "evaluate", horizon=8) == "async_forward_rtc"
+    # a named mode is used as asked, inline too on a sim
+    assert pick("async_naive", "train", robot="so101") == "async_naive"
+    assert pick("inline", "evaluate", horizon=8, realtime=True) == "inline"
+    with pytest.raises(InferenceModeError, match="would wait on the network on the control thread"):
+        pick("inline", "train", server="tcp://127.0.0.1:5560")
+    with pytest.raises(InferenceModeError, match="robot so101 needs an asynchronous mode"):
+        pick("inline", "evaluate", robot="so101")
+    with pytest.raises(InferenceModeError, match="actor.inference 'fast' unknown"):
+        pick("fast", "train")
+    assert issubclass(InferenceModeError, ValueError)
