@@ -17,7 +17,8 @@ A batch maps `obs/<key>`, `next_obs/<key>`, `action` (joint targets, rad, as exe
 
 Adding an algorithm: a folder `algorithms/<name>/` with `config.py` (a dataclass deriving from
 `AlgoConfig`, one comment per field) and `learning.py` (the `Algorithm`, registered with
-`@register("<name>", ConfigClass)`), and `configs/algo/<name>.yaml`.
+`@register("<name>", ConfigClass)`; its `__init__.py` imports it), and `configs/algo/<name>.yaml`.
+The folder is found by `_load()` (every subpackage is imported): nothing else lists it.
 """
 
 from __future__ import annotations
@@ -214,5 +215,13 @@ def acting_policy(name: str, config: AlgoConfig, policy: str) -> tuple[str, dict
 
 
 def _load() -> None:
-    """Import the algorithm folders (each registers itself)."""
-    from robo_async.learner.algorithms import bc, dsrl, filtered, qc, sac  # noqa: F401
+    """Import every algorithm folder (each subpackage of `robo_async.learner.algorithms`); each
+    registers itself with `@register`, so a new algorithm needs no line here."""
+    import importlib
+    import pkgutil
+
+    import robo_async.learner.algorithms as package
+
+    for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+        if info.ispkg:
+            importlib.import_module(info.name)
