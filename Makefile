@@ -27,7 +27,7 @@ test: $(STAMP)
 
 # the docs site (docs/, mkdocs.yml), built offline with warnings as errors into site/
 docs: $(STAMP)
-	$(PY) -m mkdocs build --strict -d site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
 
 clean:
 	rm -rf $(VENV) runs

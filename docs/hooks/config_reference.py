@@ -1,0 +1,292 @@
+"""MkDocs hook: reference pages generated from the code, so they cannot drift from it.
+
+- `<!-- config-reference -->` becomes every config key with its type, default and meaning, walked
+  from the typed schema (`robo_async.launch.schema`): the root `TrainSchema` (nested dataclasses
+  become dotted keys) and, per group (task, policy, algo, buffer, launcher), one table per choice
+  from `schema.group_schemas()` (group -> choice -> dataclass). The meaning is the comment on the
+  field's line in the dataclass source (or, without one, the comment block right above it, or the
+  field's `metadata["help"]`); a field without any shows an empty meaning.
+- `<!-- cli-usage -->` and `<!-- buffer-usage -->` become the usage texts the commands print.
+- `<!-- bench-list -->` becomes the registered benchmark names.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import io
+import textwrap
+import tokenize
+import types
+import typing
+from dataclasses import MISSING, Field, fields, is_dataclass
+from typing import Any
+
+MARKERS = ("<!-- config-reference -->", "<!-- cli-usage -->", "<!-- buffer-usage -->", "<!-- bench-list -->",
+           "<!-- wire-kinds -->", "<!-- store-format -->")
+GROUPS = ("task", "policy", "algo", "buffer", "launcher")
+
+
+def on_page_markdown(markdown: str, page: object, config: object, files: object) -> str:
+    if "<!-- config-reference -->" in markdown:
+        markdown = markdown.replace("<!-- config-reference -->", config_reference())
+    if "<!-- cli-usage -->" in markdown:
+        from robo_async.cli import USAGE
+
+        markdown = markdown.replace("<!-- cli-usage -->", f"```text\n{USAGE.strip()}\n```")
+    if "<!-- buffer-usage -->" in markdown:
+        from robo_async.buffer_cli import USAGE as BUFFER_USAGE
+
+        markdown = markdown.replace("<!-- buffer-usage -->", f"```text\n{BUFFER_USAGE.strip()}\n```")
+    if "<!-- bench-list -->" in markdown:
+        markdown = markdown.replace("<!-- bench-list -->", ", ".join(f"`{n}`" for n in bench_names()))
+    if "<!-- wire-kinds -->" in markdown:
+        markdown = markdown.replace("<!-- wire-kinds -->", wire_kinds())
+    if "<!-- store-format -->" in markdown:
+        markdown = markdown.replace("<!-- store-format -->", store_format())
+    return markdown
+
+
+def wire_kinds() -> str:
+    """Each message kind's header fields and the limits, from `robo_async/transport/wire.py`."""
+    from robo_async.transport import wire
+
+    out = [f"Wire schema `{wire.SCHEMA}`. Array dtypes: {', '.join(f'`{d}`' for d in sorted(wire.DTYPES))}.", ""]
+    kinds = getattr(wire, "_KIND_FIELDS", None)
+    if kinds:
+        common = ", ".join(f"`{k}`" for k in sorted(getattr(wire, "_HEADER", ())))
+        out += [f"Every header has {common}; each kind adds its own fields, and no others:", "",
+                "| kind | header fields |", "|---|---|"]
+        out += [f"| `{kind}` | {', '.join(f'`{f}`' for f in sorted(fs))} |" for kind, fs in kinds.items()]
+        out.append("")
+    columns = getattr(wire, "COLUMN_DTYPES", None)
+    if columns:
+        out += ["Transition columns and their dtypes (plus `obs/<key>`, `next_obs/<key>`, `final_obs/<key>`):", "",
+                "| column | dtype |", "|---|---|"]
+        out += [f"| `{c}` | `{d}` |" for c, d in sorted(columns.items())]
+        out.append("")
+    limits = [(n, getattr(wire, n)) for n in dir(wire) if n.startswith("MAX_") and isinstance(getattr(wire, n), (int, dict))]
+    if limits:
+        out += ["Limits:", "", "| name | value |", "|---|---|"]
+        out += [f"| `{n}` | {_cell(value(v))} |" for n, v in limits]
+    return "\n".join(out)
+
+
+def store_format() -> str:
+    """The layout as `lmdb_store.py` and `codec.py` describe it."""
+    from robo_async.buffer import codec, lmdb_store
+
+    tables = getattr(lmdb_store, "TABLES", ())
+    out = [f"Store schema `{codec.STORE_SCHEMA}` (other versions are refused with what to do). "
+           f"Tables: {', '.join(f'`{t}`' for t in tables)}. Image codecs: {', '.join(f'`{c}`' for c in codec.CODECS)}.",
+           "", "From `robo_async/buffer/lmdb_store.py`:", "", "```text", inspect.cleandoc(lmdb_store.__doc__ or ""), "```",
+           "", "From `robo_async/buffer/codec.py`:", "", "```text", inspect.cleandoc(codec.__doc__ or ""), "```"]
+    return "\n".join(out)
+
+
+def bench_names() -> list[str]:
+    import robo_async.bench as bench
+
+    for name in ("async_inference", "buffer", "hil", "learn", "learn_reach", "multi_actor", "remote_inference",
+                 "soak", "weight_push"):
+        try:
+            __import__(f"robo_async.bench.{name}")
+        except ImportError:
+            pass
+    return sorted(bench.BENCHES)
+
+
+# -- the schema ---------------------------------------------------------------------------------
+
+def group_schemas() -> tuple[dict[str, dict[str, type]], bool]:
+    """group -> choice -> dataclass, and whether it came from `schema.group_schemas()`."""
+    from robo_async.launch import schema
+
+    if hasattr(schema, "group_schemas"):
+        return schema.group_schemas(), True
+    # Fallback while the schema is reworked: the same mapping from what exists today.
+    import sim
+    from robo_async.buffer.lmdb_store import StoreConfig
+    from robo_async.learner.algorithms import algorithms, config_class
+
+    groups: dict[str, dict[str, type]] = {
+        "task": {name: entry[1] for name, entry in sim.TASKS.items()},
+        "algo": {name: config_class(name) for name in algorithms()},
+        "buffer": {"lmdb": StoreConfig},
+    }
+    try:
+        from robo_async.launch.supervisor import LauncherConfig, RayLauncherConfig
+
+        groups["launcher"] = {"serial": LauncherConfig, "local": LauncherConfig, "ray": RayLauncherConfig}
+    except ImportError:
+        pass
+    return groups, False
+
+
+def config_reference() -> str:
+    from robo_async.launch import schema
+
+    groups, native = group_schemas()
+    out = ["## Run keys", "",
+           "`configs/train.yaml`, checked against `robo_async.launch.schema.TrainSchema`.", ""]
+    out += table(rows(schema.TrainSchema, "", skip=set(GROUPS) | set(groups)))
+    for group in GROUPS:
+        out += ["", f"## {group}", ""]
+        choices = groups.get(group, {})
+        if not choices:
+            out += [f"No typed schema yet: the keys are those of `configs/{group}/<name>.yaml`.", ""]
+            continue
+        out += [f"Choose with `{group}=<name>`: {', '.join(f'`{c}`' for c in sorted(choices))}.", ""]
+        for choice in sorted(choices):
+            cls = choices[choice]
+            out += [f"### {group}={choice}", "", f"`{cls.__module__}.{cls.__qualname__}`", ""]
+            out += table(rows(cls, f"{group}.", skip={"name"}))
+            out.append("")
+        if group == "task" and not native:
+            from sim.sim_robot import SimImperfections
+
+            out += ["### every simulated task", "",
+                    "The sim tasks also take `task.realtime` (bool, default `false`: ticks take 1/hz of "
+                    "wall-clock time) and these imperfections (`sim.sim_robot.SimImperfections`):", ""]
+            out += table(rows(SimImperfections, "task."))
+            out.append("")
+    suffix = "" if native else " (`group_schemas()` is not there yet: mapping built from the registries)"
+    out += ["", f"*Generated from the dataclasses when the site is built{suffix}.*"]
+    return "\n".join(out)
+
+
+Row = tuple[str, str, str, str]
+
+
+def rows(cls: type, prefix: str, skip: set[str] = frozenset()) -> list[Row]:  # type: ignore[assignment]
+    """One row per key of dataclass `cls`; nested dataclasses become dotted keys."""
+    hints = _hints(cls)
+    meanings = field_comments(cls)
+    out: list[Row] = []
+    for f in fields(cls):
+        if f.name in skip or f.name.startswith("_"):
+            continue
+        hint = hints.get(f.name, f.type)
+        default = _default(f)
+        nested = hint if isinstance(hint, type) and is_dataclass(hint) else (
+            type(default) if is_dataclass(default) and not isinstance(default, type) else None)
+        if nested is not None:
+            out += rows(nested, f"{prefix}{f.name}.")
+            continue
+        meaning = f.metadata.get("help") or meanings.get(f.name, "")
+        out.append((prefix + f.name, type_name(f.type), "required" if default is MISSING else value(default), meaning))
+    return out
+
+
+def table(rs: list[Row]) -> list[str]:
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, typ, default, meaning in rs:
+        lines.append(f"| `{key}` | {_code(typ)} | {_code(default)} | {_cell(meaning)} |")
+    return lines
+
+
+def _code(text: str) -> str:
+    return f"<code>{_cell(text)}</code>"
+
+
+def _cell(text: str) -> str:
+    """Table-safe: pipes and angle brackets escaped."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001  (a forward reference the module cannot resolve: the raw annotations)
+        return {}
+
+
+def _default(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def type_name(t: Any) -> str:
+    """`float | None`, `tuple[int, ...]`, `dict[str, float]`: as a user reads it."""
+    if isinstance(t, str):
+        return t.replace("typing.", "")
+    if t is type(None):
+        return "None"
+    if t is Any:
+        return "Any"
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in typing.get_args(t))
+    if origin is not None:
+        args = ", ".join("..." if a is Ellipsis else type_name(a) for a in typing.get_args(t))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    return getattr(t, "__name__", str(t))
+
+
+def value(v: Any) -> str:
+    """A default as it is written in an override (`null`, `true`, `[256, 256]`, `{online: 0.5}`)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, str):
+        return v if v else '""'
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# -- meanings from the source --------------------------------------------------------------------
+
+def field_comments(cls: type) -> dict[str, str]:
+    """Field name -> its comment, the most derived class's first (an override without a comment
+    keeps its base's)."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or not is_dataclass(klass):
+            continue
+        for name, text in _class_comments(klass).items():
+            if text or name not in out:
+                out[name] = text
+    return out
+
+
+@functools.cache
+def _class_comments(klass: type) -> dict[str, str]:
+    try:
+        source = textwrap.dedent(inspect.getsource(klass))
+    except (OSError, TypeError):  # made by make_dataclass, or no source file
+        return {}
+    comments: dict[int, tuple[str, bool]] = {}  # line -> (text, trails code)
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            text = tok.string.lstrip("#").strip()
+            comments[tok.start[0]] = (text, bool(tok.line[: tok.start[1]].strip()))
+    tree = ast.parse(source)
+    classdef = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    out: dict[str, str] = {}
+    body = classdef.body
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        end = node.end_lineno or node.lineno
+        trailing = [comments[n][0] for n in range(node.lineno, end + 1) if n in comments and comments[n][1]]
+        text = " ".join(trailing)
+        if not text:  # an attribute docstring right after the field
+            nxt = body[i + 1] if i + 1 < len(body) else None
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                text = " ".join(nxt.value.value.split())
+        if not text:  # the comment block right above the field
+            block, n = [], node.lineno - 1
+            while n in comments and not comments[n][1]:
+                block.insert(0, comments[n][0])
+                n -= 1
+            text = " ".join(block)
+        out[node.target.id] = text
+    return out
