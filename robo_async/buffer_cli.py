@@ -73,7 +73,7 @@ def main(args: list[str]) -> int:
             if kv.get("image_size"):
                 over.append(f"task.image_size={int(kv['image_size'])}")
             targs = task_args(compose_config(over).task)
-            from robo_async.record import record_demos
+            from robo_async.launch.experts import record_demos
 
             try:
                 step = float(kv["max_step"]) if kv.get("max_step") else None

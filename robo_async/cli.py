@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "resources":
             return _resources(_kv(rest))
         if cmd == "serve":
-            from robo_async.serve.cli import serve
+            from robo_async.serve_cli import serve
 
             return serve(rest)
         if cmd == "keys":

@@ -8,13 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from robo_async.actor.inference import InferenceModeError, choose_inference
 from robo_async.actor.loop import ControlLoop, LoopConfig, TickInfo
-from robo_async.launch.builders import (PolicyArgs, TaskArgs, acting_args, algo_of, make_actor_policy,
-                                       make_safe_robot, task_args)
-from robo_async.learner import checkpoint
+from robo_async.config import compose_config
+from robo_async.launch.builders import make_actor_policy, make_safe_robot
+from robo_async.launch.sources import policy_source
 
 
 class CheckpointMismatch(ValueError):
@@ -36,56 +35,12 @@ class EvalResult:
     infer_p95_ms: float | None = None
 
 
-@dataclass(frozen=True)
-class PolicySource:
-    """What to evaluate: the task it was trained on, how to build it, its weights (if separate)."""
-
-    what: str  # "checkpoint" | "policy directory" | "lerobot policy"
-    task: TaskArgs
-    policy: PolicyArgs
-    spec: dict | None = None  # the robot signature it was trained for
-    weights: dict | None = None  # module state for `load_weights` (checkpoints)
-    version: int = 0
-
-
-def _task_of(cfg: dict) -> TaskArgs:
-    return task_args(cfg["task"], cfg.get("robot"), cfg.get("safety"))
-
-
-def policy_source(path: Path, task: str | None = None, delay_ms: float | list | None = None) -> PolicySource:
-    """A checkpoint file, a run directory (its last checkpoint), a `robo-async bc` directory
-    (policy.yaml + policy.safetensors) or a saved LeRobot policy (config.json + weights)."""
-    path = Path(path)
-    if path.is_dir() and (path / "policy.yaml").exists():
-        meta = yaml.safe_load((path / "policy.yaml").read_text())
-        return PolicySource("policy directory", task_args(meta["task"]),
-                            PolicyArgs.from_config({**meta["policy"], "path": str(path), "inference_delay_ms": delay_ms or 0}),
-                            meta.get("spec"))
-    if path.is_dir() and (path / "config.json").exists():  # LeRobot save_pretrained
-        from robo_async.config import compose_config
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(compose_config([f"task={task or 'reach'}", "policy=act"]), resolve=True)
-        return PolicySource("lerobot policy", _task_of(cfg),
-                            PolicyArgs.from_config({**cfg["policy"], "path": str(path), "inference_delay_ms": delay_ms or 0}))
-    ckpt = checkpoint.resolve(path)
-    tensors, metadata = checkpoint.read(ckpt)
-    meta = checkpoint.meta_of(metadata)
-    cfg = yaml.safe_load(str(meta["config"]))
-    pol = PolicyArgs.from_config({**cfg["policy"], "inference_delay_ms": delay_ms or 0})
-    if cfg.get("algo"):  # what the actors ran (e.g. algo=qc publishes a one-step actor of the flow policy)
-        pol = acting_args(pol, *algo_of(cfg["algo"]))
-    return PolicySource("checkpoint", _task_of(cfg), pol,
-                        meta["spec"], {k: v.numpy() for k, v in checkpoint.module_state(tensors, "actor").items()},
-                        int(meta["version"]))
-
-
 def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
              seed: int = 10_000, mode: str | None = None, video_size: int = 384,
              inference_delay_ms: float | list | None = None) -> EvalResult:
     """`episodes` deterministic episodes (seeds from `seed`); `inference_delay_ms` injects
     latency into every inference (sim studies)."""
-    src = policy_source(path, task, inference_delay_ms)
+    src = policy_source(path, task, inference_delay_ms, compose_config)
     if task is not None and src.what != "lerobot policy" and task != src.task.name:
         raise CheckpointMismatch(f"{path} was trained on task '{src.task.name}', not '{task}'; "
                                  f"evaluate it on its own task or pick one trained for '{task}'")

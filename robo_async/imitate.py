@@ -53,7 +53,7 @@ def episodes_from_store(store_dir: Path, table: str = "demos") -> list[dict[str,
 
 
 def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[dict[str, np.ndarray]]:
-    from robo_async.record import NoExpert, record_expert
+    from robo_async.launch.experts import NoExpert, record_expert
 
     job = progress.add_task("recording expert demos", total=episodes, info="")
     try:

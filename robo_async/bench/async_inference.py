@@ -53,8 +53,8 @@ from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs
+from robo_async.launch.experts import record_expert
 from robo_async.learner.algorithms.bc.chunk import train_bc
-from robo_async.record import record_expert
 from sim import ReachConfig, ReachTask, SimRobot
 
 MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc", "async_forward_pipelined")
@@ -90,7 +90,7 @@ def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path")
     # the cache key hashes everything that shaped the weights: sizes, steps, demos, and the code
     # of the demonstrator, the recorder, the BC loss and the policy
     import robo_async.learner.algorithms.bc.chunk as bc_code
-    import robo_async.record as record_code
+    import robo_async.launch.experts as record_code
     import policies.flow as flow_code
     import sim.reach as reach_code
 

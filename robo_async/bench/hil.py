@@ -57,8 +57,8 @@ def classifier(root: Path, updates: int = 600) -> dict[str, object]:
     """The learned reward on pick_lift's front camera: 20 expert episodes held on after the lift
     (frames before it are failures, after it successes), a quarter of the episodes held out."""
     from robo_async.launch.builders import TaskArgs
-    from robo_async.record import record_demos
-    from robo_async.reward import SuccessClassifier
+    from policies.reward import SuccessClassifier
+    from robo_async.launch.experts import record_demos
 
     store, out = root / "reward-frames", root / "reward-classifier"
     if not (store / "data.mdb").exists():

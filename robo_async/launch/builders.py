@@ -195,7 +195,7 @@ def make_safe_robot(args: TaskArgs) -> SafeRobot:
     the learned reward, `reward_classifier`, between the two)."""
     robot = make_robot(args)
     if args.reward_classifier:
-        from robo_async.reward import ClassifierReward, RewardError, SuccessClassifier
+        from policies.reward import ClassifierReward, RewardError, SuccessClassifier
 
         try:
             robot = ClassifierReward(robot, SuccessClassifier.load(args.reward_classifier))

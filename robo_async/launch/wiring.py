@@ -19,6 +19,8 @@ from hal.spec import RobotSpec
 from policies.base import Policy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
+from robo_async.launch.experts import expert_policy
+from robo_async.launch.sources import policy_source
 from robo_async.learner.learner import Learner
 
 AnyEvent = Event | ThreadEvent
@@ -58,9 +60,6 @@ def remote_policy(cfg: ActorConfig, policy: PolicyArgs, spec: RobotSpec) -> Poli
 def make_guide(source: str, task: TaskArgs, robot: SafeRobot) -> Policy:
     """The JSRL guide: `expert` (the task's scripted expert, reading the simulator) or a
     `robo-async bc` run directory (its flow policy, deterministic)."""
-    from robo_async.evaluate import policy_source
-    from robo_async.record import expert_policy
-
     if source == "expert":
         return expert_policy(task, robot)
     src = policy_source(Path(source))

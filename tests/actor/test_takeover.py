@@ -12,7 +12,7 @@ from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.actor.takeover import TeleopMismatch, check_teleops
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
-from robo_async.record import StoreOutlet
+from robo_async.launch.experts import StoreOutlet
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, decode, encode
 from sim import PushTask, ReachTask, SimRobot, TableConfig
 from sim.operator import make_virtual_operator

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from robo_async.learner.metrics import read_metrics
-from robo_async.record import record_demos
+from robo_async.launch.experts import record_demos
 from robo_async.launch.builders import TaskArgs
 
 EXE = [sys.executable, "-m", "robo_async.cli"]

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from hal.safety import SafeRobot
+from policies.reward import META, WEIGHTS, ClassifierReward, RewardError, SuccessClassifier
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.launch.builders import TaskArgs
-from robo_async.record import expert_policy, record_demos
-from robo_async.reward import META, WEIGHTS, ClassifierReward, RewardError, SuccessClassifier, train_classifier
+from robo_async.launch.experts import expert_policy, record_demos
+from robo_async.reward import train_classifier
 from sim import PickLiftTask, SimRobot, TableConfig
 
 EXE = [sys.executable, "-m", "robo_async.cli"]

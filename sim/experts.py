@@ -1,0 +1,34 @@
+"""The scripted experts of the sim tasks, built for a running task: for demonstrations, JSRL
+guides and tests. Each reads the simulator's state, so it runs only beside its own `SimRobot`."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Protocol
+
+import numpy as np
+
+from hal.robot import Robot
+from sim import EXPERTS
+
+
+class NoExpert(ValueError):
+    """The task has no scripted expert (the message lists the tasks that have one)."""
+
+
+class Expert(Protocol):
+    def act(self) -> np.ndarray:
+        """The joint targets (rad) for the task's current state."""
+        ...
+
+
+def make_expert(task_name: str, robot: Robot, max_step: float | None = None) -> Expert:
+    """The scripted expert of `task_name` for the task inside `robot` (a `SimRobot`, possibly
+    behind `SafeRobot` or other wrappers exposing `inner`); `max_step` (rad per tick) limits how
+    fast it moves its joint targets, for experts that take it."""
+    if task_name not in EXPERTS:
+        raise NoExpert(f"task '{task_name}' has no scripted expert; experts: {sorted(EXPERTS)}")
+    cls = EXPERTS[task_name]
+    task = getattr(robot, "inner", robot).task
+    return cls(task, max_step) if max_step is not None and "max_step" in inspect.signature(cls).parameters \
+        else cls(task)
