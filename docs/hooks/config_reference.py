@@ -48,28 +48,52 @@ def on_page_markdown(markdown: str, page: object, config: object, files: object)
     return markdown
 
 
-def wire_kinds() -> str:
-    """Each message kind's header fields and the limits, from `robo_async/transport/wire.py`."""
-    from robo_async.transport import wire
+def _transport_attrs() -> dict[str, Any]:
+    """Public constants of the transport modules that define messages and their checks
+    (`wire.py`, and `messages.py`, `checks.py` where the code has them)."""
+    import importlib
 
-    out = [f"Wire schema `{wire.SCHEMA}`. Array dtypes: {', '.join(f'`{d}`' for d in sorted(wire.DTYPES))}.", ""]
-    kinds = getattr(wire, "_KIND_FIELDS", None)
+    found: dict[str, Any] = {}
+    for name in ("wire", "messages", "checks"):
+        try:
+            module = importlib.import_module(f"robo_async.transport.{name}")
+        except ImportError:
+            continue
+        for attr, v in vars(module).items():
+            found.setdefault(attr, v)
+    return found
+
+
+def wire_kinds() -> str:
+    """Each message kind's header fields, the transition columns, the limits and the heartbeat's
+    figures, from the code in `robo_async/transport/`."""
+    t = _transport_attrs()
+    out = [f"Wire schema `{t['SCHEMA']}`. Array dtypes: {', '.join(f'`{d}`' for d in sorted(t['DTYPES']))}.", ""]
+    kinds = t.get("_KIND_FIELDS")
     if kinds:
-        common = ", ".join(f"`{k}`" for k in sorted(getattr(wire, "_HEADER", ())))
+        common = ", ".join(f"`{k}`" for k in sorted(t.get("_HEADER", ())))
         out += [f"Every header has {common}; each kind adds its own fields, and no others:", "",
                 "| kind | header fields |", "|---|---|"]
         out += [f"| `{kind}` | {', '.join(f'`{f}`' for f in sorted(fs))} |" for kind, fs in kinds.items()]
         out.append("")
-    columns = getattr(wire, "COLUMN_DTYPES", None)
+    columns = t.get("COLUMN_DTYPES")
     if columns:
         out += ["Transition columns and their dtypes (plus `obs/<key>`, `next_obs/<key>`, `final_obs/<key>`):", "",
                 "| column | dtype |", "|---|---|"]
         out += [f"| `{c}` | `{d}` |" for c, d in sorted(columns.items())]
         out.append("")
-    limits = [(n, getattr(wire, n)) for n in dir(wire) if n.startswith("MAX_") and isinstance(getattr(wire, n), (int, dict))]
+    limits = sorted((n, v) for n, v in t.items() if n.startswith("MAX_") and isinstance(v, (int, float, dict)))
     if limits:
         out += ["Limits:", "", "| name | value |", "|---|---|"]
         out += [f"| `{n}` | {_cell(value(v))} |" for n, v in limits]
+        out.append("")
+    try:
+        from robo_async.transport.stats import ActorStats
+    except ImportError:
+        return "\n".join(out)
+    out += ["Heartbeat figures (`robo_async.transport.stats.ActorStats`; each optional, absent when the actor "
+            "has no such part):", ""]
+    out += table(rows(ActorStats, ""))
     return "\n".join(out)
 
 
