@@ -155,7 +155,7 @@ def config_reference() -> str:
     out = ["## Run keys", "",
            "`configs/train.yaml`, checked against `robo_async.launch.schema.TrainSchema`.", ""]
     out += table(rows(schema.TrainSchema, "", skip=set(GROUPS) | set(groups)))
-    for group in GROUPS:
+    for group in (*GROUPS, *sorted(set(groups) - set(GROUPS))):
         out += ["", f"## {group}", ""]
         choices = groups.get(group, {})
         if not choices:
