@@ -1,104 +1,24 @@
 """`robo-async eval`: any checkpoint (SAC, BC, ...) or policy directory (`robo-async bc` output,
 a saved LeRobot policy) on the robot it was trained for, through the one control loop, in any
-inference mode; optionally an MP4 (H.264, plays in browsers) of the first episode."""
+inference mode; optionally an MP4 (H.264, plays in browsers) of the first episode. The work is
+`launch/evaluation.py`'s; this command adds what only the top floor has: the composed config a
+saved LeRobot policy is built from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from robo_async.actor.inference import InferenceModeError, choose_inference
-from robo_async.actor.loop import ControlLoop, LoopConfig, TickInfo
 from robo_async.config import compose_config
-from robo_async.launch.builders import make_actor_policy, make_safe_robot
-from robo_async.launch.sources import policy_source
+from robo_async.launch.evaluation import CheckpointMismatch, EvalResult
+from robo_async.launch.evaluation import evaluate as evaluate_policy
 
-
-class CheckpointMismatch(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    episodes: int
-    success_rate: float
-    mean_return: float
-    mean_length: float
-    video: str | None
-    mode: str = "inline"
-    missed_ticks: int = 0  # ticks started more than half a period late
-    lateness_p99_ms: float = 0.0
-    held_ticks: int = 0  # ticks with no planned action (async modes): the robot held
-    infer_p50_ms: float | None = None
-    infer_p95_ms: float | None = None
+__all__ = ["CheckpointMismatch", "EvalResult", "evaluate"]
 
 
 def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
              seed: int = 10_000, mode: str | None = None, video_size: int = 384,
              inference_delay_ms: float | list | None = None) -> EvalResult:
-    """`episodes` deterministic episodes (seeds from `seed`); `inference_delay_ms` injects
-    latency into every inference (sim studies)."""
-    src = policy_source(path, task, inference_delay_ms, compose_config)
-    if task is not None and src.what != "lerobot policy" and task != src.task.name:
-        raise CheckpointMismatch(f"{path} was trained on task '{src.task.name}', not '{task}'; "
-                                 f"evaluate it on its own task or pick one trained for '{task}'")
-    robot = make_safe_robot(src.task)
-    if src.spec is not None and robot.spec.signature() != src.spec:
-        raise CheckpointMismatch(f"{path} was trained for robot {src.spec.get('name')} with {src.spec}, "
-                                 f"this task builds {robot.spec.signature()}")
-    policy = make_actor_policy(src.policy, robot.spec, deterministic=True)
-    if src.weights is not None:
-        policy.load_weights(src.version, src.weights)
-    try:  # None or auto: inline for a one-step policy on an as-fast sim, else async_forward_rtc
-        mode = choose_inference(mode or None, purpose="evaluate", horizon=policy.horizon, realtime=src.task.realtime,
-                                robot=src.task.robot["type"] if src.task.robot is not None else None)
-    except InferenceModeError as e:
-        raise CheckpointMismatch(str(e)) from None
-    frames: list[np.ndarray] = []
-    render = getattr(robot.inner, "render", None)
-    if video is not None and render is None:
-        raise CheckpointMismatch(f"video: {robot.spec.name} has no camera or render to record")
-
-    def on_tick(t: TickInfo) -> None:
-        if t.episode == 0 and render is not None:
-            frames.append(render(video_size))
-
-    loop = ControlLoop(robot, policy, LoopConfig(
-        episode_ticks=int(src.task.options.get("episode_ticks", 50)), realtime=mode != "inline" or src.task.realtime,
-        seed=seed, eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False),
-        observer=on_tick if video is not None else None)
-    robot.connect()
-    try:
-        if video is not None:  # the first frame: the start pose
-            frames.append(render(video_size))
-        res = loop.run()
-    finally:
-        robot.close()
-    eps = res.episodes
-    written = write_mp4(video, frames, robot.spec.hz) if video is not None and frames else None
-    st = loop.stats()
-    return EvalResult(len(eps), float(np.mean([e.success for e in eps])) if eps else 0.0,
-                      float(np.mean([e.episode_return for e in eps])) if eps else 0.0,
-                      float(np.mean([e.length for e in eps])) if eps else 0.0, written, mode,
-                      res.missed_ticks, res.lateness_p99_ms, int(st.get("held_ticks", 0)),
-                      st.get("infer_p50_ms"), st.get("infer_p95_ms"))
-
-
-def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> str:
-    """H.264 (yuv420p, faststart): plays in browsers. Frame sides must be even."""
-    import imageio_ffmpeg
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    h, w = frames[0].shape[:2]
-    writer = imageio_ffmpeg.write_frames(str(path), (w, h), fps=fps, codec="libx264", pix_fmt_in="rgb24",
-                                         pix_fmt_out="yuv420p", macro_block_size=2, quality=None,
-                                         output_params=["-crf", "20", "-movflags", "+faststart"],
-                                         ffmpeg_log_level="error")
-    writer.send(None)  # start the encoder
-    for f in frames:
-        writer.send(np.ascontiguousarray(f[:, :, :3], dtype=np.uint8))
-    writer.close()
-    return str(path)
+    """`episodes` deterministic episodes (seeds from `seed`) of the policy at `path`;
+    `inference_delay_ms` injects latency into every inference (sim studies)."""
+    return evaluate_policy(path, episodes, video=video, task=task, seed=seed, mode=mode, video_size=video_size,
+                           inference_delay_ms=inference_delay_ms, compose=compose_config)

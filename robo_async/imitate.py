@@ -79,7 +79,7 @@ def evaluate_chunk_policy(path: Path, mode: str, episodes: int, seed: int = 10_0
                           delay_ms: float | list | None = None) -> dict:
     """The saved policy on its task in wall-clock real time, through the one control loop
     (`robo-async eval`), in inference mode `mode`, with an injected inference latency."""
-    from robo_async.evaluate import evaluate
+    from robo_async.launch.evaluation import evaluate
 
     res = evaluate(path, episodes, seed=seed, mode=mode, inference_delay_ms=delay_ms)
     return {"episodes": res.episodes, "mode": mode, "success_rate": res.success_rate,

@@ -135,7 +135,7 @@ def report(cfg, run_dir: Path, result: RunResult) -> int:
           + (f", success {sr:.0%}" if sr is not None else ""))
     curve = plot_learning_curve(run_dir)
     if result.checkpoint and cfg.eval_episodes > 0 and not result.interrupted:
-        from robo_async.evaluate import evaluate
+        from robo_async.launch.evaluation import evaluate
         from robo_async.launch.builders import resolve_inference, task_args
 
         # as the run acted: its inference mode and injected latency (a 200 ms run is not judged at 0 ms)

@@ -50,8 +50,6 @@ ENTRY_ALLOWED: dict[tuple[str, str], str] = {
                                 "it imports no other entry module (checked below)",
     ("robo_async.bench", "robo_async.train"): "bench learn-reach runs the train command's plan end to end",
     ("robo_async.bench", "robo_async.imitate"): "bench remote-inference trains its policy with the bc command",
-    ("robo_async.train", "robo_async.evaluate"): "train evaluates its last checkpoint with the eval command",
-    ("robo_async.imitate", "robo_async.evaluate"): "bc evaluates the policy it wrote with the eval command",
 }
 # Known breaks still being mended (issue 25): (file, imported module) -> why. Keep this empty:
 # an entry whose import is gone fails test_known_breaks_are_still_there, so it goes too.
@@ -164,9 +162,11 @@ def test_rooms_point_one_way() -> None:
     assert not wrong, "imports against the room order (DESIGN.md, Imports point one way):\n" + "\n".join(wrong)
 
 
-def test_config_is_a_leaf_of_the_top_floor() -> None:
-    """config.py may be imported by every entry module because it imports none of them."""
-    wrong = [str(i) for i in imports_of(ROOT / "robo_async" / "config.py") if room_of(i.target) is not None]
+def test_config_imports_no_entry_module() -> None:
+    """config.py may be imported by every entry module because it imports none of them (it may
+    import rooms below, e.g. the schemas it registers)."""
+    wrong = [str(i) for i in imports_of(ROOT / "robo_async" / "config.py")
+             if room_of(i.target) == "entry" and entry_unit(i.target) != "robo_async.config"]
     assert not wrong, "\n".join(wrong)
 
 
