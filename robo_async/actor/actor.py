@@ -26,6 +26,7 @@ from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.transport.channels import WeightClient
+from robo_async.transport.stats import ActorStats
 from robo_async.transport.wire import LearnerStatus
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class Actor:
         self.policy = policy
         self.config = config
         self.loop: ControlLoop | None = None
+        self.client: WeightClient | None = None  # statuses (and weights) from the learner, while running
         self.result: LoopResult | None = None
         self.gate_waits = 0  # ticks that waited for the learner's allowance
         self._gate_status: LearnerStatus | None = None
@@ -166,7 +168,10 @@ class Actor:
                 secure(probe)
             finally:
                 probe.close(linger=0)
-        client = WeightClient(cfg.weights_address, secure=secure).start()
+        # a policy on a policy server gets its weights there: this actor subscribes to statuses only
+        remote = bool(getattr(self.policy, "remote", False))
+        client = WeightClient(cfg.weights_address, secure=secure, weights=not remote).start()
+        self.client = client
         self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink, secure=secure)
         try:
             journal_next = self.uplink.open()
@@ -182,9 +187,10 @@ class Actor:
             self.loop = ControlLoop(
                 self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops, observer=self.observer,
                 gate=self._stopping_gate(client, uplink) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
-                stats=lambda: {"unacked": uplink.unacked, "resends": uplink.resends, "gate_waits": self.gate_waits,
-                               "learner_outages": self.learner_outages, "ticks_learner_away": self.ticks_learner_away,
-                               "weights_refused": client.weights_refused},
+                stats=lambda: ActorStats(unacked=uplink.unacked, resends=uplink.resends, gate_waits=self.gate_waits,
+                                         learner_outages=self.learner_outages,
+                                         ticks_learner_away=self.ticks_learner_away,
+                                         weights_refused=client.weights_refused),
                 guide=self.guide)
             self.robot.connect()
             try:

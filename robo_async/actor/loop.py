@@ -28,7 +28,7 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from threading import Event as ThreadEvent
@@ -41,6 +41,7 @@ from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, Policy, WeightsMismatch, check_architecture
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.actor.takeover import Operators
+from robo_async.transport.stats import ActorStats, Figure
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class ControlLoop:
     def __init__(self, robot: SafeRobot, policy: Policy, config: LoopConfig, *, sink: Sink | None = None,
                  weights: Callable[[], Weights | None] | None = None, gate: Callable[[], bool] | None = None,
                  teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
-                 stats: Callable[[], Mapping[str, float | int]] | None = None, guide: Policy | None = None) -> None:
+                 stats: Callable[[], ActorStats] | None = None, guide: Policy | None = None) -> None:
         if not isinstance(robot, SafeRobot):
             raise TypeError(f"the control loop drives robots behind the safety layer; wrap "
                             f"{type(robot).__name__} in hal.safety.SafeRobot")
@@ -267,30 +268,33 @@ class ControlLoop:
         self._chunk_i += 1
         return self._chunk.actions[self._chunk_i - 1], self._chunk.policy_version
 
-    def stats(self) -> dict[str, float | int]:
-        """Heartbeat figures: safety counters, tick lateness, inference latency."""
+    def actor_stats(self) -> ActorStats:
+        """Heartbeat figures: safety counters, tick lateness, inference latency, and those of the
+        operators, a remote policy and the actor around this loop (`stats=`)."""
         st = self.robot.stats
-        out: dict[str, float | int] = {
-            "clipped": st.clipped, "rejected": st.rejected, "workspace": st.workspace, "estopped": st.estopped,
-            "late_p99_ms": round(self.lateness.percentile_ms(99), 3), "missed_ticks": self.lateness.missed}
-        if self.guide is not None:
-            out["guide_ticks"] = self.guide_ticks
+        parts = [ActorStats(
+            clipped=st.clipped, rejected=st.rejected, workspace=st.workspace, estopped=st.estopped,
+            late_p99_ms=round(self.lateness.percentile_ms(99), 3), missed_ticks=self.lateness.missed,
+            guide_ticks=self.guide_ticks if self.guide is not None else None,
+            train_jerk=round(float(np.mean(self.train_jerk)), 1) if self.train_jerk else None)]
         if self.operators is not None:
-            out.update(self.operators.stats())
-        if self.train_jerk:
-            out["train_jerk"] = round(float(np.mean(self.train_jerk)), 1)
+            parts.append(self.operators.stats())
         if self.runner is not None:
             e = self.runner.engine
-            out.update({"infer_p50_ms": round(e.latency.percentile(50) * 1000, 2),
-                        "infer_p95_ms": round(e.latency.percentile(95) * 1000, 2),
-                        "held_ticks": self.runner.holds, "bad_chunks": e.bad_chunks, "hung": e.hung_reports,
-                        "stale_dropped": self.runner.schedule.stale_dropped,
-                        "latency_ticks": self.runner.latency_ticks()})
+            parts.append(ActorStats(
+                infer_p50_ms=round(e.latency.percentile(50) * 1000, 2),
+                infer_p95_ms=round(e.latency.percentile(95) * 1000, 2),
+                held_ticks=self.runner.holds, bad_chunks=e.bad_chunks, hung=e.hung_reports,
+                stale_dropped=self.runner.schedule.stale_dropped, latency_ticks=self.runner.latency_ticks()))
         if self.remote:
-            out.update(self.policy.stats())  # type: ignore[attr-defined]
+            parts.append(self.policy.stats())  # type: ignore[attr-defined]
         if self._extra_stats is not None:
-            out.update(self._extra_stats())
-        return out
+            parts.append(self._extra_stats())
+        return ActorStats.merge(*parts)
+
+    def stats(self) -> dict[str, Figure]:
+        """The heartbeat figures this loop has, by name (evaluation and benchmark summaries)."""
+        return self.actor_stats().figures()
 
     def _drop_plan(self, hold: np.ndarray | None) -> None:
         """A takeover or a release: forget the policy's plan (inline chunk, async schedule and the
@@ -434,7 +438,7 @@ class ControlLoop:
                     next_tick = time.monotonic()
             if time.monotonic() >= next_beat:
                 next_beat += cfg.heartbeat_s
-                sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.stats()))
+                sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.actor_stats()))
         result.ticks = self.env_steps
         result.seconds = time.monotonic() - t_start
         result.lateness_p50_ms = self.lateness.percentile_ms(50)

@@ -36,8 +36,9 @@ import zmq
 from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, WeightsMismatch
 from robo_async.actor.inference import LatencyTracker
-from robo_async.serve.server import spec_difference, spec_json
 from robo_async.buffer.codec import encode_image
+from robo_async.transport.robot_spec import spec_difference, spec_json
+from robo_async.transport.stats import ActorStats
 from robo_async.transport.wire import ChunkReply, Frames, InferRequest, WireError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -235,10 +236,11 @@ class RemotePolicy(Policy):
                             self.actor_id, self.malformed, e)
             return None
 
-    def stats(self) -> dict[str, float | int]:
-        return {"server_rtt_p95_ms": round(self.rtt.percentile(95) * 1000, 2), "rerequests": self.rerequests,
-                "stale_replies": self.stale_replies, "bad_replies": self.malformed, "server_refused": self.refused,
-                "server_infer_ms": round(self.server_infer_ms, 2)}
+    def stats(self) -> ActorStats:
+        """The heartbeat's policy-server figures: round trips, re-requests, dropped and refused replies."""
+        return ActorStats(server_rtt_p95_ms=round(self.rtt.percentile(95) * 1000, 2), rerequests=self.rerequests,
+                          stale_replies=self.stale_replies, bad_replies=self.malformed, server_refused=self.refused,
+                          server_infer_ms=round(self.server_infer_ms, 2))
 
     def close(self) -> None:
         with self._lock:

@@ -21,6 +21,7 @@ import numpy as np
 from hal.robot import RobotError
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind, poll_events
+from robo_async.transport.stats import ActorStats
 
 log = logging.getLogger(__name__)
 LABELS = (TeleopEventKind.SUCCESS, TeleopEventKind.FAILURE, TeleopEventKind.RERECORD)
@@ -125,6 +126,10 @@ class Operators:
         self.operator_ticks += 1
         return np.asarray(a, np.float32)
 
-    def stats(self) -> dict[str, int]:
-        return {"operator": int(self.active is not None), "operator_ticks": self.operator_ticks,
-                "takeovers": self.takeovers, "teleops_lost": self.lost, **{f"label_{k}": v for k, v in self.labels.items()}}
+    def stats(self) -> ActorStats:
+        """The heartbeat's operator figures: who drives now, ticks driven, takeovers, lost teleops, labels."""
+        return ActorStats(operator=self.active is not None, operator_ticks=self.operator_ticks,
+                          takeovers=self.takeovers, teleops_lost=self.lost,
+                          label_success=self.labels[TeleopEventKind.SUCCESS.value],
+                          label_failure=self.labels[TeleopEventKind.FAILURE.value],
+                          label_rerecord=self.labels[TeleopEventKind.RERECORD.value])

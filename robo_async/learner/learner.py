@@ -97,7 +97,7 @@ class Learner:
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
         self.refused_messages = 0  # well-formed messages this learner does not take (unknown actors past the cap)
-        self.heartbeats: dict[int, dict] = {}
+        self.heartbeats: dict[int, Heartbeat] = {}  # each actor's latest
         self.limiter = SampleToInsertRatio(ac.utd_ratio, ac.warmup_steps, ac.limiter_slack)
         self.version = 0
         self.updates = 0
@@ -278,7 +278,7 @@ class Learner:
             else:
                 self.train_successes.append(msg.success)
         elif isinstance(msg, Heartbeat):
-            self.heartbeats[msg.actor_id] = {**msg.meta, "env_steps": msg.env_steps, "policy_version": msg.policy_version}
+            self.heartbeats[msg.actor_id] = msg
         if actor is not None:
             self._heard[actor] = time.monotonic()
 
@@ -329,6 +329,9 @@ class Learner:
 
     # --- reporting -----------------------------------------------------------------------
     def progress(self) -> dict[str, float]:
+        """The learner's metrics now (`metrics.jsonl`, the progress line, the dashboard): counters,
+        rates, versions, the store, transport, and the actors' figures from their latest heartbeats."""
+        stats = [h.stats for h in self.heartbeats.values()]
         out = {
             "time/elapsed_s": time.monotonic() - self._t0,
             "time/env_steps": self.env_steps,
@@ -360,45 +363,44 @@ class Learner:
             "transport/refused": self.refused_messages,
             "weights/push_ms": (self._publisher.last_push_s * 1000) if self._publisher is not None else 0.0,
             "weights/push_mb": (self._publisher.push_bytes / 2**20) if self._publisher is not None else 0.0,
-            "weights/refused_by_actors": sum(int(h.get("weights_refused", 0)) for h in self.heartbeats.values()),
+            "weights/refused_by_actors": sum(s.weights_refused or 0 for s in stats),
             "transport/id_mismatch": self._receiver.id_mismatch if self._receiver is not None else 0,
             "transport/auth_denied": self._auth.denied if self._auth is not None else 0,
-            "actors/unacked": sum(int(h.get("unacked", 0)) for h in self.heartbeats.values()),
-            "actors/resends": sum(int(h.get("resends", 0)) for h in self.heartbeats.values()),
-            "actors/clipped": sum(int(h.get("clipped", 0)) for h in self.heartbeats.values()),
-            "actors/estopped": sum(int(h.get("estopped", 0)) for h in self.heartbeats.values()),  # held ticks
-            "actors/missed_ticks": sum(int(h.get("missed_ticks", 0)) for h in self.heartbeats.values()),
+            "actors/unacked": sum(s.unacked or 0 for s in stats),
+            "actors/resends": sum(s.resends or 0 for s in stats),
+            "actors/clipped": sum(s.clipped or 0 for s in stats),
+            "actors/estopped": sum(s.estopped or 0 for s in stats),  # held ticks
+            "actors/missed_ticks": sum(s.missed_ticks or 0 for s in stats),
             # real-time actors kept executing while the learner was away (restarts, network)
-            "actors/ticks_learner_away": sum(int(h.get("ticks_learner_away", 0)) for h in self.heartbeats.values()),
-            "actors/learner_outages": max((int(h.get("learner_outages", 0)) for h in self.heartbeats.values()),
-                                          default=0),
+            "actors/ticks_learner_away": sum(s.ticks_learner_away or 0 for s in stats),
+            "actors/learner_outages": max((s.learner_outages or 0 for s in stats), default=0),
         }
-        jerk = [float(h["train_jerk"]) for h in self.heartbeats.values() if "train_jerk" in h]
+        jerk = [s.train_jerk for s in stats if s.train_jerk is not None]
         if jerk:  # commanded-action jerk of training episodes (rad/s^3): what exploration asks of a motor
             out["actors/train_jerk"] = float(np.mean(jerk))
-        guided = [int(h["guide_ticks"]) for h in self.heartbeats.values() if "guide_ticks" in h]
+        guided = [s.guide_ticks for s in stats if s.guide_ticks is not None]
         if guided:  # JSRL: ticks the guide still acts for at the start of training episodes
             out["actors/guide_ticks"] = max(guided)
-        infer = [h for h in self.heartbeats.values() if "infer_p95_ms" in h]
+        infer = [s for s in stats if s.infer_p95_ms is not None]
         if infer:  # actors running asynchronous chunk inference
-            out["actors/infer_p50_ms"] = max(float(h["infer_p50_ms"]) for h in infer)
-            out["actors/infer_p95_ms"] = max(float(h["infer_p95_ms"]) for h in infer)
-            out["actors/held_ticks"] = sum(int(h.get("held_ticks", 0)) for h in infer)
-            out["actors/bad_chunks"] = sum(int(h.get("bad_chunks", 0)) for h in infer)
-            out["actors/latency_ticks"] = max(int(h.get("latency_ticks", 0)) for h in infer)
-        remote = [h for h in self.heartbeats.values() if "server_rtt_p95_ms" in h]
+            out["actors/infer_p50_ms"] = max(s.infer_p50_ms or 0.0 for s in infer)
+            out["actors/infer_p95_ms"] = max(s.infer_p95_ms or 0.0 for s in infer)
+            out["actors/held_ticks"] = sum(s.held_ticks or 0 for s in infer)
+            out["actors/bad_chunks"] = sum(s.bad_chunks or 0 for s in infer)
+            out["actors/latency_ticks"] = max(s.latency_ticks or 0 for s in infer)
+        remote = [s for s in stats if s.server_rtt_p95_ms is not None]
         if remote:  # actors whose policy runs on a policy server (actor.inference_server)
-            out["actors/server_rtt_p95_ms"] = max(float(h["server_rtt_p95_ms"]) for h in remote)
-            out["actors/server_rerequests"] = sum(int(h.get("rerequests", 0)) for h in remote)
-            out["actors/server_stale_replies"] = sum(int(h.get("stale_replies", 0)) for h in remote)
-            out["actors/server_bad_replies"] = sum(int(h.get("bad_replies", 0)) for h in remote)
-        teleops = [h for h in self.heartbeats.values() if "operator" in h]
+            out["actors/server_rtt_p95_ms"] = max(s.server_rtt_p95_ms or 0.0 for s in remote)
+            out["actors/server_rerequests"] = sum(s.rerequests or 0 for s in remote)
+            out["actors/server_stale_replies"] = sum(s.stale_replies or 0 for s in remote)
+            out["actors/server_bad_replies"] = sum(s.bad_replies or 0 for s in remote)
+        teleops = [s for s in stats if s.operator is not None]
         if teleops or self.operator_ticks:  # human in the loop
             out["hil/operator_ticks"] = self.operator_ticks
             out["hil/intervention_rate"] = float(np.mean(self.operated)) if self.operated else 0.0
-            out["hil/in_control"] = sum(int(h.get("operator", 0)) for h in teleops)
-            out["hil/takeovers"] = sum(int(h.get("takeovers", 0)) for h in teleops)
-            out["hil/teleops_lost"] = sum(int(h.get("teleops_lost", 0)) for h in teleops)
+            out["hil/in_control"] = sum(int(bool(s.operator)) for s in teleops)
+            out["hil/takeovers"] = sum(s.takeovers or 0 for s in teleops)
+            out["hil/teleops_lost"] = sum(s.teleops_lost or 0 for s in teleops)
             if self.correction_s:  # a correction's commit -> the first version trained after it acting
                 out["hil/correction_to_policy_s"] = float(np.median(self.correction_s))
             out.update({f"hil/label_{k}": v for k, v in self.labels.items()})
@@ -413,10 +415,9 @@ class Learner:
         """Per actor, its latest heartbeat figures (ticks, lateness, inference, control, unacked),
         episodes and seconds since it was last heard from: the dashboard's actor table."""
         now = time.monotonic()
-        keep = ("env_steps", "policy_version", "late_p99_ms", "missed_ticks", "infer_p50_ms", "infer_p95_ms",
-                "operator", "unacked", "estopped", "ticks_learner_away")
-        return {a: {**{k: h[k] for k in keep if k in h}, "episodes": self.episode_counts.get(a, 0),
-                    "heard_s": now - self._heard.get(a, now)} for a, h in self.heartbeats.items()}
+        return {a: {**h.stats.figures(), "env_steps": h.env_steps, "policy_version": h.policy_version,
+                    "episodes": self.episode_counts.get(a, 0), "heard_s": now - self._heard.get(a, now)}
+                for a, h in self.heartbeats.items()}
 
     def _commit_interval_ms(self) -> float:
         t = self.store.commit_times[-100:]

@@ -22,7 +22,6 @@ and counted; a request the policy cannot answer gets an error reply naming why.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -35,6 +34,7 @@ from hal.spec import RobotSpec
 from policies.base import ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.transport.channels import WeightClient, bind
 from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
+from robo_async.transport.robot_spec import spec_difference, spec_json
 from robo_async.transport.wire import ChunkReply, Frames, InferRequest, WireError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -49,21 +49,6 @@ def _decoded(msg: InferRequest) -> InferRequest:
     for k, f in frames.items():
         obs[k] = decode_frames(f, Column(f"obs/{k}", "uint8", tuple(f.shape[1:])))[0]
     return dataclasses.replace(msg, obs=obs)
-
-
-def spec_json(spec: RobotSpec) -> str:
-    """The robot spec a request's chunk must fit (hello), as compact JSON."""
-    return json.dumps(spec.signature(), sort_keys=True, separators=(",", ":"))
-
-
-def spec_difference(mine: str, theirs: str) -> str:
-    """One line naming how two robot spec signatures differ."""
-    try:
-        a, b = json.loads(mine), json.loads(theirs)
-    except ValueError:
-        return "the actor's robot spec is not valid JSON"
-    diff = [f"{k}: server {a.get(k)!r}, actor {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    return "; ".join(diff)[:600]
 
 
 @dataclass(frozen=True)

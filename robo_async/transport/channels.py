@@ -1,8 +1,11 @@
 """ZeroMQ channels between actors and the learner.
 
 Data plane: actors PUSH `TransitionBatch`/`EpisodeStats`/`Heartbeat` to the learner's PULL.
-Weights: the learner PUBlishes `Weights` and `LearnerStatus`; each actor's `WeightClient`
-receives them on a background thread and hands the newest over between control ticks.
+Weights: the learner PUBlishes `LearnerStatus` and weight pushes; each actor's `WeightClient`
+receives them on a background thread and hands the newest over between control ticks. Every
+message on the PUB socket starts with a topic frame (`STATUS_TOPIC`, `WEIGHTS_TOPIC`), so a
+subscriber that needs no weights (an actor whose policy runs on a policy server) subscribes to
+statuses only and the publisher never sends it a weight part.
 Bad messages are logged, counted and dropped; they never crash a process.
 """
 
@@ -13,11 +16,10 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import zmq
-
-from collections.abc import Callable
 
 from robo_async.transport.curve import LearnerAuth, actor_of
 from robo_async.transport.weights import Assembler, PushConfig, encode_push, keyframe_of
@@ -26,13 +28,17 @@ from robo_async.transport.wire import LearnerStatus, Message, WeightPart, Weight
 Secure = Callable[[zmq.Socket], None]  # sets a socket's CURVE keys before it binds or connects
 
 log = logging.getLogger(__name__)
+STATUS_TOPIC = b"status"  # the topic frame before a `LearnerStatus` on the learner's PUB socket
+WEIGHTS_TOPIC = b"weights"  # ... before a weight push part (`WeightPart`) or whole `Weights`
+_TOPIC_KINDS = {STATUS_TOPIC: ("status",), WEIGHTS_TOPIC: ("wpart", "weights")}  # what each topic may carry
 
 
 class PortInUse(RuntimeError):
-    pass
+    """The address to bind is taken (another run, or a fixed port in use)."""
 
 
 def bind(sock: zmq.Socket, address: str) -> None:
+    """Bind `sock` to `address`; a taken port raises `PortInUse` naming what to do (the socket is closed)."""
     try:
         sock.bind(address)
     except zmq.ZMQError as e:
@@ -71,6 +77,8 @@ class TransitionReceiver:
         self.id_mismatch = 0  # messages under another actor's id than the key they came with
 
     def poll(self, timeout_ms: int = 0, max_messages: int = 64) -> list[Message]:
+        """The messages that arrived (waiting up to `timeout_ms` for the first), checked; malformed
+        ones (`dropped`) and, with CURVE, ones under another actor's id (`id_mismatch`) left out."""
         out: list[Message] = []
         if not self._sock.poll(timeout_ms):
             return out
@@ -98,6 +106,7 @@ class TransitionReceiver:
         return out
 
     def close(self) -> None:
+        """Close the socket (what is queued in it is dropped)."""
         self._sock.close(linger=0)
 
 
@@ -115,6 +124,7 @@ class TransitionSender:
         self._sock.connect(address)
 
     def send(self, msg: Message) -> bool:
+        """Queue `msg` for sending; False (nothing queued) when the queue is full."""
         try:
             self._sock.send_multipart(encode(msg), flags=zmq.NOBLOCK, copy=False)
             return True
@@ -122,6 +132,7 @@ class TransitionSender:
             return False
 
     def close(self) -> None:
+        """Close the socket, waiting up to 2 s for queued messages to leave."""
         self._sock.close()
 
 
@@ -176,6 +187,7 @@ class WeightPublisher:
         self._wake.set()
 
     def publish_status(self, status: LearnerStatus) -> None:
+        """Hand over the newest status; the thread sends it at its next wake (a newer one supersedes it)."""
         with self._lock:
             self._status = status
         self._wake.set()
@@ -194,9 +206,9 @@ class WeightPublisher:
 
     def _loop(self) -> None:
         key: tuple[int, dict] | None = None  # the newest keyframe (version, transmitted arrays)
-        key_frames: list = []
-        latest: list = []  # the newest push's messages (keyframe or delta)
-        queue: deque = deque()
+        key_frames: list[list[bytes | memoryview]] = []
+        latest: list[list[bytes | memoryview]] = []  # the newest push's messages (keyframe or delta), topic first
+        queue: deque[list[bytes | memoryview]] = deque()
         started, last_sent = 0.0, 0.0
         while True:
             with self._lock:
@@ -204,13 +216,13 @@ class WeightPublisher:
                 weights, self._weights = self._weights, None
                 frozen, t_pub = self._frozen, self._weights_t
             if status is not None:
-                self._send(encode(status))
+                self._send([STATUS_TOPIC, *encode(status)])
             if self._stop.is_set():
                 return
             if weights is not None:
                 parts, tx, keyframe = encode_push(weights.version, weights.arrays, weights.architecture, self.push, key,
                                                   frozen)
-                latest = [encode(p) for p in parts]
+                latest = [[WEIGHTS_TOPIC, *encode(p)] for p in parts]
                 if keyframe:
                     key, key_frames = keyframe_of(weights.version, parts, tx, frozen), latest
                 queue = deque(latest)
@@ -233,7 +245,7 @@ class WeightPublisher:
             self._wake.wait(0.002 if queue else 0.05)
             self._wake.clear()
 
-    def _send(self, frames: list) -> bool:
+    def _send(self, frames: list[bytes | memoryview]) -> bool:
         try:
             self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             return True
@@ -250,16 +262,19 @@ class WeightPublisher:
 
 class WeightClient:
     """Actor side of weight sync (SUB, connected). A daemon thread receives; the control loop
-    calls `take_weights()` between ticks, which never blocks on the network.
+    calls `take_weights()` between ticks, which never blocks on the network. `weights=False`
+    subscribes to statuses only (progress, allowance, acks, stopping, boot id): an actor whose
+    policy runs on a policy server takes no weight pushes it would not use.
 
     The thread drains what has arrived at most every `every_s` (the newest status and weights
     win): each wake takes the GIL from the control loop, and the learner's status comes every
     20 ms, so waking per message would cost the loop ~50 hand-offs a second for nothing."""
 
     def __init__(self, address: str, ctx: zmq.Context | None = None, every_s: float = 0.05,
-                 max_message_mb: float = 16384.0, secure: Secure | None = None) -> None:
+                 max_message_mb: float = 16384.0, secure: Secure | None = None, weights: bool = True) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._secure = secure
+        self.weights = weights  # subscribe to weight pushes too (False: statuses only)
         self._max_bytes = int(max_message_mb * 2**20)
         self._assembler = Assembler()  # streamed pushes -> verified weights (checksums)
         self._address = address
@@ -270,16 +285,21 @@ class WeightClient:
         self.status: LearnerStatus | None = None
         self.status_t = 0.0  # monotonic time the newest status arrived
         self.dropped = 0
+        self.statuses = 0  # statuses received
+        self.weight_messages = 0  # weight push parts (or whole pushes) that reached this socket
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="weight-client", daemon=True)
 
     def start(self) -> "WeightClient":
+        """Start receiving (a daemon thread); returns self."""
         self._thread.start()
         return self
 
     def _run(self) -> None:
         sock = self._ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.setsockopt(zmq.SUBSCRIBE, STATUS_TOPIC)
+        if self.weights:
+            sock.setsockopt(zmq.SUBSCRIBE, WEIGHTS_TOPIC)
         sock.setsockopt(zmq.RCVHWM, 16)
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
         if self._secure is not None:
@@ -295,9 +315,17 @@ class WeightClient:
         finally:
             sock.close(linger=0)
 
-    def _take(self, frames: list) -> None:
+    def _take(self, frames: list[zmq.Frame]) -> None:
+        topic = bytes(frames[0].buffer) if frames else b""
+        if topic == WEIGHTS_TOPIC:
+            self.weight_messages += 1
         try:
-            msg = decode([f.buffer for f in frames])
+            kinds = _TOPIC_KINDS.get(topic)
+            if kinds is None:
+                raise WireError(f"unknown topic {topic[:16]!r}; known: {sorted(_TOPIC_KINDS)}")
+            msg = decode([f.buffer for f in frames[1:]])
+            if msg.kind not in kinds:
+                raise WireError(f"a {msg.kind} message under the topic {topic!r}")
         except WireError as e:
             self.dropped += 1
             if self.dropped <= 20 or self.dropped % 1000 == 0:
@@ -305,16 +333,18 @@ class WeightClient:
             return
         if isinstance(msg, WeightPart):
             try:
-                msg = self._assembler.feed(msg)  # a whole, verified push, or None (more parts to come)
+                whole = self._assembler.feed(msg)  # a whole, verified push, or None (more parts to come)
             except WireError as e:
                 self.dropped += 1
                 log.warning("dropped a weights part: %s", e)
                 return
-            if msg is None:
+            if whole is None:
                 return
+            msg = whole
         if isinstance(msg, LearnerStatus):
             self.status = msg
             self.status_t = time.monotonic()
+            self.statuses += 1
         elif isinstance(msg, Weights):
             with self._lock:
                 if self._weights is None or msg.version > self._weights.version:
@@ -343,6 +373,7 @@ class WeightClient:
             return w
 
     def close(self) -> None:
+        """Stop receiving (joins the thread) and close the socket."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)

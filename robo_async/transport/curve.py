@@ -155,7 +155,7 @@ def actor_of(frame: zmq.Frame) -> int | None:
         uid = frame.get("User-Id")
     except zmq.ZMQError:
         return None
-    return int(uid) if uid and uid.isdigit() else None
+    return int(uid) if isinstance(uid, str) and uid.isdigit() else None
 
 
 def secure_client(sock: zmq.Socket, keys_dir: str | Path, actor_id: int) -> None:

@@ -141,7 +141,7 @@ def test_episode_summaries_and_heartbeats_go_by_the_thread_and_close_waits_for_t
     up = Uplink(0, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None))
     L.publish()
     up.start(0)
-    sent = [EpisodeStats(0, k, float(k), 50, k % 2 == 0, 3, False) for k in range(3)] + [Heartbeat(0, 150, 3, {})]
+    sent = [EpisodeStats(0, k, float(k), 50, k % 2 == 0, 3, False) for k in range(3)] + [Heartbeat(0, 150, 3)]
     with up._lock:  # the thread cannot run: what put() did, it did on this thread
         for m in sent:
             up.put(m)
@@ -160,7 +160,7 @@ def test_numpy_scalars_in_summaries_are_sent_and_a_dead_uplink_thread_is_raised(
     import zmq
 
     from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkError
-    from robo_async.transport.wire import EpisodeStats, Heartbeat, decode
+    from robo_async.transport.wire import ActorStats, EpisodeStats, Heartbeat, decode
 
     ctx = zmq.Context.instance()
     pull = ctx.socket(zmq.PULL)
@@ -169,12 +169,12 @@ def test_numpy_scalars_in_summaries_are_sent_and_a_dead_uplink_thread_is_raised(
     up.start()
     try:
         up.put(EpisodeStats(0, 3, np.float32(-1.5), np.int64(100), np.bool_(True), np.int64(7), np.bool_(False)))
-        up.put(Heartbeat(0, 10, 1, {"clipped": np.int64(2), "ok": np.bool_(True)}))
+        up.put(Heartbeat(0, 10, 1, ActorStats(clipped=np.int64(2), operator=np.bool_(True))))
         assert pull.poll(5000)
         got = decode(pull.recv_multipart())
         assert got == EpisodeStats(0, 3, -1.5, 100, True, 7, False) and type(got.success) is bool
         assert pull.poll(5000)
-        assert decode(pull.recv_multipart()).meta == {"clipped": 2, "ok": True}
+        assert decode(pull.recv_multipart()).stats.figures() == {"clipped": 2, "operator": True}
 
         def boom(*_):
             raise RuntimeError("disk on fire")

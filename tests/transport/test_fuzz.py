@@ -19,7 +19,8 @@ import zmq
 from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.learner import LearnerConfig
-from robo_async.transport.channels import WeightClient
+from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, WeightClient
+from robo_async.transport.stats import ActorStats
 from robo_async.transport.weights import PushConfig, encode_push
 from robo_async.transport.wire import (EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights, decode,
                                        encode)
@@ -64,8 +65,9 @@ HEADER_BAD = {
                 "evaluation": ["no", 0], "operator_ticks": [-1, 51, "3"], "label": ["maybe", 3, None]},
     "heartbeat": {"actor_id": [-1, "x", MISSING], "env_steps": [-1, 0.5, MISSING],
                   "policy_version": [-2, "1", MISSING],
-                  "meta": ["x", {1: 2}, {"k": [1]}, {f"k{i}": i for i in range(100)}, {"k": "x" * 300},
-                           {"": 1}, {"k": 1 << 63}]},
+                  "stats": ["x", {1: 2}, {"k": [1]}, {f"k{i}": i for i in range(100)}, {"k": "x" * 300},
+                            {"": 1}, {"clipped": 1 << 63}, {"unacked": None, "clipped": "x"}, {"clipped": -1},
+                            {"late_p99_ms": math.nan}, {"late_p99_ms": "1"}, {"operator": 1}, {"unacked": 2.0}]},
 }
 
 
@@ -159,15 +161,15 @@ def test_every_field_mutation_reaching_a_learner_is_dropped_and_counted(learner_
         bad = (mutations_for("transitions", frames_of(good)) + array_mutations(frames_of(good))
                + column_mutations(good)
                + mutations_for("episode", frames_of(EpisodeStats(0, 0, 1.0, 50, False, 0)))
-               + mutations_for("heartbeat", frames_of(Heartbeat(0, 10, 0, {"unacked": 0})))
+               + mutations_for("heartbeat", frames_of(Heartbeat(0, 10, 0, ActorStats(unacked=0))))
                + garbage())
         # well-formed messages from more actor ids than the learner keeps state for (max_actors=4)
-        strangers = [frames_of(Heartbeat(100 + i, 1, 0, {})) for i in range(6)]
+        strangers = [frames_of(Heartbeat(100 + i, 1, 0)) for i in range(6)]
         assert len(bad) > 150
         for frames in bad:
             with pytest.raises(Exception):  # the test's own sanity: each variant is invalid on its face
                 decode(frames)
-        push.send_multipart(frames_of(Heartbeat(0, 0, 0, {})))  # actor 0 is known before the strangers come
+        push.send_multipart(frames_of(Heartbeat(0, 0, 0)))  # actor 0 is known before the strangers come
         for frames in bad + strangers:
             push.send_multipart(frames)
         push.send_multipart(frames_of(good))  # the sentinel: acked once everything before it was processed
@@ -196,10 +198,10 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
     try:
         first = LearnerStatus(5, 1, 100, 200, boot_id="first", acked=((0, 64),))
         while client.status is None:  # the subscription is live once the first status gets through
-            pub.send_multipart(frames_of(first))
+            pub.send_multipart([STATUS_TOPIC, *frames_of(first)])
             time.sleep(0.02)
         w = Weights(3, {"fc.weight": np.ones((4, 3), np.float32), "fc.bias": np.zeros(4, np.float32)}, "mlp:3-4")
-        pub.send_multipart(frames_of(w))
+        pub.send_multipart([WEIGHTS_TOPIC, *frames_of(w)])
         status_bad = {"updates": [-1, "1", MISSING], "version": [-1, None, MISSING], "env_steps": [0.5, MISSING],
                       "allowed_env_steps": [-3, "x", MISSING], "stopping": ["no", 1], "boot_id": [7, "b" * 100],
                       "acked": ["x", [[0]], [[0, -1]], [["a", 1]], [[1 << 20, 1]]], "actors": [-1, "2"]}
@@ -207,10 +209,12 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
                        "arrays": ["x", MISSING, [["fc.weight", "float32", [4, 3]]] * 70_000]}
         wf = frames_of(Weights(9, w.arrays, "mlp:3-4"))
         bad = [with_header(frames_of(first), k, v) for k, vs in {**COMMON, **status_bad}.items() for v in vs]
+        bad += [with_header(frames_of(first), "evil", 1)] + garbage()
+        on_status_topic = len(bad)  # the rest travel under the weights topic
         bad += [with_header(wf, k, v) for k, vs in weights_bad.items() for v in vs]
-        bad += [with_header(frames_of(first), "evil", 1), with_header(wf, "evil", 1)]
+        bad += [with_header(wf, "evil", 1)]
         nan_w = frames_of(Weights(9, {**w.arrays, "fc.bias": np.full(4, np.nan, np.float32)}, "mlp:3-4"))
-        bad += array_mutations(wf)[:8] + [nan_w] + garbage()
+        bad += array_mutations(wf)[:8] + [nan_w]
         # streamed pushes (wpart): every header field, the manifest and the piece names
         parts, _, _ = encode_push(11, w.arrays, "mlp:3-4", PushConfig(part_mb=0.00003))
         assert len(parts) >= 2
@@ -229,14 +233,18 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
         for frames in bad:
             with pytest.raises(Exception):
                 decode(frames)
-        for frames in bad:
-            pub.send_multipart(frames)
-        pub.send_multipart(frames_of(LearnerStatus(6, 3, 100, 200, boot_id="sentinel")))
+        topical = [(STATUS_TOPIC if i < on_status_topic else WEIGHTS_TOPIC, f) for i, f in enumerate(bad)]
+        # good messages under a topic that is not ours (but passes the subscription's prefix), or the other one
+        topical += [(STATUS_TOPIC + b"X", frames_of(first)), (WEIGHTS_TOPIC + b"2", wf),
+                    (WEIGHTS_TOPIC, frames_of(first)), (STATUS_TOPIC, wf)]
+        for topic, frames in topical:
+            pub.send_multipart([topic, *frames])
+        pub.send_multipart([STATUS_TOPIC, *frames_of(LearnerStatus(6, 3, 100, 200, boot_id="sentinel"))])
         deadline = time.monotonic() + 30
         while client.status.boot_id != "sentinel" and time.monotonic() < deadline:
             time.sleep(0.02)
         assert client.status.boot_id == "sentinel"
-        assert client.dropped == len(bad)
+        assert client.dropped == len(topical)
         got = client.take_weights()
         assert got is not None and got.version == 3 and client.take_weights() is None
     finally:

@@ -7,6 +7,7 @@ from robo_async.transport import (
     EpisodeStats, Heartbeat, LearnerStatus, PortInUse, TransitionBatch, TransitionReceiver,
     TransitionSender, WeightClient, WeightPublisher, Weights, WireError, decode, encode,
 )
+from robo_async.transport.stats import FIELD_TYPES, ActorStats
 
 
 def batch(n=4, seq=10):
@@ -46,7 +47,7 @@ def test_weights_roundtrip():
 @pytest.mark.parametrize("msg", [
     EpisodeStats(1, 5, -3.5, 50, True, 12),
     LearnerStatus(100, 10, 2000, 2512, False),
-    Heartbeat(2, 999, 4, {"clipped": 3, "pending": 0}),
+    Heartbeat(2, 999, 4, ActorStats(clipped=3, unacked=0)),
 ])
 def test_header_only_roundtrip(msg):
     assert roundtrip(msg) == msg
@@ -290,3 +291,63 @@ def _frames_in_chunk(frames):
     h = mp.unpackb(good[0], raw=False)
     h["arrays"] = [["actions", "frames", list(frames.shape), [len(b) for b in frames.blobs]]]
     return [mp.packb(h, use_bin_type=True), b"".join(frames.blobs)]
+
+
+# --- a heartbeat's figures (ActorStats): declared fields only, each of its type and range ---------
+VALID = {bool: True, int: 7, float: 2.5}
+WRONG = {  # per declared type: values of another type, or out of range
+    int: ["3", 1.5, None, True, -1, 1 << 63, [1]],
+    float: ["x", None, True, float("nan"), float("inf"), -0.5, 1e16, {"ms": 1}],
+    bool: [1, 0, "true", None, 1.0],
+}
+
+
+def heartbeat_with(stats: object, key: str = "stats") -> list[bytes]:
+    frames = encode(Heartbeat(0, 10, 1, ActorStats(clipped=1)))
+    h = msgpack.unpackb(bytes(frames[0]), raw=False)
+    del h["stats"]
+    h[key] = stats
+    return [msgpack.packb(h, use_bin_type=True)]
+
+
+def test_every_figure_round_trips_with_its_type():
+    full = ActorStats(**{name: VALID[t] for name, t in FIELD_TYPES.items()})
+    out = roundtrip(Heartbeat(1, 5, 2, full))
+    assert out == Heartbeat(1, 5, 2, full)
+    assert all(type(getattr(out.stats, n)) is t for n, t in FIELD_TYPES.items())
+    assert roundtrip(Heartbeat(1, 5, 2)).stats == ActorStats()  # an actor with nothing to report
+    assert decode(heartbeat_with({"late_p99_ms": 3})).stats.late_p99_ms == 3.0  # an int is a number
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_TYPES))
+def test_a_figure_of_the_wrong_type_or_range_is_refused_by_name(name):
+    for value in WRONG[FIELD_TYPES[name]]:
+        with pytest.raises(WireError, match=f"heartbeat figure '{name}' is "):
+            decode(heartbeat_with({name: value}))
+    decode(heartbeat_with({name: VALID[FIELD_TYPES[name]]}))  # the same message with a good value passes
+
+
+@pytest.mark.parametrize("stats,match", [
+    ({"unacked": None, "clipped": "x"}, "heartbeat figure 'unacked' is None"),  # killed the learner once
+    ({"pending": 0}, "unknown figure 'pending'"),
+    ({1: 2}, "not valid msgpack: int is not allowed for map key"),  # msgpack itself refuses it
+    ("x", "must be a map"),
+    ({f"k{i}": 0 for i in range(len(FIELD_TYPES) + 1)}, "must be a map of at most"),
+])
+def test_a_malformed_stats_map_is_refused(stats, match):
+    with pytest.raises(WireError, match=match):
+        decode(heartbeat_with(stats))
+
+
+def test_the_untyped_meta_map_of_older_actors_is_refused():
+    with pytest.raises(WireError, match=r"heartbeat header has unknown keys \['meta'\]"):
+        decode(heartbeat_with({"clipped": 1}, key="meta"))
+
+
+def test_numpy_figures_become_plain_values_and_parts_merge_later_ones_winning():
+    s = ActorStats(clipped=np.int64(2), late_p99_ms=np.float32(1.5), operator=np.bool_(True), infer_p50_ms=3)
+    assert (type(s.clipped), type(s.late_p99_ms), type(s.operator), type(s.infer_p50_ms)) == (int, float, bool, float)
+    merged = ActorStats.merge(s, ActorStats(clipped=5, unacked=9), ActorStats())
+    assert merged.figures() == {"clipped": 5, "late_p99_ms": 1.5, "operator": True, "infer_p50_ms": 3.0, "unacked": 9}
+    with pytest.raises(TypeError):
+        ActorStats(pending=1)  # type: ignore[call-arg]
