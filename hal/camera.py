@@ -10,10 +10,14 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hal.spec import CameraSpec
+
+if TYPE_CHECKING:
+    import cv2
 
 
 class CameraError(RuntimeError):
@@ -47,7 +51,7 @@ class OpenCVCamera(Camera):
     def __init__(self, index_or_path: int | str, spec: CameraSpec) -> None:
         self._source = index_or_path
         self._spec = spec
-        self._cap = None
+        self._cap: cv2.VideoCapture | None = None
 
     @property
     def spec(self) -> CameraSpec:

@@ -109,8 +109,8 @@ def load_inventory(path: str | Path) -> list[Resource]:
     path = Path(path)
     try:
         entries = yaml.safe_load(path.read_text()) or []
-    except (OSError, yaml.YAMLError) as e:
-        raise InventoryError(f"inventory {path} cannot be read: {str(e).splitlines()[0]}") from None
+    except (OSError, yaml.YAMLError) as err:
+        raise InventoryError(f"inventory {path} cannot be read: {str(err).splitlines()[0]}") from None
     if not isinstance(entries, list):
         raise InventoryError(f"inventory {path} must be a list of entries, got {type(entries).__name__}")
     out = []

@@ -15,10 +15,14 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import cv2
 import msgpack
 import numpy as np
+
+if TYPE_CHECKING:
+    from robo_async.transport.wire import Frames
 
 STORE_SCHEMA = 2  # bump when the on-disk layout changes; older stores are refused with a message
 CODECS = ("qoi", "png", "jpeg")
@@ -124,6 +128,7 @@ def decode_image(blob: bytes, column: Column) -> np.ndarray:
     if blob[:1] == b"Q":
         import qoi
 
+        img: np.ndarray | None
         try:
             img = qoi.decode(blob[5:])
         except Exception:  # noqa: BLE001 - the qoi binding raises plain errors
@@ -159,16 +164,16 @@ def decode_frames(frames, column: Column) -> np.ndarray:
     return out
 
 
-def decode_batch_frames(arrays: dict, names: list[str]) -> dict[str, np.ndarray]:
+def decode_batch_frames(arrays: Mapping[str, np.ndarray | Frames], names: list[str]) -> dict[str, np.ndarray]:
     """The `Frames` columns `names` of one batch decoded, uint8 [n, H, W, C] each (a next_obs
     column equal to its obs column shifted by one decodes only its last image); raises
     CorruptRecord naming the column and image."""
     out: dict[str, np.ndarray] = {}
     for name in sorted(names, key=lambda k: not k.startswith("obs/")):  # obs first
-        f = arrays[name]
+        f = cast("Frames", arrays[name])
         column = Column(name, "uint8", tuple(f.shape[1:]))
         twin = out.get("obs/" + name.removeprefix("next_obs/")) if name.startswith("next_obs/") else None
-        tf = arrays.get("obs/" + name.removeprefix("next_obs/")) if twin is not None else None
+        tf = cast("Frames | None", arrays.get("obs/" + name.removeprefix("next_obs/")) if twin is not None else None)
         try:
             if twin is not None and tf is not None and f.blobs[:-1] == tf.blobs[1:]:
                 out[name] = np.concatenate([twin[1:], decode_frames(f[-1:], column)])

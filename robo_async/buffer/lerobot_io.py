@@ -45,7 +45,7 @@ def _lerobot_name(col: Column) -> str:
 
 
 def lerobot_features(schema: Schema, videos: bool = False) -> dict[str, dict]:
-    feats = {}
+    feats: dict[str, dict] = {}
     for c in schema.columns:
         if c.name.startswith("next_obs/") and c.is_image:
             continue  # the next frame's image
@@ -77,7 +77,7 @@ def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Sc
     def flush(actor: int) -> None:
         nonlocal episodes, frames
         for row in open_eps.pop(actor, []):
-            frame = {"task": task}
+            frame: dict[str, object] = {"task": task}
             for c in schema.columns:
                 if c.name.startswith("next_obs/") and c.is_image:
                     continue
@@ -98,9 +98,10 @@ def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Sc
     return episodes, frames
 
 
-def read_lerobot(root: Path, schema: Schema | None = None) -> Iterator[dict[str, np.ndarray]]:
+def read_lerobot(root: Path, schema: Schema | None = None) -> Iterator[dict[str, np.ndarray | np.generic]]:
     """Transitions (one dict per frame, our column names) from a LeRobotDataset at `root`,
-    shaped to `schema` when given (missing columns raise ValueError naming them)."""
+    shaped to `schema` when given (missing columns raise ValueError naming them); without a
+    schema, scalar columns are numpy scalars."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     ds = LeRobotDataset("local/import", root=root, video_backend="pyav")
@@ -139,12 +140,14 @@ def read_lerobot(root: Path, schema: Schema | None = None) -> Iterator[dict[str,
     nxt_row = frame(0) if n else None
     for i in range(n):
         cur = nxt_row
+        assert cur is not None  # (row i was read as the next row of i - 1)
         nxt = frame(i + 1) if i + 1 < n else None
         nxt_row = nxt
         last = nxt is None or int(nxt["episode_index"]) != int(cur["episode_index"])
         if last:
             nxt = cur
-        row = {}
+        assert nxt is not None
+        row: dict[str, np.ndarray | np.generic] = {}
         for k, lr in ours.items():
             row[k] = _np(cur[lr], feats[lr])
             nk = "next." + lr

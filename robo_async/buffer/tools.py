@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -61,9 +61,11 @@ def inspect(path: Path) -> str:
         store.close()
 
 
-def _batches(rows: Iterator[tuple[int, dict[str, np.ndarray]]], size: int = 256) -> Iterator[TransitionBatch]:
-    """Group (actor_id, row) into contiguous per-actor batches numbered 0, 1, 2, ... per actor."""
-    pending: dict[int, list[dict]] = {}
+def _batches(rows: Iterator[tuple[int, Mapping[str, np.ndarray | np.generic]]], size: int = 256
+             ) -> Iterator[TransitionBatch]:
+    """Group (actor_id, row) into contiguous per-actor batches numbered 0, 1, 2, ... per actor
+    (each column stacked: a row's numpy scalars become a 1-d column)."""
+    pending: dict[int, list[Mapping[str, np.ndarray | np.generic]]] = {}
     seqs: dict[int, int] = {}
 
     def emit(actor: int) -> TransitionBatch:
@@ -88,6 +90,7 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
 
     source = store_path(Path(source))
     tag = IMPORT_ACTOR_BASE + (zlib.crc32(str(source.resolve()).encode()) % (1 << 16)) * (1 << 8)
+    rows: Iterator[tuple[int, Mapping[str, np.ndarray | np.generic]]]
     if is_store(source):
         src = PersistentReplayStore(source).open(readonly=True)
         rows = ((tag + a % 256, row) for t in TABLES for _, a, _, row in src.records(t))
