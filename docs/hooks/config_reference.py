@@ -164,7 +164,7 @@ def config_reference() -> str:
         out += [f"Choose with `{group}=<name>`: {', '.join(f'`{c}`' for c in sorted(choices))}.", ""]
         for choice in sorted(choices):
             cls = choices[choice]
-            out += [f"### {group}={choice}", "", f"`{cls.__module__}.{cls.__qualname__}`", ""]
+            out += [f"### {group}={choice}", "", _defined_by(cls), ""]
             out += table(rows(cls, f"{group}.", skip={"name"}))
             out.append("")
         if group == "task" and not native:
@@ -180,11 +180,25 @@ def config_reference() -> str:
     return "\n".join(out)
 
 
+def _defined_by(cls: type) -> str:
+    """Where a choice's keys are written: the class, or, for a class the schema composes from
+    others (no source of its own), those classes."""
+    try:
+        inspect.getsource(cls)
+        parts = [cls]
+    except (OSError, TypeError):
+        parts = [b for b in cls.__mro__[1:] if is_dataclass(b) and {f.name for f in fields(b)} - {"name"}
+                 and not any(issubclass(o, b) for o in cls.__mro__[1:] if o is not b and is_dataclass(o))]
+        parts = parts or [cls]
+    return "Defined by " + ", ".join(f"`{c.__module__}.{c.__qualname__}`" for c in parts) + "."
+
+
 Row = tuple[str, str, str, str]
 
 
-def rows(cls: type, prefix: str, skip: set[str] = frozenset()) -> list[Row]:  # type: ignore[assignment]
-    """One row per key of dataclass `cls`; nested dataclasses become dotted keys."""
+def rows(cls: type, prefix: str, skip: set[str] = frozenset(), instance: object = None) -> list[Row]:  # type: ignore[assignment]
+    """One row per key of dataclass `cls`; nested dataclasses become dotted keys. `instance`: the
+    default object of a nested field (its values are the defaults, e.g. a policy's own `bc`)."""
     hints = _hints(cls)
     meanings = field_comments(cls)
     out: list[Row] = []
@@ -192,11 +206,11 @@ def rows(cls: type, prefix: str, skip: set[str] = frozenset()) -> list[Row]:  # 
         if f.name in skip or f.name.startswith("_"):
             continue
         hint = hints.get(f.name, f.type)
-        default = _default(f)
-        nested = hint if isinstance(hint, type) and is_dataclass(hint) else (
-            type(default) if is_dataclass(default) and not isinstance(default, type) else None)
+        default = getattr(instance, f.name) if instance is not None else _default(f)
+        is_instance = is_dataclass(default) and not isinstance(default, type)
+        nested = hint if isinstance(hint, type) and is_dataclass(hint) else (type(default) if is_instance else None)
         if nested is not None:
-            out += rows(nested, f"{prefix}{f.name}.")
+            out += rows(nested, f"{prefix}{f.name}.", instance=default if is_instance else None)
             continue
         meaning = f.metadata.get("help") or meanings.get(f.name, "")
         out.append((prefix + f.name, type_name(f.type), "required" if default is MISSING else value(default), meaning))
