@@ -69,8 +69,15 @@ def wire_kinds() -> str:
     figures, from the code in `robo_async/transport/`."""
     t = _transport_attrs()
     out = [f"Wire schema `{t['SCHEMA']}`. Array dtypes: {', '.join(f'`{d}`' for d in sorted(t['DTYPES']))}.", ""]
+    messages = sorted({v for v in t.values() if isinstance(v, type) and is_dataclass(v)
+                       and isinstance(getattr(v, "kind", None), str)}, key=_source_line)
+    for cls in messages:
+        out += [f"### `{cls.kind}`", "", f"`{cls.__module__}.{cls.__qualname__}`" + (
+            f": {' '.join(cls.__doc__.split())}" if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else ""), ""]
+        out += table(rows(cls, ""), "field")
+        out.append("")
     kinds = t.get("_KIND_FIELDS")
-    if kinds:
+    if kinds and not messages:
         common = ", ".join(f"`{k}`" for k in sorted(t.get("_HEADER", ())))
         out += [f"Every header has {common}; each kind adds its own fields, and no others:", "",
                 "| kind | header fields |", "|---|---|"]
@@ -87,14 +94,21 @@ def wire_kinds() -> str:
         out += ["Limits:", "", "| name | value |", "|---|---|"]
         out += [f"| `{n}` | {_cell(value(v))} |" for n, v in limits]
         out.append("")
-    try:
-        from robo_async.transport.stats import ActorStats
-    except ImportError:
-        return "\n".join(out)
-    out += ["Heartbeat figures (`robo_async.transport.stats.ActorStats`; each optional, absent when the actor "
-            "has no such part):", ""]
-    out += table(rows(ActorStats, ""))
+    if not any(f.name == "stats" for m in messages for f in fields(m)):
+        try:
+            from robo_async.transport.stats import ActorStats
+        except ImportError:
+            return "\n".join(out)
+        out += ["Heartbeat figures (`robo_async.transport.stats.ActorStats`):", ""]
+        out += table(rows(ActorStats, ""), "field")
     return "\n".join(out)
+
+
+def _source_line(cls: type) -> tuple[str, int]:
+    try:
+        return cls.__module__, inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return cls.__module__, 0
 
 
 def store_format() -> str:
@@ -153,7 +167,8 @@ def config_reference() -> str:
 
     groups, native = group_schemas()
     out = ["## Run keys", "",
-           "`configs/train.yaml`, checked against `robo_async.launch.schema.TrainSchema`.", ""]
+           f"`configs/train.yaml`, checked against `{schema.TrainSchema.__module__}.{schema.TrainSchema.__qualname__}`.",
+           ""]
     out += table(rows(schema.TrainSchema, "", skip=set(GROUPS) | set(groups)))
     for group in (*GROUPS, *sorted(set(groups) - set(GROUPS))):
         out += ["", f"## {group}", ""]
@@ -217,8 +232,8 @@ def rows(cls: type, prefix: str, skip: set[str] = frozenset(), instance: object 
     return out
 
 
-def table(rs: list[Row]) -> list[str]:
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+def table(rs: list[Row], first: str = "key") -> list[str]:
+    lines = [f"| {first} | type | default | meaning |", "|---|---|---|---|"]
     for key, typ, default, meaning in rs:
         lines.append(f"| `{key}` | {_code(typ)} | {_code(default)} | {_cell(meaning)} |")
     return lines
