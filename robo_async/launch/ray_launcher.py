@@ -2,7 +2,8 @@
 actor as a Ray task placed on the node whose resources include its robot. The data plane stays
 ZMQ; Ray only places and supervises processes: a learner that dies or stops reporting is
 restarted on the same node and addresses from its checkpoint and the store, crashed actor tasks
-are resubmitted, both within the restart budget of supervisor.py.
+are started again, hung real-time actors are killed and restarted: the one loop of
+supervisor.py, over the Ray runner below.
 
 Robots are Ray custom resources named by their resource id: start a robot machine with
 `ray start --address=HEAD --resources='{"robot:so101_follower/left": 1}'` (`robo-async resources
@@ -14,17 +15,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
 
+from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs, TrainPlan
-from robo_async.launch.local import RunFailed, RunResult
 from robo_async.launch.progress import ProgressDisplay
+from robo_async.launch.runner import Exit, Ready, RunFailed, RunResult
+from robo_async.launch.supervisor import Supervisor
 from robo_async.learner.learner import LearnerConfig
 
 if TYPE_CHECKING:
-    from robo_async.launch.supervisor import EventLog, LauncherConfig, ResourcesConfig, RestartPolicy
+    from robo_async.launch.supervisor import ResourcesConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,7 @@ class RayLearner:
         self._progress: dict[str, float] = {}
         self._actors: dict[int, dict[str, float]] = {}
         self._heard = time.monotonic()
+        self._reports = 0  # counts reports: the supervisor takes each one once
 
     def open(self) -> tuple[tuple[str, str], tuple[str, str], str, int]:
         """(addresses for actors, addresses bound, node id, pid): a restart binds the same ones there."""
@@ -63,65 +68,239 @@ class RayLearner:
             self._progress = p
             self._actors = self.learner.actor_rows()  # taken on the loop's thread: a consistent copy
             self._heard = time.monotonic()
+            self._reports += 1
 
         return learner_loop(self.learner, self._stop.is_set, report)
 
-    def progress(self) -> tuple[dict[str, float], float, dict[int, dict[str, float]]]:
-        """The newest progress, its age in seconds (the loop's heartbeat), and the per-actor rows."""
-        return self._progress, time.monotonic() - self._heard, self._actors
+    def progress(self) -> tuple[int, dict[str, float], float, dict[int, dict[str, float]]]:
+        """The newest report's number, its progress, its age in seconds, and the per-actor rows."""
+        return self._reports, self._progress, time.monotonic() - self._heard, self._actors
 
     def stop(self) -> None:
         self._stop.set()
 
 
-def ray_actor_task(task: TaskArgs, policy: PolicyArgs, cfg, resource_id: str, lease_opts: "ResourcesConfig",
-                   job: str) -> tuple[bool, str]:
-    """One actor on whatever node Ray placed it: lease its robot there, run until the learner stops.
-    Returns (clean, message): clean when it ended because the learner is stopping."""
-    import torch
+class RayActorWorker:
+    """One actor in a Ray actor process of its own (so it has a pid to report and to kill)."""
 
-    from hal.leases import LeaseManager
-    from hal.robot import RobotError
-    from robo_async.launch.wiring import run_actor
+    def pid(self) -> int:
+        return os.getpid()
 
-    torch.set_num_threads(1)
-    lease = LeaseManager(lease_opts.lease_dir).acquire(resource_id, job, lease_opts.wait_s)
-    try:
-        actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
-        return True, f"done: {actor.env_steps} env steps"
-    except RobotError as e:
-        return False, f"robot lost: {e}"
-    finally:
-        lease.release()
+    def run(self, task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, resource_id: str,
+            lease_opts: "ResourcesConfig", job: str) -> tuple[bool, str]:
+        """Lease its robot (or a sim slot) on this node, run until the learner stops. Returns (clean,
+        message): clean when it ended because the learner is stopping, else its robot was lost."""
+        import torch
+
+        from hal.leases import LeaseManager
+        from hal.robot import RobotError
+        from robo_async.launch.wiring import run_actor
+
+        torch.set_num_threads(1)
+        lease = LeaseManager(lease_opts.lease_dir).acquire(resource_id, job, lease_opts.wait_s)
+        try:
+            actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
+            return True, f"done: {actor.env_steps} env steps"
+        except RobotError as e:
+            return False, f"robot lost: {e}"
+        finally:
+            lease.release()
 
 
-def _start_learner(cfg: LearnerConfig, opts: "LauncherConfig", gpus: int, node: str | None, timeout_s: float):
-    """A RayLearner opened (bound) on `node` (None: anywhere); returns (handle, open()'s answer)."""
+def _last_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[-1] if text else type(e).__name__
+
+
+def _ready(ref) -> bool:  # noqa: ANN001 - a Ray ObjectRef
     import ray
 
-    extra = {}
-    if node is not None:  # a restart: the same node, so the actors' addresses stay right
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    return bool(ray.wait([ref], timeout=0)[0])
 
-        extra["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-    learner = ray.remote(RayLearner).options(num_cpus=opts.learner_num_cpus, num_gpus=gpus,
-                                             max_concurrency=2, max_restarts=0, **extra).remote(cfg)
-    try:
-        return learner, ray.get(learner.open.remote(), timeout=timeout_s)
-    except Exception as e:
-        ray.kill(learner)
-        raise RunFailed(f"the learner failed to start on Ray: {str(e).splitlines()[-1] if str(e) else e!r}") from None
+
+class _RayLearnerProc:
+    """One incarnation of the learner: a RayLearner opened, then running; its progress asked for
+    without blocking (an unanswered question is a silent learner, judged by the supervisor)."""
+
+    def __init__(self, runner: "RayRunner", cfg: LearnerConfig) -> None:
+        import ray
+
+        self.runner = runner
+        extra = {}
+        if runner.node is not None:  # a restart: the same node, so the actors' addresses stay right
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            extra["scheduling_strategy"] = NodeAffinitySchedulingStrategy(runner.node, soft=False)
+        self.handle = ray.remote(RayLearner).options(num_cpus=runner.opts.learner_num_cpus, num_gpus=runner.gpus,
+                                                     max_concurrency=2, max_restarts=0, **extra).remote(cfg)
+        self.open_ref = self.handle.open.remote()
+        self.run_ref = None
+        self.asked = None  # a progress() call not yet answered
+        self.seen = 0  # the newest report number taken
+        self._pid: int | None = None
+        self._exit: Exit | None = None
+        self._why = ""
+
+    def pid(self) -> int | None:
+        return self._pid
+
+    def _fail(self, e: BaseException, prefix: str = "") -> None:
+        import ray
+
+        self._exit, self._why = Exit.FAILED, prefix + _last_line(e)
+        ray.kill(self.handle)
+
+    def poll(self) -> list[tuple[str, object]]:
+        import ray
+
+        out: list[tuple[str, object]] = []
+        if self._exit is not None:
+            return out
+        if self.run_ref is None:
+            if _ready(self.open_ref):
+                try:
+                    addresses, bound, node, self._pid = ray.get(self.open_ref)
+                except Exception as e:  # noqa: BLE001 - it could not bind, load or start
+                    self._fail(e, "on Ray: ")
+                    return out
+                self.runner.node = self.runner.node or node
+                out.append(("ready", Ready(tuple(addresses), tuple(bound))))
+                self.run_ref = self.handle.run.remote()
+            return out
+        if _ready(self.run_ref):
+            try:
+                out.append(("done", ray.get(self.run_ref)))
+                self._exit = Exit.CLEAN
+                ray.kill(self.handle)
+            except Exception as e:  # noqa: BLE001 - its process died or its loop raised
+                self._fail(e)
+            return out
+        if self.asked is not None and _ready(self.asked):
+            try:
+                n, progress, age, rows = ray.get(self.asked)
+            except Exception as e:  # noqa: BLE001 - its process died
+                self._fail(e)
+                return out
+            self.asked = None
+            if n != self.seen and progress:  # a new report: heard ages as of now
+                self.seen = n
+                out += [("progress", progress),
+                        ("actors", {a: {**row, "heard_s": row["heard_s"] + age} for a, row in rows.items()})]
+        if self.asked is None:
+            self.asked = self.handle.progress.remote()
+        return out
+
+    def exit(self) -> Exit | None:
+        return self._exit
+
+    def why(self) -> str:
+        return self._why
+
+    def kill(self) -> None:
+        import ray
+
+        ray.kill(self.handle)
+
+    def terminate(self) -> None:
+        self.kill()
+
+
+class _RayActorProc:
+    def __init__(self, handle, run_args: tuple) -> None:  # noqa: ANN001 - a Ray actor handle
+        self.handle = handle
+        self.pid_ref = handle.pid.remote()  # first: calls run in order, and run() runs for the whole job
+        self.run_ref = handle.run.remote(*run_args)
+        self._pid: int | None = None
+        self._exit: Exit | None = None
+        self._why = ""
+
+    def pid(self) -> int | None:
+        import ray
+
+        if self._pid is None and _ready(self.pid_ref):
+            try:
+                self._pid = ray.get(self.pid_ref)
+            except Exception:  # noqa: BLE001 - it died before saying; its exit says why
+                pass
+        return self._pid
+
+    def poll(self) -> list[tuple[str, object]]:
+        return []
+
+    def exit(self) -> Exit | None:
+        import ray
+
+        if self._exit is None and _ready(self.run_ref):
+            try:
+                clean, self._why = ray.get(self.run_ref)
+                self._exit = Exit.CLEAN if clean else Exit.ROBOT_LOST
+            except Exception as e:  # noqa: BLE001 - it crashed, or its process died
+                self._exit, self._why = Exit.FAILED, _last_line(e)
+            ray.kill(self.handle)  # an ended Ray actor still holds its process and CPUs
+        return self._exit
+
+    def why(self) -> str:
+        return self._why
+
+    def kill(self) -> None:
+        import ray
+
+        ray.kill(self.handle)
+
+    def terminate(self) -> None:
+        self.kill()
+
+
+class RayRunner:
+    name = "ray"
+    kills = True
+    restarts_learner = True
+
+    def __init__(self, plan: TrainPlan) -> None:
+        import ray
+
+        self.plan, self.opts = plan, plan.launcher
+        self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        self.node: str | None = None  # where the first learner ran: restarts go there
+        self.learner: _RayLearnerProc | None = None
+        self.actors: list[_RayActorProc] = []
+
+    def start_learner(self, cfg: LearnerConfig) -> _RayLearnerProc:
+        self.learner = _RayLearnerProc(self, cfg)
+        return self.learner
+
+    def start_actor(self, cfg: ActorConfig) -> _RayActorProc:
+        import ray
+
+        t = self.plan.task_of(cfg.actor_id)
+        rid = t.resource_id(cfg.actor_id)
+        resources = {rid: 1} if t.robot is not None else {}
+        handle = ray.remote(RayActorWorker).options(num_cpus=self.opts.actor_num_cpus, resources=resources,
+                                                    max_restarts=0).remote()
+        proc = _RayActorProc(handle, (t, self.plan.policy, cfg, rid, self.plan.resources, self.plan.run_dir.name))
+        self.actors.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        if self.learner is not None and self.learner.exit() is None:
+            self.learner.handle.stop.remote()
+
+    def close(self) -> None:
+        import ray
+
+        for p in [*self.actors, *([self.learner] if self.learner else [])]:
+            try:
+                ray.kill(p.handle)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     import ray
 
     from hal.leases import LeaseHeld
-    from robo_async.launch.supervisor import EventLog
 
     opts = plan.launcher
-    policy = opts.supervise
-    events = EventLog(plan.run_dir)
     robot_ids = {plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors
                  if plan.task_of(c.actor_id).robot is not None}
     started = False
@@ -154,7 +333,7 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         except LeaseHeld as e:
             raise RunFailed(str(e)) from None
         try:
-            return _run_on_ray(plan, display, opts, policy, events)
+            return Supervisor(plan, RayRunner(plan), display).run()
         finally:
             fleet.__exit__(None, None, None)
             if fleet.resources:
@@ -164,130 +343,3 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     finally:
         if started:
             ray.shutdown()
-
-
-def _run_on_ray(plan: TrainPlan, display: ProgressDisplay, opts: "LauncherConfig", policy: "RestartPolicy",
-                events: "EventLog") -> RunResult:
-    import ray
-
-    from robo_async.launch.local import _restart_config, start_dashboard
-    from robo_async.launch.supervisor import RestartBudget
-    from robo_async.launch.wiring import with_addresses
-
-    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    learner, ((data, weights), bound, node, pid) = _start_learner(plan.learner, opts, gpus, None,
-                                                                  plan.start_timeout_s)
-    pids = plan.run_dir / "processes.json"
-    pids.write_text(json.dumps({"learner": pid}))
-    learner_budget = RestartBudget("the learner", policy)
-    run_ref = learner.run.remote()
-    task_fn = ray.remote(max_retries=0)(ray_actor_task)  # restarts are ours: budgeted, logged
-    refs = {}
-    budgets = {c.actor_id: RestartBudget(f"actor {c.actor_id}", policy) for c in plan.actors}
-
-    def submit(cfg) -> None:
-        t = plan.task_of(cfg.actor_id)
-        rid = t.resource_id(cfg.actor_id)
-        resources = {rid: 1} if t.robot is not None else {}
-        refs[task_fn.options(num_cpus=opts.actor_num_cpus, resources=resources).remote(
-            t, plan.policy, with_addresses(cfg, data, weights), rid, plan.resources, plan.run_dir.name)] = cfg
-
-    for cfg in plan.actors:
-        submit(cfg)
-    resource_of = {c.actor_id: plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors}
-    dash = start_dashboard(plan, display)  # served here, by the driver, on loopback
-    progress: dict[str, float] = {}
-    interrupted = False
-    all_done_at: float | None = None  # when the last actor ended cleanly (the learner is stopping)
-    stopping = False  # an actor ended cleanly: the learner said it is stopping
-    done = None
-
-    def restarts() -> dict[str, float]:
-        return {"supervisor/learner_restarts": learner_budget.total,
-                "supervisor/actor_restarts": sum(b.total for b in budgets.values())}
-
-    try:
-        while done is None:
-            why = None
-            if ray.wait([run_ref], timeout=0.5)[0]:
-                try:
-                    done = ray.get(run_ref)
-                    break
-                except Exception as e:  # the learner's process died or its loop raised
-                    why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            else:
-                try:
-                    got, age, rows = ray.get(learner.progress.remote(), timeout=policy.liveness_s)
-                    if age > policy.liveness_s:
-                        why = f"no report for {age:.0f} s (launcher.supervise.liveness_s)"
-                    elif got:
-                        progress = {**got, **restarts()}
-                        display.update(progress)
-                        if dash is not None:
-                            dash.update(progress=progress, actors={
-                                a: {**row, "resource": resource_of.get(a, "-")} for a, row in rows.items()})
-                except ray.exceptions.GetTimeoutError:
-                    why = f"no answer for {policy.liveness_s:.0f} s (launcher.supervise.liveness_s)"
-                except ray.exceptions.RayActorError as e:
-                    why = str(e).strip().splitlines()[-1]
-            if why is not None:  # restart the learner where it ran, on the same addresses
-                ray.kill(learner)
-                events.write("failed", "learner", why=why)
-                delay = learner_budget.claim(why)
-                display.message(f"[red]the learner failed: {why}; restarting it in {delay:.0f} s from its last "
-                                f"checkpoint and the store (restart {learner_budget.total})[/]")
-                time.sleep(delay)
-                cfg = _restart_config(plan.learner, bound, learner_budget.total)
-                learner, (_, _, _, pid) = _start_learner(cfg, opts, gpus, node, plan.start_timeout_s)
-                run_ref = learner.run.remote()
-                pids.write_text(json.dumps({"learner": pid}))
-                events.write("ready", "learner", pid=pid, restart=learner_budget.total)
-                display.message("[green]the learner is back[/]")
-            if all_done_at is not None and time.monotonic() - all_done_at > plan.shutdown_timeout_s:
-                learner.stop.remote()  # every actor ended and the learner has not: stop it
-                all_done_at = float("inf")
-            finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-            for ref in finished:
-                cfg = refs.pop(ref)
-                who = f"actor {cfg.actor_id}"
-                try:
-                    clean, msg = ray.get(ref)
-                except Exception as e:  # it crashed (or its worker died): restart it, within budget
-                    msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-                    events.write("failed", who, why=msg)
-                    if stopping:
-                        continue
-                    try:
-                        delay = budgets[cfg.actor_id].claim(msg)
-                    except RunFailed:
-                        learner.stop.remote()
-                        raise
-                    display.message(f"[red]{who} failed on Ray: {msg}; restarting it in {delay:.0f} s[/]")
-                    time.sleep(delay)
-                    submit(cfg)
-                    events.write("restarted", who, restart=budgets[cfg.actor_id].total)
-                    continue
-                if clean or (stopping and not refs):  # the learner is stopping: its result follows
-                    stopping = True
-                    if not refs and all_done_at is None:
-                        all_done_at = time.monotonic()
-                    continue
-                events.write("failed", who, why=msg)
-                display.message(f"[red]{who}: {msg}; continuing with {len(refs)} actor(s)[/]")
-                if not refs:
-                    learner.stop.remote()
-                    raise RunFailed(f"{who}: {msg}; no robots left, stopping the run")
-    except KeyboardInterrupt:
-        interrupted = True
-        learner.stop.remote()
-    finally:
-        if dash is not None:
-            dash.update(run={"name": plan.run_dir.name, "status": "ended"})
-            dash.close()
-    if done is None:
-        done = ray.get(run_ref, timeout=plan.shutdown_timeout_s + 60)
-    if refs:  # actors end when the learner says it is stopping
-        _, late = ray.wait(list(refs), num_returns=len(refs), timeout=plan.shutdown_timeout_s)
-        for ref in late:
-            ray.cancel(ref, force=True)
-    return RunResult(done.pop("reason"), done.pop("checkpoint"), {**done, **restarts()}, interrupted)

@@ -160,35 +160,86 @@ def wait_for(pred, timeout=120, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_learner_killed_comes_back_by_itself_while_a_real_time_actor_keeps_running(tmp_path):
+# The fault tests, shared by the local and the Ray runner (one supervisor, two back ends). Each
+# makes its fault happen on a running job and waits for the supervisor's answer; the local runner
+# runs each in a job of its own, the Ray runner all three in one job (a Ray start is the slow part).
+# Outages are made longer than the actor's learner_silent_s by the restart backoff, never by luck.
+HEAL = ["task.realtime=true", "actor.learner_silent_s=1", "launcher.supervise.backoff_s=3",
+        "learner.checkpoint_every_s=2"]  # the learner is away >= 3 s (its backoff) > learner_silent_s
+RAY = ["launcher=ray", "launcher.num_cpus=2"]
+
+
+def pids_of(run_dir):
+    return json.loads((run_dir / "processes.json").read_text())
+
+
+def learner_killed_comes_back(run_dir, local):
+    """kill -9 the learner: a new learner process, started by the supervisor after its backoff,
+    reports again from its checkpoint; the real-time actor kept running (and counted the outage)."""
     from robo_async.launch.supervisor import read_events
 
-    run_dir = tmp_path / "heal"
-    proc, pids = start_training(run_dir, "task.realtime=true", "launcher.supervise.backoff_s=0.5",
-                                "learner.checkpoint_every_s=2")
     wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
-    wait_for_env_steps(run_dir, 200)
-    os.kill(pids["learner"], signal.SIGKILL)
-    # a new learner process, started by the launcher, reports again (its metrics continue)
-    events = wait_for(lambda: [e for e in read_events(run_dir) if e["event"] == "ready"], what="the learner back")
-    new_pid = json.loads((run_dir / "processes.json").read_text())["learner"]
-    assert new_pid != pids["learner"] and events[0]["pid"] == new_pid
+    before = pids_of(run_dir)
+    seen = len(read_events(run_dir))
+    os.kill(before["learner"], signal.SIGKILL)
+    ready = wait_for(lambda: [e for e in read_events(run_dir)[seen:] if e["event"] == "ready"],
+                     what="the learner back")
+    events = read_events(run_dir)[seen:]
+    assert [(e["event"], e["who"]) for e in events[:3]] == [("failed", "learner"), ("restarted", "learner"),
+                                                             ("ready", "learner")], events
+    assert events[0]["pid"] == before["learner"]
+    if local:
+        assert "SIGKILL" in events[0]["why"], events[0]
+    new_pid = pids_of(run_dir)["learner"]
+    assert new_pid != before["learner"] and ready[0]["pid"] == new_pid
     steps_back = read_metrics(run_dir)[-1]["time/env_steps"]
     wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps_back + 100, what="training to go on")
+    # the actor ran its robot through the outage, which lasted longer than its learner_silent_s
     wait_for(lambda: read_metrics(run_dir)[-1].get("actors/ticks_learner_away", 0) > 0,
              what="the actor's report of ticks run while the learner was away")
+    assert pids_of(run_dir)["actor 0"] == before["actor 0"]  # the actor was never restarted
+    assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] >= 1
+    return steps_back
+
+
+def actor_killed_comes_back(run_dir, sig):
+    """kill -9 (or SIGSTOP: hung) actor 0: the supervisor starts a new one, which numbers on from
+    its journal and feeds the learner. Returns (the old pid, env steps when the new one was up)."""
+    from robo_async.launch.supervisor import read_events
+
+    wait_for_env_steps(run_dir, 100)
+    old = pids_of(run_dir)["actor 0"]
+    seen = len(read_events(run_dir))
+    os.kill(old, sig)
+    wait_for(lambda: pids_of(run_dir)["actor 0"] != old, timeout=120, what="a new actor process")
+    steps = read_metrics(run_dir)[-1]["time/env_steps"]
+    wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps + 100, what="the new actor's data")
+    events = [e for e in read_events(run_dir)[seen:] if e["who"] == "actor 0"]
+    assert [e["event"] for e in events] == ["failed", "restarted"], events
+    assert events[0]["pid"] == old  # (a Ray actor's new pid is known once it runs: processes.json has it)
+    if sig == signal.SIGSTOP:
+        assert events[0]["why"].startswith("hung: no heartbeat for "), events
+    assert all(e["who"] == "actor 0" for e in read_events(run_dir)[seen:]), "the learner was blamed"
+    return old, steps
+
+
+def interrupt(proc):
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err  # interrupted (after its final checkpoint)
-    failed = [e for e in read_events(run_dir) if e["event"] == "failed"]
-    assert [(e["who"], e["pid"]) for e in failed] == [("learner", pids["learner"])]
-    assert "SIGKILL" in failed[0]["why"]
-    assert "the learner is back" in out + err
-    rows = read_metrics(run_dir)
-    assert rows[-1]["supervisor/learner_restarts"] == 1
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]  # interrupted (after its final checkpoint)
+    return out + err
+
+
+def test_learner_killed_comes_back_by_itself_while_a_real_time_actor_keeps_running(tmp_path):
+    run_dir = tmp_path / "heal"
+    proc, _ = start_training(run_dir, *HEAL)
+    wait_for_env_steps(run_dir, 200)
+    steps_back = learner_killed_comes_back(run_dir, local=True)
+    text = interrupt(proc)
+    assert "the learner is back" in text
+    assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] == 1
     # the actor never stopped: its seq numbering ran on, every transition stored exactly once
     assert assert_contiguous(run_dir, 0) > steps_back + 100
-    assert json.loads((run_dir / "processes.json").read_text())["actor 0"] == pids["actor 0"]
 
 
 def test_learner_restore_loads_exact_weights(trained):
@@ -282,49 +333,48 @@ def test_port_in_use_fails_fast_with_message(tmp_path):
 
 
 def test_a_crashed_actor_is_restarted_and_resends_what_it_journaled(tmp_path):
-    from robo_async.launch.supervisor import read_events
-
     run_dir = tmp_path / "crash"
-    proc, pids = start_training(run_dir, "launcher.supervise.backoff_s=0.2")
-    actor_pid = pids["actor 0"]
-    wait_for_env_steps(run_dir, 100)
-    os.kill(actor_pid, signal.SIGKILL)
-    wait_for(lambda: json.loads((run_dir / "processes.json").read_text())["actor 0"] != actor_pid,
-             what="a new actor process")
-    steps = read_metrics(run_dir)[-1]["time/env_steps"]
-    wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps + 200, what="the new actor's data")
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err  # interrupted (after its final checkpoint)
-    assert f"actor 0 (pid {actor_pid}) died: exit code -9 (SIGKILL); restarting it" in out + err
-    assert [e["event"] for e in read_events(run_dir) if e["who"] == "actor 0"] == ["failed", "restarted"]
+    proc, _ = start_training(run_dir, "launcher.supervise.backoff_s=0.2")
+    actor_pid, steps = actor_killed_comes_back(run_dir, signal.SIGKILL)
+    text = interrupt(proc)
+    assert f"actor 0 (pid {actor_pid}) died: exit code -9 (SIGKILL); restarting it" in text
     assert read_metrics(run_dir)[-1]["time/env_steps"] > steps
-    assert assert_contiguous(run_dir, 0) > steps + 200  # the new actor numbered on from its journal
+    assert assert_contiguous(run_dir, 0) > steps + 100  # the new actor numbered on from its journal
 
 
 def test_a_hung_real_time_actor_is_killed_and_restarted(tmp_path):
     """SIGSTOP freezes actor 0 (as a deadlock or a stuck driver call would): its messages stop
     reaching the learner, the launcher kills it after liveness_s and starts it again."""
+    run_dir = tmp_path / "hung"
+    proc, _ = start_training(run_dir, "task.realtime=true", "launcher.supervise.liveness_s=4",
+                             "launcher.supervise.backoff_s=0.2")
+    _, steps = actor_killed_comes_back(run_dir, signal.SIGSTOP)
+    interrupt(proc)
     from robo_async.launch.supervisor import read_events
 
-    run_dir = tmp_path / "hung"
-    proc, pids = start_training(run_dir, "task.realtime=true", "launcher.supervise.liveness_s=4",
-                                "launcher.supervise.backoff_s=0.2")
-    actor_pid = pids["actor 0"]
-    wait_for_env_steps(run_dir, 100)
-    os.kill(actor_pid, signal.SIGSTOP)
-    wait_for(lambda: json.loads((run_dir / "processes.json").read_text())["actor 0"] != actor_pid,
-             timeout=90, what="a new actor process")
-    steps = read_metrics(run_dir)[-1]["time/env_steps"]
-    wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps + 100, what="the new actor's data")
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err
-    failed = [e for e in read_events(run_dir) if e["who"] == "actor 0"]
-    assert [e["event"] for e in failed] == ["failed", "restarted"], failed
-    assert failed[0]["pid"] == actor_pid and failed[0]["why"].startswith("hung: no heartbeat for "), failed
     assert read_events(run_dir)[0]["who"] == "actor 0"  # the learner was never blamed
     assert assert_contiguous(run_dir, 0) > steps + 100
+
+
+def test_on_ray_a_killed_learner_a_killed_actor_and_a_hung_actor_are_each_restarted(tmp_path):
+    """The same three faults as the local tests above, one after the other in one Ray job: the
+    learner killed (-9), then actor 0 killed (-9), then actor 0 frozen (SIGSTOP: hung)."""
+    from robo_async.launch.supervisor import read_events
+
+    run_dir = tmp_path / "rayfaults"
+    proc, pids = start_training(run_dir, *RAY, *HEAL, "launcher.supervise.liveness_s=6")
+    assert set(pids) == {"learner", "actor 0"}  # the Ray runner records its processes' pids too
+    wait_for_env_steps(run_dir, 200)
+    learner_killed_comes_back(run_dir, local=False)
+    killed, _ = actor_killed_comes_back(run_dir, signal.SIGKILL)
+    frozen, steps = actor_killed_comes_back(run_dir, signal.SIGSTOP)
+    text = interrupt(proc)
+    assert f"actor 0 (pid {killed}) died: " in text and "the learner is back" in text
+    assert [(e["event"], e["who"]) for e in read_events(run_dir)] == [
+        ("failed", "learner"), ("restarted", "learner"), ("ready", "learner"),
+        ("failed", "actor 0"), ("restarted", "actor 0"), ("failed", "actor 0"), ("restarted", "actor 0")]
+    assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] == 1
+    assert assert_contiguous(run_dir, 0) > steps + 100  # nothing lost or doubled through all three
 
 
 def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_path):
@@ -420,7 +470,7 @@ def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
     assert proc.returncode == 0, err[-3000:] + out[-2000:]
     assert "training ended: env-step budget" in out
     events = [(e["event"], e["who"]) for e in read_events(run_dir)]
-    assert events == [("failed", "learner"), ("ready", "learner")], events
+    assert events == [("failed", "learner"), ("restarted", "learner"), ("ready", "learner")], events
     assert json.loads((run_dir / "processes.json").read_text())["learner"] != killed
     for a in (0, 1):  # both actors (one placed by the robot's Ray custom resource) fed the learner
         assert assert_contiguous(run_dir, a) > 0
