@@ -26,23 +26,31 @@ class CameraError(RuntimeError):
 
 @dataclass(frozen=True)
 class Frame:
+    """One camera image and when it was read."""
     timestamp: float  # time.monotonic() when the frame was read
     image: np.ndarray  # H x W x 3 uint8, RGB
 
 
 class Camera(abc.ABC):
+    """A camera read by the control loop: `connect()`, then `read()` each tick, `close()`. `spec` (name, size)
+    is readable before connecting."""
+
     @property
     @abc.abstractmethod
-    def spec(self) -> CameraSpec: ...
+    def spec(self) -> CameraSpec:
+        """Name and frame size (readable before connect)."""
 
     @abc.abstractmethod
-    def connect(self) -> None: ...
+    def connect(self) -> None:
+        """Open the device; raises CameraError if it cannot be opened."""
 
     @abc.abstractmethod
-    def read(self) -> Frame: ...
+    def read(self) -> Frame:
+        """The newest frame (RGB uint8, the spec's size); raises CameraError if none comes."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the device (idempotent)."""
 
 
 class OpenCVCamera(Camera):
@@ -55,9 +63,11 @@ class OpenCVCamera(Camera):
 
     @property
     def spec(self) -> CameraSpec:
+        """Name and frame size frames are resized to."""
         return self._spec
 
     def connect(self) -> None:
+        """Open the OpenCV capture; raises CameraError if the device is missing or unplugged."""
         import cv2
 
         cap = cv2.VideoCapture(self._source)
@@ -66,6 +76,8 @@ class OpenCVCamera(Camera):
         self._cap = cap
 
     def read(self) -> Frame:
+        """Grab a frame, convert BGR to RGB and resize it to the spec's size; raises CameraError if not
+        connected or no frame came."""
         import cv2
 
         if self._cap is None:
@@ -77,6 +89,7 @@ class OpenCVCamera(Camera):
         return Frame(time.monotonic(), np.ascontiguousarray(img))
 
     def close(self) -> None:
+        """Release the capture (idempotent)."""
         if self._cap is not None:
             self._cap.release()
             self._cap = None

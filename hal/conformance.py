@@ -21,6 +21,7 @@ from hal.spec import Observation, Outcome, RobotSpec
 
 
 class ConformanceError(AssertionError):
+    """A `Robot` broke the interface's contract (what, in the message)."""
     pass
 
 
@@ -44,6 +45,9 @@ def _check_obs(spec: RobotSpec, obs: Observation, where: str) -> None:
 
 
 def check_robot(make: Callable[[], Robot], ticks: int = 20, seed: int = 0) -> None:
+    """Run the `Robot` conformance suite on a robot from `make()`: spec readable before connect, observations
+    of the declared shapes, finite state, actions clipped to the limits, resets with `seed`, `ticks`
+    control steps, close. Raises ConformanceError naming the first broken rule."""
     robot = make()
     spec = robot.spec  # before connect
     _check(isinstance(spec, RobotSpec), "spec must be a RobotSpec readable before connect()")

@@ -29,6 +29,7 @@ class LeaseError(RuntimeError):
 
 
 def default_lease_dir() -> Path:
+    """Where lease files live: $ROBO_ASYNC_LEASE_DIR, else ~/.cache/robo_async/leases."""
     return Path(os.environ.get("ROBO_ASYNC_LEASE_DIR", Path.home() / ".cache" / "robo_async" / "leases"))
 
 
@@ -38,12 +39,15 @@ def _fname(resource_id: str) -> str:
 
 @dataclass
 class Lease:
+    """A held lease on one resource (an flock on its lock file): `release()` it, or use it as a context
+    manager."""
     resource_id: str
     job: str
     _fd: int
     _holder_path: Path
 
     def release(self) -> None:
+        """Give the resource back (idempotent)."""
         if self._fd >= 0:
             try:
                 self._holder_path.unlink(missing_ok=True)
@@ -54,6 +58,7 @@ class Lease:
 
     @property
     def held(self) -> bool:
+        """Whether this lease is still held."""
         return self._fd >= 0
 
     def __enter__(self) -> "Lease":
@@ -64,6 +69,9 @@ class Lease:
 
 
 class LeaseManager:
+    """Exclusive leases on robots and other devices across processes, by flock on files in `directory`
+    (default: `default_lease_dir()`); a dead holder's lease is free again."""
+
     def __init__(self, directory: str | Path | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_lease_dir()
 

@@ -41,6 +41,7 @@ class InventoryError(ValueError):
 
 @dataclass(frozen=True)
 class Resource:
+    """A robot, teleop, camera, GPU, motor bus or sim slot found by discovery or declared in an inventory."""
     kind: str  # one of KINDS
     type: str  # robot/teleop type (so101_follower), bus type (feetech), task for sims
     name: str
@@ -50,9 +51,11 @@ class Resource:
 
     @property
     def id(self) -> str:
+        """A stable id: `kind:type/name` (the key leases use)."""
         return f"{self.kind}:{self.type}/{self.name}"
 
     def option(self, key: str, default: object = None) -> object:
+        """An inventory option (port, id, width ...), `default` when absent."""
         return dict(self.options).get(key, default)
 
 
@@ -93,6 +96,7 @@ def cameras(found: list[dict] | None = None) -> list[Resource]:
 
 
 def gpus() -> list[Resource]:
+    """The NVIDIA GPUs `nvidia-smi -L` lists (none without nvidia-smi)."""
     if shutil.which("nvidia-smi") is None:
         return []
     try:
@@ -144,11 +148,14 @@ def discover(inventory: str | Path | None = None, sims: dict[str, int] | None = 
 
 @dataclass(frozen=True)
 class Need:
+    """What a job needs: `count` resources of `kind` (and of `type`, when given), as parsed from
+    `kind[:type][*count]`."""
     kind: str
     type: str | None  # None: any type of that kind
     count: int = 1
 
     def matches(self, r: Resource) -> bool:
+        """Whether resource `r` can serve this need."""
         return r.kind == self.kind and (self.type is None or r.type == self.type)
 
     def __str__(self) -> str:

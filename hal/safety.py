@@ -93,10 +93,12 @@ class SafeRobot(Robot):
         self._estop = reason
 
     def clear_estop(self) -> None:
+        """Release the latched e-stop: actions reach the robot again."""
         self._estop = None
 
     @property
     def estopped(self) -> bool:
+        """Whether the e-stop is latched (every action holds position)."""
         return self._estop is not None
 
     def _watch(self) -> None:
@@ -115,6 +117,7 @@ class SafeRobot(Robot):
 
     @property
     def inner(self) -> Robot:
+        """The wrapped robot."""
         return self._robot
 
     def connect(self) -> None:

@@ -57,10 +57,12 @@ class RobotSpec:
 
     @property
     def action_dim(self) -> int:
+        """Action size: one command per joint."""
         return len(self.joint_names)
 
     @property
     def state_dim(self) -> int:
+        """State size (`state_size` when set, else one value per joint)."""
         return self.state_size if self.state_size is not None else len(self.joint_names)
 
     def hold_action(self, state: np.ndarray) -> np.ndarray:
@@ -95,13 +97,16 @@ class RobotSpec:
 
     @property
     def low(self) -> np.ndarray:
+        """Lower joint limits as a read-only float32 array (rad for revolute joints)."""
         return _frozen_array(self.joint_low)
 
     @property
     def high(self) -> np.ndarray:
+        """Upper joint limits as a read-only float32 array (rad for revolute joints)."""
         return _frozen_array(self.joint_high)
 
     def feature_dims(self) -> dict[str, int]:
+        """Extra observation features beyond the state: name -> size."""
         return dict(self.features)
 
     def signature(self) -> dict[str, object]:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 
 class TeleopEventKind(enum.Enum):
+    """What an operator signals: take over or hand back, label the episode, re-record it, or stop the robot."""
     INTERVENTION_ON = "intervention_on"  # the human takes over: their actions drive the robot
     INTERVENTION_OFF = "intervention_off"
     SUCCESS = "success"  # label the episode
@@ -43,17 +44,24 @@ class TeleopEventKind(enum.Enum):
 
 @dataclass(frozen=True)
 class TeleopEvent:
+    """One operator signal and when it came (time.monotonic(), s)."""
     kind: TeleopEventKind
     timestamp: float = field(default_factory=time.monotonic)
 
 
 class Teleop(abc.ABC):
+    """An operator's device (leader arm, gamepad, keyboard, virtual operator): each tick the loop calls
+    `observe()`, `events()` and, while the operator drives, `get_action()`. `connect()` before, `close()`
+    after."""
+
     @property
     @abc.abstractmethod
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """A name for logs and the dashboard."""
 
     @abc.abstractmethod
-    def connect(self) -> None: ...
+    def connect(self) -> None:
+        """Open the device; raises if it is not there."""
 
     @property
     def action_dim(self) -> int | None:
@@ -74,7 +82,8 @@ class Teleop(abc.ABC):
         """Events since the last call (never blocks)."""
 
     @abc.abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the device (idempotent)."""
 
 
 def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot",

@@ -2,6 +2,9 @@
 
 
 class NoCalibration:
+    """A mixin for LeRobot devices with nothing to calibrate or configure (our simulated ones): always
+    calibrated, the rest no-ops."""
+
     @property
     def is_calibrated(self) -> bool:
         return True

@@ -91,6 +91,9 @@ class _Units:
 
 
 class LeRobotRobot(Robot):
+    """A LeRobot robot `device` as a `hal.Robot` (see the module's docstring): joint limits (rad) from the
+    arguments or the device, positions converted between LeRobot's degrees and gripper 0..100 and radians."""
+
     def __init__(self, device, joint_low: tuple[float, ...] | None = None,
                  joint_high: tuple[float, ...] | None = None, hz: float = 30.0) -> None:
         self.device = device

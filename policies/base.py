@@ -83,6 +83,7 @@ class Policy(abc.ABC):
         """The torch module whose parameters are synced from the learner."""
 
     def weights(self) -> dict[str, np.ndarray]:
+        """The module's state dict as numpy arrays on the CPU: what the learner publishes."""
         return {k: v.detach().cpu().numpy() for k, v in self.module().state_dict().items()}
 
     def frozen(self) -> frozenset[str]:
@@ -151,10 +152,13 @@ def register(name: str) -> Callable[[Callable[..., Policy]], Callable[..., Polic
 
 
 def make_policy(name: str, **kwargs: object) -> Policy:
+    """A policy by its registered name (`@register`), built with `kwargs`; raises KeyError listing the names
+    available."""
     if name not in _REGISTRY:
         raise KeyError(f"unknown policy '{name}'; available: {sorted(_REGISTRY)}")
     return _REGISTRY[name](**kwargs)
 
 
 def available() -> list[str]:
+    """The registered policy names, sorted."""
     return sorted(_REGISTRY)

@@ -19,6 +19,7 @@ from policies.base import ActionChunk, Policy, WeightsMismatch
 
 
 class ConformanceError(AssertionError):
+    """A `Policy` broke the interface's contract (what, in the message)."""
     pass
 
 
@@ -28,6 +29,11 @@ def _check(cond: bool, what: str) -> None:
 
 
 def check_policy(make: Callable[[], Policy], obs: Mapping[str, np.ndarray], action_dim: int) -> None:
+    """Run the `Policy` conformance suite on a policy from `make()` for observation `obs` and
+    `action_dim`: architecture and horizon declared; finite chunks of H x action_dim with a
+    positive dt, with and without a forwarded state; weights loaded with their version, and a
+    mismatched load refused leaving version and weights as they were. Raises ConformanceError
+    naming the first broken rule."""
     policy = make()
     _check(isinstance(policy.architecture, str) and bool(policy.architecture), "architecture must be a non-empty str")
     _check(isinstance(policy.horizon, int) and policy.horizon >= 1, f"horizon must be an int >= 1, not {policy.horizon!r}")

@@ -13,6 +13,9 @@ from policies.base import ActionChunk, ChunkRequest, Policy, call_policy
 
 
 class DelayedPolicy(Policy):
+    """Wraps `inner` so each inference takes `delay_ms` more (plus uniform jitter up to `jitter_ms`, seeded):
+    latency injection for benchmarks and tests. Everything else is the inner policy's."""
+
     def __init__(self, inner: Policy, delay_ms: float, jitter_ms: float = 0.0, seed: int = 0) -> None:
         self.inner = inner
         self.delay_ms, self.jitter_ms = delay_ms, jitter_ms
@@ -24,10 +27,12 @@ class DelayedPolicy(Policy):
 
     @property
     def version(self) -> int:  # type: ignore[override]
+        """The inner policy's weights version."""
         return self.inner.version
 
     @property
     def deterministic(self) -> bool:
+        """Whether the inner policy samples deterministically."""
         return self.inner.deterministic
 
     @deterministic.setter
@@ -36,10 +41,12 @@ class DelayedPolicy(Policy):
 
     @property
     def horizon(self) -> int:
+        """The inner policy's chunk length H (ticks)."""
         return self.inner.horizon
 
     @property
     def instruction(self) -> str:  # type: ignore[override]
+        """The inner policy's language instruction."""
         return self.inner.instruction
 
     @instruction.setter

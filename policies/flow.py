@@ -57,6 +57,10 @@ class ImageEncoder(nn.Module):
 
 
 class FlowNet(nn.Module):
+    """The flow policy's network: the velocity of a noisy chunk x [B, H, A] at flow time t given the
+    conditioning, the delay and the committed-prefix mask; camera frames through an `ImageEncoder` when
+    there are cameras."""
+
     def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...] = (256, 256),
                  cameras: int = 0, image_size: int = 64) -> None:
         super().__init__()
@@ -88,6 +92,10 @@ class FlowNet(nn.Module):
 
 @register("flow")
 class FlowChunkPolicy(Policy):
+    """The `flow` policy: flow-matching action chunks of H joint targets from the state, features and camera
+    frames, with real-time chunking (see the module's docstring). Actions are normalized per `action_mode`
+    (`absolute`: the joint range; `delta`: around the forwarded state)."""
+
     def __init__(self, obs_keys: tuple[str, ...], obs_dims: tuple[int, ...], action_low: tuple[float, ...],
                  action_high: tuple[float, ...], horizon: int = 10, steps: int = 5,
                  hidden: tuple[int, ...] = (256, 256), dt: float = 1 / 30, obs_scale: Mapping[str, float] | None = None,
@@ -124,6 +132,8 @@ class FlowChunkPolicy(Policy):
     # absolute: joint range -> [-1, 1]; delta: ref +- delta_range -> [-1, 1], where ref is the
     # (forwarded) joint state the chunk starts from: finer resolution where the arm actually goes.
     def normalize(self, actions: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        """Joint targets [..., A] (rad) -> the network's [-1, 1] space (`delta` mode: relative to `ref`, the
+        state the chunk starts from)."""
         actions = np.asarray(actions, np.float32)
         if self.action_mode == "delta":
             r = np.asarray(ref, np.float32)[..., None, : len(self.low)] if actions.ndim > 1 else ref[: len(self.low)]
@@ -131,6 +141,8 @@ class FlowChunkPolicy(Policy):
         return (2 * (actions - self.low) / (self.high - self.low) - 1).astype(np.float32)
 
     def denormalize(self, x: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        """The network's [-1, 1] space -> joint targets (rad), clipped to the joint limits; the inverse of
+        `normalize`."""
         if self.action_mode == "delta":
             r = np.asarray(ref, np.float32)[..., None, : len(self.low)] if x.ndim > 1 else ref[: len(self.low)]
             return np.clip(r + np.clip(x, -1, 1) * self.delta_range, self.low, self.high).astype(np.float32)

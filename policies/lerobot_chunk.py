@@ -74,6 +74,10 @@ def _stats(state_dim: int, env_dim: int, action_low: np.ndarray, action_high: np
 
 @register("lerobot")
 class LeRobotChunkPolicy(Policy):
+    """The `lerobot` policy: a LeRobot pretrained policy with its pre/post-processors behind `Policy` (see the
+    module's docstring). `units` says whether the LeRobot model works in degrees or radians; `task` is the
+    instruction given to VLAs."""
+
     def __init__(self, policy, preprocessor, postprocessor, *, state_key: str = "state",
                  env_keys: Sequence[str] = (), cameras: Sequence[str] = (), action_low: Sequence[float],
                  action_high: Sequence[float], dt: float = 1 / 30, units: str = "rad", task: str = "") -> None:
@@ -91,6 +95,7 @@ class LeRobotChunkPolicy(Policy):
 
     @property
     def instruction(self) -> str:  # type: ignore[override]
+        """The task text given to the LeRobot policy (VLAs read it)."""
         return self.task
 
     @instruction.setter
@@ -112,6 +117,7 @@ class LeRobotChunkPolicy(Policy):
             raise WeightsMismatch(f"weights v{version} do not fit {self.architecture}: {e}") from e
 
     def reset(self) -> None:
+        """Clear the LeRobot policy's internal queues (at an episode start)."""
         if hasattr(self.policy, "reset"):
             self.policy.reset()
 
@@ -123,6 +129,9 @@ class LeRobotChunkPolicy(Policy):
         return np.rad2deg(a) if self.units == "deg" else a
 
     def batch(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> dict:
+        """One observation as a LeRobot batch: `observation.state` (the forwarded state when given, in the
+        model's units), `observation.environment_state`, `observation.images.<camera>` (float C x H x W in
+        [0, 1]) and `task`."""
         state = np.asarray(obs[self.state_key] if forwarded_state is None else forwarded_state, np.float32)
         b: dict = {"observation.state": torch.as_tensor(self._from_robot(state), dtype=torch.float32)}
         if self.env_keys:
@@ -346,6 +355,7 @@ class SteeredLeRobotPolicy(Policy):
 
     @property
     def instruction(self) -> str:  # type: ignore[override]
+        """The task text given to the prior LeRobot policy."""
         return self.prior.task
 
     @instruction.setter
@@ -356,6 +366,7 @@ class SteeredLeRobotPolicy(Policy):
         return self.noise_actor
 
     def reset(self) -> None:
+        """Reset the prior LeRobot policy (at an episode start)."""
         self.prior.reset()
 
     # --- batched observation -> the prior's inputs and features --------------------------------

@@ -15,6 +15,7 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 def mlp(sizes: Sequence[int]) -> nn.Sequential:
+    """Linear layers of `sizes` with ReLU between them (none after the last)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
@@ -33,6 +34,7 @@ class GaussianActor(nn.Module):
         self.act_dim = act_dim
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [B, O] -> (mean, log_std) [B, A] each, log_std squashed into [LOG_STD_MIN, LOG_STD_MAX]."""
         h = torch.relu(self.trunk(obs))
         mean, log_std = self.head(h).chunk(2, dim=-1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
@@ -56,6 +58,7 @@ class GaussianActor(nn.Module):
         return mean, log_std, h
 
     def act(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        """Actions in [-1, 1] for obs: tanh of the mean when `deterministic`, else a sample."""
         if deterministic:
             return torch.tanh(self(obs)[0])
         return self.sample(obs)[0]
@@ -70,6 +73,7 @@ class TwinCritic(nn.Module):
         self.q2 = mlp([obs_dim + act_dim, *hidden, 1])
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(obs [B, O], normalized action [B, A]) -> (Q1, Q2), [B] each."""
         x = torch.cat([obs, act], dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 

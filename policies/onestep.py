@@ -24,6 +24,8 @@ from policies.flow import FlowChunkPolicy, ImageEncoder
 
 
 def mlp(dims: list[int], out: int, layer_norm: bool = False) -> nn.Sequential:
+    """Linear layers over `dims` with SiLU (and LayerNorm when asked) between them, then a linear head of
+    `out`."""
     layers: list[nn.Module] = []
     for a, b in zip(dims[:-1], dims[1:]):
         layers += [nn.Linear(a, b), *([nn.LayerNorm(b)] if layer_norm else []), nn.SiLU()]
@@ -40,6 +42,8 @@ class Encoder(nn.Module):
         self.out = cond_dim + (self.vision.out * cameras if self.vision is not None else 0)
 
     def forward(self, cond: torch.Tensor, images: torch.Tensor | None = None) -> torch.Tensor:
+        """cond [B, C] and images [B, N, H, W, 3] -> features [B, out]; raises ValueError when the policy has
+        cameras and no images came."""
         if self.vision is None:
             return cond
         if images is None:
@@ -61,6 +65,8 @@ class ChunkActor(nn.Module):
 
     def forward(self, cond: torch.Tensor, z: torch.Tensor, images: torch.Tensor | None = None,
                 features: torch.Tensor | None = None, delay: torch.Tensor | None = None) -> torch.Tensor:
+        """One pass to a normalized chunk [B, H, A]; `features` (from `encoder`) skip encoding again, `delay`
+        [B] in ticks."""
         f = self.encoder(cond, images) if features is None else features
         d = torch.zeros(len(z), 1, device=z.device) if delay is None else delay.float().reshape(-1, 1) / self.horizon
         x = self.net(torch.cat([f, z.reshape(len(z), -1), d], dim=-1))
@@ -79,6 +85,7 @@ class ChunkCritic(nn.Module):
 
     def forward(self, cond: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None,
                 features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cond, chunk [B, H, A]) -> (Q1, Q2), [B] each; `features` skip encoding again."""
         f = self.encoder(cond, images) if features is None else features
         h = torch.cat([f, chunk.reshape(len(chunk), -1)], dim=-1)
         return self.q1(h).squeeze(-1), self.q2(h).squeeze(-1)
@@ -86,6 +93,10 @@ class ChunkCritic(nn.Module):
 
 @register("flow_onestep")
 class OneStepChunkPolicy(FlowChunkPolicy):
+    """The `flow_onestep` policy that `algo=qc` publishes: a one-step chunk actor over the flow policy's
+    normalization, optionally with the chunked critic to pick the best of `best_of_n` chunks (see the
+    module's docstring)."""
+
     def __init__(self, *args: object, best_of_n: int = 1, critic_hidden: tuple[int, ...] = (256, 256),
                  actor_hidden: tuple[int, ...] | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

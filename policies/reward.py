@@ -70,6 +70,7 @@ class SuccessClassifier:
             return torch.sigmoid(self.net(x)).numpy()
 
     def save(self, out: Path) -> Path:
+        """Write the weights (safetensors) and meta (json) into directory `out`; returns it."""
         out.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(out / WEIGHTS))
         (out / META).write_text(json.dumps(asdict(self.meta), indent=1))
@@ -77,6 +78,7 @@ class SuccessClassifier:
 
     @staticmethod
     def load(path: str | Path) -> "SuccessClassifier":
+        """A classifier saved by `save()`; raises RewardError if `path` holds none or the weights do not fit."""
         path = Path(path)
         if not (path / WEIGHTS).exists() or not (path / META).exists():
             raise RewardError(f"{path} holds no reward classifier ({WEIGHTS} and {META}); "
@@ -113,6 +115,7 @@ class ClassifierReward(Robot):
 
     @property
     def inner(self) -> Robot:
+        """The wrapped robot."""
         return self.robot
 
     def __getattr__(self, name: str):  # noqa: ANN204 - the wrapped robot's extras (task, ee_position)

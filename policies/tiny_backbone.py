@@ -28,6 +28,8 @@ class BackboneFilesMissing(FileNotFoundError):
 
 
 def check_backbone_dir(path: str | Path, files: Sequence[str] = SMOLVLM_FILES) -> Path:
+    """`path` if it is a directory holding every file in `files`, else BackboneFilesMissing naming what is
+    missing."""
     path = Path(path)
     if not path.is_dir():
         raise BackboneFilesMissing(f"backbone directory {path} does not exist")

@@ -31,6 +31,7 @@ TEXT_LEN = 12  # tokens per instruction (longer ones are cut)
 
 
 def word_vocab(instructions: Sequence[str]) -> tuple[str, ...]:
+    """The sorted lower-case words of `instructions`: the tiny VLA's vocabulary."""
     return tuple(sorted({w for s in instructions for w in s.lower().split()}))
 
 
@@ -42,6 +43,9 @@ def tokenize(text: str, vocab: Sequence[str], max_len: int = TEXT_LEN) -> np.nda
 
 
 class InstructionEncoder(nn.Module):
+    """A one-layer transformer over an instruction's token ids: embedding, learned positions, mean over non-
+    padding tokens."""
+
     def __init__(self, vocab_size: int, dim: int = 32, max_len: int = TEXT_LEN) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
@@ -74,6 +78,9 @@ class VLANet(FlowNet):
 
 @register("tiny_vla")
 class TinyVLA(FlowChunkPolicy):
+    """The `tiny_vla` policy: the flow policy conditioned on a language instruction too, encoded by a small
+    transformer over a word vocabulary built from `instructions`."""
+
     def __init__(self, obs_keys: tuple[str, ...], obs_dims: tuple[int, ...], action_low: tuple[float, ...],
                  action_high: tuple[float, ...], instructions: Sequence[str] = (), instruction: str = "",
                  text_dim: int = 32, **kw: object) -> None:
@@ -93,6 +100,7 @@ class TinyVLA(FlowChunkPolicy):
         return f"tiny_vla-{len(self.vocab)}w{words}-t{self.net.text.dim}:" + super().architecture
 
     def tokens(self, text: str) -> np.ndarray:
+        """`text` as token ids, int64 [text_len] (see `tokenize`)."""
         return tokenize(text, self.vocab, self.net.text_len)
 
     def condition(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> np.ndarray:

@@ -17,6 +17,9 @@ class NoExpert(ValueError):
 
 
 class Expert(Protocol):
+    """A task's scripted expert: `act()` each tick gives joint targets (rad) for the task's current state (for
+    demos, JSRL guidance and the virtual operator)."""
+
     def act(self) -> np.ndarray:
         """The joint targets (rad) for the task's current state."""
         ...

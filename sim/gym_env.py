@@ -11,6 +11,8 @@ from sim.reach import ReachConfig, ReachTask
 
 
 class ReachEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
+    """The reach task as a Gymnasium env: dict observations (`state`, `ee_pos`, `target`, `ee_to_target`; m
+    and rad), Box joint-target actions (rad), episodes truncated after `episode_ticks`."""
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, config: ReachConfig = ReachConfig(), render_mode: str | None = None) -> None:

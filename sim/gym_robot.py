@@ -22,6 +22,8 @@ STATE_KEYS = ("state", "observation", "agent_pos")
 
 @dataclass(frozen=True)
 class GymConfig:
+    """Which Gymnasium env backs the robot (`env_id`, extra `gym.make` kwargs), its nominal rate and episode
+    length in ticks."""
     env_id: str = "Pendulum-v1"
     hz: float = 30.0  # nominal control rate (for real-time mode and chunk timing)
     episode_ticks: int = 200
@@ -29,6 +31,9 @@ class GymConfig:
 
 
 class GymRobot(Robot):
+    """A Gymnasium env with a Box action space as a `hal.Robot` (see the module's docstring); the env is made
+    on `connect()`, its spec read from it."""
+
     def __init__(self, config: GymConfig = GymConfig()) -> None:
         self.config = config
         self._env: gym.Env | None = None

@@ -27,6 +27,7 @@ from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 
 @dataclass(frozen=True)
 class OperatorConfig:
+    """When the virtual operator takes over and how it drives (`teleop.*` keys; ticks, rad per tick)."""
     stray: float = 1.0  # take over when the shaped reward falls this far below the episode's best
     stall_ticks: int = 40  # ... or gains less than min_gain for this many ticks
     min_gain: float = 0.05
@@ -41,6 +42,9 @@ class OperatorConfig:
 
 
 class VirtualOperator(Teleop):
+    """A simulated person at the teleop (see the module's docstring): watches the task's shaped reward through
+    `observe()`, takes over with `expert` when the policy strays or stalls, hands back after `hold_ticks`."""
+
     def __init__(self, task, expert, config: OperatorConfig = OperatorConfig()) -> None:  # noqa: ANN001
         self.task, self.expert, self.config = task, expert, config
         self._dim = int(task.spec().action_dim)

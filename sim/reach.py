@@ -27,6 +27,8 @@ TARGET_HIGH = np.array([0.28, 0.15, 0.25])
 
 @dataclass(frozen=True)
 class ReachConfig:
+    """The reach task's settings: control rate (Hz), physics substeps, episode length (ticks), success radius
+    (m), cameras, start-pose noise (rad) and target moves."""
     hz: float = 30.0  # control ticks per second
     substeps: int = 10  # physics steps per tick (timestep = 1 / (hz * substeps))
     episode_ticks: int = 50  # truncation after this many ticks

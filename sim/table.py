@@ -25,6 +25,8 @@ GRIPPER_OPEN, GRIPPER_CLOSED = 1.2, 0.0  # rad
 
 @dataclass(frozen=True)
 class TableConfig:
+    """The table-top tasks' settings: rate (Hz), substeps, episode length (ticks), success distance and lift
+    height (m), grasp thresholds, cameras, start-pose noise (rad)."""
     hz: float = 30.0
     substeps: int = 10
     episode_ticks: int = 100
@@ -134,6 +136,8 @@ class TableTask(ReachTask):
 
 
 class PushTask(TableTask):
+    """`push`: slide the cube to a goal 6-12 cm away on the table; success when its centre is within
+    `success_radius` of the goal."""
     name = "push"
 
     def _update_grasp(self, gripper: float) -> None:
@@ -153,6 +157,7 @@ class PushTask(TableTask):
 
 
 class PickLiftTask(TableTask):
+    """`pick_lift`: grasp the cube and lift it `lift_height` above the table."""
     name = "pick_lift"
 
     def _goal(self, rng: np.random.Generator, cube_xy: np.ndarray) -> np.ndarray:

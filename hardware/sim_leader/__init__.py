@@ -18,6 +18,7 @@ HOME_DEG = (0.0, 11.5, 74.5, 51.6, 0.0)
 
 
 class SimLeader(NoCalibration, Teleoperator):
+    """The `sim_leader` teleoperator: a scripted leader arm and buttons (see the module's docstring)."""
     config_class = SimLeaderConfig
     name = "sim_leader"
 

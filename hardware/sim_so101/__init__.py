@@ -26,6 +26,8 @@ def gripper_range(task: ReachTask) -> tuple[float, float]:
 
 
 class SimSO101(NoCalibration, LeRobotRobot):
+    """The `sim_so101` LeRobot robot: our MuJoCo SO-101 arm in `so101_follower`'s units (see the module's
+    docstring)."""
     config_class = SimSO101Config
     name = "sim_so101"
 

@@ -67,6 +67,10 @@ class _Region:
 
 
 class TableCache:
+    """Decoded transitions of one table in RAM (see the module's docstring): a ring of the newest rows and a
+    reservoir of older ones. The store's committer appends, its pager fills the reservoir, the sampler
+    reads; all under `lock`."""
+
     def __init__(self, schema: Schema, capacity: int) -> None:
         capacity = max(capacity, 2)
         self.schema = schema
@@ -84,14 +88,18 @@ class TableCache:
 
     @property
     def recent_filled(self) -> int:
+        """Rows held in the ring of newest transitions."""
         return self._rec.filled
 
     @property
     def reservoir_filled(self) -> int:
+        """Rows held in the reservoir of older transitions."""
         return self._res.filled
 
     # --- filled by the writer (recent) and the pager (reservoir) ----------------------------
     def set_total(self, total: int, first: int = 0) -> None:
+        """The table now has `total` committed rows and holds indices from `first` on (after recovery or an
+        eviction)."""
         with self.lock:
             self.total = total
             self.first = first
@@ -157,6 +165,7 @@ class TableCache:
 
     def put_reservoir(self, slot: int, table_index: int, row: Mapping[str, np.ndarray], actor_id: int = -1,
                       seq: int = -1) -> None:
+        """One older row paged in at reservoir `slot` (see `put_reservoir_run`)."""
         self.put_reservoir_run([slot], [table_index], [row], [actor_id], [seq])
 
     def put_reservoir_run(self, slots: list[int], table_index: list[int], rows: list[Mapping[str, np.ndarray]],
@@ -178,9 +187,11 @@ class TableCache:
 
     # --- read by the sampler ----------------------------------------------------------------
     def ready(self) -> bool:
+        """Whether any row is cached (sampling is possible)."""
         return self.recent_filled + self.reservoir_filled > 0
 
     def cached(self) -> int:
+        """Rows cached in both regions."""
         return self.recent_filled + self.reservoir_filled
 
     def _split(self, n: int, rng: np.random.Generator) -> tuple[int, int]:
@@ -198,6 +209,8 @@ class TableCache:
         return n - n_old, n_old
 
     def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """`n` rows drawn uniformly from both regions, in proportion to the part of the table each stands for:
+        every column, leading dim `n`. Raises LookupError while nothing is cached."""
         with self.lock:
             n_new, n_old = self._split(n, rng)
             parts = []

@@ -35,6 +35,7 @@ class CorruptRecord(ValueError):
 
 @dataclass(frozen=True)
 class Column:
+    """One column of a table: its name, numpy dtype name and per-transition shape."""
     name: str
     dtype: str
     shape: tuple[int, ...]  # per transition (no leading batch dim)
@@ -46,34 +47,43 @@ class Column:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of one transition's value, raw."""
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
     def describe(self) -> str:
+        """dtype and shape as one string, for messages (`float32(6,)`)."""
         return f"{self.dtype}{self.shape}"
 
 
 @dataclass(frozen=True)
 class Schema:
+    """The columns of a store's tables, sorted by name; fixed by the first batch stored and written to the
+    store's meta."""
     columns: tuple[Column, ...]
 
     @staticmethod
     def of(arrays: Mapping[str, np.ndarray]) -> "Schema":
+        """The schema of a batch (`arrays`: columns with a leading batch dim)."""
         return Schema(tuple(Column(k, a.dtype.name, tuple(a.shape[1:])) for k, a in sorted(arrays.items())))
 
     @property
     def names(self) -> tuple[str, ...]:
+        """Column names, in order."""
         return tuple(c.name for c in self.columns)
 
     @property
     def arrays(self) -> tuple[Column, ...]:
+        """The columns stored raw in each record (all but camera images)."""
         return tuple(c for c in self.columns if not c.is_image)
 
     @property
     def images(self) -> tuple[Column, ...]:
+        """The camera-image columns (stored encoded, by key)."""
         return tuple(c for c in self.columns if c.is_image)
 
     @property
     def transition_bytes(self) -> int:
+        """Bytes of one decoded transition (sizes the RAM caches)."""
         return sum(c.nbytes for c in self.columns)
 
     def check(self, arrays: Mapping[str, np.ndarray]) -> str | None:
@@ -88,14 +98,18 @@ class Schema:
         return None
 
     def to_msgpack(self) -> dict:
+        """The schema as the store writes it to its meta (with STORE_SCHEMA)."""
         return {"store_schema": STORE_SCHEMA, "columns": [[c.name, c.dtype, list(c.shape)] for c in self.columns]}
 
     @staticmethod
     def from_msgpack(d: dict) -> "Schema":
+        """The schema back from `to_msgpack`'s form."""
         return Schema(tuple(Column(n, t, tuple(s)) for n, t, s in d["columns"]))
 
 
 def image_key(actor_id: int, seq: int, column: int) -> bytes:
+    """The 18-byte key of one stored image: actor id, seq and column index (big-endian), so a row's frames
+    sort together and a next_obs frame can share the next row's obs key."""
     return struct.pack(">QQH", actor_id, seq, column)
 
 
@@ -123,6 +137,8 @@ def encode_image(img: np.ndarray, codec: str = "qoi", jpeg_quality: int = 95) ->
 
 
 def decode_image(blob: bytes, column: Column) -> np.ndarray:
+    """A stored image blob (tagged, crc-checked; QOI, PNG or JPEG) as uint8 H x W x C; raises CorruptRecord if
+    it fails its checksum or does not decode."""
     if len(blob) < 5 or zlib.crc32(blob[5:]) != int.from_bytes(blob[1:5], "little"):
         raise CorruptRecord(f"image for '{column.name}' fails its checksum")
     if blob[:1] == b"Q":

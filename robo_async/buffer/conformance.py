@@ -20,6 +20,7 @@ from robo_async.transport.wire import FINAL_OBS, TransitionBatch
 
 
 class ConformanceError(AssertionError):
+    """A `ReplayStore` broke the interface's contract (what, in the message)."""
     pass
 
 
@@ -43,6 +44,9 @@ def rows(actor: int, seq: int, n: int, compact: bool = False, action_dim: int = 
 
 
 def check_store(make: Callable[[], ReplayStore]) -> None:
+    """Run the `ReplayStore` conformance suite on a fresh store from `make()`: new, resent,
+    overlapping and gapped batches, acks and high-water marks, compact batches, sampling. Raises
+    ConformanceError naming the first broken rule."""
     store = make()
     try:
         def put(batch: TransitionBatch) -> int:

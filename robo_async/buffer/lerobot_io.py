@@ -45,6 +45,8 @@ def _lerobot_name(col: Column) -> str:
 
 
 def lerobot_features(schema: Schema, videos: bool = False) -> dict[str, dict]:
+    """The LeRobotDataset feature spec (`{name: {dtype, shape, names}}`) for our columns; next_obs images are
+    left out (they are the next frame's), images as `video` when `videos`."""
     feats: dict[str, dict] = {}
     for c in schema.columns:
         if c.name.startswith("next_obs/") and c.is_image:

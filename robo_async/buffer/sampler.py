@@ -30,7 +30,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore
+from robo_async.buffer.layout import TABLES
+from robo_async.buffer.store import ReplayStore
 
 
 def split(batch_size: int, mix: Mapping[str, float]) -> dict[str, int]:
@@ -46,6 +47,8 @@ def split(batch_size: int, mix: Mapping[str, float]) -> dict[str, int]:
 
 
 def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
+    """`mix` with its weights as floats and zero weights dropped; raises ValueError for unknown tables,
+    negative weights or all zero."""
     unknown = set(mix) - set(TABLES)
     if unknown:
         raise ValueError(f"buffer.mix names unknown tables {sorted(unknown)}; tables: {list(TABLES)}")
@@ -55,7 +58,10 @@ def check_mix(mix: Mapping[str, float]) -> dict[str, float]:
 
 
 class Sampler:
-    def __init__(self, store: PersistentReplayStore, batch_size: int, mix: Mapping[str, float],
+    """Training batches from a store's RAM caches, mixed across tables by `mix` and prepared ahead on a thread
+    (see the module's docstring): `start()`, then `get()` each update, `close()` at the end."""
+
+    def __init__(self, store: ReplayStore, batch_size: int, mix: Mapping[str, float],
                  seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None,
                  successful_only: bool = False, lookback: int = 0) -> None:
         if window < 1:
@@ -142,6 +148,7 @@ class Sampler:
         return {k: np.concatenate([p[k] for p in kept])[:n] for k in kept[0]}
 
     def start(self) -> "Sampler":
+        """Start the prefetch thread; returns the sampler. Without it, `get()` samples on the caller's thread."""
         self._thread = threading.Thread(target=self._run, name="replay-prefetch", daemon=True)
         self._thread.start()
         return self
@@ -178,6 +185,7 @@ class Sampler:
             return None
 
     def close(self) -> None:
+        """Stop the prefetch thread (waits up to 2 s)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)

@@ -34,6 +34,17 @@ class ReplayStore(abc.ABC):
     def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
         """A uniformly sampled batch: the same keys as inserted, leading dim `batch_size`."""
 
+    def can_sample(self, table: str = "online") -> bool:
+        """Whether `table` holds something to sample now."""
+        return len(self) > 0
+
+    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online",
+                       lookback: int = 0) -> dict[str, np.ndarray] | None:
+        """`batch_size` windows of `horizon` consecutive transitions of one actor's episode (keys as
+        `TableCache.sample_windows`); None while no complete window is held, and always None for
+        a store that keeps no episode order (the default)."""
+        return None
+
     @abc.abstractmethod
     def ack(self, actor_id: int) -> int:
         """Next seq expected from `actor_id` (everything below it is stored)."""
@@ -50,9 +61,11 @@ class ReplayStore(abc.ABC):
         return True
 
     def high_water(self) -> dict[int, int]:
+        """Per actor, the next seq expected (everything below is stored); empty if not tracked."""
         return {}
 
     def close(self) -> None:
+        """Release what the store holds (threads, files); a no-op for memory-only stores."""
         pass
 
 
@@ -119,6 +132,10 @@ class InMemoryReplayStore(ReplayStore):
         idx = rng.integers(0, self._size, size=batch_size)
         return {k: c[idx] for k, c in self._cols.items()}
 
+    def can_sample(self, table: str = "online") -> bool:
+        """Whether the store holds rows (it has only the `online` table)."""
+        return table == "online" and self._size > 0
+
     def ack(self, actor_id: int) -> int:
         return self._hw.get(actor_id, 0)
 
@@ -126,6 +143,7 @@ class InMemoryReplayStore(ReplayStore):
         pass
 
     def high_water(self) -> dict[int, int]:
+        """Per actor, the next seq expected."""
         return dict(self._hw)
 
     def __len__(self) -> int:
@@ -148,15 +166,19 @@ class SampleToInsertRatio:
     updates: int = 0
 
     def can_update(self) -> bool:
+        """Whether the learner may run one more update now."""
         return self.inserted >= self.min_size and self.updates < (
             (self.inserted - self.min_size) * self.updates_per_insert + 1
         )
 
     def allowed_inserts(self) -> int:
+        """Transitions that may have been inserted so far: as-fast actors pause beyond it."""
         return int(self.min_size + self.updates / self.updates_per_insert + self.slack)
 
     def state_dict(self) -> dict[str, int]:
+        """The counters, for checkpoints."""
         return {"inserted": self.inserted, "updates": self.updates}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Restore the counters from a checkpoint's `state_dict()`."""
         self.inserted, self.updates = int(state["inserted"]), int(state["updates"])

@@ -16,10 +16,12 @@ IMPORT_ACTOR_BASE = 1 << 40  # imported data is numbered apart from live actors 
 
 
 def is_store(path: Path) -> bool:
+    """Whether `path` is a replay store directory (holds LMDB's data.mdb)."""
     return (path / "data.mdb").exists()
 
 
 def is_lerobot(path: Path) -> bool:
+    """Whether `path` is a LeRobotDataset (holds meta/info.json)."""
     return (path / "meta" / "info.json").exists()
 
 
@@ -29,6 +31,8 @@ def store_path(path: Path) -> Path:
 
 
 def inspect(path: Path) -> str:
+    """A readable report of the store at `path` (a run or store directory), opened read-only:
+    schema, per table its rows, episodes, success rate and actors, what retention evicted, damage."""
     store = PersistentReplayStore(store_path(path)).open(readonly=True)
     try:
         lines = [f"replay store {store.path}"]
@@ -114,6 +118,8 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
 
 def export(path: Path, out: Path, table: str = "online", task: str | None = None, fps: int | None = None,
            videos: bool = False) -> tuple[int, int]:
+    """Write `table` of the store at `path` as a LeRobotDataset at `out` (`task` and `fps` from the run's
+    config.yaml when not given). Returns (episodes, frames)."""
     from robo_async.buffer.lerobot_io import export_lerobot
 
     path = Path(path)

@@ -85,3 +85,17 @@ def test_a_dead_prefetch_thread_is_reported_by_get(tmp_path):
     with _pytest.raises(RuntimeError, match="prefetch thread died: OSError: disk gone"):
         sampler.get()
     sampler.close()
+
+
+def test_the_sampler_works_over_any_replay_store():
+    from robo_async.buffer.sampler import Sampler
+
+    s = InMemoryReplayStore(100)
+    sampler = Sampler(s, 16, {"online": 1.0, "demos": 1.0}, seed=0)  # the in-memory store has no demos
+    assert sampler.get() is None and not s.can_sample()  # nothing to sample yet: no batch, no error
+    s.insert(batch(0, 0, 10))
+    assert s.can_sample() and not s.can_sample("demos")
+    out = sampler.get()
+    assert out is not None and out["obs/state"].shape == (16, 3) and set(out["table"]) == {0}  # all online
+    assert s.sample_windows(4, 3, np.random.default_rng(0)) is None  # no episode order kept: no windows
+    sampler.close()
