@@ -1,5 +1,7 @@
-"""`robo-async bc`: train a chunk policy by delay-consistent behaviour cloning, then evaluate it on
-the simulator with asynchronous inference (the mode and injected latency the actor would use).
+"""`robo-async bc`: train a chunk policy by delay-consistent behaviour cloning (`algo=bc`, the
+learner's algorithm, on windows of the demonstrations: `learner/algorithms/bc/offline.py`), then
+evaluate it on the simulator with asynchronous inference (the mode and injected latency the actor
+would use).
 
     robo-async bc policy=flow                                   # reach, scripted-expert demos
     robo-async bc policy=flow policy.bc.from_store=runs/x/replay  # the demos table of a store
@@ -11,6 +13,7 @@ Writes <run dir>/policy.safetensors (+ policy.yaml), bc_loss.png and eval.json.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,8 @@ from omegaconf import OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from robo_async.config import UserError, compose_config
+from robo_async.learner.algorithms.bc.config import BCOptions, offline_config
+from robo_async.learner.algorithms.bc.offline import clone, spec_of
 from robo_async.launch.builders import (ConfigError, PolicyArgs, make_actor_policy, make_robot,
                                         new_run_dir, task_args)
 
@@ -61,6 +66,18 @@ def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[d
                              progress=lambda n: progress.update(job, completed=n))
     except NoExpert as e:
         raise UserError(f"{e}; give policy.bc.from_store=<store with demos>") from None
+
+
+def bc_options(section: dict) -> BCOptions:
+    """`policy.bc` as its dataclass (keys it does not describe are the schema's to refuse)."""
+    return BCOptions(**{k: v for k, v in section.items() if k in {f.name for f in fields(BCOptions)}})
+
+
+def _clone(policy, name: str, demos: list, b: BCOptions, seed: int, progress: Progress, what: str) -> list[float]:
+    """`b.steps` updates of `algo=bc` built for `policy`, on windows of `demos`, with a progress bar."""
+    job = progress.add_task(what, total=b.steps, info="")
+    return clone(policy, demos, b.steps, offline_config(b, seed), spec=spec_of(policy, name),
+                 on_step=lambda step, loss: progress.update(job, completed=step, info=f"loss {loss:.4f}"))
 
 
 def eval_mode(cfg, horizon: int) -> str:
@@ -109,8 +126,6 @@ def plot_losses(losses: list[float], path: Path) -> None:
 
 
 def bc(overrides: list[str]) -> int:
-    from robo_async.learner.algorithms.bc.chunk import train_bc
-
     cfg = compose_config(overrides)
     pol_cfg = OmegaConf.to_container(cfg.policy, resolve=True)
     if pol_cfg["name"] == "tiny_vla":
@@ -120,7 +135,7 @@ def bc(overrides: list[str]) -> int:
                         f"policy (policy=smolvla, policy=act), not policy={pol_cfg['name']}")
     if "bc" not in pol_cfg:
         raise UserError(f"policy={pol_cfg.get('type', pol_cfg['name'])} has no bc: section (demos, steps, batch, lr)")
-    b = pol_cfg["bc"]
+    b = bc_options(pol_cfg["bc"])
     targs = task_args(cfg.task)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, f"{targs.name}-bc")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +150,7 @@ def bc(overrides: list[str]) -> int:
     torch.set_num_threads(max(1, int(cfg.learner.threads)))
     columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
-    steps = int(b["steps"])
+    steps = b.steps
     losses: list[float] = []
     demos: list = []
     if steps == 0 and not pol_cfg.get("path"):
@@ -143,31 +158,17 @@ def bc(overrides: list[str]) -> int:
     with Progress(*columns) as progress:
         if steps == 0:
             pass
-        elif b.get("from_store"):
-            demos = episodes_from_store(Path(b["from_store"]), b.get("table", "demos"))
-            progress.console.print(f"{len(demos)} episodes from {b['from_store']} (table {b.get('table', 'demos')})")
+        elif b.from_store:
+            demos = episodes_from_store(Path(b.from_store), b.table)
+            progress.console.print(f"{len(demos)} episodes from {b.from_store} (table {b.table})")
         else:
-            demos = _record(targs, int(b["demos"]), float(b.get("expert_max_step", 0.03)), progress)
+            demos = _record(targs, b.demos, b.expert_max_step, progress)
         missing = [k for k in (*pargs.obs_keys, *policy.cameras) if demos and f"obs/{k}" not in demos[0]]
         if missing:
             raise UserError(f"the demonstrations have no {missing} (they have "
                             f"{sorted(k[4:] for k in demos[0] if k.startswith('obs/'))})")
         if steps:
-            job = progress.add_task("behaviour cloning", total=steps, info="")
-
-            def tick(step: int, loss: float) -> None:
-                progress.update(job, completed=step, info=f"loss {loss:.4f}")
-
-            if pol_cfg["name"] == "lerobot":  # its own loss and preprocessor (SmolVLA: tokenizer, frozen VLM)
-                from robo_async.learner.algorithms.bc.chunk import train_lerobot_bc
-
-                losses = train_lerobot_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
-                                          seed=int(cfg.seed), on_step=tick)
-            else:
-                losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
-                                  max_delay=int(b["max_delay"]), seed=int(cfg.seed), on_step=tick,
-                                  prefix_noise=float(b.get("prefix_noise", 0.0)),
-                                  prefix_hide=float(b.get("prefix_hide", 0.0)))
+            losses = _clone(policy, pargs.name, demos, b, int(cfg.seed), progress, "behaviour cloning")
     if pol_cfg["name"] == "lerobot":  # LeRobot's own files (config, weights, processors, backbone/)
         policy.save(run_dir)
     else:
@@ -205,10 +206,9 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
     each labelled with its task's instruction, one language-conditioned policy trained on all of
     them, then evaluated per instruction (`eval_episodes` each, in `actor.inference` mode, real
     time unless inline)."""
-    from robo_async.learner.algorithms.bc.chunk import train_bc
     from sim import INSTRUCTIONS
 
-    b = pol_cfg["bc"]
+    b = bc_options(pol_cfg["bc"])
     tasks = [str(t) for t in pol_cfg.get("tasks") or ()]
     cams = list(pol_cfg.get("cameras") or ())
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, "tiny-vla-bc")
@@ -229,20 +229,17 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
                TextColumn("{task.fields[info]}"), TimeRemainingColumn())
     demos: list = []
     losses: list[float] = []
-    steps = int(b["steps"])
+    steps = b.steps
     with Progress(*columns) as progress:
         if steps:
             for t in tasks:
-                eps = _record(targs[t], int(b["demos"]), float(b.get("expert_max_step", 0.03)), progress)
+                eps = _record(targs[t], b.demos, b.expert_max_step, progress)
                 tokens = policy.tokens(INSTRUCTIONS[t])
                 for ep in eps:
                     ep["obs/instruction"] = np.tile(tokens, (len(ep["action"]), 1))
                 demos += eps
-            job = progress.add_task(f"behaviour cloning on {len(tasks)} tasks", total=steps, info="")
-            losses = train_bc(policy, demos, steps, batch=int(b["batch"]), lr=float(b["lr"]),
-                              max_delay=int(b["max_delay"]), seed=int(cfg.seed),
-                              on_step=lambda i, loss: progress.update(job, completed=i, info=f"loss {loss:.4f}"),
-                              prefix_noise=float(b.get("prefix_noise", 0.0)), prefix_hide=float(b.get("prefix_hide", 0.0)))
+            losses = _clone(policy, pargs.name, demos, b, int(cfg.seed), progress,
+                            f"behaviour cloning on {len(tasks)} tasks")
     from safetensors.numpy import save_file
 
     save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))

@@ -54,7 +54,8 @@ from robo_async.bench import register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import record_expert
-from robo_async.learner.algorithms.bc.chunk import train_bc
+from robo_async.learner.algorithms.bc.config import BCConfig
+from robo_async.learner.algorithms.bc.offline import clone
 from sim import ReachConfig, ReachTask, SimRobot
 
 MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc", "async_forward_pipelined")
@@ -90,12 +91,13 @@ def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path")
     # the cache key hashes everything that shaped the weights: sizes, steps, demos, and the code
     # of the demonstrator, the recorder, the BC loss and the policy
     import robo_async.learner.algorithms.bc.chunk as bc_code
+    import robo_async.learner.algorithms.bc.learning as bc_algo_code
     import robo_async.launch.experts as record_code
     import policies.flow as flow_code
     import sim.reach as reach_code
 
     what = [policy.architecture, steps, EXPERT_STEP, repr(demo_task)] + ([noise, hide] if noise or hide else []) + [
-        inspect.getsource(m) for m in (bc_code, record_code, flow_code, reach_code)]
+        inspect.getsource(m) for m in (bc_code, bc_algo_code, record_code, flow_code, reach_code)]
     key = hashlib.sha1(json.dumps(what, default=str).encode()).hexdigest()[:12]
     path = cache / f"flow_reach_{key}.safetensors"
     if path.exists():
@@ -104,8 +106,8 @@ def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path")
     else:
         print(f"training the chunk policy by behaviour cloning ({steps} steps) ...", flush=True)
         demos = record_expert(demo_task, 200, max_step=EXPERT_STEP)
-        train_bc(policy, demos, steps, max_delay=12, log_every=max(steps // 5, 1), prefix_noise=noise,
-                 prefix_hide=hide)
+        clone(policy, demos, steps, BCConfig(batch_size=256, lr=1e-3, max_delay=12, prefix_noise=noise,
+                                             prefix_hide=hide), log_every=max(steps // 5, 1))
         cache.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in policy.net.state_dict().items()}, str(path))
     policy.deterministic = True

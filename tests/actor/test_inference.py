@@ -262,7 +262,8 @@ def test_flow_policy_delta_mode_and_image_inputs():
 
 
 def test_bc_with_camera_frames_lowers_the_loss():
-    from robo_async.learner.algorithms.bc.chunk import train_bc
+    from robo_async.learner.algorithms.bc.config import BCConfig
+    from robo_async.learner.algorithms.bc.offline import clone
 
     rng = np.random.default_rng(0)
     eps = []
@@ -273,7 +274,7 @@ def test_bc_with_camera_frames_lowers_the_loss():
         eps.append({"obs/state": np.zeros((30, A), np.float32), "obs/front": frames, "action": acts})
     p = FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, horizon=2, steps=2, hidden=(64,),
                         cameras=("front",), image_size=16)
-    losses = train_bc(p, eps, 150, batch=32, max_delay=0)
+    losses = clone(p, eps, 150, BCConfig(batch_size=32, max_delay=0))
     assert np.mean(losses[-20:]) < 0.6 * np.mean(losses[:20])
 
 

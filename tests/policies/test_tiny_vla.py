@@ -9,7 +9,8 @@ import torch
 
 from policies.base import ChunkRequest
 from policies.tiny_vla import TinyVLA, tokenize, word_vocab
-from robo_async.learner.algorithms.bc.chunk import train_bc
+from robo_async.learner.algorithms.bc.config import BCConfig
+from robo_async.learner.algorithms.bc.offline import clone
 from sim import ReachTask
 
 SPEC = ReachTask().spec()
@@ -46,7 +47,7 @@ def _demos(policy, n=40, t=12):
 
 def test_the_tiny_vla_follows_different_instructions_differently():
     policy = vla()
-    train_bc(policy, _demos(policy), 400, batch=64, lr=2e-3, max_delay=0)
+    clone(policy, _demos(policy), 400, BCConfig(batch_size=64, lr=2e-3, max_delay=0))
     policy.deterministic = True
     obs = {"state": np.zeros(6, np.float32), "target": np.full(3, 0.1, np.float32)}
     moves = {}

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from policies.base import Policy
     from policies.mlp import MLPPolicy
 
 
@@ -195,11 +196,15 @@ def config_class(name: str) -> type[AlgoConfig]:
     return _REGISTRY[name][1]
 
 
-def build_algorithm(name: str, config: AlgoConfig, policy: PolicySpec) -> Algorithm:
+def build_algorithm(name: str, config: AlgoConfig, policy: PolicySpec, *, trained: Policy | None = None) -> Algorithm:
+    """`algo=<name>` for the policy `policy` describes; `trained`: a policy already built by the
+    caller for it to train (`robo-async bc` clones LeRobot policies and the tiny VLA so)."""
     _load()
     if name not in _REGISTRY:
         raise KeyError(f"unknown algorithm '{name}'; available: {sorted(_REGISTRY)}")
-    return _REGISTRY[name][0](config, policy)
+    if trained is None:
+        return _REGISTRY[name][0](config, policy)
+    return _REGISTRY[name][0](config, policy, trained)  # type: ignore[call-arg]
 
 
 def whole_chunks(name: str) -> bool:

@@ -1,19 +1,25 @@
-"""Behaviour cloning of chunk policies (`robo-async bc`) from demonstration episodes, delay-consistent.
+"""Behaviour cloning of chunk policies from windows of demonstrations (`algo=bc`), delay-consistent.
 
-Each training sample is what the asynchronous actor will ask at inference, for a delay d drawn
-from [0, max_delay] ticks:
-- `rtc`-style: observation at tick t, the expert's actions for t..t+d-1 as a committed prefix,
-  the forwarded state (position control: the last committed target), target chunk t..t+H-1
-  (scored after the prefix);
-- `forward`-style: observation at tick t, forwarded state after d committed actions, target chunk
-  t+d..t+d+H-1 (no prefix).
+A batch is what the `Sampler` gives with `window=H` and `lookback=max_delay`: windows of H
+executed actions, each with a lag d and the observation d ticks before it (`lag_obs/*`) and the
+d actions executed since (`lag_actions`). Each window trains what the asynchronous actor will ask
+at inference, for a delay d of up to `max_delay` ticks, half the rows each way:
+- `rtc`-style: the window's own first observation, its first d actions as a committed prefix
+  (d drawn from 0..max_delay, within the episode), the state forwarded to the last of them
+  (position control: the last committed target); the whole window is the target chunk, scored
+  after the prefix;
+- `forward`-style: the lagged observation, the state forwarded through the d actions since, the
+  window (which starts d ticks after that observation) as the target chunk, no prefix.
 Both tell the network d (`delay_ticks` at inference).
 So the policy learns to act from forwarded states and stale observations, as it will run.
+
+LeRobot policies (ACT, SmolVLA, diffusion) learn with their own loss and preprocessor: the
+window's first observation and its actions, padded where the episode ended inside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -21,102 +27,40 @@ import torch
 from policies.flow import FlowChunkPolicy
 
 
-def delay_samples(episodes: list[dict[str, np.ndarray]], policy: FlowChunkPolicy, max_delay: int,
-                  rng: np.random.Generator, n: int
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """n (condition, normalized chunk, delay in ticks, committed-prefix length, camera frames or
-    None) samples; see the module docstring."""
-    h = policy.horizon
-    conds, chunks, delays, prefixes, frames = [], [], [], [], []
-    for _ in range(n):
-        ep = episodes[rng.integers(len(episodes))]
-        acts = ep["action"]
-        t = int(rng.integers(0, len(acts)))
-        d = int(rng.integers(0, max_delay + 1))
-        rtc = bool(rng.integers(0, 2))
-        start = t if rtc else t + d
-        idx = np.minimum(np.arange(start, start + h), len(acts) - 1)
-        committed = acts[t:t + d]
-        state = ep["obs/state"][t]
-        fstate = committed[-1] if len(committed) else state
-        obs = {k.removeprefix("obs/"): v[t] for k, v in ep.items() if k.startswith("obs/")}
-        conds.append(policy.condition(obs, fstate))
-        if policy.cameras:
-            frames.append(policy.images(obs))
-        chunks.append(policy.normalize(acts[idx], fstate))
-        delays.append(len(committed))
-        prefixes.append(len(committed) if rtc else 0)
-    return (torch.as_tensor(np.stack(conds)), torch.as_tensor(np.stack(chunks)), torch.as_tensor(delays),
-            torch.as_tensor(prefixes), torch.as_tensor(np.stack(frames)) if frames else None)
+def delay_consistent(policy: FlowChunkPolicy, batch: Mapping[str, np.ndarray], max_delay: int,
+                     rng: np.random.Generator
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(condition, normalized target chunk, delay in ticks, committed-prefix length, camera frames
+    or None) per window; see the module docstring."""
+    acts = np.asarray(batch["actions"], np.float32)
+    b, rows = len(acts), np.arange(len(acts))
+    rtc = rng.integers(0, 2, size=b).astype(bool)
+    d_rtc = np.minimum(rng.integers(0, max_delay + 1, size=b), batch["steps"])  # a prefix ends with the episode
+    last = acts[rows, np.maximum(d_rtc - 1, 0)]  # the last committed target
+    delay = d_rtc
+    if "lag" in batch:  # forward-style rows: the lagged observation and the actions run since
+        lag = np.asarray(batch["lag"], np.int64)
+        delay = np.where(rtc, d_rtc, lag)
+        last = np.where(rtc[:, None], last, batch["lag_actions"][rows, np.maximum(lag - 1, 0)])
+    obs = {}
+    for k, v in batch.items():
+        if k.startswith("obs/"):
+            pick = rtc.reshape(-1, *([1] * (v.ndim - 1)))
+            obs[k.removeprefix("obs/")] = np.where(pick, v, batch.get("lag_" + k, v))
+    fstate = np.array(obs["state"], np.float32)
+    a = acts.shape[2]
+    fstate[delay > 0, :a] = last[delay > 0]  # forwarded joints (position control), the rest as observed
+    return (policy.condition(obs, fstate), policy.normalize(acts, fstate), delay, np.where(rtc, delay, 0),
+            policy.images(obs))
 
 
-def train_bc(policy: FlowChunkPolicy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 256,
-             lr: float = 1e-3, max_delay: int = 10, seed: int = 0, log_every: int = 0,
-             on_step: Callable[[int, float], None] | None = None, prefix_noise: float = 0.0,
-             prefix_hide: float = 0.0) -> list[float]:
-    """Adam on the flow-matching loss; returns the loss per step. `prefix_noise` / `prefix_hide`:
-    REMAC-style perturbed and partly hidden committed prefixes (`FlowChunkPolicy.bc_loss`)."""
-    rng = np.random.default_rng(seed)
-    opt = torch.optim.Adam(policy.net.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        cond, chunks, delays, prefixes, frames = delay_samples(episodes, policy, max_delay, rng, batch)
-        loss = policy.bc_loss(cond, chunks, delays, frames, prefixes, prefix_noise=prefix_noise,
-                              prefix_hide=prefix_hide)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        if on_step is not None:
-            on_step(step + 1, losses[-1])
-        if log_every and (step + 1) % log_every == 0:
-            print(f"  bc step {step + 1}/{steps}: loss {np.mean(losses[-log_every:]):.4f}", flush=True)
-    return losses
-
-
-def lerobot_samples(episodes: list[dict[str, np.ndarray]], policy, rng: np.random.Generator, n: int) -> dict:
-    """n (observation at tick t, the next chunk of expert actions) samples as a LeRobot training
-    batch (before its preprocessor): `action` [n, H, A] in the policy's units, `action_is_pad`
-    where the episode ended inside the chunk."""
-    h = policy.horizon
-    parts, actions, pads = [], [], []
-    for _ in range(n):
-        ep = episodes[rng.integers(len(episodes))]
-        acts = ep["action"]
-        t = int(rng.integers(0, len(acts)))
-        idx = np.arange(t, t + h)
-        pads.append(idx >= len(acts))
-        actions.append(policy._from_robot(acts[np.minimum(idx, len(acts) - 1)]))
-        parts.append(policy.batch({k.removeprefix("obs/"): v[t] for k, v in ep.items() if k.startswith("obs/")}))
-    batch = {k: torch.stack([p[k] for p in parts]) for k in parts[0] if k != "task"}
-    batch["task"] = [p["task"] for p in parts]
-    batch["action"] = torch.as_tensor(np.stack(actions), dtype=torch.float32)
-    batch["action_is_pad"] = torch.as_tensor(np.stack(pads))
-    return batch
-
-
-def train_lerobot_bc(policy, episodes: list[dict[str, np.ndarray]], steps: int, batch: int = 32, lr: float = 1e-4,
-                     seed: int = 0, on_step: Callable[[int, float], None] | None = None) -> list[float]:
-    """Behaviour cloning of a LeRobot chunk policy (SmolVLA, ACT, ...) with its own training loss
-    (`PreTrainedPolicy.forward`) and its own preprocessor (normalization, tokenization); only
-    the parameters the policy trains (SmolVLA: the action expert, not the frozen VLM)."""
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    params = [p for p in policy.policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr)
-    policy.policy.train()
-    losses = []
-    try:
-        for step in range(steps):
-            out = policy.policy.forward(policy.pre(lerobot_samples(episodes, policy, rng, batch)))
-            loss = out[0] if isinstance(out, tuple) else out
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 10.0)
-            opt.step()
-            losses.append(float(loss.detach()))
-            if on_step is not None:
-                on_step(step + 1, losses[-1])
-    finally:
-        policy.policy.eval()
-    return losses
+def lerobot_batch(policy, batch: Mapping[str, np.ndarray]) -> dict[str, object]:
+    """Windows as a LeRobot training batch (before its preprocessor): the first observation,
+    `action` [n, H, A] in the policy's units, `action_is_pad` where the episode ended inside."""
+    obs = {k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")}
+    parts = [policy.batch({k: v[i] for k, v in obs.items()}) for i in range(len(batch["actions"]))]
+    out: dict[str, object] = {k: torch.stack([p[k] for p in parts]) for k in parts[0] if k != "task"}
+    out["task"] = [p["task"] for p in parts]
+    out["action"] = torch.as_tensor(policy._from_robot(np.asarray(batch["actions"], np.float32)), dtype=torch.float32)
+    out["action_is_pad"] = torch.as_tensor(np.asarray(batch["mask"]) == 0)
+    return out

@@ -14,6 +14,11 @@ class BCConfig(AlgoConfig):
     tables: tuple[str, ...] = ("demos", "interventions")  # what it imitates (never its own rollouts)
     warmup_steps: int = 0  # demonstrations are there before any actor runs
     limit_to_data: bool = False  # demonstrations need no new env steps: learn as fast as it can
+    # chunk policies (flow, tiny_vla): delay-consistent training, as `policy.bc` sets for `robo-async bc`
+    max_delay: int = 12  # ticks: conditioning offset by 0..max_delay (windows with this lookback)
+    prefix_noise: float = 0.0  # REMAC-style: perturb the committed prefix given to the network (std, normalized units)
+    prefix_hide: float = 0.0  # REMAC-style: hide each committed prefix position with this probability
+    seed: int = 0  # the delays and prefix styles drawn per window
 
 
 @dataclass(frozen=True)
@@ -31,3 +36,9 @@ class BCOptions:
     max_delay: int = 12  # delay-consistent training: conditioning offset by 0..max_delay ticks
     prefix_noise: float = 0.0  # REMAC-style: perturb the committed prefix given to the network (std, normalized units)
     prefix_hide: float = 0.0  # REMAC-style: hide each committed prefix position with this probability
+
+
+def offline_config(options: BCOptions, seed: int = 0) -> BCConfig:
+    """`algo=bc` as `robo-async bc` runs it from a policy's `policy.bc` options."""
+    return BCConfig(lr=options.lr, batch_size=options.batch, max_delay=options.max_delay,
+                    prefix_noise=options.prefix_noise, prefix_hide=options.prefix_hide, seed=seed)
