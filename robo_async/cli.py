@@ -85,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "train":
             from robo_async.train import train
 
-            if rest == ["--cfg"]:
-                print(OmegaConf.to_yaml(compose_config([])))
+            if "--cfg" in rest:  # the resolved, typed config (overrides applied), nothing started
+                from robo_async.train import typed
+
+                cfg = compose_config([a for a in rest if a != "--cfg"])
+                typed(cfg)
+                print(OmegaConf.to_yaml(cfg, resolve=True))
                 return 0
             return train(rest)
         if cmd == "bc":

@@ -7,7 +7,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException, ValidationError
+
+from robo_async.launch.schema import ConfigError, TrainConfig, typed_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -17,6 +19,9 @@ class UserError(Exception):
 
 
 def compose_config(overrides: list[str], base: Path | None = None) -> DictConfig:
+    """The run config from `configs/train.yaml`, the schemas it selects (registered in Hydra's
+    ConfigStore by `robo_async.launch.schema`) and `overrides` (a resumed run: its stored config,
+    then the overrides). `load_config` gives it typed."""
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)
@@ -32,6 +37,16 @@ def compose_config(overrides: list[str], base: Path | None = None) -> DictConfig
         cfg = OmegaConf.merge(stored, user)
         cfg.resume = str(base)
     return cfg
+
+
+def load_config(overrides: list[str], base: Path | None = None) -> TrainConfig:
+    """The run config from `overrides`, checked and typed (`robo_async.launch.schema.TrainConfig`);
+    a wrong type or unknown key is one UserError line."""
+    cfg = compose_config(overrides, base)
+    try:
+        return typed_config(cfg)
+    except ConfigError as e:
+        raise UserError(f"bad config: {e}") from None
 
 
 def _missing_option(msg: str) -> str:
@@ -59,4 +74,6 @@ def _composition(e: ConfigCompositionException) -> str:
         key = str(e).split("'")[1] if "'" in str(e) else "?"
         return (f"unknown config key '{key}'; see `robo-async train --cfg` for the keys, or add a "
                 f"new one with +{key}=...")
+    if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
+        return f"bad override: {cause.full_key}: {str(cause).splitlines()[0]}"
     return f"bad override: {str(e).splitlines()[0]}"

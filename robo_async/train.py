@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
+from robo_async.launch.schema import TrainConfig, as_dict, typed_config
 from robo_async.launch.local import RunFailed, RunResult, launch_local
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.learner import checkpoint
@@ -31,6 +32,7 @@ def prepare(overrides: list[str]):
     """Config, run directory and plan, with every config problem as a UserError."""
     resume = _resume_dir(overrides)
     cfg = compose_config(overrides, base=resume)
+    run = typed(cfg)
     meta = None
     if resume is not None:
         has_ckpt = bool(checkpoint.list_checkpoints(resume / "checkpoints")) if (resume / "checkpoints").is_dir() else False
@@ -40,8 +42,8 @@ def prepare(overrides: list[str]):
             except checkpoint.CheckpointError as e:
                 raise UserError(str(e)) from None
             meta = checkpoint.meta_of(metadata)
-            if meta["task"] != cfg.task.name:
-                raise UserError(f"{resume} holds a checkpoint for task '{meta['task']}', not '{cfg.task.name}'")
+            if meta["task"] != run.task.name:
+                raise UserError(f"{resume} holds a checkpoint for task '{meta['task']}', not '{run.task.name}'")
         elif (resume / "replay" / "data.mdb").exists():  # died before its first checkpoint: keep the data
             print(f"{resume} has no checkpoint yet; the learner starts afresh on its stored data", flush=True)
             meta = {"fresh_learner": True}
@@ -49,7 +51,7 @@ def prepare(overrides: list[str]):
             raise UserError(f"{resume} has neither a checkpoint nor replay data to resume from")
         run_dir = resume
     else:
-        run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, cfg.task.name)
+        run_dir = Path(run.run_dir) if run.run_dir else new_run_dir(run.runs_root, run.task.name)
         held = [p for p in ("checkpoints", "replay/data.mdb") if (run_dir / p).exists()
                 and (p != "checkpoints" or checkpoint.list_checkpoints(run_dir / p))]
         if held:  # a new run would mix its data and checkpoints with the old run's
@@ -69,7 +71,8 @@ def train(overrides: list[str]) -> int:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run_dir}", flush=True)
     import_history(cfg, run_dir)
-    title = f"robo_async · {cfg.task.name} · {cfg.algo.name} · {cfg.actors} actor(s) · {cfg.launcher.name}"
+    run = typed(cfg)
+    title = f"robo_async · {run.task.name} · {run.algo.name} · {run.actors} actor(s) · {run.launcher.name}"
     try:
         with ProgressDisplay(title) as display:
             result = launch(plan, display)
@@ -77,7 +80,15 @@ def train(overrides: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)
         return 1
-    return report(cfg, run_dir, result)
+    return report(run, run_dir, result)
+
+
+def typed(cfg: DictConfig) -> TrainConfig:
+    """The composed config checked and typed; a wrong type or unknown key is one `bad config:` line."""
+    try:
+        return typed_config(cfg)
+    except ConfigError as e:
+        raise UserError(f"bad config: {e}") from None
 
 
 def launch(plan, display: ProgressDisplay) -> RunResult:
@@ -103,7 +114,7 @@ def import_history(cfg, run_dir: Path) -> None:
     from robo_async.buffer.store import ReplayError
     from robo_async.buffer.tools import import_source
 
-    entries = OmegaConf.to_container(cfg.buffer.imports, resolve=True) or []
+    entries = [dict(e) for e in typed(cfg).buffer.imports]
     for e in entries:
         if not (isinstance(e, dict) and "path" in e and set(e) <= {"path", "table"}):
             raise UserError(f"buffer.imports entries look like {{path: DIR, table: demos}}, got {e!r}")
@@ -127,30 +138,29 @@ def import_history(cfg, run_dir: Path) -> None:
         store.close()
 
 
-def report(cfg, run_dir: Path, result: RunResult) -> int:
+def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:
     p = result.progress
     sr = p.get("charts/success_rate")
     print(f"training ended: {result.reason} after {p.get('time/elapsed_s', 0):.0f} s, "
           f"{int(p.get('time/env_steps', 0)):,} env steps, {int(p.get('time/updates', 0)):,} updates"
           + (f", success {sr:.0%}" if sr is not None else ""))
     curve = plot_learning_curve(run_dir)
-    if result.checkpoint and cfg.eval_episodes > 0 and not result.interrupted:
+    if result.checkpoint and run.eval_episodes > 0 and not result.interrupted:
         from robo_async.launch.evaluation import evaluate
         from robo_async.launch.builders import resolve_inference, task_args
 
         # as the run acted: its inference mode and injected latency (a 200 ms run is not judged at 0 ms)
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        mode = resolve_inference(str(plain["actor"].get("inference", "auto")),
-                                 task_args(plain["task"], plain.get("robot"), plain.get("safety")))
-        res = evaluate(Path(result.checkpoint), cfg.eval_episodes, mode=mode,
-                       inference_delay_ms=plain["policy"].get("inference_delay_ms") or None,
-                       video=run_dir / "eval.mp4" if cfg.video else None)
+        delay = run.policy.inference_delay_ms
+        delay = list(delay) if isinstance(delay, tuple) else delay
+        mode = resolve_inference(run.actor.inference, task_args(as_dict(run.task), run.robot, as_dict(run.safety)))
+        res = evaluate(Path(result.checkpoint), run.eval_episodes, mode=mode, inference_delay_ms=delay or None,
+                       video=run_dir / "eval.mp4" if run.video else None)
         print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes ({res.mode})"
               + (f"; video {res.video}" if res.video else ""))
         (run_dir / "eval.json").write_text(json.dumps({
             "episodes": res.episodes, "success_rate": res.success_rate, "mean_ticks": res.mean_length,
             "mean_return": res.mean_return, "mode": res.mode, "missed_ticks": res.missed_ticks,
-            "inference_delay_ms": plain["policy"].get("inference_delay_ms") or 0, "infer_p50_ms": res.infer_p50_ms}))
+            "inference_delay_ms": delay or 0, "infer_p50_ms": res.infer_p50_ms}))
     print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/, replay/"
           + (f", {curve.name}" if curve else ""))
     print(f"replay data: robo-async buffer inspect {run_dir}")

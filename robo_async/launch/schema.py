@@ -1,176 +1,197 @@
-"""Typed config: dataclass schemas for the run config and every group, registered in Hydra's
-ConfigStore (`robo_async_schema/<group>`), checked at plan time, so a wrong type or unknown key,
-also in `resume=` overrides, is one error line (`ConfigError: algo.batch_size: 'abc' is not an
-int`) before anything starts.
+"""Typed config: the component dataclasses are the schema.
 
-Groups whose keys depend on the choice get their schema from the choice's own dataclass: `task`
-from the task's config class (plus the sim imperfection keys), `algo` from the registered
-algorithm's config, `buffer` from `StoreConfig`. Device groups (`robot`, `teleop`) are LeRobot
-configs, checked by LeRobot when built.
+Each section of the run config is one dataclass next to its component's code (`actor:` is
+`robo_async.actor.options.ActorOptions`, `learner:` `robo_async.learner.options.LearnerOptions`, ...),
+with one comment per field; each group choice (`task=reach`, `policy=flow`, `algo=sac`, ...) is the
+choice's own dataclass (`group_schemas()`). Hydra gets a mirror of each (the same fields, defaults
+and types, made mutable so overrides apply) in its ConfigStore: `robo_async_schema` for the run and
+`schema/<group>/<choice>` for the choices, which `configs/<group>/<choice>.yaml` only selects
+(`defaults: [/schema/task/reach@_here_, _self_]`) and names. So the YAML files carry no defaults of
+their own (`tests/launch/test_config_schema.py` fails if one states a different value).
+
+`typed_config(cfg)` checks a composed (or resumed) config at plan time and returns `TrainConfig`, the
+run as typed objects; a wrong type or unknown key is one `ConfigError` line
+(`ConfigError: algo.batch_size: 'abc' is not valid (...)`). Device groups (`robot`, `teleop`) are
+LeRobot configs, checked by LeRobot when built.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
-from dataclasses import MISSING, Field, dataclass, field, fields, make_dataclass
-from typing import Any, Optional
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, make_dataclass
+from typing import Any, Optional, Union
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from robo_async.buffer.lmdb_store import StoreConfig
+from policies.configs import POLICY_CONFIGS, FlowPolicyConfig, SmolVLAPolicyConfig, TinyVLAPolicyConfig
+from robo_async.actor.options import ActorOptions, SafetyOptions
+from robo_async.buffer.lmdb_store import TABLES, StoreConfig
+from robo_async.dashboard.options import DashboardOptions
+from robo_async.launch.supervisor import LauncherConfig, RayLauncherConfig, ResourcesConfig
+from robo_async.learner.algorithms.bc.config import BCOptions
+from robo_async.learner.options import BudgetOptions, LearnerOptions
+from robo_async.serve.options import ServeOptions
+from robo_async.transport.options import TransportOptions
+
+GROUPS = ("task", "policy", "algo", "buffer", "launcher")  # typed groups; robot and teleop are LeRobot's
 
 
 class ConfigError(ValueError):
     pass
 
 
-@dataclass
-class BudgetSchema:
-    seconds: float | None = 600  # wall-clock limit of the training phase
-    env_steps: int | None = None
+# -- choices whose schema is assembled here ------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Named:
+    name: str = ""  # the choice's registered name
 
 
-@dataclass
-class TransportSchema:
-    host: str = "127.0.0.1"
-    data_port: int = 0
-    weights_port: int = 0
-    keys: str | None = None
-    curve: str = "auto"
-    max_message_mb: float = 64
-    queue_mb: float = 64
+@dataclass(frozen=True)
+class SimTaskOptions:
+    """Keys every simulated task takes besides its own config and `sim.SimImperfections`."""
+
+    realtime: bool = False  # true: ticks take 1/hz of wall-clock time
 
 
-@dataclass
-class ActorSchema:
-    flush_every: int = 32
-    heartbeat_s: float = 1.0
-    eval_every: int = 2
-    journal: bool = True
-    max_ram_mb: float = 256
-    resend_s: float = 5.0
-    learner_silent_s: float = 3.0
-    inference: str = "auto"
-    replan: str = "due"
-    success_reward: float = 1.0
-    inference_workers: int = 1
-    inference_server: str | None = None
-    server_wait_s: float = 600.0
-    server_image_codec: str = "jpeg"
-    guide: str | None = None
-    guide_ticks: int = 60
-    guide_step: int = 10
-    guide_window: int = 10
-    guide_threshold: float = 0.5
+def _mix() -> dict[str, float]:
+    return {"online": 0.5, "demos": 0.25, "interventions": 0.25}
 
 
-@dataclass
-class WeightsSchema:  # robo_async/transport/weights.py PushConfig
-    precision: str = "fp32"
-    delta: bool = False
-    keyframe_every: int = 20
-    part_mb: float = 4
+@dataclass(frozen=True)
+class BufferConfig(StoreConfig):
+    """`buffer=lmdb`: the persistent store (`StoreConfig`) and how the learner's batches are drawn from it."""
+
+    name: str = "lmdb"  # the store kind (only lmdb)
+    max_rows: dict[str, int | None] = field(default_factory=lambda: dict.fromkeys(TABLES))  # retention per table, oldest first (null: none), e.g. buffer.max_rows.online=5000000
+    mix: dict[str, float] = field(default_factory=_mix)  # share of each training batch per table (RLPD-style: half online, half human data); a table with no data gives its share to the others
+    prefetch: int = 2  # batches assembled ahead on a background thread
+    imports: tuple[dict[str, str], ...] = ()  # earlier data, e.g. [{path: runs/old/replay, table: demos}, {path: data/my_lerobot_ds, table: demos}]
 
 
-@dataclass
-class LearnerSchema:
-    publish_every: int = 10
-    checkpoint_every_s: float = 30
-    log_every_s: float = 1.0
-    threads: int = 1
-    weights: WeightsSchema = field(default_factory=WeightsSchema)
-    device: str = "auto"
+@dataclass(frozen=True)
+class FlowPolicy(FlowPolicyConfig):
+    bc: BCOptions = field(default_factory=BCOptions)  # `robo-async bc`: the demonstrations and the training
 
 
-@dataclass
-class SafetySchema:
-    watchdog_s: float | None = None
-    workspace_low: list[float] | None = None
-    workspace_high: list[float] | None = None
+@dataclass(frozen=True)
+class TinyVLAPolicy(TinyVLAPolicyConfig):
+    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=60, steps=3000, batch=128, max_delay=8))  # `robo-async bc`: demos per task and the training
 
 
-@dataclass
-class ResourcesSchema:
-    lease_dir: str | None = None
-    wait_s: float = 0
-    sim_slots: int = 64
+@dataclass(frozen=True)
+class SmolVLAPolicy(SmolVLAPolicyConfig):
+    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=50, steps=300, batch=16, lr=3e-4, max_delay=0))  # `robo-async bc` (LeRobot's own loss)
 
 
-@dataclass
-class SuperviseSchema:  # robo_async/launch/supervisor.py RestartPolicy
-    restarts: int = 5
-    window_s: float = 3600
-    backoff_s: float = 1.0
-    max_backoff_s: float = 30
-    liveness_s: float = 30
+_POLICIES: dict[str, type] = {**POLICY_CONFIGS, "flow": FlowPolicy, "tiny_vla": TinyVLAPolicy, "smolvla": SmolVLAPolicy}
 
 
-@dataclass
-class LauncherSchema:
-    name: str = "local"
-    start_timeout_s: float = 60
-    shutdown_timeout_s: float = 20
-    address: str | None = None  # ray
-    num_cpus: int | None = None
-    learner_num_cpus: float = 1
-    actor_num_cpus: float = 0.5
-    supervise: SuperviseSchema = field(default_factory=SuperviseSchema)
+@functools.cache
+def task_schema(name: str) -> type:
+    """`task=<name>`: the task's config class, `SimImperfections` and `SimTaskOptions`."""
+    from sim import TASKS, SimImperfections
+
+    _, cfg_cls = TASKS[name]
+    cls = make_dataclass(f"{cfg_cls.__name__}Task", [("name", str, field(default=name))],
+                         bases=(SimImperfections, SimTaskOptions, cfg_cls, _Named), frozen=True)
+    cls.__module__ = __name__
+    return cls
 
 
-@dataclass
-class DashboardSchema:
-    port: int | None = 0
+@functools.cache
+def algo_schema(name: str) -> type:
+    """`algo=<name>`: the registered algorithm's config class, plus its `name`."""
+    from robo_async.learner.algorithms import config_class
+
+    cfg_cls = config_class(name)
+    cls = make_dataclass(f"{cfg_cls.__name__}Choice", [("name", str, field(default=name))], bases=(cfg_cls, _Named),
+                         frozen=True)
+    cls.__module__ = __name__
+    return cls
 
 
-@dataclass
-class ServeSchema:  # robo_async/serve: `robo-async serve`
-    port: int = 5560
-    weights: str | None = None
-    key_id: int = 0
-    max_batch: int = 16
-    batch_window_ms: float = 2.0
-    summary_s: float = 10.0
+def group_schemas() -> dict[str, dict[str, type]]:
+    """group -> choice name -> the dataclass whose fields are that choice's keys."""
+    from robo_async.learner.algorithms import algorithms
+    from sim import TASKS
+
+    return {
+        "task": {n: task_schema(n) for n in TASKS},
+        "policy": dict(_POLICIES),
+        "algo": {n: algo_schema(n) for n in algorithms()},
+        "buffer": {"lmdb": BufferConfig},
+        "launcher": {"serial": LauncherConfig, "local": LauncherConfig, "ray": RayLauncherConfig},
+    }
 
 
-@dataclass
-class TrainSchema:
-    """`configs/train.yaml`; the groups (task, policy, algo, buffer, robot, teleop) are checked
-    against their own schemas."""
+# -- the run ---------------------------------------------------------------------------------------
 
-    task: Any = None
-    policy: Any = None
-    algo: Any = None
-    buffer: Any = None
-    robot: Any = None
-    teleop: Any = None
-    launcher: LauncherSchema = field(default_factory=LauncherSchema)
-    actors: int = 1
-    robots: list[Any] = field(default_factory=list)
-    seed: int = 0
-    runs_root: str = "runs"
-    run_dir: str | None = None
-    resume: str | None = None
-    budget: BudgetSchema = field(default_factory=BudgetSchema)
-    reward_classifier: str | None = None
-    stop_at_success: float | None = 0.9
-    success_window: int = 20
-    eval_episodes: int = 20
-    video: bool = False
-    transport: TransportSchema = field(default_factory=TransportSchema)
-    dashboard: DashboardSchema = field(default_factory=DashboardSchema)
-    actor: ActorSchema = field(default_factory=ActorSchema)
-    learner: LearnerSchema = field(default_factory=LearnerSchema)
-    safety: SafetySchema = field(default_factory=SafetySchema)
-    resources: ResourcesSchema = field(default_factory=ResourcesSchema)
-    serve: ServeSchema = field(default_factory=ServeSchema)
+@dataclass(frozen=True)
+class TrainConfig:
+    """`configs/train.yaml`: the run. The groups are typed by their choice (`group_schemas()`)."""
+
+    task: Any = None  # task=<name>: the simulated task or resource (its keys: task.*)
+    policy: Any = None  # policy=<name>: the network the actors run
+    algo: Any = None  # algo=<name>: the learning algorithm
+    buffer: BufferConfig = field(default_factory=BufferConfig)  # buffer=lmdb: the replay store
+    robot: dict | None = None  # robot=<name>: a LeRobot device instead of the simulator (keys checked by LeRobot)
+    teleop: dict | None = None  # teleop=<name>: a LeRobot teleoperator or the virtual operator
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)  # launcher=serial|local|ray
+    actors: int = 1  # actor processes, one robot (or simulator) each
+    robots: tuple[dict, ...] = ()  # per-actor robots (heterogeneous): e.g. [{type: sim_so101, id: a}, {}] ({} = the task's sim)
+    seed: int = 0  # seed of the learner and (times 1000, plus the actor id) of each actor
+    runs_root: str = "runs"  # each run gets runs/<date>-<time>-<task>/
+    run_dir: str | None = None  # or an explicit directory
+    resume: str | None = None  # a run directory to continue from its last checkpoint
+    budget: BudgetOptions = field(default_factory=BudgetOptions)  # when training stops
+    reward_classifier: str | None = None  # a `robo-async reward train` directory: actors' reward and success come from camera frames
+    stop_at_success: float | None = 0.9  # stop once the success rate over the last `success_window` deterministic episodes reaches this
+    success_window: int = 20  # deterministic episodes the success rate is taken over
+    eval_episodes: int = 20  # evaluation after training (deterministic policy); 0 to skip
+    video: bool = False  # write eval.mp4 of one evaluation episode into the run directory
+    transport: TransportOptions = field(default_factory=TransportOptions)  # learner endpoints and link security
+    dashboard: DashboardOptions = field(default_factory=DashboardOptions)  # the live page
+    actor: ActorOptions = field(default_factory=ActorOptions)  # the training actors
+    learner: LearnerOptions = field(default_factory=LearnerOptions)  # the learner process
+    safety: SafetyOptions = field(default_factory=SafetyOptions)  # the SafeRobot layer
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)  # leases of robots and simulators
+    serve: ServeOptions = field(default_factory=ServeOptions)  # `robo-async serve`
+
+
+TrainSchema = TrainConfig  # the name the docs hook walks
+
+
+# -- mirrors for Hydra -----------------------------------------------------------------------------
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 @functools.lru_cache(maxsize=None)
 def _omegaconf_type(t: Any) -> Any:
-    """`t` where OmegaConf can check it; `Any` where it cannot (e.g. tuples of mixed pairs, which
-    the owning dataclass then checks itself)."""
+    """`t` where OmegaConf can check it; `Any` where it cannot (e.g. a number or a pair)."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if is_dataclass(t):
+        return _mirror(t)
+    if origin in (Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            inner = _omegaconf_type(rest[0])
+            return Any if inner is Any else Optional[inner]  # noqa: UP007
+        return Any
+    if origin is tuple:
+        t = list[_omegaconf_type(args[0])] if len(args) == 2 and args[1] is Ellipsis else list[Any]
+    elif origin is dict:
+        t = dict[args[0], _omegaconf_type(args[1])]
+    elif t is object or t is dict:
+        return Any
     try:
         OmegaConf.structured(make_dataclass("_Probe", [("x", Optional[t], field(default=None))]))  # noqa: UP007
         return t
@@ -178,39 +199,56 @@ def _omegaconf_type(t: Any) -> Any:
         return Any
 
 
-def _with_name(cls: type, extra: tuple[tuple[str, Any, Any], ...] = ()) -> type:
-    """`cls`'s fields plus `name` (the group choice) and `extra` (name, type, field)."""
-    specs = [(f.name, _omegaconf_type(f.type), field(default=f.default) if f.default_factory is MISSING
-              else field(default_factory=f.default_factory)) for f in fields(cls)]
-    specs += [("name", str, field(default="")),
-              *((n, t, d if isinstance(d, Field) else field(default=d)) for n, t, d in extra)]
-    return make_dataclass(f"{cls.__name__}Schema", specs)
+def _plain(value: object) -> object:
+    """A default as OmegaConf takes it: dataclass instances as their mirrors, tuples as lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return _mirror(type(value))(**{f.name: _plain(getattr(value, f.name)) for f in fields(value)})
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
-def _buffer_schema() -> type:
-    return _with_name(StoreConfig, (("mix", dict[str, float], field(default_factory=_mix)), ("prefetch", int, 2),
-                                    ("imports", list[Any], field(default_factory=list))))
+@functools.cache
+def _mirror(cls: type, loose: frozenset[str] = frozenset()) -> type:
+    """A mutable dataclass with `cls`'s fields, defaults and (OmegaConf-checkable) types; `loose`
+    fields are `Any` (groups filled in by their choice)."""
+    hints = _hints(cls)
+    specs = []
+    for f in fields(cls):
+        default = f.default if f.default_factory is MISSING else f.default_factory()
+        if f.name in loose:
+            specs.append((f.name, Any, field(default=None)))
+            continue
+        specs.append((f.name, _omegaconf_type(hints[f.name]),
+                      field(default_factory=functools.partial(copy.deepcopy, _plain(default)))))
+    return make_dataclass(f"{cls.__name__}Node", specs)
+
+
+_LOOSE = frozenset((*GROUPS, "robot", "teleop"))  # filled in by the group's choice
 
 
 def _register() -> None:
     cs = ConfigStore.instance()
-    cs.store(group="robo_async_schema", name="train", node=TrainSchema)
-    cs.store(group="robo_async_schema", name="buffer", node=BufferSchema)
+    cs.store(name="robo_async_schema", node=_mirror(TrainConfig, _LOOSE))
+    for group, choices in group_schemas().items():
+        for choice, cls in choices.items():
+            cs.store(group=f"schema/{group}", name=choice, node=_mirror(cls))
 
 
-def _mix() -> dict[str, float]:
-    return {"online": 0.5, "demos": 0.25, "interventions": 0.25}
-
-
-BufferSchema = _buffer_schema()
 _register()
 
 
-def check(values: dict, schema: type, where: str) -> dict:
-    """`values` checked against `schema` (types, unknown keys); returns them typed (ints as
-    ints, lists as lists). Raises ConfigError with one line naming the key."""
+# -- checking --------------------------------------------------------------------------------------
+
+def check(values: dict, schema: type, where: str, loose: frozenset[str] = frozenset()) -> dict:
+    """`values` checked against `schema`'s mirror (types, unknown keys; `loose` keys untyped); returns
+    them typed (ints as ints, lists as lists), defaults filled in. Raises ConfigError with one line
+    naming the key."""
+    node = _mirror(schema, loose)
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+        merged = OmegaConf.merge(OmegaConf.structured(node), values)
         return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
     except (ValidationError, ConfigKeyError) as e:
         full = getattr(e, "full_key", None)
@@ -218,35 +256,112 @@ def check(values: dict, schema: type, where: str) -> dict:
         value = getattr(e, "value", None)
         line = str(e).splitlines()[0]
         if isinstance(e, ConfigKeyError):
-            known = sorted(f.name for f in fields(schema))
+            known = sorted(f.name for f in fields(node))
             raise ConfigError(f"unknown key {key}; {where} has {', '.join(known)}") from None
         raise ConfigError(f"{key}: {value!r} is not valid ({line})") from None
     except OmegaConfBaseException as e:
         raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
 
 
-def check_train(cfg: dict) -> dict:
-    return check(cfg, TrainSchema, "config")
+def _coerce(t: Any, v: object, where: str) -> object:
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin in (Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        return v if v is None or len(rest) != 1 else _coerce(rest[0], v, where)
+    if is_dataclass(t) and isinstance(v, dict):
+        return build(t, v, where)
+    if origin is tuple and isinstance(v, list | tuple):
+        inner = args[0] if len(args) == 2 and args[1] is Ellipsis else Any
+        return tuple(_coerce(inner, x, where) for x in v)
+    return v
 
 
-def check_buffer(buf: dict) -> dict:
-    return check(buf, BufferSchema, "buffer")
+def build(cls: type, values: dict, where: str) -> Any:
+    """An instance of `cls` from checked `values` (nested dataclasses built, lists as tuples where
+    `cls` says tuple); its own checks (`__post_init__`) become one ConfigError line."""
+    hints = _hints(cls)
+    try:
+        return cls(**{k: _coerce(hints[k], v, f"{where}.{k}") for k, v in values.items()})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
-def check_algo(algo: dict) -> dict:
+def checked(values: dict, cls: type, where: str) -> Any:
+    """`values` checked against `cls` and built into one."""
+    return build(cls, check(values, cls, where), where)
+
+
+def policy_schema(policy: dict) -> type:
+    """The `policy=` choice a policy section is (by `name`, and `type` for LeRobot policies)."""
+    name = str(policy.get("name"))
+    choice = str(policy.get("type") or "act") if name == "lerobot" else name
+    if name == "lerobot" and choice not in _POLICIES:
+        return POLICY_CONFIGS["act"]  # another LeRobot type: the common LeRobot keys
+    if choice not in _POLICIES:
+        raise ConfigError(f"unknown policy '{name}'; available: {', '.join(sorted(_POLICIES))}")
+    return _POLICIES[choice]
+
+
+def typed_config(cfg: DictConfig | dict) -> TrainConfig:
+    """The run config (composed, or a resumed run's) checked and typed, as `TrainConfig`."""
+    values = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else copy.deepcopy(dict(cfg))
+    assert isinstance(values, dict)
+    groups = {g: values.pop(g, None) or {} for g in GROUPS}
+    root = check(values, TrainConfig, "config", _LOOSE)
+    for g in GROUPS:
+        root.pop(g, None)
+    task, algo, policy = (dict(groups[g]) for g in ("task", "algo", "policy"))
+    from sim import TASKS
+
+    if task.get("name") not in TASKS:
+        raise ConfigError(f"unknown task '{task.get('name')}'; available: {sorted(TASKS)}")
     from robo_async.learner.algorithms import config_class
 
     try:
-        cls = config_class(str(algo.get("name")))
+        config_class(str(algo.get("name")))
     except KeyError as e:
         raise ConfigError(str(e).strip("'\"")) from None
-    return check(algo, _with_name(cls), "algo")
+    launcher_cls = RayLauncherConfig if groups["launcher"].get("name") == "ray" else LauncherConfig
+    return build(TrainConfig, {
+        **root, "robot": root.get("robot") or None, "teleop": root.get("teleop") or None,
+        "task": checked(task, task_schema(task["name"]), "task"),
+        "algo": checked(algo, algo_schema(str(algo["name"])), "algo"),
+        "policy": checked(policy, policy_schema(policy), "policy"),
+        "buffer": checked(dict(groups["buffer"]), BufferConfig, "buffer"),
+        "launcher": checked(dict(groups["launcher"]), launcher_cls, "launcher"),
+    }, "config")
 
 
-IMPERFECTION_FIELDS = (("realtime", bool, False), ("obs_latency_ticks", int, 0), ("action_latency_ticks", int, 0),
-                       ("obs_noise_std", float, 0.0), ("action_noise_std", float, 0.0),
-                       ("disconnect_after_ticks", int | None, None))
+def as_dict(section: object) -> dict:
+    """A typed section back as plain values (tuples as lists), e.g. for code that takes a mapping."""
+    return typing.cast(dict, _listed(dataclasses.asdict(section)))  # type: ignore[call-overload]
 
 
-def check_task(task: dict, config_cls: type) -> dict:
-    return check(task, _with_name(config_cls, IMPERFECTION_FIELDS), "task")
+def _listed(v: object) -> object:
+    if isinstance(v, tuple | list):
+        return [_listed(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _listed(x) for k, x in v.items()}
+    return v
+
+
+def check_buffer(buf: dict) -> dict:
+    return check(buf, BufferConfig, "buffer")
+
+
+def check_algo(algo: dict) -> dict:
+    """`algo` checked against the chosen algorithm's config (name kept)."""
+    from robo_async.learner.algorithms import config_class
+
+    try:
+        config_class(str(algo.get("name")))
+    except KeyError as e:
+        raise ConfigError(str(e).strip("'\"")) from None
+    return check(algo, algo_schema(str(algo["name"])), "algo")
+
+
+def check_task(task: dict, config_cls: type | None = None) -> dict:
+    """`task` checked against its task's schema (the task's config, imperfections, realtime)."""
+    return check(task, task_schema(str(task.get("name"))), "task")

@@ -1,0 +1,152 @@
+"""Robots and teleops from the config: a task (or LeRobot device) as `TaskArgs`, and the robot,
+safety layer and teleops an actor (or `robo-async teleop`, eval, bc) drives through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from omegaconf import DictConfig, OmegaConf
+
+from hal.robot import Robot
+from hal.safety import SafeRobot, WorkspaceBox
+from hal.spec import RobotSpec
+from robo_async.launch.schema import ConfigError, check_task
+from sim import TASKS, SimImperfections, SimRobot
+
+
+@dataclass(frozen=True)
+class TaskArgs:
+    """What an actor drives: a sim task (its config, realtime, imperfections) or a LeRobot device,
+    behind the configured safety layer, with the session's teleops."""
+
+    name: str
+    options: dict  # the task's own config dataclass fields
+    realtime: bool = False
+    imperfections: dict = field(default_factory=dict)  # SimImperfections fields (latency, noise, faults)
+    robot: dict | None = None  # a LeRobot device (type, port, id, ...) instead of the simulator
+    safety: dict = field(default_factory=dict)  # watchdog_s, workspace_low/high (m)
+    teleop: dict | None = None  # a LeRobot teleoperator (type, port, ...) or the virtual operator
+    reward_classifier: str | None = None  # a `reward train` directory: reward and success from camera frames
+
+    @property
+    def resource_need(self) -> str:
+        """What this actor leases: its robot, or a simulator slot of its task."""
+        if self.robot is not None:
+            return f"robot:{self.robot['type']}"
+        return f"sim:{self.name}"
+
+    def resource_id(self, index: int) -> str:
+        if self.robot is not None:
+            return f"robot:{self.robot['type']}/{self.robot.get('id') or self.robot.get('port') or index}"
+        return f"sim:{self.name}/{index}"
+
+
+
+def _dataclass_kwargs(cls: type, values: dict, where: str) -> dict:
+    names = {f.name for f in fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(names)}")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
+IMPERFECTIONS = ("obs_latency_ticks", "action_latency_ticks", "obs_noise_std", "action_noise_std",
+                 "disconnect_after_ticks")
+
+
+def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None,
+              teleop: dict | None = None) -> TaskArgs:
+    values = OmegaConf.to_container(task, resolve=True) if isinstance(task, DictConfig) else dict(task)
+    name = values.get("name")
+    if name not in TASKS:
+        raise ConfigError(f"unknown task '{name}'; available: {sorted(TASKS)}")
+    _, cfg_cls = TASKS[name]
+    given = set(values)
+    values = {k: v for k, v in check_task(values, cfg_cls).items() if k in given}  # typed; unknown keys refused
+    values.pop("name")
+    realtime = bool(values.pop("realtime", False))
+    imperfections = {k: values.pop(k) for k in IMPERFECTIONS if k in values}
+    robot = dict(robot) if robot and robot.get("type") else None
+    return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime,
+                    {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}),
+                    dict(teleop) if teleop and teleop.get("type") else None)
+
+
+def make_robot(args: TaskArgs) -> Robot:
+    """The robot an actor drives: a LeRobot device through the adapter, or a simulator."""
+    if args.robot is not None:
+        from hardware.lerobot_adapter import LeRobotRobot, make_lerobot_device
+
+        opts = dict(args.robot)
+        limits = opts.pop("joint_low", None), opts.pop("joint_high", None)
+        hz = float(opts.pop("hz", args.options.get("hz", 30.0)))
+        return LeRobotRobot(make_lerobot_device(opts), *(tuple(x) if x else None for x in limits), hz=hz)
+    task_cls, cfg_cls = TASKS[args.name]
+    made = task_cls(cfg_cls(**args.options))
+    if isinstance(made, Robot):
+        return made
+    return SimRobot(made, imperfections=SimImperfections(**args.imperfections))
+
+
+def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
+    """The session's teleops, not yet connected: `teleop=virtual` (the simulated operator, which
+    drives the task's scripted expert) or any LeRobot teleoperator (leader arms, gamepad,
+    keyboard, sim_leader). One whose actions do not fit the robot is refused here."""
+    if not args.teleop:
+        return ()
+    if args.teleop["type"] == "virtual":
+        from sim.operator import make_virtual_operator
+
+        try:
+            teleops: tuple = (make_virtual_operator(robot, args.name, args.teleop),)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+    else:
+        from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+
+        opts = dict(args.teleop)
+        buttons = opts.pop("events_from", None)  # a second device for the buttons: {type: keyboard_ee} ...
+        teleops = (LeRobotTeleop(make_lerobot_teleop_device(opts)),)
+        if buttons:
+            teleops += (LeRobotTeleop(make_lerobot_teleop_device(dict(buttons))),)
+    from robo_async.actor.takeover import TeleopMismatch, check_teleops
+
+    try:
+        check_teleops(teleops, robot.spec.action_dim)
+    except TeleopMismatch as e:
+        raise ConfigError(str(e)) from None
+    return teleops
+
+
+def make_safe_robot(args: TaskArgs) -> SafeRobot:
+    """`make_robot` behind the safety layer, with the configured watchdog and workspace box (and
+    the learned reward, `reward_classifier`, between the two)."""
+    robot = make_robot(args)
+    if args.reward_classifier:
+        from policies.reward import ClassifierReward, RewardError, SuccessClassifier
+
+        try:
+            robot = ClassifierReward(robot, SuccessClassifier.load(args.reward_classifier))
+        except RewardError as e:
+            raise ConfigError(str(e)) from None
+    workspace = None
+    low, high = args.safety.get("workspace_low"), args.safety.get("workspace_high")
+    if low is not None and high is not None:
+        fk = getattr(robot, "ee_position", None)
+        if fk is None:
+            raise ConfigError(f"safety.workspace_* needs forward kinematics; {robot.spec.name} has none")
+        workspace = WorkspaceBox(fk, tuple(low), tuple(high))
+    return SafeRobot(robot, workspace=workspace, watchdog_s=args.safety.get("watchdog_s"))
+
+
+def task_spec(args: TaskArgs) -> RobotSpec:
+    return make_robot(args).spec
+
+
+def obs_dims(spec: RobotSpec, keys: tuple[str, ...]) -> tuple[int, ...]:
+    dims = {"state": spec.state_dim, **spec.feature_dims()}
+    missing = [k for k in keys if k not in dims]
+    if missing:
+        raise ConfigError(f"policy.obs_keys {missing} are not observations of {spec.name}; "
+                          f"it has {sorted(dims)}")
+    return tuple(dims[k] for k in keys)

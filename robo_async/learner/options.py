@@ -1,0 +1,28 @@
+"""`learner:` and `budget:` config sections. The builders turn them (with the algorithm, store and
+policy) into a `LearnerConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from robo_async.transport.weights import PushConfig
+
+
+@dataclass(frozen=True)
+class LearnerOptions:
+    """`learner`: publishing, checkpoints, logging and the device of the learner process."""
+
+    publish_every: int = 10  # updates between weight publications
+    checkpoint_every_s: float = 30.0  # seconds between checkpoints
+    log_every_s: float = 1.0  # seconds between metric lines
+    threads: int = 1  # torch CPU threads in the learner
+    weights: PushConfig = field(default_factory=PushConfig)  # pushes to the actors, streamed in parts, each array checked (crc32) before a swap
+    device: str = "auto"  # auto (a GPU when there is one, for algorithms that support it: qc, dsrl, filtered) | cpu | cuda | cuda:1
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """`budget`: when the training phase stops (whichever limit comes first)."""
+
+    seconds: float | None = 600.0  # wall-clock limit of the training phase
+    env_steps: int | None = None  # optional limit on env steps
