@@ -169,3 +169,33 @@ def test_an_algorithm_declares_its_untrained_policy_parameters_frozen():
     assert h.frozen_weights() == frozenset({"0.weight", "0.bias"})
     h.policy = object()  # a policy without the notion: nothing is frozen
     assert h.frozen_weights() == frozenset()
+
+
+def test_a_status_only_subscriber_gets_statuses_and_acks_but_no_weight_parts():
+    """`WeightClient(weights=False)` (an actor whose policy runs on a policy server) subscribes to
+    the status topic only: the publisher never sends it a part. A full client on the same publisher
+    is the witness that parts went out while both were subscribed; the sentinel status is sent
+    after them, so on the same ordered stream a client subscribed to parts would have had them."""
+    from robo_async.transport.wire import LearnerStatus
+
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, push=PushConfig(part_mb=0.25))
+    full = WeightClient(pub.address, every_s=0.005).start()
+    lean = WeightClient(pub.address, every_s=0.005, weights=False).start()
+    try:
+        deadline = time.monotonic() + 30
+        while (full.status is None or lean.status is None) and time.monotonic() < deadline:
+            pub.publish_status(LearnerStatus(0, 0, 0, 0, boot_id="first"))  # until both subscriptions are live
+            time.sleep(0.01)
+        assert full.status is not None and lean.status is not None
+        pub.publish(Weights(1, policy(), "net"))
+        newest(full, 1)  # every part was handed to every subscriber's pipe
+        assert full.weight_messages >= 2  # a streamed push: several parts
+        pub.publish_status(LearnerStatus(10, 1, 64, 128, boot_id="sentinel", acked=((0, 64),)))
+        while lean.status.boot_id != "sentinel" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lean.status.boot_id == "sentinel" and lean.status.acked_for(0) == 64 and lean.statuses >= 2
+        assert lean.weight_messages == 0 and lean.take_weights() is None and lean.dropped == 0
+    finally:
+        full.close()
+        lean.close()
+        pub.close()
