@@ -16,7 +16,7 @@ from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.tools import IMPORT_ACTOR_BASE
-from robo_async.launch.builders import TaskArgs, make_robot
+from robo_async.launch.tasks import TaskArgs, make_robot
 from robo_async.transport.wire import EpisodeStats, Heartbeat, Message, TransitionBatch
 from sim.experts import NoExpert, make_expert
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from robo_async.launch.builders import PolicyArgs, TaskArgs, acting_args, algo_of, task_args
+from robo_async.launch.builders import algo_of
+from robo_async.launch.policy_args import PolicyArgs, acting_args
 from robo_async.launch.schema import ConfigError
+from robo_async.launch.tasks import TaskArgs, task_args
 from robo_async.learner import checkpoint
 
 # composes the run config from overrides (the entry floor's `config.compose_config`)
