@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ActorConfig:
+    """One actor: its id, the learner's addresses, the control loop, delivery, keys, a guide or a policy server."""
+
     actor_id: int
     data_address: str
     weights_address: str
@@ -51,7 +53,7 @@ class ActorConfig:
 
 
 class LearnerUnavailable(RuntimeError):
-    pass
+    """No status from the learner within `first_status_timeout_s` (named: where the actor listened)."""
 
 
 class Actor:

@@ -54,6 +54,9 @@ class ServerUnavailable(TimeoutError):
 
 
 class RemotePolicy(Policy):
+    """A `Policy` whose chunks come from a policy server (see the module's docstring); its `stats()`
+    are the heartbeat's server figures. The actor subscribes to the learner's statuses only."""
+
     remote = True  # the actor does not subscribe this policy to the learner's weights
 
     def __init__(self, address: str, spec: RobotSpec, actor_id: int = 0, policy: str = "",

@@ -47,6 +47,8 @@ class UplinkError(RuntimeError):
 
 @dataclass(frozen=True)
 class UplinkConfig:
+    """Acknowledged delivery: the journal, the RAM budget, resends, frame encoding, queue sizes."""
+
     journal_dir: str | None = None  # actor-local store of unacked batches; None: RAM only
     journal: bool = True  # journal every batch (else only spill beyond max_ram_mb)
     max_ram_mb: float = 256.0  # unacked batches held in RAM before the oldest are spilled
@@ -81,6 +83,9 @@ def _key(seq: int) -> bytes:
 
 
 class Uplink:
+    """The actor's side of acknowledged delivery (see the module's docstring): `put()` from the
+    control loop, a thread that sends in order, journals, resends and drops what the learner acked."""
+
     def __init__(self, actor_id: int, address: str, status: Callable[[], LearnerStatus | None],
                  config: UplinkConfig = UplinkConfig(), ctx: zmq.Context | None = None,
                  secure: Callable[[zmq.Socket], None] | None = None) -> None:

@@ -2,8 +2,11 @@
 
 It shows the learner's progress (updates/s, losses, versions and lag, buffer sizes and free disk,
 restarts) and one row per actor (its robot or simulator and lease, ticks, tick lateness and
-missed ticks, inference latency, who is in control, unacked data, its policy version). The page
-subscribes to `/events` (one JSON state every `every_s`); `/state` returns the same JSON once.
+missed ticks, inference latency, who is in control, unacked data, its policy version). An actor's
+row is its latest heartbeat (`Learner.actor_rows`): the `transport.stats.ActorStats` figures it
+filled, by field name, with `env_steps`, `policy_version`, `episodes`, `heard_s` and the
+launcher's `resource`; the page reads those names (tests/dashboard checks it names no other). The
+page subscribes to `/events` (one JSON state every `every_s`); `/state` returns the same JSON once.
 
 It binds loopback only: on a remote learner, open it through SSH
 (`ssh -L 8765:127.0.0.1:8765 learner-host`, then http://127.0.0.1:8765), so nothing but an
@@ -42,6 +45,8 @@ def _clean(x: object) -> object:
 
 
 class Dashboard:
+    """The live page on loopback: `start()`, `update(**parts)` as reports arrive, `close()`."""
+
     def __init__(self, port: int = 0, every_s: float = 0.5) -> None:
         self.port = port
         self.every_s = every_s
@@ -54,16 +59,19 @@ class Dashboard:
         self.error: BaseException | None = None
 
     def update(self, **parts: object) -> None:
+        """Replace parts of the state (`progress`, `actors`, `run`), made JSON-safe."""
         with self._lock:
             for k, v in parts.items():
                 self._state[k] = _clean(v)
             self._state["t"] = time.time()
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, object]:
+        """The state the page shows now (a shallow copy)."""
         with self._lock:
             return dict(self._state)
 
     def start(self) -> "Dashboard":
+        """Serve on a thread with its own event loop; returns self once `url` is set (raises if it did not start)."""
         self._thread = threading.Thread(target=self._run, name="dashboard", daemon=True)
         self._thread.start()
         if not self._ready.wait(30) or self.error is not None:
@@ -123,6 +131,7 @@ class Dashboard:
         return resp
 
     def close(self) -> None:
+        """Stop serving and join the thread."""
         if self._loop is not None and self._thread is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)

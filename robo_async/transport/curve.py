@@ -110,12 +110,16 @@ class _Authenticator(ThreadAuthenticator):
 
 
 class LearnerAuth:
+    """The learner's side of CURVE: its key pair and a ZAP handler admitting the listed actor keys.
+    `start()` before binding, `secure(sock)` on each server socket, `stop()` at the end."""
+
     def __init__(self, keys_dir: str | Path, ctx: zmq.Context | None = None) -> None:
         self.keys_dir = Path(keys_dir)
         self._ctx = ctx or zmq.Context.instance()
         self._auth: _Authenticator | None = None
 
     def start(self) -> "LearnerAuth":
+        """Load the learner's keys and the allow-list, start the ZAP handler; returns self."""
         self.public, self.secret = _load(self.keys_dir / "learner.key_secret", secret=True)
         allowed = authorized(self.keys_dir)
         self._auth = _Authenticator(self._ctx, allowed)
@@ -132,18 +136,22 @@ class LearnerAuth:
         return self
 
     def secure(self, sock: zmq.Socket) -> None:
+        """Make `sock` a CURVE server with the learner's keys (before it binds)."""
         sock.curve_secretkey = self.secret
         sock.curve_publickey = self.public
         sock.curve_server = True
 
     @property
     def denied(self) -> int:
+        """Connections refused so far (keys not on the allow-list)."""
         return self._auth.denied if self._auth is not None else 0
 
     def alive(self) -> bool:
+        """Whether the ZAP handler's thread runs (watched: without it nobody is admitted)."""
         return self._auth is not None and self._auth.is_alive()
 
     def stop(self) -> None:
+        """Stop the ZAP handler."""
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
@@ -159,6 +167,8 @@ def actor_of(frame: zmq.Frame) -> int | None:
 
 
 def secure_client(sock: zmq.Socket, keys_dir: str | Path, actor_id: int) -> None:
+    """Make `sock` a CURVE client with actor `actor_id`'s key pair and the learner's public key
+    from `keys_dir` (before it connects); a missing or damaged key file raises `KeysError`."""
     keys = Path(keys_dir)
     pub, sec = _load(keys / "actors" / f"actor-{actor_id}.key_secret", secret=True)
     server, _ = _load(keys / "learner.key", secret=False)
@@ -168,4 +178,5 @@ def secure_client(sock: zmq.Socket, keys_dir: str | Path, actor_id: int) -> None
 
 
 def is_loopback(host: str) -> bool:
+    """Whether `host` names this machine's loopback interface (no CURVE needed to bind there)."""
     return host in LOOPBACK or host.startswith("127.")

@@ -40,6 +40,7 @@ class Frames:
 
     @property
     def nbytes(self) -> int:
+        """Encoded bytes in all (what the wire and the store carry)."""
         return sum(len(b) for b in self.blobs)
 
     def __len__(self) -> int:
@@ -53,6 +54,7 @@ class Frames:
 
     @staticmethod
     def concat(parts: Sequence["Frames"]) -> "Frames":
+        """The rows of `parts`, in order, as one column (the same image size)."""
         blobs = [b for p in parts for b in p.blobs]
         return Frames(blobs, (len(blobs), *parts[0].shape[1:]))
 
@@ -140,6 +142,7 @@ class TransitionBatch:
 
     @property
     def count(self) -> int:
+        """Transitions in the batch."""
         return int(self.arrays["reward"].shape[0])
 
 
@@ -208,6 +211,7 @@ class LearnerStatus:
     actors: int = 1  # actors heard from recently; each may produce its share of the allowance
 
     def acked_for(self, actor_id: int) -> int | None:
+        """The next seq of `actor_id` the learner has not committed (all below are), or None."""
         for a, s in self.acked:
             if a == actor_id:
                 return s

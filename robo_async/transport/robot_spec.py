@@ -13,7 +13,9 @@ from typing import Protocol
 class HasSignature(Protocol):
     """A robot spec (`hal.spec.RobotSpec`): what matters for a chunk to fit, as a plain map."""
 
-    def signature(self) -> Mapping[str, object]: ...
+    def signature(self) -> Mapping[str, object]:
+        """A plain, comparable summary of the robot (names, dims, limits, rate)."""
+        ...
 
 
 def spec_json(spec: HasSignature) -> str:

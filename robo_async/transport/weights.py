@@ -39,6 +39,8 @@ PRECISIONS = ("fp32", "fp16")
 
 @dataclass(frozen=True)
 class PushConfig:
+    """How the learner streams a weight push: precision, deltas, keyframes, part size."""
+
     precision: str = "fp32"  # fp32 | fp16: float32 arrays travel as float16 (actors get float32 back)
     delta: bool = False  # send only the elements that changed since the last keyframe
     keyframe_every: int = 20  # versions between keyframes when delta is on
@@ -53,6 +55,7 @@ class PushConfig:
 
 
 def crc(a: np.ndarray) -> int:
+    """The crc32 of an array's bytes (C order): what part 0's manifest lists per array."""
     return zlib.crc32(memoryview(np.ascontiguousarray(a)).cast("B"))
 
 
@@ -151,6 +154,10 @@ class Assembler:
         self.completed = 0
 
     def feed(self, p: WeightPart) -> Weights | None:
+        """Take one part; the whole push as `Weights` once every part came and every checksum
+        matched, else None (more to come, a repeat, or a push refused: counted in `bad` or
+        `missing_base`; a piece that does not fit is refused the same way). Raises WireError for a
+        part 0 without a manifest."""
         cur = self._cur
         if p.part == 0:
             if cur is not None and cur["version"] == p.version and cur["base"] == p.base:
