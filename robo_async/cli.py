@@ -133,7 +133,9 @@ def _teleop(rest: list[str]) -> int:
     """A teleop session: the operator drives; success/failure keys end episodes, re-record drops one."""
     from robo_async.buffer import tools
     from robo_async.buffer.lmdb_store import StoreError
-    from robo_async.launch.builders import _plain, task_args
+    from robo_async.launch.builders import task_args
+    from robo_async.launch.schema import as_dict
+    from robo_async.train import typed
     from robo_async.launch.schema import ConfigError
     from robo_async.record import teleop_session
 
@@ -146,9 +148,9 @@ def _teleop(rest: list[str]) -> int:
         episodes = int(ours.get("episodes", 10))
     except ValueError:
         raise UserError(f"teleop episodes={ours['episodes']!r}: give a number") from None
-    cfg = compose_config(overrides)
+    cfg = typed(compose_config(overrides))
     try:
-        targs = task_args(cfg.task, _plain(cfg.get("robot")), _plain(cfg.get("safety")) or {}, _plain(cfg.get("teleop")))
+        targs = task_args(as_dict(cfg.task), cfg.robot, as_dict(cfg.safety), cfg.teleop)
     except ConfigError as e:
         raise UserError(str(e)) from None
     realtime = targs.robot is not None or targs.realtime

@@ -74,6 +74,6 @@ def _composition(e: ConfigCompositionException) -> str:
         key = str(e).split("'")[1] if "'" in str(e) else "?"
         return (f"unknown config key '{key}'; see `robo-async train --cfg` for the keys, or add a "
                 f"new one with +{key}=...")
-    if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
-        return f"bad override: {cause.full_key}: {str(cause).splitlines()[0]}"
+    if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):  # as typed_config says it
+        return f"bad config: {cause.full_key}: {cause.value!r} is not valid ({str(cause).splitlines()[0]})"
     return f"bad override: {str(e).splitlines()[0]}"

@@ -24,5 +24,5 @@ class LearnerOptions:
 class BudgetOptions:
     """`budget`: when the training phase stops (whichever limit comes first)."""
 
-    seconds: float | None = 600.0  # wall-clock limit of the training phase
+    seconds: float | None = 600  # wall-clock limit of the training phase
     env_steps: int | None = None  # optional limit on env steps
