@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
-from robo_async.launch.schema import ConfigError, TrainConfig, typed_config
+if TYPE_CHECKING:
+    from robo_async.launch.schema import TrainConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -22,6 +24,8 @@ def compose_config(overrides: list[str], base: Path | None = None) -> DictConfig
     """The run config from `configs/train.yaml`, the schemas it selects (registered in Hydra's
     ConfigStore by `robo_async.launch.schema`) and `overrides` (a resumed run: its stored config,
     then the overrides). `load_config` gives it typed."""
+    import robo_async.launch.schema  # noqa: F401  (registers the schemas; imported here: torch comes with it)
+
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)
@@ -42,6 +46,8 @@ def compose_config(overrides: list[str], base: Path | None = None) -> DictConfig
 def load_config(overrides: list[str], base: Path | None = None) -> TrainConfig:
     """The run config from `overrides`, checked and typed (`robo_async.launch.schema.TrainConfig`);
     a wrong type or unknown key is one UserError line."""
+    from robo_async.launch.schema import ConfigError, typed_config
+
     cfg = compose_config(overrides, base)
     try:
         return typed_config(cfg)
