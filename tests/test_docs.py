@@ -21,7 +21,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240, env=env)
+                          capture_output=True, text=True, timeout=240, env=env, check=False)
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     return out
 
@@ -43,7 +43,7 @@ def _rows(page: Path) -> dict[tuple[str, str], str]:
     rows: dict[tuple[str, str], str] = {}
     section = ""
     for m in re.finditer(r"<h[23][^>]*>(.*?)</h[23]>|<tr>\s*<td><code>([^<]+)</code></td>\s*<td><code>[^<]*</code></td>"
-                         r"\s*<td><code>([^<]*)</code></td>", text, re.S):
+                         r"\s*<td><code>([^<]*)</code></td>", text, re.DOTALL):
         if m.group(1) is not None:
             section = html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip().rstrip("¶").strip()
         else:

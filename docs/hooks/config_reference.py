@@ -3,9 +3,13 @@
 - `<!-- config-reference -->` becomes every config key with its type, default and meaning, walked
   from the typed schema (`robo_async.launch.schema`): the root `TrainSchema` (nested dataclasses
   become dotted keys) and, per group (task, policy, algo, buffer, launcher), one table per choice
-  from `schema.group_schemas()` (group -> choice -> dataclass). The meaning is the comment on the
-  field's line in the dataclass source (or, without one, the comment block right above it, or the
-  field's `metadata["help"]`); a field without any shows an empty meaning.
+  from `schema.group_schemas()` (group -> choice -> dataclass). The meaning is the field's
+  `metadata["help"]` if set, else the comment on the field's line in the dataclass source, else an
+  attribute docstring, else the comment block right above it; a field without any shows an empty
+  meaning (nothing is invented here).
+- `<!-- wire-kinds -->`: every message kind's fields, the transition columns and the limits, from
+  `robo_async/transport/` (`messages.py`, `checks.py`, `wire.py`).
+- `<!-- store-format -->`: the replay store's layout, from `lmdb_store.py` and `codec.py`.
 - `<!-- cli-usage -->` and `<!-- buffer-usage -->` become the usage texts the commands print.
 - `<!-- bench-list -->` becomes the registered benchmark names.
 """
@@ -112,19 +116,28 @@ def _source_line(cls: type) -> tuple[str, int]:
 
 
 def store_format() -> str:
-    """The layout as `lmdb_store.py` and `codec.py` describe it."""
-    from robo_async.buffer import codec, lmdb_store
+    """The layout as the store's own modules describe it (`layout.py` where the code has it,
+    `lmdb_store.py`, `codec.py`)."""
+    import importlib
 
-    tables = getattr(lmdb_store, "TABLES", ())
-    out = [f"Store schema `{codec.STORE_SCHEMA}` (other versions are refused with what to do). "
-           f"Tables: {', '.join(f'`{t}`' for t in tables)}. Image codecs: {', '.join(f'`{c}`' for c in codec.CODECS)}.",
-           "", "From `robo_async/buffer/lmdb_store.py`:", "", "```text", inspect.cleandoc(lmdb_store.__doc__ or ""), "```",
-           "", "From `robo_async/buffer/codec.py`:", "", "```text", inspect.cleandoc(codec.__doc__ or ""), "```"]
+    from robo_async.buffer import codec
+
+    tables = getattr(importlib.import_module("robo_async.buffer.lmdb_store"), "TABLES", ())
+    out = [(f"Store schema `{codec.STORE_SCHEMA}` (other versions are refused with what to do). "
+            f"Tables: {', '.join(f'`{t}`' for t in tables)}. Image codecs: {', '.join(f'`{c}`' for c in codec.CODECS)}."),
+           ""]
+    for name in ("layout", "lmdb_store", "codec"):
+        try:
+            module = importlib.import_module(f"robo_async.buffer.{name}")
+        except ImportError:
+            continue
+        if module.__doc__:
+            out += [f"From `robo_async/buffer/{name}.py`:", "", "```text", inspect.cleandoc(module.__doc__), "```", ""]
     return "\n".join(out)
 
 
 def bench_names() -> list[str]:
-    import robo_async.bench as bench
+    from robo_async import bench
 
     for name in ("async_inference", "buffer", "hil", "learn", "learn_reach", "multi_actor", "remote_inference",
                  "soak", "weight_push"):
@@ -137,44 +150,18 @@ def bench_names() -> list[str]:
 
 # -- the schema ---------------------------------------------------------------------------------
 
-def group_schemas() -> tuple[dict[str, dict[str, type]], bool]:
-    """group -> choice -> dataclass, and whether it came from `schema.group_schemas()`."""
-    from robo_async.launch import schema
-
-    if hasattr(schema, "group_schemas"):
-        return schema.group_schemas(), True
-    # Fallback while the schema is reworked: the same mapping from what exists today.
-    import sim
-    from robo_async.buffer.lmdb_store import StoreConfig
-    from robo_async.learner.algorithms import algorithms, config_class
-
-    groups: dict[str, dict[str, type]] = {
-        "task": {name: entry[1] for name, entry in sim.TASKS.items()},
-        "algo": {name: config_class(name) for name in algorithms()},
-        "buffer": {"lmdb": StoreConfig},
-    }
-    try:
-        from robo_async.launch.supervisor import LauncherConfig, RayLauncherConfig
-
-        groups["launcher"] = {"serial": LauncherConfig, "local": LauncherConfig, "ray": RayLauncherConfig}
-    except ImportError:
-        pass
-    return groups, False
-
-
 def config_reference() -> str:
     from robo_async.launch import schema
 
-    groups, native = group_schemas()
-    out = ["## Run keys", "",
-           f"`configs/train.yaml`, checked against `{schema.TrainSchema.__module__}.{schema.TrainSchema.__qualname__}`.",
-           ""]
-    out += table(rows(schema.TrainSchema, "", skip=set(GROUPS) | set(groups)))
+    groups = schema.group_schemas()  # group -> choice -> dataclass
+    root = schema.TrainSchema
+    out = ["## Run keys", "", f"`configs/train.yaml`, checked against `{root.__module__}.{root.__qualname__}`.", ""]
+    out += table(rows(root, "", skip=set(GROUPS) | set(groups)))
     for group in (*GROUPS, *sorted(set(groups) - set(GROUPS))):
         out += ["", f"## {group}", ""]
         choices = groups.get(group, {})
         if not choices:
-            out += [f"No typed schema yet: the keys are those of `configs/{group}/<name>.yaml`.", ""]
+            out += [f"No typed schema: the keys are those of `configs/{group}/<name>.yaml`.", ""]
             continue
         out += [f"Choose with `{group}=<name>`: {', '.join(f'`{c}`' for c in sorted(choices))}.", ""]
         for choice in sorted(choices):
@@ -182,16 +169,7 @@ def config_reference() -> str:
             out += [f"### {group}={choice}", "", _defined_by(cls), ""]
             out += table(rows(cls, f"{group}.", skip={"name"}))
             out.append("")
-        if group == "task" and not native:
-            from sim.sim_robot import SimImperfections
-
-            out += ["### every simulated task", "",
-                    "The sim tasks also take `task.realtime` (bool, default `false`: ticks take 1/hz of "
-                    "wall-clock time) and these imperfections (`sim.sim_robot.SimImperfections`):", ""]
-            out += table(rows(SimImperfections, "task."))
-            out.append("")
-    suffix = "" if native else " (`group_schemas()` is not there yet: mapping built from the registries)"
-    out += ["", f"*Generated from the dataclasses when the site is built{suffix}.*"]
+    out += ["", "*Generated from the dataclasses (`robo_async.launch.schema.group_schemas()`) when the site is built.*"]
     return "\n".join(out)
 
 
