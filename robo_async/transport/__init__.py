@@ -1,4 +1,5 @@
-"""ZMQ transport: message schema (`wire`) and channels between actors and the learner."""
+"""ZMQ transport: the messages (`messages`, `stats`), their encoding and checks (`wire`, `checks`),
+and the channels between actors, the learner and the policy server (`channels`, `weights`, `curve`)."""
 
 from robo_async.transport.channels import (
     PortInUse,
@@ -8,6 +9,7 @@ from robo_async.transport.channels import (
     WeightPublisher,
 )
 from robo_async.transport.wire import (
+    ActorStats,
     EpisodeStats,
     Heartbeat,
     LearnerStatus,
@@ -19,7 +21,7 @@ from robo_async.transport.wire import (
 )
 
 __all__ = [
-    "EpisodeStats", "Heartbeat", "LearnerStatus", "PortInUse", "TransitionBatch",
+    "ActorStats", "EpisodeStats", "Heartbeat", "LearnerStatus", "PortInUse", "TransitionBatch",
     "TransitionReceiver", "TransitionSender", "WeightClient", "WeightPublisher", "Weights",
     "WireError", "decode", "encode",
 ]
