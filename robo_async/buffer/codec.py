@@ -1,6 +1,6 @@
 """How transitions are laid out on disk: a column schema, one checksummed record per
 transition, and camera images stored once each, encoded (QOI by default: lossless, ~10x faster
-to encode than PNG at a similar size; see README "Frames") and keyed by content.
+to encode than PNG at a similar size; see docs/reference/store-format.md) and keyed by content.
 
 A record is `crc32(payload) || payload` with payload = msgpack
 `{"a": actor_id, "s": seq, "c": [raw bytes per array column], "i": [image key per image column]}`.
