@@ -23,7 +23,15 @@ import zmq
 
 from robo_async.transport.curve import LearnerAuth, actor_of
 from robo_async.transport.weights import Assembler, PushConfig, encode_push, keyframe_of
-from robo_async.transport.wire import LearnerStatus, Message, WeightPart, Weights, WireError, decode, encode
+from robo_async.transport.wire import (
+    LearnerStatus,
+    Message,
+    WeightPart,
+    Weights,
+    WireError,
+    decode,
+    encode,
+)
 
 Secure = Callable[[zmq.Socket], None]  # sets a socket's CURVE keys before it binds or connects
 

@@ -14,10 +14,27 @@ from typing import cast
 import msgpack
 import numpy as np
 
-from robo_async.transport.messages import (DTYPES, FINAL_OBS, FRAME_TAGS, KINDS, MAX_SIDE, SCHEMA, TAKEOVER,
-                                           ChunkReply, EpisodeStats, Frames, Heartbeat, InferRequest,
-                                           LearnerStatus, Message, TransitionBatch, WeightPart, Weights, WireError,
-                                           expand_next_obs, standard_columns)
+from robo_async.transport.messages import (
+    DTYPES,
+    FINAL_OBS,
+    FRAME_TAGS,
+    KINDS,
+    MAX_SIDE,
+    SCHEMA,
+    ChunkReply,
+    EpisodeStats,
+    Frames,
+    Heartbeat,
+    InferRequest,
+    LearnerStatus,
+    Message,
+    TransitionBatch,
+    WeightPart,
+    Weights,
+    WireError,
+    expand_next_obs,
+    standard_columns,
+)
 from robo_async.transport.stats import FIELD_TYPES, ActorStats
 
 EPISODE_LABELS = ("", "success", "failure", "rerecord")

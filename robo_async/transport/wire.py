@@ -19,11 +19,37 @@ from collections.abc import Mapping
 import msgpack
 import numpy as np
 
-from robo_async.transport.checks import EPISODE_LABELS, MAX_ACTOR_ID, MAX_COUNT, MAX_FIGURE, actor_stats, decode
-from robo_async.transport.messages import (DTYPES, FINAL_OBS, KINDS, OPERATOR, POLICY, SCHEMA, TAKEOVER,
-                                           ChunkReply, EpisodeStats, Frames, Heartbeat, InferRequest,
-                                           LearnerStatus, Message, TransitionBatch, WeightPart, Weights, WireError,
-                                           expand_next_obs, is_image_column, standard_columns)
+from robo_async.transport.checks import (
+    EPISODE_LABELS,
+    MAX_ACTOR_ID,
+    MAX_COUNT,
+    MAX_FIGURE,
+    actor_stats,
+    decode,
+)
+from robo_async.transport.messages import (
+    DTYPES,
+    FINAL_OBS,
+    KINDS,
+    OPERATOR,
+    POLICY,
+    SCHEMA,
+    TAKEOVER,
+    ChunkReply,
+    EpisodeStats,
+    Frames,
+    Heartbeat,
+    InferRequest,
+    LearnerStatus,
+    Message,
+    TransitionBatch,
+    WeightPart,
+    Weights,
+    WireError,
+    expand_next_obs,
+    is_image_column,
+    standard_columns,
+)
 from robo_async.transport.stats import ActorStats
 
 __all__ = [

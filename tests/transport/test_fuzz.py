@@ -22,8 +22,15 @@ from robo_async.learner.learner import LearnerConfig
 from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, WeightClient
 from robo_async.transport.stats import ActorStats
 from robo_async.transport.weights import PushConfig, encode_push
-from robo_async.transport.wire import (EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch, Weights, decode,
-                                       encode)
+from robo_async.transport.wire import (
+    EpisodeStats,
+    Heartbeat,
+    LearnerStatus,
+    TransitionBatch,
+    Weights,
+    decode,
+    encode,
+)
 
 MISSING = object()
 N = 4

@@ -4,8 +4,19 @@ import pytest
 import zmq
 
 from robo_async.transport import (
-    EpisodeStats, Heartbeat, LearnerStatus, PortInUse, TransitionBatch, TransitionReceiver,
-    TransitionSender, WeightClient, WeightPublisher, Weights, WireError, decode, encode,
+    EpisodeStats,
+    Heartbeat,
+    LearnerStatus,
+    PortInUse,
+    TransitionBatch,
+    TransitionReceiver,
+    TransitionSender,
+    WeightClient,
+    WeightPublisher,
+    Weights,
+    WireError,
+    decode,
+    encode,
 )
 from robo_async.transport.stats import FIELD_TYPES, ActorStats
 
