@@ -107,6 +107,9 @@ class RayActorWorker:
             lease.release()
 
 
+ASK_EVERY_S = 0.2  # how often the learner's progress is asked for (it reports every 0.5 s)
+
+
 def _last_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[-1] if text else type(e).__name__
@@ -136,6 +139,7 @@ class _RayLearnerProc:
         self.open_ref = self.handle.open.remote()
         self.run_ref = None
         self.asked = None  # a progress() call not yet answered
+        self.asked_at = 0.0
         self.seen = 0  # the newest report number taken
         self._pid: int | None = None
         self._exit: Exit | None = None
@@ -186,8 +190,8 @@ class _RayLearnerProc:
                 self.seen = n
                 out += [("progress", progress),
                         ("actors", {a: {**row, "heard_s": row["heard_s"] + age} for a, row in rows.items()})]
-        if self.asked is None:
-            self.asked = self.handle.progress.remote()
+        if self.asked is None and time.monotonic() - self.asked_at >= ASK_EVERY_S:
+            self.asked, self.asked_at = self.handle.progress.remote(), time.monotonic()
         return out
 
     def exit(self) -> Exit | None:
