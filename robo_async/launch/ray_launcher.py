@@ -87,7 +87,7 @@ class RayActorWorker:
         return os.getpid()
 
     def run(self, task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, resource_id: str,
-            lease_opts: "ResourcesConfig", job: str) -> tuple[bool, str]:
+            lease_opts: ResourcesConfig, job: str) -> tuple[bool, str]:
         """Lease its robot (or a sim slot) on this node, run until the learner stops. Returns (clean,
         message): clean when it ended because the learner is stopping, else its robot was lost."""
         import torch
@@ -115,7 +115,7 @@ def _last_line(e: BaseException) -> str:
     return text.splitlines()[-1] if text else type(e).__name__
 
 
-def _ready(ref) -> bool:  # noqa: ANN001 - a Ray ObjectRef
+def _ready(ref) -> bool:
     import ray
 
     return bool(ray.wait([ref], timeout=0)[0])
@@ -125,7 +125,7 @@ class _RayLearnerProc:
     """One incarnation of the learner: a RayLearner opened, then running; its progress asked for
     without blocking (an unanswered question is a silent learner, judged by the supervisor)."""
 
-    def __init__(self, runner: "RayRunner", cfg: LearnerConfig) -> None:
+    def __init__(self, runner: RayRunner, cfg: LearnerConfig) -> None:
         import ray
 
         self.runner = runner
@@ -210,7 +210,7 @@ class _RayLearnerProc:
 
 
 class _RayActorProc:
-    def __init__(self, handle, run_args: tuple) -> None:  # noqa: ANN001 - a Ray actor handle
+    def __init__(self, handle, run_args: tuple) -> None:
         self.handle = handle
         self.pid_ref = handle.pid.remote()  # first: calls run in order, and run() runs for the whole job
         self.run_ref = handle.run.remote(*run_args)
@@ -224,8 +224,8 @@ class _RayActorProc:
         if self._pid is None and _ready(self.pid_ref):
             try:
                 self._pid = ray.get(self.pid_ref)
-            except Exception:  # noqa: BLE001 - it died before saying; its exit says why
-                pass
+            except Exception as e:  # noqa: BLE001 - it died before saying; its exit says why
+                log.debug("actor pid unknown: %s", e)
         return self._pid
 
     def poll(self) -> list[tuple[str, object]]:
@@ -295,8 +295,8 @@ class RayRunner:
         for p in [*self.actors, *([self.learner] if self.learner else [])]:
             try:
                 ray.kill(p.handle)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            except Exception as e:  # noqa: BLE001 - already gone
+                log.debug("ray.kill: %s", e)
 
 
 def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:

@@ -54,7 +54,7 @@ class _Thread:
                 self.outcome = Exit.CLEAN
             except RobotError as e:
                 self._why, self.outcome = f"robot lost: {e}", Exit.ROBOT_LOST
-            except Exception as e:  # noqa: BLE001 - reported to the supervisor
+            except Exception as e:
                 log.exception("%s failed", who)
                 self._why, self.outcome = f"{type(e).__name__}: {e}", Exit.FAILED
 

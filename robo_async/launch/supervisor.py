@@ -26,19 +26,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from robo_async.launch.runner import Exit, Proc, Ready, Runner, RunFailed, RunResult
+from robo_async.launch.runner import Exit, Proc, Ready, RunFailed, Runner, RunResult
 
 if TYPE_CHECKING:  # builders imports this module
     from robo_async.dashboard.server import Dashboard
     from robo_async.launch.builders import TrainPlan
     from robo_async.launch.progress import ProgressDisplay
     from robo_async.learner.learner import LearnerConfig
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EventLog", "LauncherConfig", "RayLauncherConfig", "ResourcesConfig", "RestartBudget", "RestartPolicy",
            "RunFailed", "RunResult", "Supervisor", "read_events", "restart_config", "start_dashboard"]
@@ -443,5 +446,5 @@ class Supervisor:
     def _drain(self) -> None:
         try:
             self._read_learner()
-        except Exception:  # noqa: BLE001 - a learner dying at shutdown: its checkpoint is what it is
-            pass
+        except Exception as e:  # noqa: BLE001 - a learner dying at shutdown: its checkpoint is what it is
+            log.warning("reading the learner at shutdown: %s", e)

@@ -13,7 +13,12 @@ import pytest
 
 from robo_async.launch import supervisor
 from robo_async.launch.runner import Exit, Ready
-from robo_async.launch.supervisor import RestartPolicy, RunFailed, Supervisor, read_events
+from robo_async.launch.supervisor import (
+    RestartPolicy,
+    RunFailed,
+    Supervisor,
+    read_events,
+)
 
 
 class Clock:
@@ -36,12 +41,12 @@ class Clock:
             self.script.remove((t, f))
             f()
 
-    def at(self, t: float, f) -> None:  # noqa: ANN001
+    def at(self, t: float, f) -> None:
         self.script.append((t, f))
 
 
 class Proc:
-    def __init__(self, runner: "Runner", who: str, pid: int) -> None:
+    def __init__(self, runner: Runner, who: str, pid: int) -> None:
         self.runner, self.who, self._pid = runner, who, pid
         self.ended: Exit | None = None
         self.reports: list[tuple[str, object]] = []
@@ -200,31 +205,30 @@ def test_a_pending_learner_restart_is_a_time_and_the_actors_are_watched_meanwhil
     assert [round(t - t0) for t, p in runner.started if p.who == "actor 0"] == [0, 16]
 
 
-def test_a_hung_real_time_actor_is_killed_and_restarted_and_an_as_fast_one_is_not(tmp_path, clock):
-    for realtime in (True, False):
-        runner = Runner(clock)
-        t0 = clock.now
+@pytest.mark.parametrize("realtime", [True, False])
+def test_a_hung_real_time_actor_is_killed_and_restarted_and_an_as_fast_one_is_not(tmp_path, clock, realtime):
+    runner = Runner(clock)
+    t0 = clock.now
 
-        def hear() -> None:  # the learner hears actor 1 always, actor 0 until t0 + 5 (then it hangs)
-            runner.heard[1] = clock.now
-            if clock.now < t0 + 5 or len(runner.procs("actor 0")) > 1:  # (its restart is heard again)
-                runner.heard[0] = clock.now
-            clock.at(clock.now + 0.5, hear)
+    def hear() -> None:  # the learner hears actor 1 always, actor 0 until t0 + 5 (then it hangs)
+        runner.heard[1] = clock.now
+        if clock.now < t0 + 5 or len(runner.procs("actor 0")) > 1:  # (its restart is heard again)
+            runner.heard[0] = clock.now
+        clock.at(clock.now + 0.5, hear)
 
-        clock.at(t0 + 0.5, hear)
-        clock.at(t0 + 40, lambda: finish(runner))
-        plan = plan_for(tmp_path / str(realtime), n_actors=2, realtime=realtime, liveness_s=4, backoff_s=1)
-        plan.run_dir.mkdir()
-        Supervisor(plan, runner, Display()).run()
-        events = [(e["event"], e["who"]) for e in read_events(plan.run_dir)]
-        if realtime:
-            assert events == [("failed", "actor 0"), ("restarted", "actor 0")], events
-            failed = read_events(plan.run_dir)[0]
-            assert failed["why"].startswith("hung: no heartbeat for ") 
-            assert t0 + 4 + 4 < failed["t"] < t0 + 5 + 4 + 1  # heard last in [4, 5], then liveness_s
-            assert runner.procs("actor 0")[0].killed and len(runner.procs("actor 1")) == 1
-        else:  # an as-fast simulator may wait at its allowance: silence is no sign of a hang
-            assert events == [] and not runner.procs("actor 0")[0].killed
+    clock.at(t0 + 0.5, hear)
+    clock.at(t0 + 40, lambda: finish(runner))
+    plan = plan_for(tmp_path, n_actors=2, realtime=realtime, liveness_s=4, backoff_s=1)
+    Supervisor(plan, runner, Display()).run()
+    events = [(e["event"], e["who"]) for e in read_events(tmp_path)]
+    if realtime:
+        assert events == [("failed", "actor 0"), ("restarted", "actor 0")], events
+        failed = read_events(tmp_path)[0]
+        assert failed["why"].startswith("hung: no heartbeat for ")
+        assert t0 + 4 + 4 < failed["t"] < t0 + 5 + 4 + 1  # heard last in [4, 5], then liveness_s
+        assert runner.procs("actor 0")[0].killed and len(runner.procs("actor 1")) == 1
+    else:  # an as-fast simulator may wait at its allowance: silence is no sign of a hang
+        assert events == [] and not runner.procs("actor 0")[0].killed
 
 
 def test_a_runner_that_cannot_kill_is_never_asked_to(tmp_path, clock):
