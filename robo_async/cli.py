@@ -134,10 +134,9 @@ def _teleop(rest: list[str]) -> int:
     from robo_async.buffer import tools
     from robo_async.buffer.lmdb_store import StoreError
     from robo_async.launch.builders import task_args
-    from robo_async.launch.schema import as_dict
-    from robo_async.train import typed
-    from robo_async.launch.schema import ConfigError
+    from robo_async.launch.schema import ConfigError, as_dict
     from robo_async.record import teleop_session
+    from robo_async.train import typed
 
     ours = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in rest if a.split("=", 1)[0] in
             ("out", "episodes", "dataset", "fps", "table")}

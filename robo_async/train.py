@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 import sys
 from pathlib import Path
 
@@ -11,9 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
-from robo_async.launch.schema import TrainConfig, as_dict, typed_config
 from robo_async.launch.local import RunFailed, RunResult, launch_local
 from robo_async.launch.progress import ProgressDisplay
+from robo_async.launch.schema import TrainConfig, as_dict, typed_config
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import plot_learning_curve
 
@@ -38,7 +37,7 @@ def prepare(overrides: list[str]):
         has_ckpt = bool(checkpoint.list_checkpoints(resume / "checkpoints")) if (resume / "checkpoints").is_dir() else False
         if has_ckpt:
             try:
-                tensors, metadata = checkpoint.read(checkpoint.resolve(resume))
+                _, metadata = checkpoint.read(checkpoint.resolve(resume))
             except checkpoint.CheckpointError as e:
                 raise UserError(str(e)) from None
             meta = checkpoint.meta_of(metadata)
@@ -146,8 +145,8 @@ def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:
           + (f", success {sr:.0%}" if sr is not None else ""))
     curve = plot_learning_curve(run_dir)
     if result.checkpoint and run.eval_episodes > 0 and not result.interrupted:
-        from robo_async.launch.evaluation import evaluate
         from robo_async.launch.builders import resolve_inference, task_args
+        from robo_async.launch.evaluation import evaluate
 
         # as the run acted: its inference mode and injected latency (a 200 ms run is not judged at 0 ms)
         delay = run.policy.inference_delay_ms

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,13 +19,33 @@ from robo_async.actor.loop import GuideConfig, LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
-from robo_async.launch.policy_args import (PolicyArgs, acting_args, load_policy_file, make_actor_policy,  # noqa: F401
-                                           vla_backbone, vla_inputs)
-from robo_async.launch.schema import (BufferConfig, ConfigError, TrainConfig, as_dict, check_algo,  # noqa: F401
-                                      checked, typed_config)
+from robo_async.launch.policy_args import (  # noqa: F401
+    PolicyArgs,
+    acting_args,
+    load_policy_file,
+    make_actor_policy,
+    vla_backbone,
+    vla_inputs,
+)
+from robo_async.launch.schema import (  # noqa: F401
+    BufferConfig,
+    ConfigError,
+    TrainConfig,
+    as_dict,
+    check_algo,
+    checked,
+    typed_config,
+)
 from robo_async.launch.supervisor import LauncherConfig, ResourcesConfig
-from robo_async.launch.tasks import (TaskArgs, make_robot, make_safe_robot, make_teleops, obs_dims,  # noqa: F401
-                                     task_args, task_spec)
+from robo_async.launch.tasks import (  # noqa: F401
+    TaskArgs,
+    make_robot,
+    make_safe_robot,
+    make_teleops,
+    obs_dims,
+    task_args,
+    task_spec,
+)
 from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.algorithms.bc.config import BCOptions
 from robo_async.learner.learner import LearnerConfig
@@ -42,9 +62,9 @@ class TrainPlan:
     task: TaskArgs
     policy: PolicyArgs
     actors: tuple[ActorConfig, ...]
-    launcher: LauncherConfig = LauncherConfig()  # runner, timeouts, supervision
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)  # runner, timeouts, supervision
     actor_tasks: tuple[TaskArgs, ...] = ()  # per actor (heterogeneous robots); default: `task` for all
-    resources: ResourcesConfig = ResourcesConfig()  # leases: lease_dir, wait_s, sim_slots
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)  # leases: lease_dir, wait_s, sim_slots
     dashboard_port: int | None = 0  # the live page on loopback (0: any free port; None: none)
 
     @property

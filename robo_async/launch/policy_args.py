@@ -12,7 +12,6 @@ from policies.base import Policy, make_policy
 from robo_async.launch.schema import ConfigError
 from robo_async.launch.tasks import obs_dims, task_args, task_spec
 
-
 _POLICY_KEYS = ("name", "obs_keys", "hidden", "action_mode", "delta_scale", "obs_scale")
 
 
@@ -29,7 +28,7 @@ class PolicyArgs:
     options: tuple[tuple[str, object], ...] = ()  # the policy's other keys (horizon, cameras, path, ...)
 
     @staticmethod
-    def from_config(policy: dict) -> "PolicyArgs":
+    def from_config(policy: dict) -> PolicyArgs:
         p = dict(policy)
         delay = p.get("inference_delay_ms")
         if delay is not None:
@@ -143,7 +142,11 @@ def load_policy_file(policy: Policy, path: Path) -> None:
 
 
 def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Policy:
-    from policies.lerobot_chunk import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
+    from policies.lerobot_chunk import (
+        LeRobotPolicyUnavailable,
+        build_lerobot_policy,
+        load_lerobot_policy,
+    )
 
     env_keys = tuple(k for k in args.obs_keys if k != "state")
     cams = tuple(opts.get("cameras") or ())
@@ -174,7 +177,11 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
 def vla_backbone(source: object) -> Path:
     """`policy.backbone`: `tiny` (a small random SmolVLM generated here, its tokenizer trained on
     the sim tasks' instructions) or a local SmolVLM directory (downloaded on a connected machine)."""
-    from policies.tiny_backbone import BackboneFilesMissing, check_backbone_dir, tiny_smolvlm_for
+    from policies.tiny_backbone import (
+        BackboneFilesMissing,
+        check_backbone_dir,
+        tiny_smolvlm_for,
+    )
     from sim import INSTRUCTIONS
 
     if not source:

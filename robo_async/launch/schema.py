@@ -29,11 +29,20 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from policies.configs import POLICY_CONFIGS, FlowPolicyConfig, SmolVLAPolicyConfig, TinyVLAPolicyConfig
+from policies.configs import (
+    POLICY_CONFIGS,
+    FlowPolicyConfig,
+    SmolVLAPolicyConfig,
+    TinyVLAPolicyConfig,
+)
 from robo_async.actor.options import ActorOptions, SafetyOptions
 from robo_async.buffer.lmdb_store import TABLES, StoreConfig
 from robo_async.dashboard.options import DashboardOptions
-from robo_async.launch.supervisor import LauncherConfig, RayLauncherConfig, ResourcesConfig
+from robo_async.launch.supervisor import (
+    LauncherConfig,
+    RayLauncherConfig,
+    ResourcesConfig,
+)
 from robo_async.learner.algorithms.bc.config import BCOptions
 from robo_async.learner.options import BudgetOptions, LearnerOptions
 from robo_async.serve.options import ServeOptions
@@ -174,7 +183,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _omegaconf_type(t: Any) -> Any:
     """`t` where OmegaConf can check it; `Any` where it cannot (e.g. a number or a pair)."""
     origin, args = typing.get_origin(t), typing.get_args(t)
@@ -184,7 +193,7 @@ def _omegaconf_type(t: Any) -> Any:
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1 and len(args) == 2:
             inner = _omegaconf_type(rest[0])
-            return Any if inner is Any else Optional[inner]  # noqa: UP007
+            return Any if inner is Any else Optional[inner]  # noqa: UP045 (OmegaConf reads typing.Optional)
         return Any
     if origin is tuple:
         t = list[_omegaconf_type(args[0])] if len(args) == 2 and args[1] is Ellipsis else list[Any]
@@ -193,7 +202,7 @@ def _omegaconf_type(t: Any) -> Any:
     elif t is object or t is dict:
         return Any
     try:
-        OmegaConf.structured(make_dataclass("_Probe", [("x", Optional[t], field(default=None))]))  # noqa: UP007
+        OmegaConf.structured(make_dataclass("_Probe", [("x", Optional[t], field(default=None))]))  # noqa: UP045
         return t
     except (OmegaConfBaseException, TypeError, ValueError):
         return Any
