@@ -25,6 +25,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from robo_async.config import UserError, compose_config
 from robo_async.learner.algorithms.bc.config import BCOptions, offline_config
 from robo_async.learner.algorithms.bc.offline import clone, spec_of
+from robo_async.launch.schema import typed_config
 from robo_async.launch.builders import (ConfigError, PolicyArgs, make_actor_policy, make_robot,
                                         new_run_dir, task_args)
 
@@ -86,7 +87,7 @@ def eval_mode(cfg, horizon: int) -> str:
     from robo_async.actor.inference import InferenceModeError, choose_inference
 
     try:
-        return choose_inference(str(cfg.actor.get("inference", "auto")), purpose="evaluate", horizon=horizon,
+        return choose_inference(str(cfg.actor.inference), purpose="evaluate", horizon=horizon,
                                 realtime=True)
     except InferenceModeError as e:
         raise UserError(str(e)) from None
@@ -127,6 +128,10 @@ def plot_losses(losses: list[float], path: Path) -> None:
 
 def bc(overrides: list[str]) -> int:
     cfg = compose_config(overrides)
+    try:  # types and unknown keys, one line, before anything is recorded
+        typed_config(cfg)
+    except ConfigError as e:
+        raise UserError(f"bad config: {e}") from None
     pol_cfg = OmegaConf.to_container(cfg.policy, resolve=True)
     if pol_cfg["name"] == "tiny_vla":
         return bc_multitask(cfg, pol_cfg)
@@ -196,7 +201,7 @@ def bc(overrides: list[str]) -> int:
     written = [f for f in ("policy.safetensors", "model.safetensors", "policy.yaml", "bc_loss.png", "eval.json")
                if (run_dir / f).exists()]
     print(f"results in {run_dir}: {', '.join(written)}", flush=True)
-    print(f"evaluate again (other modes/latencies): robo-async bc policy={pol_cfg.get('type', 'flow')} policy.path={run_dir} "
+    print(f"evaluate again (other modes/latencies): robo-async bc policy={pol_cfg.get('type') or pol_cfg['name']} policy.path={run_dir} "
           f"policy.bc.steps=0 actor.inference=<mode> policy.inference_delay_ms=<ms>", flush=True)
     return 0
 
@@ -215,7 +220,7 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         # each task as `task=<name>` configures it (its episode length, ...), plus the policy's camera
-        camera = {"cameras": cams, "image_size": int(pol_cfg.get("image_size", 64))} if cams else {}
+        camera = {"cameras": cams, "image_size": int(pol_cfg["image_size"])} if cams else {}
         targs = {t: task_args({**OmegaConf.to_container(compose_config([f"task={t}"]).task, resolve=True), **camera})
                  for t in tasks}
         pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
