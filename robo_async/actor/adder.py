@@ -15,6 +15,10 @@ from robo_async.transport.wire import FINAL_OBS, EpisodeStats, Heartbeat, Messag
 
 
 class Outlet(Protocol):
+    """Where the `Adder` hands finished batches and messages: the `Uplink` on an actor (acked
+    delivery to the learner), `launch.experts.StoreOutlet` when recording straight into a store.
+    On an actor `put` runs on the control loop, so it must return at once."""
+
     def put(self, msg: Message) -> None: ...
 
 

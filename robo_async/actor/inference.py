@@ -143,6 +143,11 @@ class LatencyTracker:
 
 @dataclass(frozen=True)
 class ChunkResult:
+    """A finished inference, as `InferenceEngine.poll()` hands it to `AsyncChunkRunner`, which
+    merges `chunk` into its schedule from `start_tick` on, unless `tag` is an earlier episode's or
+    a chunk from a newer observation (`obs_tick`) already landed. `latency_s`: seconds the policy
+    call took (also fed to the engine's latency tracker)."""
+
     chunk: ActionChunk
     start_tick: int  # the tick the chunk's first action is for
     latency_s: float

@@ -38,6 +38,12 @@ def check_teleops(teleops: tuple[Teleop, ...], action_dim: int) -> None:
 
 
 class Operators:
+    """The session's teleops and who of them drives (`active`; None: the policy), polled once per
+    tick by the control loop (see the module's docstring). `first` / `released` mark this tick's
+    takeover or hand-back; the counters (`takeovers`, `operator_ticks`, `lost`, `labels`) go into
+    the heartbeat through `stats()`. `always=True`: a teleop session, the first driving teleop
+    has control from the start and keeps it."""
+
     def __init__(self, teleops: tuple[Teleop, ...], robot: SafeRobot, always: bool = False) -> None:
         check_teleops(teleops, robot.spec.action_dim)
         self.teleops = list(teleops)

@@ -38,6 +38,10 @@ MAX_STEP = 0.05  # rad per tick: the scripted demonstrator's speed (smooth demon
 
 @dataclass(frozen=True)
 class Row:
+    """One row of the benchmark: a `robo-async train` run of `algo` on `task` from `obs`
+    (state or pixels); `overrides(demos, bc_dir)` gives its command-line overrides.
+    `latency_ms`: injected inference time (ms) with a wall-clock simulator and `async_forward`."""
+
     name: str
     task: str
     obs: str  # state | pixels

@@ -80,6 +80,10 @@ def proxy_main(upstream: str, rtt_ms: float, loss: float, seed: int, drop_replie
 
 
 class NetemProxy:
+    """The proxy process as a context manager: entering starts it and returns the address actors
+    connect to; leaving stops it and fills `counts` (requests, replies, dropped, duplicated).
+    `rtt_ms`: the added round trip (ms), half each way; `loss`: drop probability per message."""
+
     def __init__(self, upstream: str, rtt_ms: float = 0.0, loss: float = 0.0, seed: int = 0,
                  drop_replies: tuple[int, ...] = (), dup_replies: tuple[int, ...] = ()) -> None:
         self._ctx = mp.get_context("spawn")

@@ -79,6 +79,13 @@ def _server_main(horizon: int, bc_steps: int, infer_ms: float, max_batch: int, r
 
 
 class ServerProcess:
+    """A policy server (`_server_main`) in its own spawned process, as a context manager:
+    entering returns its bound address (after the policy is trained or loaded), leaving stops it
+    and keeps its `PolicyServer.stats()` in `stats`. `infer_ms`: injected inference time (ms).
+
+        with ServerProcess(horizon=8, bc_steps=4000, infer_ms=100) as address:
+            policy = RemotePolicy(address, spec)"""
+
     def __init__(self, horizon: int, bc_steps: int, infer_ms: float, max_batch: int = 16, kind: str = "bench") -> None:
         ctx = mp.get_context("spawn")
         self._q, self._stop = ctx.Queue(), ctx.Event()

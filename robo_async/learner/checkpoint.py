@@ -23,6 +23,9 @@ NAME = re.compile(r"ckpt_(\d{9})\.safetensors$")
 
 
 class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: none at the path, unreadable, not ours, or of another
+    algorithm or architecture than the run builds. The message names the file and what to do."""
+
     pass
 
 

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LearnerConfig:
+    """Everything one learner needs, as plain values (built by the launch layer from the run
+    config): its run directory and addresses, the policy and algorithm, the store and batch mix,
+    how often it publishes, logs and checkpoints (seconds), and when it stops."""
+
     run_dir: str
     data_address: str  # e.g. tcp://127.0.0.1:0 (0: any free port)
     weights_address: str
@@ -74,6 +78,18 @@ class LearnerConfig:
 
 
 class Learner:
+    """One run's learner. It owns ingest (the transition socket; batches checked against the
+    policy spec), the replay store and its sampler, the rate limiter (updates per env step,
+    `limit_to_data`), weight publishing (every `publish_every` updates), checkpoints (every
+    `checkpoint_every_s`), metrics (`metrics.jsonl`, TensorBoard) and the stop rules (success
+    over the window, time or env-step budget); its `Algorithm` only does the math. As
+    `launch.wiring.learner_loop` drives it:
+
+        learner.open()                      # store, sockets, resume; publishes the current weights
+        while not learner.done() and not stop():
+            learner.step()                  # never blocks long: ingest, up to 8 updates, status, log
+        learner.save(); learner.close()     # final checkpoint; `stop_reason` says why it ended"""
+
     def __init__(self, config: LearnerConfig) -> None:
         self.config = config
         self.run_dir = Path(config.run_dir)

@@ -53,6 +53,9 @@ def _decoded(msg: InferRequest) -> InferRequest:
 
 @dataclass(frozen=True)
 class ServeConfig:
+    """How a `PolicyServer` listens, batches and follows the learner (`robo-async serve`'s
+    `serve.*` and `transport.*` keys)."""
+
     address: str = "tcp://127.0.0.1:5560"
     weights_address: str | None = None  # the learner's weight publisher: new weights are hot-swapped
     keys_dir: str | None = None  # CURVE: the learner's pair serves, only listed actor keys connect
@@ -64,6 +67,11 @@ class ServeConfig:
 
 
 class PolicyServer:
+    """Serves one policy's chunks to many actors (see the module's docstring). `open()` binds
+    (`bound` is the address, port 0 picks one); `serve(stop)` runs the loop in the caller's
+    thread, or `start()` on a daemon thread, `close()` stops it; `stats()`: counters
+    (requests, chunks, batches, batch sizes, malformed, refused, weight swaps, busy seconds)."""
+
     def __init__(self, policy: Policy, spec: RobotSpec, config: ServeConfig = ServeConfig()) -> None:
         if config.max_batch < 1 or config.batch_window_ms < 0:
             raise ValueError(f"serve: max_batch must be >= 1 and batch_window_ms >= 0, "

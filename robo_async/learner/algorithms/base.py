@@ -108,6 +108,15 @@ def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
 
 
 class Algorithm(abc.ABC):
+    """The math of one learning method: the networks, their optimisers and one update step; no
+    I/O. The `Learner` drives it (see the module's docstring):
+
+        if limiter.can_update():
+            metrics = algo.update(sampler.get())    # batches shaped by window / lookback / tables
+            publish(Weights(version, algo.policy_weights(), algo.architecture))
+
+    The class attributes tell the learner what batches to sample and how actors must act."""
+
     config: AlgoConfig
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))

@@ -10,6 +10,10 @@ from robo_async.learner.algorithms.base import AlgoConfig
 
 @dataclass(frozen=True)
 class BCConfig(AlgoConfig):
+    """`algo=bc`: behaviour cloning on the learner from the `demos` and `interventions`
+    tables, as fast as the learner can (no actor data needed). `robo-async bc` builds one from
+    `BCOptions` (`offline_config`)."""
+
     lr: float = 1e-3
     tables: tuple[str, ...] = ("demos", "interventions")  # what it imitates (never its own rollouts)
     warmup_steps: int = 0  # demonstrations are there before any actor runs

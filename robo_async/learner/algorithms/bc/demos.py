@@ -33,6 +33,10 @@ def episode_rows(ep: dict[str, np.ndarray], obs_keys: Sequence[str]) -> dict[str
 
 
 class DemoWindows:
+    """Recorded episodes (`obs/<key>` and `action` per tick) held in RAM, sampled in the batches
+    an `Algorithm` with this `window` and `lookback` expects (see the module's docstring).
+    `episodes` and `transitions` count what it holds."""
+
     def __init__(self, episodes: Sequence[dict[str, np.ndarray]], *, window: int = 1, lookback: int = 0,
                  seed: int = 0) -> None:
         if not episodes:

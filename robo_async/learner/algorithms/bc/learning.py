@@ -43,6 +43,11 @@ def bc_policy(spec: PolicySpec) -> Policy:
 
 @register("bc", BCConfig)
 class BC(Algorithm):
+    """Behaviour cloning (see the module's docstring): a one-step, flow or LeRobot policy learns
+    to imitate the `config.tables` rows (demonstrations and corrections), never its own
+    rollouts. Publishes the cloned policy itself; metrics `losses/bc_nll`, `losses/bc_flow` or
+    `losses/bc_lerobot` by kind."""
+
     config: BCConfig
 
     def __init__(self, config: BCConfig, policy: PolicySpec, trained: Policy | None = None) -> None:

@@ -9,6 +9,9 @@ from robo_async.learner.algorithms.base import AlgoConfig
 
 @dataclass(frozen=True)
 class DSRLConfig(AlgoConfig):
+    """`algo=dsrl`: DSRL's critics, noise actor and temperature. Fewer updates per env step than
+    SAC by default (`utd_ratio` 0.25: one chunk-level update per few ticks)."""
+
     gamma: float = 0.97  # discount per control tick
     tau: float = 0.005
     lr: float = 3e-4

@@ -92,6 +92,10 @@ def lerobot_prior(spec: PolicySpec) -> SteeredLeRobotPolicy:
 
 @register("dsrl", DSRLConfig)
 class DSRL(Algorithm):
+    """DSRL (see the module's docstring): a noise actor steers a frozen flow or LeRobot policy
+    (`policy.path=`) through its starting noise. Learns from windows of `horizon` executed ticks;
+    publishes only the noise actor's weights (actors run `flow_dsrl` or `lerobot_dsrl`)."""
+
     supports_device = True
     whole_chunks = True  # Q(s, chunk) of chunks that ran whole
     def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:

@@ -9,6 +9,9 @@ from robo_async.learner.algorithms.base import AlgoConfig
 
 @dataclass(frozen=True)
 class FilteredConfig(AlgoConfig):
+    """`algo=filtered`: flow-matching BC on successful online episodes, demonstrations and
+    interventions, each table with its loss weight."""
+
     lr: float = 3e-4
     tables: tuple[str, ...] = ("online", "demos", "interventions")  # successful online episodes, demos, corrections
     online_weight: float = 1.0  # loss weight of windows from the policy's own successful episodes

@@ -23,6 +23,10 @@ from robo_async.learner.algorithms.qc.learning import flow_prior
 
 @register("filtered", FilteredConfig)
 class Filtered(Algorithm):
+    """Filtered flow fine-tuning (see the module's docstring): delay-consistent flow-matching BC
+    on windows of `horizon` ticks, online ones only from successful episodes. Publishes the flow
+    policy itself; metrics `losses/flow_bc_loss`, `losses/online_share`, `losses/window_steps`."""
+
     supports_device = True
     successful_only = True
 

@@ -9,6 +9,9 @@ from robo_async.learner.algorithms.base import AlgoConfig
 
 @dataclass(frozen=True)
 class QCConfig(AlgoConfig):
+    """`algo=qc`: Q-chunking's critic, one-step actor and BC flow prior, and the delays they
+    train for."""
+
     gamma: float = 0.97  # discount per control tick (a chunk of H ticks is discounted by gamma^H)
     tau: float = 0.005  # Polyak factor for the target critics
     lr: float = 3e-4  # critic, one-step actor and flow policy

@@ -52,6 +52,11 @@ def flow_prior(spec: PolicySpec, algo: str) -> FlowChunkPolicy:
 
 @register("qc", QCConfig)
 class QC(Algorithm):
+    """Q-chunking with flow Q-learning (see the module's docstring): a chunk critic, the BC flow
+    prior (`policy.path=` warm start, stays on the learner) and a one-step actor, trained on
+    windows of `horizon` executed ticks (with `max_delay` ticks of lookback for asynchronous
+    actors). Publishes the one-step actor (`flow_onestep`; with `best_of_n > 1` the critic too)."""
+
     supports_device = True
     whole_chunks = True  # Q(s, chunk) of chunks that ran whole
     def __init__(self, config: QCConfig, policy: PolicySpec) -> None:

@@ -9,6 +9,8 @@ from robo_async.learner.algorithms.base import AlgoConfig
 
 @dataclass(frozen=True)
 class SACConfig(AlgoConfig):
+    """`algo=sac`: SAC's discount, target rate, learning rates, temperature and critic size."""
+
     gamma: float = 0.9  # discount per control tick
     tau: float = 0.01  # Polyak factor for the target critics
     actor_lr: float = 3e-4

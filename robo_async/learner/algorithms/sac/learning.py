@@ -33,6 +33,10 @@ class Temperature(nn.Module):
 
 @register("sac", SACConfig)
 class SAC(Algorithm):
+    """SAC (see the module's docstring) for the one-step `policy=mlp`, on single transitions;
+    with `dagger_weight` a BC loss toward operators' actions, with `intervention_penalty` RLIF
+    rewards. Publishes the policy's actor."""
+
     def __init__(self, config: SACConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy
