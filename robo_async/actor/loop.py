@@ -83,6 +83,10 @@ class EpisodeLog:
 
 @dataclass(frozen=True)
 class LoopConfig:
+    """How one `ControlLoop` runs: episode length, pacing, seeds, the inference mode and replanning,
+    heartbeats. Builders derive it from the `actor:` section (`ActorOptions`); eval, bc and
+    benchmarks fill it directly."""
+
     actor_id: int = 0  # stamped on episode summaries and heartbeats
     episode_ticks: int = 50  # truncate episodes after this many ticks
     realtime: bool = False  # pace ticks at the robot's hz (real robots always); else as fast as possible
@@ -137,6 +141,8 @@ class TickInfo:
 
 @dataclass
 class LoopResult:
+    """What `ControlLoop.run()` returns: ticks run, per-episode stats, tick lateness (ms) and why it stopped."""
+
     ticks: int = 0
     episodes: list[EpisodeStats] = field(default_factory=list)
     lateness_p50_ms: float = 0.0
@@ -168,6 +174,16 @@ class LatenessTracker:
 
 
 class ControlLoop:
+    """The one control loop: drives a `SafeRobot` at its rate in every command (train, eval, bc,
+    demos, teleop, benchmarks); commands differ only by the plug-ins given here.
+
+        loop = ControlLoop(robot, policy, LoopConfig(...), sink=adder, weights=client.take_weights)
+        robot.connect(); result = loop.run(stop); robot.close()
+
+    Each tick: pace, swap in new weights, poll teleops, act (chunk runner or operator) through the
+    safety layer, observe, hand the transition to `sink`. It never waits on inference, the network
+    or the disk."""
+
     def __init__(self, robot: SafeRobot, policy: Policy, config: LoopConfig, *, sink: Sink | None = None,
                  weights: Callable[[], Weights | None] | None = None, gate: Callable[[], bool] | None = None,
                  teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,

@@ -94,6 +94,9 @@ class _Process:
 
 
 class LocalRunner:
+    """`launcher=local`: the learner and each actor as a spawned process on this machine; the
+    supervisor can kill (SIGKILL) and restart any of them."""
+
     name = "local"
     kills = True
     restarts_learner = True

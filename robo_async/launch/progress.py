@@ -31,6 +31,9 @@ def _fmt(p: dict[str, float]) -> dict[str, str]:
 
 
 class ProgressDisplay:
+    """The terminal view of a run: a live table on a TTY, else one summary line every `every_s`
+    seconds; `message()` prints events (restarts, failures) above it."""
+
     def __init__(self, title: str, every_s: float = 5.0, console: Console | None = None) -> None:
         self.console = console or Console(stderr=False)
         self.title = title

@@ -256,6 +256,9 @@ class _RayActorProc:
 
 
 class RayRunner:
+    """`launcher=ray`: the learner as a Ray actor (on a GPU node when there is one), each actor as a
+    Ray actor on the node that offers its robot; restarts go to the same node and addresses."""
+
     name = "ray"
     kills = True
     restarts_learner = True

@@ -35,6 +35,8 @@ class RunFailed(RuntimeError):
 
 @dataclass
 class RunResult:
+    """How a run ended: the learner's stop reason, its last checkpoint, the final progress figures."""
+
     reason: str
     checkpoint: str | None
     progress: dict[str, float]
@@ -81,6 +83,9 @@ class Proc(Protocol):
 
 
 class Runner(Protocol):
+    """A back end of the one `Supervisor` loop: places the learner and actors and ends them (serial,
+    local, Ray). It makes no restart decisions; the supervisor does."""
+
     name: str
     kills: bool  # can end a hung or silent process (serial cannot: its processes are threads)
     restarts_learner: bool  # can start the learner again in a fresh process

@@ -52,7 +52,7 @@ GROUPS = ("task", "policy", "algo", "buffer", "launcher")  # typed groups; robot
 
 
 class ConfigError(ValueError):
-    pass
+    """A config the run cannot start with, said in one line naming the key."""
 
 
 # -- choices whose schema is assembled here ------------------------------------------------------
@@ -86,16 +86,22 @@ class BufferConfig(StoreConfig):
 
 @dataclass(frozen=True)
 class FlowPolicy(FlowPolicyConfig):
+    """`policy=flow`: the flow chunk policy's keys plus its `bc:` section."""
+
     bc: BCOptions = field(default_factory=BCOptions)  # `robo-async bc`: the demonstrations and the training
 
 
 @dataclass(frozen=True)
 class TinyVLAPolicy(TinyVLAPolicyConfig):
+    """`policy=tiny_vla`: the tiny VLA's keys plus its `bc:` section (60 demos per task)."""
+
     bc: BCOptions = field(default_factory=lambda: BCOptions(demos=60, steps=3000, batch=128, max_delay=8))  # `robo-async bc`: demos per task and the training
 
 
 @dataclass(frozen=True)
 class SmolVLAPolicy(SmolVLAPolicyConfig):
+    """`policy=smolvla`: LeRobot's SmolVLA keys plus its `bc:` section."""
+
     bc: BCOptions = field(default_factory=lambda: BCOptions(demos=50, steps=300, batch=16, lr=3e-4, max_delay=0))  # `robo-async bc` (LeRobot's own loss)
 
 

@@ -86,6 +86,10 @@ class _Thread:
 
 
 class SerialRunner:
+    """`launcher=serial`: the learner and one actor on threads of this process (a debugger or
+    profiler sees both), the same wiring and loopback sockets; threads cannot be killed, so it
+    neither restarts the learner nor ends hung processes."""
+
     name = "serial"
     kills = False
     restarts_learner = False

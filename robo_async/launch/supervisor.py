@@ -49,6 +49,8 @@ __all__ = ["EventLog", "LauncherConfig", "RayLauncherConfig", "ResourcesConfig",
 
 @dataclass(frozen=True)
 class RestartPolicy:
+    """`launcher.supervise`: restart budgets and liveness, the same on every runner."""
+
     restarts: int = 5  # restarts allowed per process within window_s (0: never restart)
     window_s: float = 3600.0
     backoff_s: float = 1.0  # wait before a restart, doubled for each restart in the window ...

@@ -26,8 +26,6 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used: none at the path, unreadable, not ours, or of another
     algorithm or architecture than the run builds. The message names the file and what to do."""
 
-    pass
-
 
 def atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
