@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/robo-async train
 
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25 tests
 
 # the docs site (docs/, mkdocs.yml), built offline with warnings as errors into site/
 docs: $(STAMP)
