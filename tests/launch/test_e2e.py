@@ -420,7 +420,7 @@ def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
     run_dir = tmp_path / "ray"
     # a budget long enough for the LeRobot-backed actor to start (it imports LeRobot) under load
     proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=2",
-                                   "budget.env_steps=6000", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]",
+                                   "budget.env_steps=4000", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]",
                                    "launcher.supervise.backoff_s=0.5", "learner.checkpoint_every_s=2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
