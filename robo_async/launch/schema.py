@@ -244,12 +244,22 @@ def _mirror(cls: type, loose: frozenset[str] = frozenset()) -> type:
 _LOOSE = frozenset((*GROUPS, "robot", "teleop"))  # filled in by the group's choice
 
 
+def _open_maps(node: type) -> DictConfig:
+    """The mirror as a config whose map fields (`dict[str, float]`, ...) take new keys, so an override
+    may replace a whole map (`policy.obs_scale={state:1.0}`) or add to it without `+`."""
+    cfg = OmegaConf.structured(node)
+    for f in fields(node):
+        if typing.get_origin(f.type) is dict and isinstance(cfg.get(f.name), DictConfig):
+            OmegaConf.set_struct(cfg[f.name], False)
+    return cfg
+
+
 def _register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="robo_async_schema", node=_mirror(TrainConfig, _LOOSE))
     for group, choices in group_schemas().items():
         for choice, cls in choices.items():
-            cs.store(group=f"schema/{group}", name=choice, node=_mirror(cls))
+            cs.store(group=f"schema/{group}", name=choice, node=_open_maps(_mirror(cls)))
 
 
 _register()

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from robo_async.actor.options import ActorOptions
 from robo_async.cli import main
-from robo_async.config import CONFIG_DIR, compose_config, load_config
+from robo_async.config import CONFIG_DIR, UserError, compose_config, load_config
 from robo_async.launch.builders import build_plan
 from robo_async.launch.schema import (
     ConfigError,
@@ -143,3 +143,13 @@ def test_train_cfg_with_a_bad_override_is_one_error_line(capsys):
     assert main(["train", "--cfg", "algo.batch_size=abc"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("error: ") and "algo.batch_size" in err[0]
+
+
+def test_map_keys_take_new_entries_and_still_check_their_values():
+    cfg = compose_config(["policy=flow", "policy.obs_scale={ee_to_cube:20.0}", "policy.obs_scale.state=2"])
+    assert cfg.policy.obs_scale.ee_to_cube == 20.0 and cfg.policy.obs_scale.state == 2.0
+    assert cfg.policy.obs_scale.ee_to_target == 10.0  # the rest of the default map stays
+    with pytest.raises(UserError, match="policy.obs_scale.state"):
+        compose_config(["policy=flow", "policy.obs_scale.state=abc"])
+    with pytest.raises(UserError, match="unknown config key 'policy.nope'"):
+        compose_config(["policy=flow", "policy.nope=1"])
