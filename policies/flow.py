@@ -56,15 +56,40 @@ class ImageEncoder(nn.Module):
         return self.conv(x).reshape(b, n * self.out)
 
 
+class ChunkNorm(nn.Module):
+    """A chunk policy's normalisation, fitted on the demonstrations (`FlowChunkPolicy.fit_normalization`)
+    and identity until then: the vector observations' mean and std, each action dimension's
+    demonstrated range (in the coarse [-1, 1] space of `action_mode`), the gripper's two levels
+    (closed, open; equal: not snapped). Buffers: saved, pushed and loaded with the weights."""
+
+    def __init__(self, obs_dim: int, action_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("obs_shift", torch.zeros(obs_dim))
+        self.register_buffer("obs_scale", torch.ones(obs_dim))
+        self.register_buffer("act_low", -torch.ones(action_dim))
+        self.register_buffer("act_high", torch.ones(action_dim))
+        self.register_buffer("grip_levels", torch.zeros(2))
+        self.register_buffer("fitted", torch.zeros(1))  # 1: fitted (1-d: safetensors round trips)
+
+    def to_coarse(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalized chunks [..., A] -> the coarse space (identity until fitted)."""
+        return self.act_low + (x + 1) / 2 * (self.act_high - self.act_low)
+
+    def from_coarse(self, x: torch.Tensor) -> torch.Tensor:
+        """The inverse of `to_coarse`."""
+        return 2 * (x - self.act_low) / (self.act_high - self.act_low) - 1
+
+
 class FlowNet(nn.Module):
     """The flow policy's network: the velocity of a noisy chunk x [B, H, A] at flow time t given the
     conditioning, the delay and the committed-prefix mask; camera frames through an `ImageEncoder` when
     there are cameras."""
 
     def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...] = (256, 256),
-                 cameras: int = 0, image_size: int = 64) -> None:
+                 cameras: int = 0, image_size: int = 64, obs_dim: int | None = None) -> None:
         super().__init__()
         self.horizon, self.action_dim = horizon, action_dim
+        self.norm = ChunkNorm(cond_dim if obs_dim is None else obs_dim, action_dim)
         self.vision = ImageEncoder(cameras, image_size) if cameras else None
         cond_dim += self.vision.out * cameras if self.vision is not None else 0
         dims = [horizon * action_dim + 16 + cond_dim + 1 + horizon, *hidden]
@@ -81,8 +106,13 @@ class FlowNet(nn.Module):
         h = torch.cat([x.reshape(b, -1), _time_embedding(t), cond, delay[:, None], mask], dim=-1)
         return self.net(h).reshape(b, self.horizon, self.action_dim)
 
+    def features(self, cond: torch.Tensor) -> torch.Tensor:
+        """The vector observations standardised with the demonstrations' statistics."""
+        return (cond - self.norm.obs_shift) / self.norm.obs_scale
+
     def encode(self, cond: torch.Tensor, images: torch.Tensor | None) -> torch.Tensor:
         """The full conditioning: vector inputs plus image features (computed once per chunk)."""
+        cond = self.features(cond)
         if self.vision is None:
             return cond
         if images is None:
@@ -100,12 +130,15 @@ class FlowChunkPolicy(Policy):
                  action_high: tuple[float, ...], horizon: int = 10, steps: int = 5,
                  hidden: tuple[int, ...] = (256, 256), dt: float = 1 / 30, obs_scale: Mapping[str, float] | None = None,
                  seed: int = 0, action_mode: str = "absolute", delta_range: float = 0.5,
-                 cameras: tuple[str, ...] = (), image_size: int = 64, prefix_mode: str = "path", **_: object) -> None:
+                 cameras: tuple[str, ...] = (), image_size: int = 64, prefix_mode: str = "path",
+                 gripper: str = "binary", **_: object) -> None:
         if action_mode not in ("absolute", "delta"):
             raise ValueError(f"flow policy action_mode must be 'absolute' or 'delta', not '{action_mode}'")
         if prefix_mode not in ("path", "clean"):
             raise ValueError(f"flow policy prefix_mode must be 'path' or 'clean', not '{prefix_mode}'")
-        self.prefix_mode = prefix_mode
+        if gripper not in ("binary", "continuous"):
+            raise ValueError(f"flow policy gripper must be 'binary' or 'continuous', not '{gripper}'")
+        self.prefix_mode, self.gripper = prefix_mode, gripper
         torch.manual_seed(seed)
         self.action_mode, self.delta_range = action_mode, float(delta_range)
         self.obs_keys, self.obs_dims = tuple(obs_keys), tuple(obs_dims)
@@ -131,22 +164,78 @@ class FlowChunkPolicy(Policy):
     # --- normalization -----------------------------------------------------------------------
     # absolute: joint range -> [-1, 1]; delta: ref +- delta_range -> [-1, 1], where ref is the
     # (forwarded) joint state the chunk starts from: finer resolution where the arm actually goes.
-    def normalize(self, actions: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
-        """Joint targets [..., A] (rad) -> the network's [-1, 1] space (`delta` mode: relative to `ref`, the
-        state the chunk starts from)."""
-        actions = np.asarray(actions, np.float32)
+    # Then, once fitted on demonstrations (`fit_normalization`), each action dimension's demonstrated
+    # range -> [-1, 1] (the gripper's closing inside one chunk no longer clips), and the gripper (the
+    # last joint) snapped to the nearer of the two levels the demonstrations use.
+    @property
+    def norm(self) -> ChunkNorm:
+        """The normalisation this policy acts with (its network's)."""
+        return self.net.norm
+
+    def _stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        n = self.norm
+        if not float(n.fitted[0]):
+            return None
+        return n.act_low.cpu().numpy(), n.act_high.cpu().numpy(), n.grip_levels.cpu().numpy()
+
+    def _coarse(self, actions: np.ndarray, ref: np.ndarray | None) -> np.ndarray:
         if self.action_mode == "delta":
             r = np.asarray(ref, np.float32)[..., None, : len(self.low)] if actions.ndim > 1 else ref[: len(self.low)]
             return ((actions - r) / self.delta_range).astype(np.float32)
         return (2 * (actions - self.low) / (self.high - self.low) - 1).astype(np.float32)
 
+    def normalize(self, actions: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+        """Joint targets [..., A] (rad) -> the network's [-1, 1] space (`delta` mode: relative to `ref`, the
+        state the chunk starts from; fitted: each dimension's demonstrated range)."""
+        x = self._coarse(np.asarray(actions, np.float32), ref)
+        stats = self._stats()
+        if stats is not None:
+            lo, hi, _ = stats
+            x = 2 * (x - lo) / (hi - lo) - 1
+        return x.astype(np.float32)
+
     def denormalize(self, x: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
         """The network's [-1, 1] space -> joint targets (rad), clipped to the joint limits; the inverse of
-        `normalize`."""
+        `normalize` (fitted: with the gripper snapped to its nearer demonstrated level)."""
+        x = np.clip(x, -1, 1)
+        stats = self._stats()
+        if stats is not None:
+            lo, hi, _ = stats
+            x = lo + (x + 1) / 2 * (hi - lo)
         if self.action_mode == "delta":
             r = np.asarray(ref, np.float32)[..., None, : len(self.low)] if x.ndim > 1 else ref[: len(self.low)]
-            return np.clip(r + np.clip(x, -1, 1) * self.delta_range, self.low, self.high).astype(np.float32)
-        return (self.low + (np.clip(x, -1, 1) + 1) / 2 * (self.high - self.low)).astype(np.float32)
+            out = np.clip(r + x * self.delta_range, self.low, self.high)
+        else:
+            out = self.low + (np.clip(x, -1, 1) + 1) / 2 * (self.high - self.low)
+        if stats is not None and self.gripper == "binary" and stats[2][1] > stats[2][0]:
+            closed, opened = stats[2]
+            out[..., -1] = np.where(out[..., -1] < (closed + opened) / 2, closed, opened)
+        return out.astype(np.float32)
+
+    def fit_normalization(self, cond: np.ndarray, chunks: np.ndarray, targets: np.ndarray) -> None:
+        """Fit the input and action normalisation on demonstrations: `cond` [N, D] conditioning vectors
+        (`condition`), `chunks` [N, H, A] their target chunks in the coarse space (before fitting,
+        `normalize` gives it), `targets` [M] the gripper's demonstrated targets (rad). Inputs: mean and
+        std (at least 1e-2); actions: each dimension's range with a 10% margin (at least 0.05 wide);
+        gripper: two levels by 2-medians, used when they are at least a fifth of its range apart."""
+        net = self.norm
+        with torch.no_grad():
+            cond = np.asarray(cond, np.float32)[:, : len(net.obs_shift)]  # (the tiny VLA's token ids follow)
+            net.obs_shift.copy_(torch.as_tensor(cond.mean(0)))
+            net.obs_scale.copy_(torch.as_tensor(np.maximum(cond.std(0), 1e-2)))
+            flat = np.asarray(chunks, np.float32).reshape(-1, chunks.shape[-1])
+            lo, hi = flat.min(0), flat.max(0)
+            mid, half = (lo + hi) / 2, np.maximum((hi - lo) / 2 * 1.1, 0.025)
+            net.act_low.copy_(torch.as_tensor(mid - half))
+            net.act_high.copy_(torch.as_tensor(mid + half))
+            g = np.asarray(targets, np.float32)
+            levels = np.array([g.min(), g.max()], np.float32)
+            for _ in range(20):  # 2-medians in one dimension
+                near = np.abs(g[:, None] - levels[None]).argmin(1)
+                levels = np.array([np.median(g[near == i]) if (near == i).any() else levels[i] for i in (0, 1)], np.float32)
+            span = float(self.high[-1] - self.low[-1])
+            net.grip_levels.copy_(torch.as_tensor(levels if levels[1] - levels[0] >= span / 5 else np.zeros(2, np.float32)))
+            net.fitted.fill_(1.0)
 
     def condition(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> np.ndarray:
         """Flat conditioning vector(s); `state` is replaced by the forwarded state when given.

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from policies.base import ActionChunk, register
-from policies.flow import FlowChunkPolicy, ImageEncoder
+from policies.flow import ChunkNorm, FlowChunkPolicy, ImageEncoder
 
 
 def mlp(dims: list[int], out: int, layer_norm: bool = False) -> nn.Sequential:
@@ -110,8 +110,14 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         self.actor = ChunkActor(cond, self.horizon, len(self.low), hidden, cams, self.image_size)
         self.critic = ChunkCritic(cond, self.horizon, len(self.low), tuple(critic_hidden), cams, self.image_size) \
             if self.best_of_n > 1 else None
+        self._norm = self.net.norm  # the flow prior's normalisation (QC copies the prior's in): actors need it
         self.net = None  # type: ignore[assignment]  (the flow policy stays on the learner)
-        self._modules = nn.ModuleDict({"actor": self.actor, **({"critic": self.critic} if self.critic else {})})
+        self._modules = nn.ModuleDict({"actor": self.actor, **({"critic": self.critic} if self.critic else {}),
+                                       "norm": self._norm})
+
+    @property
+    def norm(self) -> ChunkNorm:
+        return self._norm
 
     @property
     def architecture(self) -> str:

@@ -67,13 +67,14 @@ class VLANet(FlowNet):
 
     def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...], cameras: int,
                  image_size: int, vocab_size: int, text_dim: int = 32, text_len: int = TEXT_LEN) -> None:
-        super().__init__(cond_dim + text_dim, horizon, action_dim, hidden, cameras, image_size)
+        super().__init__(cond_dim + text_dim, horizon, action_dim, hidden, cameras, image_size, obs_dim=cond_dim)
         self.text = InstructionEncoder(vocab_size, text_dim, text_len)
         self.text_len = text_len
 
-    def encode(self, cond: torch.Tensor, images: torch.Tensor | None) -> torch.Tensor:
+    def features(self, cond: torch.Tensor) -> torch.Tensor:
+        """The standardised vector observations and the encoded instruction (the last `text_len` ids)."""
         tokens = cond[:, -self.text_len:].round().long()
-        return super().encode(torch.cat([cond[:, : -self.text_len], self.text(tokens)], dim=-1), images)
+        return torch.cat([super().features(cond[:, : -self.text_len]), self.text(tokens)], dim=-1)
 
 
 @register("tiny_vla")

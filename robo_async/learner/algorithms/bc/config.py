@@ -23,6 +23,7 @@ class BCConfig(AlgoConfig):
     prefix_noise: float = 0.0  # REMAC-style: perturb the committed prefix given to the network (std, normalized units)
     prefix_hide: float = 0.0  # REMAC-style: hide each committed prefix position with this probability
     seed: int = 0  # the delays and prefix styles drawn per window
+    normalize: bool = True  # chunk policies: fit input/action normalisation and gripper levels on the demonstrations
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,11 @@ class BCOptions:
     max_delay: int = 12  # delay-consistent training: conditioning offset by 0..max_delay ticks
     prefix_noise: float = 0.0  # REMAC-style: perturb the committed prefix given to the network (std, normalized units)
     prefix_hide: float = 0.0  # REMAC-style: hide each committed prefix position with this probability
+    normalize: bool = True  # fit input/action normalisation and gripper levels on the demonstrations first
 
 
 def offline_config(options: BCOptions, seed: int = 0) -> BCConfig:
     """`algo=bc` as `robo-async bc` runs it from a policy's `policy.bc` options."""
     return BCConfig(lr=options.lr, batch_size=options.batch, max_delay=options.max_delay,
-                    prefix_noise=options.prefix_noise, prefix_hide=options.prefix_hide, seed=seed)
+                    prefix_noise=options.prefix_noise, prefix_hide=options.prefix_hide, seed=seed,
+                    normalize=options.normalize)

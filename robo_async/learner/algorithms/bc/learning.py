@@ -121,9 +121,22 @@ class BC(Algorithm):
             mse = ((torch.tanh(mean) - target) ** 2).mean()
         return {"losses/bc_nll": nll.item(), "losses/bc_mse": mse.item()}
 
+    def fit_normalization(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Fit a chunk policy's input and action normalisation (and its gripper levels) on a batch of
+        demonstration windows, unless it is fitted already (weights from `policy.path`) or
+        `config.normalize` is off. The first update does it with its own batch; `robo-async bc` first
+        with a larger one."""
+        p = self.policy
+        if self.kind != "flow" or not self.config.normalize or float(p.norm.fitted[0]):  # type: ignore[attr-defined]
+            return
+        assert isinstance(p, FlowChunkPolicy)
+        cond, chunks, *_ = delay_consistent(p, batch, self.config.max_delay, np.random.default_rng(self.config.seed))
+        p.fit_normalization(cond, chunks, np.asarray(batch["actions"], np.float32)[..., -1].ravel())
+
     def _flow(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         p, c = self.policy, self.config
         assert isinstance(p, FlowChunkPolicy)
+        self.fit_normalization(batch)
         cond, chunks, delays, prefixes, frames = delay_consistent(p, batch, c.max_delay, self._rng)
         loss = p.bc_loss(torch.as_tensor(cond), torch.as_tensor(chunks), torch.as_tensor(delays),
                          None if frames is None else torch.as_tensor(frames), torch.as_tensor(prefixes),

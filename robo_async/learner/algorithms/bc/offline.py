@@ -34,6 +34,8 @@ def clone(policy: Policy, episodes: Sequence[dict[str, np.ndarray]], steps: int,
     torch.manual_seed(config.seed)
     algo = build_algorithm("bc", config, spec or spec_of(policy), trained=policy)
     windows = DemoWindows(episodes, window=algo.window, lookback=algo.lookback, seed=config.seed)
+    if hasattr(algo, "fit_normalization"):  # statistics of many windows, not just the first batch's
+        algo.fit_normalization(windows.sample(max(config.batch_size, min(8192, 4 * windows.transitions))))
     key = algo.loss_key  # type: ignore[attr-defined]
     losses: list[float] = []
     for step in range(steps):

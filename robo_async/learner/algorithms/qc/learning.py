@@ -70,6 +70,7 @@ class QC(Algorithm):
         _, extra = self.acting_policy(c, policy.name)
         extra.pop("path")
         self.policy = OneStepChunkPolicy(**policy.flow_kwargs(), **extra)  # type: ignore[arg-type]
+        self.policy.norm.load_state_dict(self.flow.norm.state_dict())  # chunks in the prior's normalized space
         self.actor = self.policy.actor
         cond, h, a = sum(policy.obs_dims), self.flow.horizon, len(policy.action_low)
         cams, size = len(self.flow.cameras), self.flow.image_size
@@ -150,8 +151,9 @@ class QC(Algorithm):
         low, high = self.tensor(self.flow.low), self.tensor(self.flow.high)
         to = self.tensor(np.asarray(ref_to, np.float32)[:, :a])[:, None]
         shift = self.tensor(np.asarray(ref_from, np.float32)[:, :a])[:, None] - to
-        y = torch.clamp(x + shift / r, (low - to) / r, (high - to) / r)  # the joint limits, as the actor clips
-        return torch.clamp(y, -1, 1)
+        norm = self.flow.norm.to(x.device)  # in the coarse space, where a shift is a shift
+        y = torch.clamp(norm.to_coarse(x) + shift / r, (low - to) / r, (high - to) / r)  # the joint limits, as the actor clips
+        return torch.clamp(norm.from_coarse(y), -1, 1)
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         c = self.config
