@@ -83,6 +83,10 @@ ROWS = {r.name: r for r in (
     Row("pick_lift-qc-realtime", "pick_lift", "state", "qc", 0.0, True),
     Row("pick_lift-qc-200ms", "pick_lift", "state", "qc", 200.0),
     Row("pick_lift-pixels-qc", "pick_lift", "pixels", "qc"),
+    # behaviour cloning alone: the same 20 demonstrations, 20 real-time episodes in async_forward at 0 ms
+    Row("bc-pick_lift-state", "pick_lift", "state", "bc"),
+    Row("bc-pick_lift-pixels", "pick_lift", "pixels", "bc"),
+    Row("bc-tiny_vla", "reach,push,pick_lift", "pixels", "bc"),
 )}
 
 
@@ -100,15 +104,19 @@ def record_demos(task: str, obs: str, out: Path, log: Path) -> None:
               *cams], 900, log)
 
 
+BC_EVAL = ["eval_episodes=20", "actor.inference=async_forward"]  # real time, no injected latency
+
+
 def bc_start(task: str, obs: str, demos: Path, root: Path, log: Path) -> tuple[Path, float | None]:
-    """The BC flow policy on the same demonstrations, and its real-time success."""
+    """The BC flow policy on the same demonstrations (from cameras and proprioception alone for
+    pixel rows), and its real-time success (20 deterministic episodes, async_forward, 0 ms)."""
     out = root / f"bc-{task}-{obs}"
     if not (out / "eval.json").exists():
         keys = "[state]" if obs == "pixels" else STATE_KEYS
         extra = ["task.cameras=[front,wrist]", "task.image_size=64", "policy.cameras=[front,wrist]"] \
             if obs == "pixels" else []
         _cli(["bc", f"task={task}", "policy=flow", f"policy.obs_keys={keys}", *SCALE, *extra,
-              f"policy.bc.from_store={demos}", f"run_dir={out}", "eval_episodes=20"], 3600, log)
+              f"policy.bc.from_store={demos}", f"run_dir={out}", *BC_EVAL], 3600, log)
     try:
         return out, float(json.loads((out / "eval.json").read_text())["success_rate"])
     except (OSError, KeyError, ValueError):
@@ -137,7 +145,34 @@ def first_reach(points: list[tuple[float, int, float, int]], level: float, min_e
     return None, None
 
 
+def bc_row(row: Row, root: Path) -> dict[str, object]:
+    """A behaviour-cloning row: `robo-async bc` on the bench's 20 demonstrations (pick_lift), or the
+    tiny VLA on its own scripted demonstrations of each task; success per task."""
+    t0 = time.monotonic()
+    if row.name == "bc-tiny_vla":
+        out = root / row.name
+        if not (out / "eval.json").exists():
+            _cli(["bc", "policy=tiny_vla", f"run_dir={out}", *BC_EVAL], 7200, root / f"{row.name}.log")
+        try:
+            per_task = dict(json.loads((out / "eval.json").read_text())["success"])
+        except (OSError, KeyError, ValueError):
+            per_task = {}
+        success = min(per_task.values()) if per_task else None
+    else:
+        demos = root / f"demos-{row.task}-{row.obs}"
+        record_demos(row.task, row.obs, demos, root / f"demos-{row.task}-{row.obs}.log")
+        out, success = bc_start(row.task, row.obs, demos, root, root / f"{row.name}.log")
+        per_task = {row.task: success}
+    return {"row": row.name, "task": row.task, "obs": row.obs, "algo": "bc", "latency_ms": 0.0,
+            "seconds_to_80": None, "env_steps_to_80": None, "robot_minutes_to_80": None, "seconds_to_90": None,
+            "final_success": success, "bc_start_success": success, "per_task": per_task, "env_steps": 0,
+            "updates": 0, "updates_per_s": 0.0, "wall_s": round(time.monotonic() - t0, 1), "train_jerk": None,
+            "mean_completion_ticks": None, "run_dir": str(out), "curve": []}
+
+
 def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str, object]:
+    if row.algo == "bc":
+        return bc_row(row, root)
     demos = root / f"demos-{row.task}-{row.obs}"
     record_demos(row.task, row.obs, demos, root / f"demos-{row.task}-{row.obs}.log")
     bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(row.task, row.obs, demos, root,
@@ -255,12 +290,23 @@ def bench_learn(args: dict[str, str]) -> int:
 
     def pick(task: str, obs: str, level: str) -> float | None:
         got = [r[level] for r in rows if r["task"] == task and r["obs"] == obs and not r["latency_ms"]
-               and r[level] is not None]
+               and r[level] is not None and r["algo"] != "bc"]
         return min(got) if got else None
 
+    def row_value(name: str, key: str) -> float | None:
+        got = [r.get(key) for r in rows if r["row"] == name]
+        return got[0] if got else None
+
+    t200, t0 = row_value("pick_lift-qc-200ms", "seconds_to_80"), row_value("pick_lift-qc-realtime", "seconds_to_80")
     figures = {"rows": [{k: v for k, v in r.items() if k != "curve"} for r in rows],
                "pick_lift_state_seconds_to_90": pick("pick_lift", "state", "seconds_to_90"),
                "pick_lift_pixels_seconds_to_80": pick("pick_lift", "pixels", "seconds_to_80"),
+               "push_pixels_seconds_to_80": pick("push", "pixels", "seconds_to_80"),
+               "bc_pick_lift_state": row_value("bc-pick_lift-state", "final_success"),
+               "bc_pick_lift_pixels": row_value("bc-pick_lift-pixels", "final_success"),
+               "tiny_vla_min_task_success": row_value("bc-tiny_vla", "final_success"),
+               "pixel_updates_per_s_e2e": row_value("pick_lift-pixels-qc", "updates_per_s"),
+               "latency_200_over_0": round(t200 / t0, 2) if t200 and t0 else None,
                **_ingest_figures(root)}
     print(json.dumps(figures))
     return 0

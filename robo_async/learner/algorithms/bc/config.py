@@ -35,7 +35,7 @@ class BCOptions:
     from_store: str | None = None  # or train on a table of this replay store (e.g. teleop demonstrations)
     table: str = "demos"  # ... this table
     expert_max_step: float = 0.03  # rad per tick: how fast the scripted demonstrator moves (reach)
-    steps: int = 4000  # gradient steps
+    steps: int = 10000  # gradient steps
     batch: int = 256  # windows per step
     lr: float = 1e-3  # Adam learning rate
     max_delay: int = 12  # delay-consistent training: conditioning offset by 0..max_delay ticks
