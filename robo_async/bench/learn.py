@@ -250,7 +250,6 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-@register("learn")
 def selection(args: dict[str, str], key: str, choices: dict, default: str, prefix: str) -> tuple[list[str], Path]:
     """The runs named by `key=` (comma-separated, from `choices`) and the bench directory (`dir=`,
     or a new temporary one). Unknown names are a one-line error."""
@@ -265,6 +264,7 @@ def selection(args: dict[str, str], key: str, choices: dict, default: str, prefi
     return names, root
 
 
+@register("learn")
 def bench_learn(args: dict[str, str]) -> int:
     names, root = selection(args, "rows", ROWS, ",".join(ROWS), "bench-learn-")
     budget, pixel_budget = float(args.get("budget_s", 600)), float(args.get("pixel_budget_s", 2700))

@@ -24,6 +24,7 @@ class BCConfig(AlgoConfig):
     prefix_hide: float = 0.0  # REMAC-style: hide each committed prefix position with this probability
     seed: int = 0  # the delays and prefix styles drawn per window
     normalize: bool = True  # chunk policies: fit input/action normalisation and gripper levels on the demonstrations
+    augment_pad: int = 4  # camera frames: DrQ random shift by up to this many pixels (0: none)
 
 
 @dataclass(frozen=True)

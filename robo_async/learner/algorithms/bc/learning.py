@@ -111,7 +111,7 @@ class BC(Algorithm):
         assert isinstance(p, MLPPolicy)
         obs = flatten_obs({k: batch[f"obs/{k}"] for k in keys}, keys, self.spec.obs_scale)
         imgs = p.images({k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")})
-        obs = p.features(obs, None if imgs is None else random_shift(torch.as_tensor(imgs), 4))
+        obs = p.features(obs, None if imgs is None else random_shift(torch.as_tensor(imgs), self.config.augment_pad))
         target = torch.as_tensor(p.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
         u = torch.atanh(target.clamp(-0.999, 0.999))  # the demonstrated action before the squashing
         mean, log_std = p.net(obs)
@@ -138,8 +138,9 @@ class BC(Algorithm):
         assert isinstance(p, FlowChunkPolicy)
         self.fit_normalization(batch)
         cond, chunks, delays, prefixes, frames = delay_consistent(p, batch, c.max_delay, self._rng)
+        images = None if frames is None else random_shift(torch.as_tensor(frames), c.augment_pad)  # DrQ-style
         loss = p.bc_loss(torch.as_tensor(cond), torch.as_tensor(chunks), torch.as_tensor(delays),
-                         None if frames is None else torch.as_tensor(frames), torch.as_tensor(prefixes),
+                         images, torch.as_tensor(prefixes),
                          prefix_noise=c.prefix_noise, prefix_hide=c.prefix_hide)
         self._step(loss)
         return {"losses/bc_flow": loss.item(), "losses/mean_delay": float(np.mean(delays))}
