@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from robo_async.config import UserError, compose_config
 from robo_async.learner.algorithms.bc.config import BCOptions, offline_config
+from robo_async.learner.algorithms.bc.demos import check_demos
 from robo_async.learner.algorithms.bc.offline import clone, spec_of
 from robo_async.launch.schema import typed_config
 from robo_async.launch.builders import (ConfigError, PolicyArgs, make_actor_policy, make_robot,
@@ -168,10 +169,10 @@ def bc(overrides: list[str]) -> int:
             progress.console.print(f"{len(demos)} episodes from {b.from_store} (table {b.table})")
         else:
             demos = _record(targs, b.demos, b.expert_max_step, progress)
-        missing = [k for k in (*pargs.obs_keys, *policy.cameras) if demos and f"obs/{k}" not in demos[0]]
-        if missing:
-            raise UserError(f"the demonstrations have no {missing} (they have "
-                            f"{sorted(k[4:] for k in demos[0] if k.startswith('obs/'))})")
+        try:  # keys and shapes against the task's, one line, before any training
+            check_demos(demos, spec, (*pargs.obs_keys, *policy.cameras))
+        except ValueError as e:
+            raise UserError(f"{e}{' in ' + b.from_store if b.from_store else ''}") from None
         if steps:
             losses = _clone(policy, pargs.name, demos, b, int(cfg.seed), progress, "behaviour cloning")
     if pol_cfg["name"] == "lerobot":  # LeRobot's own files (config, weights, processors, backbone/)

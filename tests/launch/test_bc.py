@@ -65,6 +65,14 @@ def test_bc_from_a_store_demos_table(tmp_path):
                *SMALL[:-1], "eval_episodes=0"])
     assert res.returncode == 0, res.stderr + res.stdout
     assert "3 episodes from" in res.stdout and (tmp_path / "b" / "policy.safetensors").exists()
+    cams = tmp_path / "cams"
+    res = run(["buffer", "demos", f"out={cams}", "episodes=1", "cameras=front", "image_size=32"])
+    assert res.returncode == 0, res.stderr + res.stdout
+    res = run(["bc", f"run_dir={tmp_path / 'c'}", f"policy.bc.from_store={cams}", "policy.bc.steps=20",
+               "task.cameras=[front]", "task.image_size=64", "policy.cameras=[front]", *SMALL[:-1], "eval_episodes=0"])
+    assert res.returncode == 2 and "demonstrations' front is 32x32x3 per tick, the task's camera front is 64x64x3" \
+        in res.stderr and str(cams) in res.stderr
+    assert not (tmp_path / "c" / "policy.safetensors").exists()
 
 
 def test_bc_bad_inputs_are_one_clear_line(tmp_path):

@@ -83,3 +83,23 @@ def test_one_update_per_policy_kind_on_sampler_shaped_batches():
         metrics = algo.update(w.sample(cfg.batch_size))
         assert np.isfinite(metrics[algo.loss_key])
         assert any(not np.array_equal(before[k], v) for k, v in algo.policy_weights().items())
+
+
+def test_demonstrations_that_do_not_fit_the_task_are_refused_naming_key_and_shapes():
+    from hal.spec import CameraSpec, RobotSpec
+    from robo_async.learner.algorithms.bc.demos import check_demos
+
+    spec = RobotSpec(name="r", joint_names=("a", "b", "c"), joint_low=(-1,) * 3, joint_high=(1,) * 3, hz=30.0,
+                     cameras=(CameraSpec("front", 64, 64),), features=(("tick", 1),))
+    good = {"obs/state": np.zeros((5, 3)), "obs/tick": np.zeros((5, 1)), "obs/front": np.zeros((5, 64, 64, 3), np.uint8),
+            "action": np.zeros((5, 3))}
+    check_demos([good], spec, ("state", "tick", "front"))
+    small = {**good, "obs/front": np.zeros((5, 32, 32, 3), np.uint8)}
+    with pytest.raises(ValueError, match="front is 32x32x3 per tick, the task's camera front is 64x64x3"):
+        check_demos([good, small], spec, ("state", "front"))
+    with pytest.raises(ValueError, match="tick is 2 per tick, the task's observation tick is 1"):
+        check_demos([{**good, "obs/tick": np.zeros((5, 2))}], spec, ("state", "tick"))
+    with pytest.raises(ValueError, match="have no 'wrist'"):
+        check_demos([good], spec, ("state", "wrist"))
+    with pytest.raises(ValueError, match="action has .*4.* the task's robot has 3 joints"):
+        check_demos([{**good, "action": np.zeros((5, 4))}], spec, ("state",))

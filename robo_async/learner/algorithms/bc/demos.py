@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hal.spec import RobotSpec
 from robo_async.buffer.cache import TableCache
 from robo_async.buffer.codec import Schema
 
@@ -30,6 +31,28 @@ def episode_rows(ep: dict[str, np.ndarray], obs_keys: Sequence[str]) -> dict[str
     for k in obs_keys:
         rows[k] = np.asarray(ep[k]) if k in ep else None  # type: ignore[assignment]
     return rows
+
+
+def check_demos(episodes: Sequence[dict[str, np.ndarray]], spec: RobotSpec, keys: Sequence[str]) -> None:
+    """Refuse demonstrations that do not fit the task: each observation key the policy reads
+    (`keys`: vector keys and camera names) must be there with the task's shape per tick, and the
+    actions must have one value per joint. Raises ValueError naming the key and both shapes."""
+    want: dict[str, tuple[int, ...]] = {"state": (spec.state_dim,), **{k: (n,) for k, n in spec.features}}
+    want.update({c.name: (c.height, c.width, 3) for c in spec.cameras})
+    for i, ep in enumerate(episodes):
+        for k in keys:
+            if f"obs/{k}" not in ep:
+                have = sorted(x.removeprefix("obs/") for x in ep if x.startswith("obs/"))
+                raise ValueError(f"the demonstrations have no '{k}' (episode {i} has {have})")
+            got = tuple(np.asarray(ep[f"obs/{k}"]).shape[1:])
+            if k in want and got != want[k]:
+                what = "camera" if len(want[k]) == 3 else "observation"
+                raise ValueError(f"demonstrations' {k} is {'x'.join(map(str, got))} per tick, the task's {what} {k} "
+                                 f"is {'x'.join(map(str, want[k]))} (episode {i})")
+        got = tuple(np.asarray(ep["action"]).shape[1:])
+        if got != (spec.action_dim,):
+            raise ValueError(f"demonstrations' action has {got} per tick, the task's robot has {spec.action_dim} joints "
+                             f"(episode {i})")
 
 
 class DemoWindows:
