@@ -53,7 +53,8 @@ class ImageEncoder(nn.Module):
         x = images.reshape(b * n, *images.shape[2:]).permute(0, 3, 1, 2).float() / 127.5 - 1
         if x.shape[-1] != self.size or x.shape[-2] != self.size:
             x = nn.functional.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
-        return self.conv(x).reshape(b, n * self.out)
+        # channels-last: frames arrive HWC, and oneDNN's convolutions run faster on it
+        return self.conv(x.contiguous(memory_format=torch.channels_last)).reshape(b, n * self.out)
 
 
 class ChunkNorm(nn.Module):
@@ -252,13 +253,15 @@ class FlowChunkPolicy(Policy):
 
     # --- sampling -----------------------------------------------------------------------------
     def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int | torch.Tensor = 0,
-               images: torch.Tensor | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
+               images: torch.Tensor | None = None, noise: torch.Tensor | None = None,
+               encoded: torch.Tensor | None = None) -> torch.Tensor:
         """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly; `delay`:
         ticks between the observation and the chunk's start (one, or [B]); `noise` [B, H, A]: the
-        starting noise (default: drawn, or zero when deterministic)."""
+        starting noise (default: drawn, or zero when deterministic); `encoded`: `net.encode(cond,
+        images)` when the caller has it already."""
         b, h, a = cond.shape[0], self.horizon, len(self.low)
         with torch.no_grad():
-            cond = self.net.encode(cond, images)
+            cond = self.net.encode(cond, images) if encoded is None else encoded
         if noise is not None:
             x0 = noise
         else:
@@ -332,17 +335,18 @@ class FlowChunkPolicy(Policy):
     # --- training -----------------------------------------------------------------------------
     def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,
                 images: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None,
-                weights: torch.Tensor | None = None, prefix_noise: float = 0.0, prefix_hide: float = 0.0
-                ) -> torch.Tensor:
+                weights: torch.Tensor | None = None, prefix_noise: float = 0.0, prefix_hide: float = 0.0,
+                encoded: torch.Tensor | None = None) -> torch.Tensor:
         """Flow-matching loss on normalized data chunks [B, H, A]. `delays`: ticks between the
         observation and the chunk's start (an input of the network); rows with `prefix_len` p > 0
         (default: the delay) are given their first p actions as a committed prefix (as at
         inference, `prefix_mode`) and scored on the rest. `weights` [B]: per-sample loss weights.
         REMAC-style robustness: `prefix_noise` (std, normalized units) perturbs the given prefix
         (the target stays the demonstration's continuation); `prefix_hide` hides each committed
-        position with this probability (it is then sampled and scored like a free one)."""
+        position with this probability (it is then sampled and scored like a free one). `encoded`:
+        `net.encode(cond, images)` computed by the caller (gradients flow through it)."""
         b, h, _ = chunks.shape
-        cond = self.net.encode(cond, images)
+        cond = self.net.encode(cond, images) if encoded is None else encoded
         x0 = torch.randn_like(chunks)
         t = torch.rand(b, device=chunks.device)
         plen = delays if prefix_len is None else prefix_len

@@ -245,3 +245,18 @@ def test_qc_trains_its_actor_for_the_delays_its_actors_will_have(tmp_path, overr
     assert plan.actors[0].loop.replan == "end"  # actor.replan=auto: chunks run whole for the chunked critic
     sac = build_plan(compose_config(["task=reach", "algo=sac"]), tmp_path / "sac")
     assert sac.actors[0].loop.replan == "due"
+
+
+def test_qc_from_pixels_encodes_each_batch_of_frames_once_per_use():
+    """One update: the online encoder sees the observation (trained) and the next observation (no
+    gradients, for the actor and the target heads alike); the target critic's encoder is not run;
+    the flow prior encodes its inputs once for its BC loss and its distillation target."""
+    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
+                      options={"horizon": 4, "cameras": ("front",), "image_size": 16})
+    algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16), spec)
+    calls = {"online": 0, "target": 0, "flow": 0}
+    for name, module in (("online", algo.critic.encoder.vision), ("target", algo.critic_target.encoder.vision),
+                         ("flow", algo.flow.net.vision)):
+        module.register_forward_hook(lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
+    algo.update(window_batch())
+    assert calls == {"online": 2, "target": 0, "flow": 1}

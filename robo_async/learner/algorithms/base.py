@@ -176,8 +176,7 @@ class Algorithm(abc.ABC):
 def soft_update(net: nn.Module, target: nn.Module, tau: float) -> None:
     """Polyak averaging of a target network: target <- (1 - tau) target + tau net."""
     with torch.no_grad():
-        for p, p_t in zip(net.parameters(), target.parameters()):
-            p_t.lerp_(p, tau)
+        torch._foreach_lerp_(list(target.parameters()), list(net.parameters()), tau)
 
 
 _REGISTRY: dict[str, tuple[Callable[[AlgoConfig, PolicySpec], Algorithm], type[AlgoConfig]]] = {}

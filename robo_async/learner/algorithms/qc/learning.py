@@ -166,14 +166,16 @@ class QC(Algorithm):
         ret_t, boot_t = self.tensor(ret), self.tensor(boot)
         b, shape = len(chunk), tuple(chunk.shape[1:])
 
-        # critic: H-step backup on the executed chunk
+        # critic: H-step backup on the executed chunk. With cameras the next observation is encoded
+        # once, by the online encoder without gradients, for the actor and the target heads (DrQ-v2)
         with torch.no_grad():
             self.policy.deterministic = False
+            next_f = self.critic.encoder(next_cond, next_imgs)
             if c.best_of_n > 1:
                 next_chunk = self.policy.act(next_cond, next_imgs)
             else:
-                next_chunk = self.actor(next_cond, torch.randn(b, *shape, device=self.device), next_imgs)
-            q_next = torch.min(*self.critic_target(next_cond, next_chunk, next_imgs))
+                next_chunk = self.actor(next_cond, torch.randn(b, *shape, device=self.device), features=next_f)
+            q_next = torch.min(*self.critic_target(next_cond, next_chunk, features=next_f))
             target = ret_t + boot_t * q_next
         feats = self.critic.encoder(cond, imgs)  # with cameras, the encoder learns from the critic only
         q1, q2 = self.critic(cond, chunk, features=feats)
@@ -196,17 +198,20 @@ class QC(Algorithm):
 
         # flow policy: BC on the executed chunks (the behaviour prior)
         flow_loss = torch.zeros((), device=self.device)
-        if c.bc_flow:
-            flow_loss = self.flow.bc_loss(a_cond, a_chunk, delay, a_imgs, zeros)
+        flow_cond = None
+        if c.bc_flow:  # the flow's conditioning is encoded once: trained here, reused (detached) below
+            flow_cond = self.flow.net.encode(a_cond, a_imgs)
+            flow_loss = self.flow.bc_loss(a_cond, a_chunk, delay, a_imgs, zeros, encoded=flow_cond)
             self.flow_opt.zero_grad(set_to_none=True)
             flow_loss.backward()
             self.flow_opt.step()
+            flow_cond = flow_cond.detach()
 
         # one-step actor: maximise Q (of the chunk where it starts), stay near the flow policy's
         # chunk for the same noise and inputs
         z = torch.randn(b, *shape, device=self.device)
         with torch.no_grad():
-            target_chunk = self.flow.sample(a_cond, images=a_imgs, noise=z, delay=delay)
+            target_chunk = self.flow.sample(a_cond, images=a_imgs, noise=z, delay=delay, encoded=flow_cond)
         f = feats.detach()
         act = self.actor(a_cond, z, features=a_feats, delay=delay)
         distill = ((act - target_chunk) ** 2).mean()
