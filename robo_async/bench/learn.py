@@ -113,8 +113,9 @@ def bc_start(task: str, obs: str, demos: Path, root: Path, log: Path) -> tuple[P
     out = root / f"bc-{task}-{obs}"
     if not (out / "eval.json").exists():
         keys = "[state]" if obs == "pixels" else STATE_KEYS
-        extra = ["task.cameras=[front,wrist]", "task.image_size=64", "policy.cameras=[front,wrist]"] \
-            if obs == "pixels" else []
+        # from pixels, batches of 64 windows (each step encodes every window's frames)
+        extra = ["task.cameras=[front,wrist]", "task.image_size=64", "policy.cameras=[front,wrist]",
+                 "policy.bc.batch=64"] if obs == "pixels" else []
         _cli(["bc", f"task={task}", "policy=flow", f"policy.obs_keys={keys}", *SCALE, *extra,
               f"policy.bc.from_store={demos}", f"run_dir={out}", *BC_EVAL], 3600, log)
     try:
