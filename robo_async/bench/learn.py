@@ -83,6 +83,10 @@ ROWS = {r.name: r for r in (
     Row("pick_lift-qc-realtime", "pick_lift", "state", "qc", 0.0, True),
     Row("pick_lift-qc-200ms", "pick_lift", "state", "qc", 200.0),
     Row("pick_lift-pixels-qc", "pick_lift", "pixels", "qc"),
+    # frozen representation: DSRL steers the pixel BC policy, whose image encoder (trained by BC on the
+    # demonstrations) stays frozen; the critics and the noise actor learn on its features
+    Row("pick_lift-pixels-frozen", "pick_lift", "pixels", "dsrl"),
+    Row("push-pixels-frozen", "push", "pixels", "dsrl"),
     # behaviour cloning alone: the same 20 demonstrations, 20 real-time episodes in async_forward at 0 ms
     Row("bc-pick_lift-state", "pick_lift", "state", "bc"),
     Row("bc-pick_lift-pixels", "pick_lift", "pixels", "bc"),
@@ -307,6 +311,7 @@ def bench_learn(args: dict[str, str]) -> int:
                "bc_pick_lift_pixels": row_value("bc-pick_lift-pixels", "final_success"),
                "tiny_vla_min_task_success": row_value("bc-tiny_vla", "final_success"),
                "pixel_updates_per_s_e2e": row_value("pick_lift-pixels-qc", "updates_per_s"),
+               "pixel_updates_per_s_frozen": row_value("pick_lift-pixels-frozen", "updates_per_s"),
                "latency_200_over_0": round(t200 / t0, 2) if t200 and t0 else None,
                **_ingest_figures(root)}
     print(json.dumps(figures))

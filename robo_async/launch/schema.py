@@ -95,7 +95,7 @@ class FlowPolicy(FlowPolicyConfig):
 class TinyVLAPolicy(TinyVLAPolicyConfig):
     """`policy=tiny_vla`: the tiny VLA's keys plus its `bc:` section (60 demos per task)."""
 
-    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=60, steps=3000, batch=128, max_delay=8))  # `robo-async bc`: demos per task and the training
+    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=60, steps=10000, batch=128, max_delay=8))  # `robo-async bc`: demos per task and the training
 
 
 @dataclass(frozen=True)

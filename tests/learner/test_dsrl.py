@@ -73,3 +73,32 @@ def test_dsrl_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
     first, last = rows[0]["losses/qf1_values"], rows[-1]["losses/qf1_values"]
     assert last > first + 1.0, (first, last)
     assert "evaluation: success rate" in res.stdout  # the checkpoint evaluates with the prior from policy.path
+
+
+def test_dsrl_from_pixels_encodes_each_batch_of_frames_once():
+    """The prior is frozen, so its features of the observation and the next observation serve the
+    critics, the noise actor and the prior's own chunks: two encoder passes per update, not five."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from policies.flow import FlowChunkPolicy
+    from robo_async.learner.algorithms import PolicySpec, build_algorithm
+    from robo_async.learner.algorithms.dsrl.config import DSRLConfig
+    from tests.learner.test_qc import window_batch
+
+    import tempfile
+    from pathlib import Path
+
+    low, high = (-2.0,) * 3, (2.0,) * 3
+    prior = FlowChunkPolicy(("state",), (3,), low, high, horizon=4, steps=2, hidden=(32, 32), action_mode="absolute",
+                            cameras=("front",), image_size=16)
+    with tempfile.TemporaryDirectory() as d:
+        save_file({k: np.ascontiguousarray(v) for k, v in prior.weights().items()}, str(Path(d) / "policy.safetensors"))
+        spec = PolicySpec("flow", ("state",), (3,), low, high, hidden=(32, 32), action_mode="absolute",
+                          options={"horizon": 4, "steps": 2, "cameras": ("front",), "image_size": 16, "path": d})
+        algo = build_algorithm("dsrl", DSRLConfig(batch_size=16), spec)
+    calls = []
+    algo.policy.net.vision.register_forward_hook(lambda m, i, o: calls.append(len(o)))
+    metrics = algo.update(window_batch(16, 4, 3, ("front",), 16))
+    assert np.isfinite(metrics["losses/qf_loss"])
+    assert calls == [16, 16]

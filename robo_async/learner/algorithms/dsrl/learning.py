@@ -48,9 +48,15 @@ class _FlowSteer:
         with torch.no_grad():
             return self.p.net.encode(*self._inputs(obs))
 
-    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor) -> torch.Tensor:
-        cond, imgs = self._inputs(obs)
-        return self.p.sample(cond, images=imgs, noise=z.reshape(len(z), *self.noise_shape))
+    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """The frozen flow's chunks for noise z; `features` (from `features(obs)`): the frames are not
+        encoded again."""
+        cond = self.tensor(self.p.condition(obs))
+        imgs = None
+        if features is None:
+            cond, imgs = self._inputs(obs)
+        return self.p.sample(cond, images=imgs, noise=z.reshape(len(z), *self.noise_shape), encoded=features)
 
     def executed(self, actions: np.ndarray, state: np.ndarray) -> torch.Tensor:
         return self.tensor(np.clip(self.p.normalize(actions, state), -1, 1))
@@ -66,7 +72,9 @@ class _LeRobotSteer:
     def features(self, obs: Mapping[str, np.ndarray]) -> torch.Tensor:
         return self.tensor(self.p.features(obs).cpu().numpy())
 
-    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor) -> torch.Tensor:
+    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """The frozen policy's chunks for noise z (it encodes the observation itself)."""
         return self.tensor(self.p.normalize(self.p.steered(obs, z.detach().cpu())))
 
     def executed(self, actions: np.ndarray, state: np.ndarray) -> torch.Tensor:
@@ -173,7 +181,7 @@ class DSRL(Algorithm):
 
         with torch.no_grad():  # Q^A: H-step backup on the executed chunk
             z_next, _ = self._steer(next_f)
-            a_next = s.chunks(nxt, z_next)
+            a_next = s.chunks(nxt, z_next, next_f)  # the frozen encoder's features: frames encoded once
             target = self.tensor(ret) + self.tensor(boot) * torch.min(*self.critic_target(next_f, a_next, features=next_f))
         q1, q2 = self.critic(f, chunk, features=f)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
@@ -186,7 +194,7 @@ class DSRL(Algorithm):
             z_uni = (torch.rand_like(z_pi) * 2 - 1) * p.noise_bound
             z_all = torch.cat([z_pi, z_uni])
             f2 = torch.cat([f, f])
-            a_all = s.chunks({k: np.concatenate([v, v]) for k, v in obs.items()}, z_all)
+            a_all = s.chunks({k: np.concatenate([v, v]) for k, v in obs.items()}, z_all, f2)
             w_target = torch.min(*self.critic(f2, a_all, features=f2))
         w1, w2 = self.noise_critic(f2, z_all / p.noise_bound, features=f2)
         noise_loss = ((w1 - w_target) ** 2).mean() + ((w2 - w_target) ** 2).mean()
