@@ -43,7 +43,7 @@ class FlowPolicyConfig:
     action_mode: str = "delta"  # delta: chunk relative to the (forwarded) joint state, +- delta_range rad; absolute: joint range
     delta_range: float = 0.6  # rad
     prefix_mode: str = "path"  # RTC conditioning on the committed prefix: path (held on its flow path) | clean (training-time RTC)
-    gripper: str = "binary"  # binary: the last joint snapped to the two levels the demonstrations use (when they use two) | continuous
+    gripper: str = "binary"  # binary: the last joint, when it is named gripper, snapped to the two levels the demonstrations use (when they use two) | continuous
     seed: int = 0  # initialisation seed
     path: str | None = None  # start from these weights (a bc run directory or its policy.safetensors)
     inference_delay_ms: float | tuple[float, float] = 0  # injected inference latency for sim/tests: a number, or [low, high] (uniform)
@@ -69,7 +69,7 @@ class TinyVLAPolicyConfig:
     action_mode: str = "delta"  # delta: chunk relative to the (forwarded) joint state; absolute: joint range
     delta_range: float = 0.6  # rad
     prefix_mode: str = "path"  # RTC conditioning on the committed prefix: path | clean
-    gripper: str = "binary"  # binary: the last joint snapped to the two levels the demonstrations use (when they use two) | continuous
+    gripper: str = "binary"  # binary: the last joint, when it is named gripper, snapped to the two levels the demonstrations use (when they use two) | continuous
     seed: int = 0  # initialisation seed
     path: str | None = None  # a `robo-async bc policy=tiny_vla` run directory (or its policy.safetensors)
     inference_delay_ms: float | tuple[float, float] = 0  # injected inference latency for sim/tests

@@ -91,6 +91,8 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
         policy.deterministic = deterministic
     else:
         extra: dict = {}
+        if opts.get("gripper") == "binary" and "gripper" not in spec.joint_names[-1].lower():
+            opts["gripper"] = "continuous"  # only a gripper (the last joint, named so) is snapped to two levels
         if args.name == "tiny_vla":  # several tasks: features one task lacks are zero, words from all
             dims, extra["instructions"] = vla_inputs(args.obs_keys, opts.get("tasks") or ())
         else:

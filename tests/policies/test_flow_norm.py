@@ -119,3 +119,17 @@ def test_qc_publishes_its_bc_priors_normalisation(tmp_path):
     x = np.random.default_rng(1).uniform(-1, 1, (H, 3)).astype(np.float32)
     ref = np.zeros(3, np.float32)
     np.testing.assert_array_equal(qc.policy.denormalize(x, ref), p.denormalize(x, ref))  # the actors act in the prior's space
+
+
+def test_only_a_joint_named_gripper_is_snapped():
+    from hal.spec import RobotSpec
+    from robo_async.config import compose_config
+    from robo_async.launch.policy_args import PolicyArgs, make_actor_policy
+
+    cfg = compose_config(["policy=flow", "policy.obs_keys=[state]"])
+    from omegaconf import OmegaConf
+
+    args = PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True))
+    for last, want in (("gripper", "binary"), ("wrist_roll", "continuous")):
+        spec = RobotSpec(name="arm", joint_names=("a", "b", last), joint_low=LOW, joint_high=HIGH, hz=30.0)
+        assert make_actor_policy(args, spec).gripper == want
