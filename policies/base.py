@@ -15,9 +15,13 @@ import abc
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from policies.embedding import FrozenEncoder
 
 
 class WeightsMismatch(ValueError):
@@ -89,6 +93,12 @@ class Policy(abc.ABC):
     def frozen(self) -> frozenset[str]:
         """Names in weights() of parameters that are not trained (requires_grad off)."""
         return frozenset(n for n, p in self.module().named_parameters() if not p.requires_grad)
+
+    def frozen_encoder(self) -> "FrozenEncoder | None":
+        """The policy's camera encoder when it never changes (a frozen prior's): its embeddings can
+        be computed once where frames are produced and stored (policies/embedding.py). None: the
+        policy has no frozen encoder (no cameras, or its encoder learns)."""
+        return None
 
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         """Swap in new parameters; on any mismatch raise WeightsMismatch and keep the old ones."""

@@ -56,6 +56,9 @@ class DelayedPolicy(Policy):
     def module(self) -> torch.nn.Module:
         return self.inner.module()
 
+    def frozen_encoder(self):  # type: ignore[no-untyped-def]
+        return self.inner.frozen_encoder()
+
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self.inner.load_weights(version, arrays)
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from policies.base import ActionChunk, register
+from policies.embedding import FrozenEncoder
 from policies.flow import ChunkNorm, FlowChunkPolicy, ImageEncoder
 
 
@@ -186,6 +187,7 @@ class NoiseSteeredPolicy(FlowChunkPolicy):
         feat = sum(self.obs_dims) + (self.net.vision.out * len(self.cameras) if self.net.vision is not None else 0)
         self.noise_actor = GaussianActor(feat, self.horizon * len(self.low), tuple(noise_hidden))
         self.prior_loaded = False
+        self._encoder: FrozenEncoder | None = None
 
     @property
     def architecture(self) -> str:
@@ -204,6 +206,15 @@ class NoiseSteeredPolicy(FlowChunkPolicy):
             raise WeightsMismatch(f"the flow prior's weights do not fit {FlowChunkPolicy.architecture.fget(self)}")
         self.net.load_state_dict({k: torch.as_tensor(np.array(a)) for k, a in arrays.items()})
         self.prior_loaded = True
+        self._encoder = None
+
+    def frozen_encoder(self) -> FrozenEncoder | None:
+        """The prior's camera encoder (frozen, loaded from `policy.path=`), once the prior is loaded."""
+        if self.net.vision is None or not self.prior_loaded:
+            return None
+        if self._encoder is None:
+            self._encoder = FrozenEncoder(self.net.vision, self.cameras)
+        return self._encoder
 
     def noise(self, features: torch.Tensor) -> torch.Tensor:
         """Starting noise [B, H, A] for these observation features (the mode when deterministic)."""

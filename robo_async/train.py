@@ -69,7 +69,7 @@ def train(overrides: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     print(f"run directory: {run_dir}", flush=True)
-    import_history(cfg, run_dir)
+    import_history(cfg, run_dir, plan)
     run = typed(cfg)
     title = f"robo_async · {run.task.name} · {run.algo.name} · {run.actors} actor(s) · {run.launcher.name}"
     try:
@@ -106,9 +106,24 @@ def launch(plan, display: ProgressDisplay) -> RunResult:
     return launch_local(plan, display)
 
 
-def import_history(cfg, run_dir: Path) -> None:
+def run_encoder(plan):  # type: ignore[no-untyped-def]
+    """The frozen camera encoder of the run's algorithm (DSRL on a pixel prior), or None."""
+    from robo_async.learner.algorithms import build_algorithm
+
+    lc = plan.learner
+    if not lc.policy.options.get("cameras"):
+        return None
+    try:
+        return build_algorithm(lc.algo, lc.algo_config, lc.policy).frozen_encoder()
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-untyped-def]
     """`buffer.imports`: earlier stores / LeRobot datasets into this run's store, before training.
-    Re-running (e.g. on resume) adds nothing: imported transitions keep stable ids."""
+    Re-running (e.g. on resume) adds nothing: imported transitions keep stable ids. With a frozen
+    camera encoder (DSRL on a pixel prior) the rows are stored with its embeddings, and a store
+    another encoder embedded is refused here, in one line naming both versions."""
     from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreError
     from robo_async.buffer.store import ReplayError
     from robo_async.buffer.tools import import_source
@@ -123,12 +138,19 @@ def import_history(cfg, run_dir: Path) -> None:
             raise UserError(f"buffer.imports: {e['path']} does not exist")
     if not entries:
         return
+    from robo_async.buffer.embeddings import check_store_versions
+
+    encoder = run_encoder(plan) if plan is not None else None
     store = PersistentReplayStore(run_dir / "replay").open()
     try:
+        problem = check_store_versions(store.embedding_versions(), encoder, f"replay store {store.path}",
+                                       skip=plan is not None and plan.learner.stale_embeddings == "skip")
+        if problem:
+            raise UserError(problem)
         for e in entries:
             table = e.get("table", "demos")
             try:
-                n = import_source(store, Path(e["path"]), table)
+                n = import_source(store, Path(e["path"]), table, embed=plan is not None, encoder=encoder)
             except (StoreError, ReplayError, ValueError, FileNotFoundError) as err:
                 raise UserError(f"buffer.imports {e['path']}: {err}") from None
             print(f"imported {n:,} transitions from {e['path']} into '{table}' "

@@ -50,6 +50,7 @@ class ActorConfig:
     guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
     inference_server: str | None = None  # the policy runs on this `robo-async serve` server (actor/remote.py)
     server_image_codec: str = "jpeg"  # how camera frames travel to it: jpeg | png | qoi | raw
+    embed: bool = True  # the policy's frozen camera encoder (if any) embeds each batch's frames on the uplink thread
 
 
 class LearnerUnavailable(RuntimeError):
@@ -174,7 +175,9 @@ class Actor:
         remote = bool(getattr(self.policy, "remote", False))
         client = WeightClient(cfg.weights_address, secure=secure, weights=not remote).start()
         self.client = client
-        self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink, secure=secure)
+        encoder = self.policy.frozen_encoder() if cfg.embed else None
+        self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink, secure=secure,
+                             encoder=encoder)
         try:
             journal_next = self.uplink.open()
             status = self._first_status(client, stop)

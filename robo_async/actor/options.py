@@ -24,6 +24,7 @@ class ActorOptions:
     inference_server: str | None = None  # tcp://host:5560: the policy runs on a `robo-async serve` server (a GPU machine), not here
     server_wait_s: float = 600.0  # ... waiting this long for it to answer first (the robot holds; where it tries is logged)
     server_image_codec: str = "jpeg"  # camera frames to the server: jpeg (quality 90, ~20x fewer bytes) | png | qoi (lossless) | raw
+    embed: bool = True  # a policy with a frozen camera encoder (algo=dsrl on a pixel prior): the uplink thread stores each frame's embedding beside it (else the learner embeds)
     guide: str | None = None  # JSRL: expert (the task's scripted expert) or a `bc` run directory acts first in training episodes (sim, inline)
     guide_ticks: int = 60  # ... for this many ticks at first,
     guide_step: int = 10  # ... handing over this many ticks earlier

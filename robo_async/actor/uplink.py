@@ -36,6 +36,7 @@ import lmdb
 import msgpack
 import zmq
 
+from policies.embedding import FrozenEncoder
 from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, WireError, decode, encode, is_image_column
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,9 @@ class Uplink:
 
     def __init__(self, actor_id: int, address: str, status: Callable[[], LearnerStatus | None],
                  config: UplinkConfig = UplinkConfig(), ctx: zmq.Context | None = None,
-                 secure: Callable[[zmq.Socket], None] | None = None) -> None:
+                 secure: Callable[[zmq.Socket], None] | None = None, encoder: FrozenEncoder | None = None) -> None:
         self.actor_id = actor_id
+        self._encoder = encoder  # a frozen camera encoder: each batch's frames are embedded here (buffer/embeddings.py)
         self._secure = secure  # CURVE client keys (transport/curve.py), set before connecting
         self.address = address
         self.config = config
@@ -175,6 +177,10 @@ class Uplink:
         if e.frames is None:
             assert e.batch is not None
             b = e.batch
+            if self._encoder is not None and self._has_images(b):
+                from robo_async.buffer.embeddings import embed_batch  # once, before the frames are encoded
+
+                b = embed_batch(b, self._encoder)[0]
             if self.config.image_codec and self._has_images(b):
                 from robo_async.buffer.codec import encode_frames  # camera frames: encoded here, once
 
@@ -257,7 +263,7 @@ class Uplink:
                 self.dropped_other += 1
             self._other_in.append(msg)
             return
-        if (self._inbox or self._sock is None or (self.config.image_codec and self._has_images(msg))
+        if (self._inbox or self._sock is None or ((self.config.image_codec or self._encoder) and self._has_images(msg))
                 or not self._lock.acquire(blocking=False)):
             self._inbox.append(msg)  # older messages wait, or the thread is at work: keep the order
             self._wake.set()

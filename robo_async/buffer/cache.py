@@ -221,7 +221,7 @@ class TableCache:
             return {c.name: _gather(parts, c.name) for c in self.schema.columns}
 
     def sample_windows(self, n: int, horizon: int, rng: np.random.Generator, tries: int = 8,
-                       lookback: int = 0) -> dict[str, np.ndarray] | None:
+                       lookback: int = 0, exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
         """n windows of `horizon` consecutive transitions of one actor's episode (see the module
         docstring); None if no complete window is cached yet. Keys: `obs/*` (the first row),
         `next_obs/*`, `terminated`, `truncated`, `success` (the last row inside the episode),
@@ -234,7 +234,10 @@ class TableCache:
         episode cached before the window): `lag` [n], `lag_obs/*` (the observation d rows before
         the window's first) and `lag_actions` [n, D, A] (the d actions executed between that
         observation and the window, in order, then zeros): what an asynchronous actor had when it
-        asked for the window's chunk d ticks ahead (the delay-consistent input of a chunk actor)."""
+        asked for the window's chunk d ticks ahead (the delay-consistent input of a chunk actor).
+
+        `exclude`: observation columns (`obs/front`, `next_obs/front`) left out of the batch (and
+        their `lag_` twins), e.g. frames when the learner trains on their stored embeddings."""
         picked: list[tuple[_Region, np.ndarray]] = []
         got = 0
         with self.lock:
@@ -252,7 +255,7 @@ class TableCache:
                     break
             if got == 0:
                 return None
-            return self._window_batch(picked, horizon, n, lookback, rng)
+            return self._window_batch(picked, horizon, n, lookback, rng, exclude)
 
     def _chains(self, r: _Region, start: np.ndarray, horizon: int) -> np.ndarray:
         """[k', H] slots of complete windows from these starts (rows after an episode end repeat
@@ -287,8 +290,10 @@ class TableCache:
         return back
 
     def _window_batch(self, picked: list[tuple[_Region, np.ndarray]], horizon: int, n: int, lookback: int = 0,
-                      rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+                      rng: np.random.Generator | None = None, exclude: frozenset[str] = frozenset()
+                      ) -> dict[str, np.ndarray]:
         out: dict[str, list[np.ndarray]] = {}
+        columns = [c for c in self.schema.columns if c.name not in exclude]
 
         def add(k: str, v: np.ndarray) -> None:
             out.setdefault(k, []).append(v)
@@ -300,7 +305,7 @@ class TableCache:
             mask[:, 1:] = 1.0 - np.maximum.accumulate(same, axis=1)
             steps = mask.sum(1).astype(np.int64)
             last = ch[np.arange(len(ch)), steps - 1]
-            for c in self.schema.columns:
+            for c in columns:
                 if c.name.startswith("obs/"):
                     add(c.name, r.cols[c.name][first])
                 elif c.name.startswith("next_obs/"):
@@ -322,7 +327,7 @@ class TableCache:
                 lag = rng.integers(0, have + 1)  # uniform over 0..what this episode has cached
                 rows = np.arange(len(first))
                 src = np.where(lag > 0, back[rows, np.maximum(lag - 1, 0)], first)
-                for c in self.schema.columns:
+                for c in columns:
                     if c.name.startswith("obs/"):
                         add("lag_" + c.name, r.cols[c.name][src])
                 # the committed actions in order: rows k-d .. k-1 (back[:, d-1] .. back[:, 0])

@@ -26,7 +26,7 @@ import numpy as np
 
 from robo_async.buffer.cache import TableCache
 from robo_async.buffer.codec import Schema, encode_image, encode_record, image_key
-from robo_async.buffer.layout import MIRROR, Handles, StoreConfig, index_key
+from robo_async.buffer.layout import MIRROR, Handles, StoreConfig, index_key, read_int
 from robo_async.transport.wire import Frames, TransitionBatch
 
 
@@ -170,6 +170,7 @@ def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema, group: list[P
     kept = []
     gaps = 0
     before = dict(counts)
+    embedded: dict[int, int] = {}
     for item, skip, keys, futures in group:
         b, db = item.batch, h.dbs[f"t:{item.table}"]
         if b.seq + skip != hw.get(b.actor_id, committed_hw.get(b.actor_id, 0)):
@@ -188,6 +189,13 @@ def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema, group: list[P
                 txn.put(index_key(counts[MIRROR]), record, db=h.dbs[f"t:{MIRROR}"], append=True)
                 counts[MIRROR] += 1
         hw[b.actor_id] = b.seq + b.count
+        v = b.arrays.get("obs/embedding_version")
+        if isinstance(v, np.ndarray) and b.count > skip:  # rows per frozen-encoder version (buffer/embeddings.py)
+            for version, n in zip(*np.unique(v[skip:], return_counts=True)):
+                embedded[int(version)] = embedded.get(int(version), 0) + int(n)
+    for version, n in embedded.items():
+        key = f"emb:{version:014x}".encode()
+        txn.put(key, index_key(read_int(txn.get(key, db=h.dbs["meta"])) + n), db=h.dbs["meta"])
     for t, n in counts.items():
         if n != before[t]:
             txn.put(f"count:{t}".encode(), index_key(n), db=h.dbs["meta"])

@@ -39,7 +39,7 @@ import numpy as np
 from robo_async.buffer.cache import TableCache
 from robo_async.buffer.codec import CODECS, CorruptRecord, Schema, decode_batch_frames, peek_record
 from robo_async.buffer.ingest import Encoders, Pending, Prepared, feed_caches, frame_jobs, next_group, write_group
-from robo_async.buffer.layout import MIRROR, TABLES, Handles, StoreConfig, StoreError, index_key
+from robo_async.buffer.layout import MIRROR, TABLES, Handles, StoreConfig, StoreError, index_key, read_int
 from robo_async.buffer.pager import page
 from robo_async.buffer.recovery import read_meta, rebuild_high_water, repair_tail
 from robo_async.buffer.retention import Retention
@@ -254,6 +254,20 @@ class PersistentReplayStore(ReplayStore):
         with self._lock:
             return self._committed_hw.get(actor_id, 0)
 
+    def embedding_versions(self) -> dict[int, int]:
+        """Rows committed per frozen-encoder version (`obs/embedding_version`; buffer/embeddings.py),
+        as counted at commit (rows retention evicted since are still counted)."""
+        assert self._h is not None
+        out: dict[int, int] = {}
+        with self._h.env.begin(db=self._h.dbs["meta"]) as txn:
+            cur = txn.cursor()
+            if cur.set_range(b"emb:"):
+                for k, v in cur:
+                    if not k.startswith(b"emb:"):
+                        break
+                    out[int(k[4:], 16)] = read_int(v)
+        return out
+
     def high_water(self) -> dict[int, int]:
         """Per actor, the next seq expected (committed high-water marks)."""
         with self._lock:
@@ -450,12 +464,12 @@ class PersistentReplayStore(ReplayStore):
         return c is not None and c.ready()
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online",
-                       lookback: int = 0) -> dict[str, np.ndarray] | None:
+                       lookback: int = 0, exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
         """Windows of `horizon` consecutive transitions of one actor's episode (TableCache.sample_windows);
         None while no complete window is cached."""
         if not self.can_sample(table):
             return None
-        return self.caches[table].sample_windows(batch_size, horizon, rng, lookback=lookback)
+        return self.caches[table].sample_windows(batch_size, horizon, rng, lookback=lookback, exclude=exclude)
 
     def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
         """`batch_size` transitions drawn uniformly from `table`'s RAM cache (never from disk);

@@ -63,7 +63,8 @@ class Sampler:
 
     def __init__(self, store: ReplayStore, batch_size: int, mix: Mapping[str, float],
                  seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None,
-                 successful_only: bool = False, lookback: int = 0) -> None:
+                 successful_only: bool = False, lookback: int = 0, exclude: frozenset[str] = frozenset(),
+                 embedding_version: int | None = None) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, not {window}")
         if lookback < 0 or (lookback and window < 2):
@@ -76,6 +77,11 @@ class Sampler:
         self.max_lag = max_lag
         self.successful_only = successful_only  # online windows only from episodes that succeeded
         self.rejected_outcome = 0
+        # windows: observation columns not gathered (frames whose embeddings are stored), and the
+        # frozen-encoder version every drawn row must carry (others are left out and counted)
+        self.exclude = frozenset(exclude)
+        self.embedding_version = embedding_version
+        self.dropped_embeddings = 0
         self.version_floor = -(1 << 62)  # online rows from policies older than this are dropped
         self.dropped_stale = 0
         self.batch_size = batch_size
@@ -108,12 +114,22 @@ class Sampler:
 
     def _one(self, table: str, n: int) -> dict[str, np.ndarray] | None:
         if self.window > 1:
-            return self.store.sample_windows(n, self.window, self._rng, table, lookback=self.lookback)
+            return self.store.sample_windows(n, self.window, self._rng, table, lookback=self.lookback,
+                                             exclude=self.exclude)
         return self.store.sample(n, self._rng, table)
 
-    def _keep(self, part: dict[str, np.ndarray]) -> np.ndarray:
-        """Which online rows (windows) pass the staleness bound and the outcome filter."""
+    def _keep(self, part: dict[str, np.ndarray], table: str = "online") -> np.ndarray:
+        """Which rows (windows) pass the embedding version, and online ones the staleness bound and
+        the outcome filter."""
         keep = np.ones(len(part["policy_version"]), bool)
+        if self.embedding_version is not None:
+            ok = np.ones(len(keep), bool)
+            for k in ("obs/embedding_version", "next_obs/embedding_version"):
+                ok &= part[k] == self.embedding_version if k in part else False
+            self.dropped_embeddings += int((~ok).sum())
+            keep &= ok
+        if table != "online":
+            return keep
         if self.max_lag is not None:
             fresh = part["policy_version"] >= self.version_floor
             self.dropped_stale += int((~fresh).sum())
@@ -127,12 +143,14 @@ class Sampler:
     def _draw(self, table: str, n: int, rounds: int = 8) -> dict[str, np.ndarray] | None:
         """n rows (or windows) of one table; online rows that fail `_keep` are replaced by new draws."""
         part = self._one(table, n)
-        if part is None or table != "online" or (self.max_lag is None and not self.successful_only):
+        filters = self.embedding_version is not None or (table == "online" and (
+            self.max_lag is not None or self.successful_only))
+        if part is None or not filters:
             return part
         kept: list[dict[str, np.ndarray]] = []
         drawn = have = 0
         for _ in range(rounds):
-            fresh = self._keep(part)
+            fresh = self._keep(part, table)
             drawn += len(fresh)
             have += int(fresh.sum())
             kept.append({k: v[fresh] for k, v in part.items()})

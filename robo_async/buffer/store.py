@@ -39,9 +39,9 @@ class ReplayStore(abc.ABC):
         return len(self) > 0
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online",
-                       lookback: int = 0) -> dict[str, np.ndarray] | None:
+                       lookback: int = 0, exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
         """`batch_size` windows of `horizon` consecutive transitions of one actor's episode (keys as
-        `TableCache.sample_windows`); None while no complete window is held, and always None for
+        `TableCache.sample_windows`, less the `exclude`d observation columns); None while no complete window is held, and always None for
         a store that keeps no episode order (the default)."""
         return None
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from policies.embedding import FrozenEncoder
+from robo_async.buffer.embeddings import embed_batch
 from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore
 from robo_async.transport.wire import TransitionBatch
 
@@ -87,9 +89,12 @@ def _batches(rows: Iterator[tuple[int, Mapping[str, np.ndarray | np.generic]]], 
 
 
 def import_source(store: PersistentReplayStore, source: Path, table: str,
-                  progress: Callable[[int], None] | None = None) -> int:
+                  progress: Callable[[int], None] | None = None, embed: bool = False,
+                  encoder: FrozenEncoder | None = None) -> int:
     """Copy an earlier run's store or a LeRobotDataset into `table`. Idempotent: importing the
-    same source again adds nothing (its transitions keep stable ids). Returns transitions added."""
+    same source again adds nothing (its transitions keep stable ids). Returns transitions added.
+    `embed`: the rows get the embeddings of `encoder` (re-encoded where another version made
+    them; `encoder` None: embedding columns are left out), as a run with that encoder stores them."""
     from robo_async.buffer.lerobot_io import read_lerobot
 
     source = store_path(Path(source))
@@ -106,6 +111,8 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
     added = 0
     try:
         for b in _batches(rows):
+            if embed:
+                b = embed_batch(b, encoder)[0]
             added += store.insert(b, table)
             if progress:
                 progress(added)

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from robo_async.buffer.codec import CorruptRecord
+from robo_async.buffer.embeddings import EmbeddingMismatch, check_store_versions, embed_batch
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.sampler import Sampler
 from robo_async.buffer.store import ReplayError, SampleToInsertRatio
@@ -74,6 +76,7 @@ class LearnerConfig:
     max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
     keys_dir: str | None = None  # CURVE keys (`robo-async keys`): only listed actor keys connect
     max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
+    stale_embeddings: str = "refuse"  # refuse | skip: stored rows another frozen encoder embedded (learner.stale_embeddings)
     restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
 
 
@@ -105,10 +108,19 @@ class Learner:
         mix = dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables)) if self.algorithm.tables \
             else config.mix
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
+        # a frozen camera encoder: every stored row carries its embeddings, batches bring no frames
+        self.encoder = self.algorithm.frozen_encoder()
+        if config.stale_embeddings not in ("refuse", "skip"):
+            raise ValueError(f"learner.stale_embeddings is refuse or skip, not {config.stale_embeddings!r}")
+        enc = self.encoder
         self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch,
                                window=self.algorithm.window, max_lag=ac.max_version_lag,
                                successful_only=self.algorithm.successful_only,
-                               lookback=self.algorithm.lookback)
+                               lookback=self.algorithm.lookback,
+                               exclude=frozenset(f"{p}{c}" for p in ("obs/", "next_obs/") for c in enc.cameras)
+                               if enc is not None else frozenset(),
+                               embedding_version=enc.version if enc is not None else None)
+        self.embedded_rows = 0  # rows this learner (re-)embedded: from actors that did not, or with another encoder
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
         self.rejected_batches = 0
@@ -148,6 +160,11 @@ class Learner:
         torch.set_num_threads(self.config.threads)
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         self.store.open()
+        problem = check_store_versions(self.store.embedding_versions(), self.encoder, f"replay store {self.store.path}",
+                                       skip=self.config.stale_embeddings == "skip")
+        if problem:
+            self.store.close()
+            raise EmbeddingMismatch(problem)
         if self.store.repaired:
             log.warning("replay store recovered with repairs: %s", "; ".join(self.store.repaired))
         self._online_seen = 0 if self.config.count_stored else self.store.counts["online"]
@@ -268,6 +285,12 @@ class Learner:
             try:
                 if problem:
                     raise ReplayError(problem)
+                if self.encoder is not None:  # rows the actor did not embed with this encoder: embedded here
+                    try:
+                        msg, made = embed_batch(msg, self.encoder)
+                    except (ValueError, CorruptRecord) as e:
+                        raise ReplayError(str(e)) from None
+                    self.embedded_rows += made
                 n = self.store.insert(msg, "online")
             except ReplayError as e:
                 self.rejected_batches += 1
@@ -361,6 +384,8 @@ class Learner:
             "charts/version_lag_max": float(max(self.lags)) if self.lags else 0.0,
             "buffer/dropped_stale": self.sampler.dropped_stale,
             "buffer/rejected_outcome": self.sampler.rejected_outcome,
+            "buffer/embedded_rows": self.embedded_rows,  # embedded here (the actor did not, or another encoder did)
+            "buffer/dropped_embeddings": self.sampler.dropped_embeddings,  # sampled rows of another encoder, left out
             "charts/actor_policy_version": self.newest_actor_version,
             "charts/replay_size": len(self.store),
             "buffer/online": self.store.counts["online"],

@@ -17,6 +17,9 @@ class LearnerOptions:
     log_every_s: float = 1.0  # seconds between metric lines
     threads: int = 1  # torch CPU threads in the learner
     weights: PushConfig = field(default_factory=PushConfig)  # pushes to the actors, streamed in parts, each array checked (crc32) before a swap
+    # a store holding rows embedded by another frozen encoder than the run's (algo=dsrl on a pixel prior):
+    # refuse (at start, naming both versions) | skip (those rows are left out of training)
+    stale_embeddings: str = "refuse"
     device: str = "auto"  # auto (a GPU when there is one, for algorithms that support it: qc, dsrl, filtered) | cpu | cuda | cuda:1
 
 

@@ -147,6 +147,14 @@ def _check_transition_arrays(arrays: dict[str, np.ndarray | Frames]) -> None:
             raise WireError(f"transitions array '{k}' is {a.dtype.name}, expected {want}")
         if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
             raise WireError(f"transitions array '{k}' has NaN or infinite values")
+        tail = k.split("/", 1)[-1]
+        if k.startswith(OBS_PREFIXES) and tail == "embedding_version":  # a frozen encoder's version per row
+            if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1 or \
+                    (a.size and (int(a.min()) < 0 or int(a.max()) >= 1 << 56)):
+                raise WireError(f"transitions '{k}' must be int64 [n] in [0, 2^56)")
+        elif k.startswith(OBS_PREFIXES) and tail == "embedding":
+            if not isinstance(a, np.ndarray) or a.dtype != np.float16 or a.ndim != 2:
+                raise WireError(f"transitions '{k}' must be float16 [n, dim]")
     pv = arrays["policy_version"]
     if not isinstance(pv, np.ndarray):  # (an encoded column failed its dtype above)
         raise WireError("transitions 'policy_version' must be a raw int64 array")

@@ -102,3 +102,37 @@ def test_dsrl_from_pixels_encodes_each_batch_of_frames_once():
     metrics = algo.update(window_batch(16, 4, 3, ("front",), 16))
     assert np.isfinite(metrics["losses/qf_loss"])
     assert calls == [16, 16]
+
+
+def test_dsrl_on_stored_embeddings_runs_no_encoder_and_sees_what_the_frames_give():
+    """With `obs/embedding` in the batch (made by the prior's frozen encoder) the update encodes
+    no frames, and its features equal those computed from the frames (to float16 precision)."""
+    import tempfile
+    from pathlib import Path
+
+    from robo_async.buffer.embeddings import embed_batch
+    from robo_async.transport.wire import TransitionBatch
+    from tests.learner.test_qc import window_batch
+
+    low, high = (-2.0,) * 3, (2.0,) * 3
+    prior = FlowChunkPolicy(("state",), (3,), low, high, horizon=4, steps=2, hidden=(32, 32), action_mode="absolute",
+                            cameras=("front",), image_size=16)
+    with tempfile.TemporaryDirectory() as d:
+        save_file({k: np.ascontiguousarray(v) for k, v in prior.weights().items()}, str(Path(d) / "policy.safetensors"))
+        spec = PolicySpec("flow", ("state",), (3,), low, high, hidden=(32, 32), action_mode="absolute",
+                          options={"horizon": 4, "steps": 2, "cameras": ("front",), "image_size": 16, "path": d})
+        algo = build_algorithm("dsrl", DSRLConfig(batch_size=16), spec)
+    enc = algo.frozen_encoder()
+    assert enc is not None and enc.cameras == ("front",)
+    frames = window_batch(16, 4, 3, ("front",), 16)
+    rows = {k: v for k, v in frames.items() if k.startswith(("obs/", "next_obs/"))}
+    embedded = embed_batch(TransitionBatch(0, 0, rows), enc)[0].arrays
+    batch = {k: v for k, v in frames.items() if not k.endswith("/front")}  # no frames: as the sampler gives it
+    batch.update({k: v for k, v in embedded.items() if "embedding" in k})
+    obs = {k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")}
+    from_frames = algo.steer.features({k.removeprefix("obs/"): v for k, v in frames.items() if k.startswith("obs/")})
+    torch.testing.assert_close(algo.steer.features(obs), from_frames, atol=5e-3, rtol=5e-3)
+    calls = []
+    algo.policy.net.vision.register_forward_hook(lambda m, i, o: calls.append(len(o)))
+    metrics = algo.update(batch)
+    assert np.isfinite(metrics["losses/qf_loss"]) and calls == []

@@ -34,6 +34,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from policies.base import Policy
+    from policies.embedding import FrozenEncoder
     from policies.mlp import MLPPolicy
 
 
@@ -163,6 +164,12 @@ class Algorithm(abc.ABC):
         anyway must override this."""
         policy = getattr(self, "policy", None)
         return policy.frozen() if hasattr(policy, "frozen") else frozenset()
+
+    def frozen_encoder(self) -> "FrozenEncoder | None":
+        """The camera encoder this algorithm never trains, when its update can take the stored
+        embeddings (`obs/embedding`) instead of frames: the learner then has every stored row
+        embedded by it and samples no frames (buffer/embeddings.py). Default: none."""
+        return None
 
     @abc.abstractmethod
     def modules(self) -> dict[str, nn.Module]:

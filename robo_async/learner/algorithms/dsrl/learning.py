@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.embedding import EMBEDDING, FrozenEncoder
 from policies.onestep import ChunkCritic, NoiseSteeredPolicy
 from policies.lerobot_chunk import SteeredLeRobotPolicy
 from robo_async.buffer.cache import window_targets
@@ -45,7 +46,12 @@ class _FlowSteer:
         return self.tensor(self.p.condition(obs)), None if imgs is None else self.tensor(imgs)
 
     def features(self, obs: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """The prior's conditioning: from the stored embeddings of the frames when the batch has
+        them (`obs/embedding`, made by this prior's encoder), else by encoding the frames."""
         with torch.no_grad():
+            if EMBEDDING in obs:
+                cond = self.p.net.features(self.tensor(self.p.condition(obs)))
+                return torch.cat([cond, self.tensor(obs[EMBEDDING]).float()], dim=-1)
             return self.p.net.encode(*self._inputs(obs))
 
     def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
@@ -156,6 +162,11 @@ class DSRL(Algorithm):
     def policy_weights(self) -> dict[str, np.ndarray]:
         return self.policy.weights()
 
+    def frozen_encoder(self) -> FrozenEncoder | None:
+        """The pixel prior's camera encoder: the critics and the noise actor learn on its stored
+        embeddings (the frames are encoded once, where they are produced)."""
+        return self.policy.frozen_encoder() if isinstance(self.policy, NoiseSteeredPolicy) else None
+
     def modules(self) -> dict[str, nn.Module]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
                 "noise_critic": self.noise_critic, "temperature": self.temperature}
@@ -190,11 +201,15 @@ class DSRL(Algorithm):
         self.critic_opt.step()
 
         with torch.no_grad():  # Q^W(s, z) <- Q^A(s, flow(s, z)) for the actor's and uniform noise
+            # rows: the batch's observations with the actor's noise, then the first `uni` of them with
+            # uniform noise (noise_uniform of the batch: the prior's chunks are most of the update's cost)
+            uni = int(round(c.noise_uniform * len(f)))
+            idx = np.concatenate([np.arange(len(f)), np.arange(uni) % len(f)])
             z_pi, _ = self._steer(f)
-            z_uni = (torch.rand_like(z_pi) * 2 - 1) * p.noise_bound
+            z_uni = (torch.rand_like(z_pi[:uni]) * 2 - 1) * p.noise_bound
             z_all = torch.cat([z_pi, z_uni])
-            f2 = torch.cat([f, f])
-            a_all = s.chunks({k: np.concatenate([v, v]) for k, v in obs.items()}, z_all, f2)
+            f2 = f[torch.as_tensor(idx, device=f.device)]
+            a_all = s.chunks({k: v[idx] for k, v in obs.items()}, z_all, f2)
             w_target = torch.min(*self.critic(f2, a_all, features=f2))
         w1, w2 = self.noise_critic(f2, z_all / p.noise_bound, features=f2)
         noise_loss = ((w1 - w_target) ** 2).mean() + ((w2 - w_target) ** 2).mean()

@@ -1,0 +1,72 @@
+"""The frozen-representation path end to end: DSRL on a pixel BC prior stores each frame's
+embedding (made by the actor, or on import) tagged with the prior encoder's version, trains on
+embeddings, and a run whose encoder differs from the stored embeddings is refused at start."""
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robo_async.buffer.embeddings import EmbeddingMismatch
+from robo_async.buffer.lmdb_store import PersistentReplayStore
+from robo_async.config import UserError
+from robo_async.learner.metrics import read_metrics
+
+EXE = [sys.executable, "-m", "robo_async.cli"]
+PIX = ["task=pick_lift", "task.cameras=[front]", "task.image_size=16", "policy=flow", "policy.obs_keys=[state]",
+       "policy.cameras=[front]", "policy.image_size=16", "policy.horizon=4", "policy.hidden=[32,32]"]
+
+
+def cli(*args: str) -> str:
+    res = subprocess.run(EXE + list(args), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def train_args(tmp: Path, prior: str, run: str) -> list[str]:
+    return [*PIX, f"policy.path={tmp / prior}", "algo=dsrl", "algo.warmup_steps=40", "algo.batch_size=16",
+            "algo.critic_hidden=[32]", f"buffer.imports=[{{path: {tmp / 'demos'}, table: demos}}]",
+            f"run_dir={tmp / run}", "task.episode_ticks=20", "stop_at_success=null", "eval_episodes=0"]
+
+
+def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_refused(tmp_path):
+    from robo_async.learner.learner import Learner
+    from robo_async.train import import_history, prepare, run_encoder
+
+    cli("buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=2", "task=pick_lift", "cameras=front", "image_size=16")
+    for name, seed in (("bc", 0), ("bc2", 1)):
+        cli("bc", *PIX, "task.cameras=[front]", "policy.bc.steps=20", "policy.bc.batch=16",
+            f"policy.bc.from_store={tmp_path / 'demos'}", f"run_dir={tmp_path / name}", "eval_episodes=0", f"seed={seed}")
+    cli("train", "launcher=serial", *train_args(tmp_path, "bc", "run"), "budget.env_steps=200", "budget.seconds=300",
+        "learner.log_every_s=0.5")
+
+    cfg, plan = prepare(train_args(tmp_path, "bc", "other"))
+    version = run_encoder(plan).version
+    store = PersistentReplayStore(tmp_path / "run" / "replay").open(readonly=True)
+    try:
+        names = {c.name for c in store.schema.columns}
+        assert {"obs/front", "obs/embedding", "obs/embedding_version"} <= names  # the frames are kept too
+        # every row, online (the actor embedded it) and imported demonstrations, by the prior's encoder
+        assert store.embedding_versions() == {version: store.counts["online"] + store.counts["demos"]}
+        assert store.counts["online"] >= 200 and store.counts["demos"] > 0
+    finally:
+        store.close()
+    last = read_metrics(tmp_path / "run")[-1]
+    assert last["time/updates"] > 0
+    assert last["buffer/embedded_rows"] == 0  # the actor embedded what it sent: the learner encoded nothing
+
+    # a run whose prior has another encoder, on this store: refused at start, naming both versions
+    cfg2, plan2 = prepare(train_args(tmp_path, "bc2", "other2"))
+    other = run_encoder(plan2).version
+    assert other != version
+    with pytest.raises(UserError, match=f"{version:014x}.*{other:014x}"):
+        import_history(cfg2, tmp_path / "run", plan2)
+    learner = Learner(dataclasses.replace(plan2.learner, run_dir=str(tmp_path / "run")))
+    with pytest.raises(EmbeddingMismatch, match=f"{version:014x}.*{other:014x}"):
+        learner.open()
+    # ... unless those rows are to be left out
+    learner = Learner(dataclasses.replace(plan2.learner, run_dir=str(tmp_path / "run"), stale_embeddings="skip"))
+    learner.open()
+    learner.close()
