@@ -121,7 +121,8 @@ def run_encoder(plan):  # type: ignore[no-untyped-def]
 
 def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-untyped-def]
     """`buffer.imports`: earlier stores / LeRobot datasets into this run's store, before training.
-    Re-running (e.g. on resume) adds nothing: imported transitions keep stable ids. With a frozen
+    Re-running (e.g. on resume) adds nothing: imported transitions keep stable ids. With
+    `reward_classifier=` their rewards and successes are the classifier's. With a frozen
     camera encoder (DSRL on a pixel prior) the rows are stored with its embeddings, and a store
     another encoder embedded is refused here, in one line naming both versions."""
     from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreError
@@ -141,6 +142,14 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
     from robo_async.buffer.embeddings import check_store_versions
 
     encoder = run_encoder(plan) if plan is not None else None
+    classifier = None
+    if typed(cfg).reward_classifier:  # the run's reward is the classifier's: imported rows are relabelled with it
+        from policies.reward import RewardError, SuccessClassifier
+
+        try:
+            classifier = SuccessClassifier.load(typed(cfg).reward_classifier)
+        except RewardError as err:
+            raise UserError(str(err)) from None
     store = PersistentReplayStore(run_dir / "replay").open()
     try:
         problem = check_store_versions(store.embedding_versions(), encoder, f"replay store {store.path}",
@@ -150,7 +159,8 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
         for e in entries:
             table = e.get("table", "demos")
             try:
-                n = import_source(store, Path(e["path"]), table, embed=plan is not None, encoder=encoder)
+                n = import_source(store, Path(e["path"]), table, embed=plan is not None, encoder=encoder,
+                                  classifier=classifier)
             except (StoreError, ReplayError, ValueError, FileNotFoundError) as err:
                 raise UserError(f"buffer.imports {e['path']}: {err}") from None
             print(f"imported {n:,} transitions from {e['path']} into '{table}' "

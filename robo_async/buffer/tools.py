@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from policies.embedding import FrozenEncoder
+from policies.embedding import FrozenEncoder, show_version
+from policies.reward import SuccessClassifier
+from robo_async.buffer.codec import decode_batch_frames
 from robo_async.buffer.embeddings import embed_batch
 from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore
-from robo_async.transport.wire import TransitionBatch
+from robo_async.transport.wire import Frames, TransitionBatch
 
 IMPORT_ACTOR_BASE = 1 << 40  # imported data is numbered apart from live actors (ids below this)
 
@@ -55,6 +57,9 @@ def inspect(path: Path) -> str:
             gone = f"  ({store.first[t]:,} older evicted by retention)" if store.first[t] else ""
             lines.append(f"{t:<14}{store.live(t):>12,}{eps:>10,}{rate:>9}{len(ep_success):>8}{gone}")
         cols = ", ".join(f"{c.name} {c.describe()}" for c in store.schema.columns)
+        versions = store.embedding_versions()
+        if versions:  # stored embeddings of a frozen camera encoder (buffer/embeddings.py)
+            lines.append("embeddings: " + ", ".join(f"encoder {show_version(v)} {n:,} rows" for v, n in sorted(versions.items())))
         last = store.last_commit()
         lines += [f"columns: {cols}",
                   f"disk: {store.disk_bytes() / 2**20:.1f} MiB",
@@ -88,13 +93,30 @@ def _batches(rows: Iterator[tuple[int, Mapping[str, np.ndarray | np.generic]]], 
         yield emit(actor)
 
 
+def classifier_outcomes(batch: TransitionBatch, classifier: SuccessClassifier) -> TransitionBatch:
+    """`batch` with reward, success and termination from a success classifier on its next
+    observations' frames (as `ClassifierReward` gives them online: reward 1 and the episode's end
+    where p >= threshold, else 0): imported data then carries the run's reward, not its source's."""
+    names = [f"next_obs/{c}" for c in classifier.meta.cameras]
+    missing = [k for k in names if k not in batch.arrays]
+    if missing:
+        raise ValueError(f"the reward classifier reads {missing}, which the imported rows lack")
+    encoded = [k for k in names if isinstance(batch.arrays[k], Frames)]
+    decoded = decode_batch_frames(batch.arrays, encoded) if encoded else {}
+    frames = {c: decoded.get(k, batch.arrays[k]) for c, k in zip(classifier.meta.cameras, names)}
+    won = classifier.probability(frames) >= classifier.meta.threshold
+    return TransitionBatch(batch.actor_id, batch.seq, {**batch.arrays, "reward": won.astype(np.float32),
+                                                        "success": won, "terminated": won})
+
+
 def import_source(store: PersistentReplayStore, source: Path, table: str,
                   progress: Callable[[int], None] | None = None, embed: bool = False,
-                  encoder: FrozenEncoder | None = None) -> int:
+                  encoder: FrozenEncoder | None = None, classifier: SuccessClassifier | None = None) -> int:
     """Copy an earlier run's store or a LeRobotDataset into `table`. Idempotent: importing the
     same source again adds nothing (its transitions keep stable ids). Returns transitions added.
     `embed`: the rows get the embeddings of `encoder` (re-encoded where another version made
-    them; `encoder` None: embedding columns are left out), as a run with that encoder stores them."""
+    them; `encoder` None: embedding columns are left out), as a run with that encoder stores them.
+    `classifier`: rewards and successes are the classifier's (`classifier_outcomes`)."""
     from robo_async.buffer.lerobot_io import read_lerobot
 
     source = store_path(Path(source))
@@ -113,6 +135,8 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
         for b in _batches(rows):
             if embed:
                 b = embed_batch(b, encoder)[0]
+            if classifier is not None:
+                b = classifier_outcomes(b, classifier)
             added += store.insert(b, table)
             if progress:
                 progress(added)

@@ -120,6 +120,20 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def resolve_precision(name: str, device: str) -> str:
+    """`learner.precision`: auto is bf16 mixed precision where the device computes bf16 fast (a GPU
+    with bf16, a CPU with AMX or AVX512-BF16 through oneDNN), else fp32."""
+    import torch
+
+    if name not in ("auto", "fp32", "bf16"):
+        raise ConfigError(f"learner.precision is auto, fp32 or bf16, not {name!r}")
+    if name != "auto":
+        return name
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+
+
 def new_run_dir(root: str, task: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{stamp}-{task}"
@@ -247,6 +261,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=c.learner.threads, device=resolve_device(c.learner.device),
+        precision=resolve_precision(c.learner.precision, resolve_device(c.learner.device)),
         stale_embeddings=c.learner.stale_embeddings,
         keys_dir=keys_dir, max_message_mb=t.max_message_mb,
         queue_mb=t.queue_mb, message_bytes=batch_bytes(spec, a.flush_every),

@@ -11,6 +11,7 @@ One instance per run (its own process, a Ray actor, or beside an actor in `launc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -69,6 +70,7 @@ class LearnerConfig:
     count_stored: bool = False  # online data already in the store counts as env steps (resume without checkpoint)
     threads: int = 1
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
+    precision: str = "fp32"  # fp32 | bf16: the update's forward passes under bf16 autocast (weights, optimiser state fp32)
     tensorboard: bool = True
     push: PushConfig = PushConfig()  # weight pushes: fp32/fp16, delta, parts (transport/weights.py)
     queue_mb: float = 64.0  # ZMQ queues sized in bytes: about this much per peer (high-water marks)
@@ -328,13 +330,20 @@ class Learner:
         b = self.sampler.get()
         if b is None:
             return False
-        self._last_update_metrics = self.algorithm.update(b)
+        with self._autocast():
+            self._last_update_metrics = self.algorithm.update(b)
         self.updates += 1
         self.limiter.updates += 1
         if self.updates % self.config.publish_every == 0:
             self.version += 1
             self.publish()
         return True
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 mixed precision for the update (`learner.precision`), where the algorithm runs on a device."""
+        if self.config.precision != "bf16" or not self.algorithm.supports_device:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(self.config.device).type, dtype=torch.bfloat16)
 
     def publish(self) -> None:
         assert self._publisher is not None

@@ -20,6 +20,7 @@ class LearnerOptions:
     # a store holding rows embedded by another frozen encoder than the run's (algo=dsrl on a pixel prior):
     # refuse (at start, naming both versions) | skip (those rows are left out of training)
     stale_embeddings: str = "refuse"
+    precision: str = "auto"  # auto (bf16 mixed precision where the device computes bf16 fast: a CPU with AMX/AVX512-BF16, a GPU with bf16; else fp32) | fp32 | bf16; applies to qc, dsrl, filtered
     device: str = "auto"  # auto (a GPU when there is one, for algorithms that support it: qc, dsrl, filtered) | cpu | cuda | cuda:1
 
 

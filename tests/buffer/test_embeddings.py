@@ -130,3 +130,28 @@ def test_the_store_counts_rows_per_version_and_a_run_with_another_encoder_is_ref
     assert issubclass(EmbeddingMismatch, ValueError)
 
     store.close()
+
+
+def test_imported_rows_take_the_classifiers_reward_not_their_sources():
+    """`reward_classifier=` runs: imported demonstrations are relabelled by the classifier on their
+    next frames (reward, success, termination), as ClassifierReward labels the online ticks."""
+    from types import SimpleNamespace
+
+    from robo_async.buffer.tools import classifier_outcomes
+    from robo_async.transport.wire import expand_next_obs
+
+    # the classifier's interface (SuccessClassifier: meta + probability), judging by brightness
+    clf = SimpleNamespace(meta=SimpleNamespace(cameras=("front",), threshold=0.5),
+                          probability=lambda fr: fr["front"].reshape(len(fr["front"]), -1).mean(1) / 255.0)
+    b, _ = episode(0, 0, 4, cams=("front",))
+    full = expand_next_obs(b.arrays)
+    full["next_obs/front"] = np.zeros_like(full["next_obs/front"])
+    full["next_obs/front"][2:] = 255  # the last two ticks end bright: success there
+    full["reward"] = np.full(4, 7.0, np.float32)  # the source's reward
+    for arrays in (full, encode_frames(full, "qoi", 95)):  # raw frames, and frames as a store keeps them
+        out = classifier_outcomes(TransitionBatch(0, 0, arrays), clf)
+        np.testing.assert_array_equal(out.arrays["reward"], [0, 0, 1, 1])
+        np.testing.assert_array_equal(out.arrays["success"], [False, False, True, True])
+        np.testing.assert_array_equal(out.arrays["terminated"], [False, False, True, True])
+    with pytest.raises(ValueError, match="next_obs/front"):
+        classifier_outcomes(TransitionBatch(0, 0, {k: v for k, v in full.items() if k != "next_obs/front"}), clf)

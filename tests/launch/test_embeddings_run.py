@@ -53,6 +53,7 @@ def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_re
         assert store.counts["online"] >= 200 and store.counts["demos"] > 0
     finally:
         store.close()
+    assert f"embeddings: encoder {version:014x} " in cli("buffer", "inspect", str(tmp_path / "run"))
     last = read_metrics(tmp_path / "run")[-1]
     assert last["time/updates"] > 0
     assert last["buffer/embedded_rows"] == 0  # the actor embedded what it sent: the learner encoded nothing

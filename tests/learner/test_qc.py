@@ -260,3 +260,28 @@ def test_qc_from_pixels_encodes_each_batch_of_frames_once_per_use():
         module.register_forward_hook(lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
     algo.update(window_batch())
     assert calls == {"online": 2, "target": 0, "flow": 1}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_learner_updates_in_the_precision_it_was_given(tmp_path, precision):
+    """learner.precision=bf16: the update's forward passes run under bf16 autocast (weights and
+    optimiser state stay fp32); fp32 leaves them alone. auto picks bf16 only where the device has it."""
+    from robo_async.launch.builders import ConfigError, resolve_precision
+    from robo_async.learner.learner import Learner, LearnerConfig
+
+    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
+                      options={"horizon": 4})
+    learner = Learner(LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", spec, "qc",
+                                    QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16),
+                                    precision=precision))
+    seen = []
+    first = next(m for m in learner.algorithm.critic.modules() if isinstance(m, torch.nn.Linear))
+    first.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    batch = window_batch(16, 4, 3, ())
+    learner.sampler.get = lambda timeout=0.0: batch
+    assert learner._update()
+    assert seen and set(seen) == {torch.bfloat16 if precision == "bf16" else torch.float32}
+    assert first.weight.dtype == torch.float32
+    assert resolve_precision(precision, "cpu") == precision
+    with pytest.raises(ConfigError, match="fp32 or bf16"):
+        resolve_precision("fp16", "cpu")
