@@ -71,3 +71,34 @@ def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_re
     learner = Learner(dataclasses.replace(plan2.learner, run_dir=str(tmp_path / "run"), stale_embeddings="skip"))
     learner.open()
     learner.close()
+
+
+def test_a_classifier_reward_run_relabels_its_imported_demonstrations(tmp_path):
+    """reward_classifier=: the imported demonstrations carry the classifier's rewards and successes
+    (on their next frames), not the simulator's, like every online tick of the run."""
+    import numpy as np
+
+    from policies.reward import SuccessClassifier
+
+    cli("buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=3", "task=pick_lift", "cameras=front", "image_size=16")
+    src = PersistentReplayStore(tmp_path / "demos").open(readonly=True)
+    sim_rewards = np.array([row["reward"] for t in ("demos",) for _, _, _, row in src.records(t)])
+    src.close()
+    cli("reward", "train", f"from={tmp_path / 'demos'}", "cameras=[front]", "image_size=16", "updates=20",
+        f"out={tmp_path / 'clf'}", "holdout=0.34")
+    cli("train", "launcher=serial", "task=pick_lift", "task.cameras=[front]", "task.image_size=16", "policy=mlp",
+        "policy.obs_keys=[state]", "policy.hidden=[16,16]", "algo=sac", "algo.warmup_steps=20", "algo.batch_size=8",
+        f"buffer.imports=[{{path: {tmp_path / 'demos'}, table: demos}}]", f"reward_classifier={tmp_path / 'clf'}",
+        f"run_dir={tmp_path / 'run'}", "task.episode_ticks=10", "budget.env_steps=30", "budget.seconds=120",
+        "stop_at_success=null", "eval_episodes=0")
+    clf = SuccessClassifier.load(tmp_path / "clf")
+    store = PersistentReplayStore(tmp_path / "run" / "replay").open(readonly=True)
+    rows = [row for _, _, _, row in store.records("demos")]
+    store.close()
+    assert len(rows) == len(sim_rewards) > 0
+    p = clf.probability({"front": np.stack([r["next_obs/front"] for r in rows])})
+    want = (p >= clf.meta.threshold).astype(np.float32)
+    got = np.array([r["reward"] for r in rows])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal([bool(r["success"]) for r in rows], want.astype(bool))
+    assert not np.array_equal(got, sim_rewards)  # the simulator's rewards are gone
