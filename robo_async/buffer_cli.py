@@ -13,6 +13,7 @@ USAGE = """usage:
                           [videos=true]   (cameras as LeRobot's AV1 videos instead of PNG images)
   robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
   robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
+                          [hold=false]   (true: on to episode_ticks, holding the goal after success)
                           [cameras=front,wrist] [image_size=64]          (scripted expert)"""
 
 
@@ -61,7 +62,7 @@ def main(args: list[str]) -> int:
     cmd, (pos, kv) = args[0], _split(args[1:])
     try:
         if cmd == "demos":
-            _allow(kv, {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size"})
+            _allow(kv, {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold"})
             if "out" not in kv:
                 raise UserError("buffer demos needs out=<store dir>")
             from robo_async.config import compose_config
@@ -79,8 +80,14 @@ def main(args: list[str]) -> int:
                 step = float(kv["max_step"]) if kv.get("max_step") else None
             except ValueError:
                 raise UserError(f"buffer demos max_step={kv['max_step']!r}: give rad per tick, e.g. 0.05") from None
+            hold = kv.get("hold", "false").lower()
+            if hold not in ("true", "false"):
+                raise UserError(f"buffer demos hold={kv['hold']!r}: true or false")
+            # hold=true: each episode runs to episode_ticks, the expert holding the goal after success (many
+            # success frames: what a success classifier learns from, as an operator holds the goal a while)
             n, rate = record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
-                                         int(kv.get("seed", 0)), progress=_Ticker("episodes"), max_step=step)
+                                   int(kv.get("seed", 0)), progress=_Ticker("episodes"), max_step=step,
+                                   until_terminated=hold == "false")
             print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
                   f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'")
             return 0

@@ -139,19 +139,24 @@ def bc_start(task: str, obs: str, demos: Path, root: Path, log: Path) -> tuple[P
 
 
 def success_classifier(task: str, demos: Path, root: Path) -> Path:
-    """A success classifier (`robo-async reward train`, both cameras) on the bench's demonstrations
-    plus 10 failure episodes (a scripted expert too slow to reach the cube in an episode), labelled
-    by the simulator as an operator would label them."""
+    """A success classifier (`robo-async reward train`, both cameras) on the bench's 20 demonstrations
+    recorded on past their success, the expert holding the cube up (as an operator records positives:
+    the demonstrations alone end at their first success frame, 20 positives in all), plus 10 failure
+    episodes (a scripted expert too slow to reach the cube in an episode), labelled by the simulator
+    as an operator would label them."""
     out = root / f"classifier-{task}"
     if (out / "reward_classifier.json").exists():
         return out
-    fails, labels = root / f"fails-{task}-pixels", root / f"labels-{task}"
+    fails, labels, held = root / f"fails-{task}-pixels", root / f"labels-{task}", root / f"held-{task}-pixels"
     log = root / f"classifier-{task}.log"
+    if not (held / "data.mdb").exists():  # the same episodes as `demos` (same seed and speed), held on
+        _cli(["buffer", "demos", f"out={held}", f"episodes={DEMOS}", f"task={task}", f"max_step={MAX_STEP}",
+              "hold=true", "cameras=front,wrist", "image_size=64"], 900, log)
     if not (fails / "data.mdb").exists():
         _cli(["buffer", "demos", f"out={fails}", "episodes=10", f"task={task}", "max_step=0.004", "seed=7",
               "cameras=front,wrist", "image_size=64"], 900, log)
     if not (labels / "data.mdb").exists():
-        for src in (demos, fails):
+        for src in (held, fails):
             _cli(["buffer", "import", str(labels), f"from={src}", "table=demos"], 900, log)
     res = _cli(["reward", "train", f"from={labels}", "cameras=[front,wrist]", f"out={out}"], 1800, log)
     if res.returncode != 0:
