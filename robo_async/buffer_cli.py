@@ -14,6 +14,7 @@ USAGE = """usage:
   robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
   robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
                           [hold=false]   (true: on to episode_ticks, holding the goal after success)
+                          [miss=false]   (true: the scripted near miss, pick_lift: failure episodes)
                           [cameras=front,wrist] [image_size=64]          (scripted expert)"""
 
 
@@ -62,7 +63,7 @@ def main(args: list[str]) -> int:
     cmd, (pos, kv) = args[0], _split(args[1:])
     try:
         if cmd == "demos":
-            _allow(kv, {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold"})
+            _allow(kv, {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold", "miss"})
             if "out" not in kv:
                 raise UserError("buffer demos needs out=<store dir>")
             from robo_async.config import compose_config
@@ -80,14 +81,14 @@ def main(args: list[str]) -> int:
                 step = float(kv["max_step"]) if kv.get("max_step") else None
             except ValueError:
                 raise UserError(f"buffer demos max_step={kv['max_step']!r}: give rad per tick, e.g. 0.05") from None
-            hold = kv.get("hold", "false").lower()
-            if hold not in ("true", "false"):
-                raise UserError(f"buffer demos hold={kv['hold']!r}: true or false")
+            hold, miss = kv.get("hold", "false").lower(), kv.get("miss", "false").lower()
+            if hold not in ("true", "false") or miss not in ("true", "false"):
+                raise UserError(f"buffer demos hold= and miss= are true or false, not {kv.get('hold')!r}, {kv.get('miss')!r}")
             # hold=true: each episode runs to episode_ticks, the expert holding the goal after success (many
             # success frames: what a success classifier learns from, as an operator holds the goal a while)
             n, rate = record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
                                    int(kv.get("seed", 0)), progress=_Ticker("episodes"), max_step=step,
-                                   until_terminated=hold == "false")
+                                   until_terminated=hold == "false", miss=miss == "true")
             print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
                   f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'")
             return 0

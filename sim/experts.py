@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from hal.robot import Robot
-from sim import EXPERTS
+from sim import EXPERTS, MISSES
 
 
 class NoExpert(ValueError):
@@ -25,13 +25,16 @@ class Expert(Protocol):
         ...
 
 
-def make_expert(task_name: str, robot: Robot, max_step: float | None = None) -> Expert:
+def make_expert(task_name: str, robot: Robot, max_step: float | None = None, miss: bool = False) -> Expert:
     """The scripted expert of `task_name` for the task inside `robot` (a `SimRobot`, possibly
     behind `SafeRobot` or other wrappers exposing `inner`); `max_step` (rad per tick) limits how
-    fast it moves its joint targets, for experts that take it."""
-    if task_name not in EXPERTS:
-        raise NoExpert(f"task '{task_name}' has no scripted expert; experts: {sorted(EXPERTS)}")
-    cls = EXPERTS[task_name]
+    fast it moves its joint targets, for experts that take it. `miss`: the task's scripted near
+    miss instead (the expert's motions, failing: labelled failure episodes)."""
+    table = MISSES if miss else EXPERTS
+    if task_name not in table:
+        raise NoExpert(f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}; "
+                       f"{'near misses' if miss else 'experts'}: {sorted(table)}")
+    cls = table[task_name]
     task = getattr(robot, "inner", robot).task
     return cls(task, max_step) if max_step is not None and "max_step" in inspect.signature(cls).parameters \
         else cls(task)

@@ -231,6 +231,37 @@ class PushExpert(_RateLimited):
         return self.limit(q)
 
 
+class PickLiftMiss(_RateLimited):
+    """A near miss, for labelled failure episodes: the expert's motions (hover, descend, close,
+    lift) aimed `offset` metres beside the cube, so the gripper closes on air and rises empty. Each
+    phase ends when its aim is reached or after a few ticks (an aim beside the cube may be blocked)."""
+
+    def __init__(self, task: PickLiftTask, max_step: float | None = None, offset: float = 0.035) -> None:
+        super().__init__(task, max_step)
+        self.offset = offset
+        self._phase, self._since = "hover", 0
+        self._side = np.zeros(3)
+
+    def act(self) -> np.ndarray:
+        t = self._task
+        if t.tick == 0 or not self._side.any():  # a new episode: a side of the cube, fixed for it
+            ang = float(np.random.default_rng(int(1e4 * abs(float(t.cube_pos[0]) + float(t.cube_pos[1])))).uniform(0, 2 * np.pi))
+            self._side = np.array([np.cos(ang), np.sin(ang), 0.0]) * self.offset
+            self._phase, self._since = "hover", 0
+        spot, ee = t.cube_pos + self._side, t.ee_pos
+        self._since += 1
+        aims = {"hover": spot + [0, 0, 0.05], "descend": spot.copy(), "close": spot.copy(),
+                "lift": spot + [0, 0, t.config.lift_height + 0.03]}
+        nxt = {"hover": ("descend", 30), "descend": ("close", 20), "close": ("lift", 8)}
+        if self._phase in nxt:
+            near = np.linalg.norm(ee - aims[self._phase]) < 0.01 and self._phase != "close"
+            if near or self._since >= nxt[self._phase][1]:
+                self._phase, self._since = nxt[self._phase][0], 0
+        q = t.solve_ik(aims[self._phase])
+        q[-1] = GRIPPER_CLOSED if self._phase in ("close", "lift") else GRIPPER_OPEN
+        return self.limit(q)
+
+
 class PickLiftExpert(_RateLimited):
     """Opens, hovers over the cube, descends, closes, lifts."""
 

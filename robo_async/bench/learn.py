@@ -142,8 +142,8 @@ def success_classifier(task: str, demos: Path, root: Path) -> Path:
     """A success classifier (`robo-async reward train`, both cameras) on the bench's 20 demonstrations
     recorded on past their success, the expert holding the cube up (as an operator records positives:
     the demonstrations alone end at their first success frame, 20 positives in all), plus 10 failure
-    episodes (a scripted expert too slow to reach the cube in an episode), labelled by the simulator
-    as an operator would label them."""
+    episodes (the scripted near miss: the expert's grasp and lift beside the cube, rising empty),
+    labelled by the simulator as an operator would label them."""
     out = root / f"classifier-{task}"
     if (out / "reward_classifier.json").exists():
         return out
@@ -153,8 +153,8 @@ def success_classifier(task: str, demos: Path, root: Path) -> Path:
         _cli(["buffer", "demos", f"out={held}", f"episodes={DEMOS}", f"task={task}", f"max_step={MAX_STEP}",
               "hold=true", "cameras=front,wrist", "image_size=64"], 900, log)
     if not (fails / "data.mdb").exists():
-        _cli(["buffer", "demos", f"out={fails}", "episodes=10", f"task={task}", "max_step=0.004", "seed=7",
-              "cameras=front,wrist", "image_size=64"], 900, log)
+        _cli(["buffer", "demos", f"out={fails}", "episodes=10", f"task={task}", f"max_step={MAX_STEP}", "seed=7",
+              "miss=true", "hold=true", "cameras=front,wrist", "image_size=64"], 900, log)
     if not (labels / "data.mdb").exists():
         for src in (held, fails):
             _cli(["buffer", "import", str(labels), f"from={src}", "table=demos"], 900, log)

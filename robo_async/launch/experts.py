@@ -23,11 +23,12 @@ from sim.experts import NoExpert, make_expert
 __all__ = ["EpisodeCollector", "NoExpert", "StoreOutlet", "expert_policy", "record_demos", "record_expert"]
 
 
-def expert_policy(targs: TaskArgs, robot: SafeRobot, max_step: float | None = None) -> ScriptedPolicy:
-    """The task's scripted expert as a policy (reach takes `max_step`, rad per tick). Raises
-    `NoExpert` for a task without one."""
-    expert = make_expert(targs.name, robot, max_step)
-    return ScriptedPolicy(expert.act, robot.spec.dt, f"{targs.name}-expert")
+def expert_policy(targs: TaskArgs, robot: SafeRobot, max_step: float | None = None, miss: bool = False
+                  ) -> ScriptedPolicy:
+    """The task's scripted expert (or, `miss`, its scripted near miss) as a policy (`max_step`: rad
+    per tick). Raises `NoExpert` for a task without one."""
+    expert = make_expert(targs.name, robot, max_step, miss)
+    return ScriptedPolicy(expert.act, robot.spec.dt, f"{targs.name}-{'miss' if miss else 'expert'}")
 
 
 class StoreOutlet:
@@ -119,10 +120,11 @@ class _Tee(EpisodeCollector):
 
 def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table: str = "demos",
                  progress: Callable[[int], None] | None = None, max_step: float | None = None,
-                 until_terminated: bool = True) -> tuple[int, float]:
+                 until_terminated: bool = True, miss: bool = False) -> tuple[int, float]:
     """Scripted-expert episodes into `out` (a new or existing store), each until the task ends
     it (or, with `until_terminated=False`, on to `episode_ticks`: the expert holds the goal) or
-    `episode_ticks`. Returns (transitions, success rate)."""
+    `episode_ticks`; `miss`: the task's scripted near miss acts (failure episodes). Returns
+    (transitions, success rate)."""
     store = PersistentReplayStore(out, StoreConfig()).open()
     robot = _robot(targs)
     demo_actor = IMPORT_ACTOR_BASE - 1  # demos are numbered apart from live actors
@@ -130,7 +132,7 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     sink = _Tee(Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start), progress)
     robot.connect()
     try:
-        ControlLoop(robot, expert_policy(targs, robot, max_step),
+        ControlLoop(robot, expert_policy(targs, robot, max_step, miss),
                     LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 50)), seed=seed,
                                eval_every=1, max_episodes=episodes, inference="inline",
                                end_on_terminated=until_terminated),

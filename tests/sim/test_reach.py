@@ -93,3 +93,26 @@ def test_pick_lift_pays_nothing_for_holding_short_of_the_goal():
     assert success and rewards[-1] == 10.0
     assert max(rewards[:-1]) <= 0.0 and grasped_at is not None
     assert rewards[-2] > rewards[0]  # shaped: closer to done pays less penalty
+
+
+def test_the_pick_lift_near_miss_closes_beside_the_cube_and_rises_empty():
+    """Failure episodes for a success classifier: the expert's lift, without the cube."""
+    from sim.table import GRIPPER_CLOSED, PickLiftMiss, PickLiftTask, TableConfig
+
+    for seed in range(3):
+        task = PickLiftTask(TableConfig())
+        task.build()
+        task.reset(np.random.default_rng(seed))
+        miss = PickLiftMiss(task, max_step=0.05)
+        cube0 = task.cube_pos.copy()
+        closest, top = 1.0, 0.0
+        for _ in range(100):
+            q = miss.act()
+            task.step(q)
+            closest = min(closest, float(np.linalg.norm(task.ee_pos - task.cube_pos)))
+            _, success = task.reward_success()
+            assert not success and not task.grasped
+        assert q[-1] == np.float32(GRIPPER_CLOSED)
+        assert task.ee_pos[2] > cube0[2] + TableConfig().lift_height  # up where a lifted cube would be
+        assert abs(task.cube_pos[2] - cube0[2]) < 0.01  # the cube stayed on the table
+        assert closest < 0.06  # it went down beside the cube, not anywhere
