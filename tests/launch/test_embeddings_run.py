@@ -102,3 +102,29 @@ def test_a_classifier_reward_run_relabels_its_imported_demonstrations(tmp_path):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal([bool(r["success"]) for r in rows], want.astype(bool))
     assert not np.array_equal(got, sim_rewards)  # the simulator's rewards are gone
+
+
+def test_demos_for_a_success_classifier_hold_the_goal_or_miss_it(tmp_path):
+    """`buffer demos hold=true`: on to episode_ticks with the goal held (many success frames);
+    `miss=true`: the scripted near miss, every episode a failure; bad values are one line."""
+    import numpy as np
+
+    def rows(name: str) -> list[dict]:
+        s = PersistentReplayStore(tmp_path / name).open(readonly=True)
+        try:
+            return [r for _, _, _, r in s.records("demos")]
+        finally:
+            s.close()
+
+    base = ["buffer", "demos", "episodes=2", "task=pick_lift", "max_step=0.05"]
+    cli(*base, f"out={tmp_path / 'ends'}")
+    cli(*base, f"out={tmp_path / 'held'}", "hold=true")
+    cli(*base, f"out={tmp_path / 'miss'}", "miss=true")
+    ends, held, miss = rows("ends"), rows("held"), rows("miss")
+    assert sum(r["success"] for r in ends) == 2  # each episode ends at its first success frame
+    assert len(held) == 200 and sum(r["success"] for r in held) > 40  # ... or holds it to episode_ticks
+    assert len(miss) == 200 and not any(r["success"] for r in miss)
+    assert max(float(r["obs/ee_pos"][2]) for r in miss) > 0.06  # it lifted, empty
+    res = subprocess.run(EXE + [*base, f"out={tmp_path / 'x'}", "miss=maybe"], capture_output=True, text=True)
+    assert res.returncode != 0 and "miss=" in (res.stdout + res.stderr) and "Traceback" not in res.stderr
+    assert np.isfinite([float(r["reward"]) for r in held]).all()
