@@ -76,12 +76,14 @@ class _LeRobotSteer:
         self.noise_shape = p.noise_shape
 
     def features(self, obs: Mapping[str, np.ndarray]) -> torch.Tensor:
-        return self.tensor(self.p.features(obs).cpu().numpy())
+        with torch.autocast("cpu", enabled=False):  # the frozen LeRobot policy runs as it was saved (fp32)
+            return self.tensor(self.p.features(obs).float().cpu().numpy())
 
     def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
                ) -> torch.Tensor:
         """The frozen policy's chunks for noise z (it encodes the observation itself)."""
-        return self.tensor(self.p.normalize(self.p.steered(obs, z.detach().cpu())))
+        with torch.autocast("cpu", enabled=False):
+            return self.tensor(self.p.normalize(self.p.steered(obs, z.detach().float().cpu())))
 
     def executed(self, actions: np.ndarray, state: np.ndarray) -> torch.Tensor:
         return self.tensor(np.clip(self.p.normalize(actions), -1, 1))
