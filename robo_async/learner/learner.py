@@ -220,8 +220,11 @@ class Learner:
                     self.refused_messages += 1  # a message this learner cannot use: dropped, counted
                     log.error("dropped a %s message: %s: %s", type(msg).__name__, type(e).__name__, e)
         self._count_committed()
+        # up to 8 updates, but not past the status period: slow updates (pixels end to end, ~0.3 s)
+        # must not hold back the acks and ingest (8 of them once stalled acks past the actors' resend_s)
+        until = time.monotonic() + self.config.status_every_s
         for _ in range(8):
-            if not (self._may_update() and self._update()):
+            if not (self._may_update() and self._update()) or time.monotonic() >= until:
                 break
         now = time.monotonic()
         if now >= self._next["status"]:

@@ -285,3 +285,38 @@ def test_the_learner_updates_in_the_precision_it_was_given(tmp_path, precision):
     assert resolve_precision(precision, "cpu") == precision
     with pytest.raises(ConfigError, match="fp32 or bf16"):
         resolve_precision("fp16", "cpu")
+
+
+def test_slow_updates_do_not_hold_back_the_learners_status(tmp_path, monkeypatch):
+    """One step runs updates only until the status period is spent: with updates that each take
+    longer than it, every step updates once and then publishes its status (acks for the actors)."""
+    from robo_async.learner import learner as learner_module
+    from robo_async.learner.learner import Learner, LearnerConfig
+
+    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
+                      options={"horizon": 4})
+    learner = Learner(LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", spec, "qc",
+                                    QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16,
+                                             limit_to_data=False), status_every_s=0.02))
+    learner.open()
+    try:
+        clock = [1000.0]
+        monkeypatch.setattr(learner_module.time, "monotonic", lambda: clock[0])
+        batch = window_batch(16, 4, 3, ())
+        learner.sampler.get = lambda timeout=0.0: batch
+        real = learner.algorithm.update
+
+        def slow(b):
+            clock[0] += 0.05  # each update takes longer than the status period
+            return real(b)
+
+        learner.algorithm.update = slow
+        statuses = []
+        learner._publisher.publish_status = lambda st: statuses.append(st)
+        for i in range(3):
+            before = learner.updates
+            learner.step()
+            assert learner.updates == before + 1 and len(statuses) == i + 1
+    finally:
+        monkeypatch.undo()
+        learner.close()
