@@ -39,6 +39,9 @@ from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, Le
 log = logging.getLogger(__name__)
 
 
+UPDATE_BURST_S = 0.25  # a learner step starts no update after this long (status, acks and ingest go between)
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     """Everything one learner needs, as plain values (built by the launch layer from the run
@@ -220,9 +223,9 @@ class Learner:
                     self.refused_messages += 1  # a message this learner cannot use: dropped, counted
                     log.error("dropped a %s message: %s: %s", type(msg).__name__, type(e).__name__, e)
         self._count_committed()
-        # up to 8 updates, but not past the status period: slow updates (pixels end to end, ~0.3 s)
+        # up to 8 updates, but none started after UPDATE_BURST_S: slow updates (pixels end to end, ~0.3 s)
         # must not hold back the acks and ingest (8 of them once stalled acks past the actors' resend_s)
-        until = time.monotonic() + self.config.status_every_s
+        until = time.monotonic() + UPDATE_BURST_S
         for _ in range(8):
             if not (self._may_update() and self._update()) or time.monotonic() >= until:
                 break

@@ -57,8 +57,13 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
         browser.get(url)
 
         def ticks() -> int | None:
+            from selenium.common.exceptions import StaleElementReferenceException
+
             cells = browser.find_elements(By.ID, "actor-0-ticks")
-            text = cells[0].text.replace(",", "") if cells else ""
+            try:
+                text = cells[0].text.replace(",", "") if cells else ""
+            except StaleElementReferenceException:  # the page re-rendered the table between find and read
+                return None
             return int(text) if text.isdigit() else None
 
         deadline = time.monotonic() + 120

@@ -288,8 +288,8 @@ def test_the_learner_updates_in_the_precision_it_was_given(tmp_path, precision):
 
 
 def test_slow_updates_do_not_hold_back_the_learners_status(tmp_path, monkeypatch):
-    """One step runs updates only until the status period is spent: with updates that each take
-    longer than it, every step updates once and then publishes its status (acks for the actors)."""
+    """One step starts updates only for UPDATE_BURST_S: with updates that each take longer than
+    that, every step updates once and then publishes its status (acks for the actors)."""
     from robo_async.learner import learner as learner_module
     from robo_async.learner.learner import Learner, LearnerConfig
 
@@ -307,7 +307,7 @@ def test_slow_updates_do_not_hold_back_the_learners_status(tmp_path, monkeypatch
         real = learner.algorithm.update
 
         def slow(b):
-            clock[0] += 0.05  # each update takes longer than the status period
+            clock[0] += learner_module.UPDATE_BURST_S + 0.05  # each update takes longer than a burst
             return real(b)
 
         learner.algorithm.update = slow
