@@ -75,17 +75,8 @@ def test_dsrl_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
     assert "evaluation: success rate" in res.stdout  # the checkpoint evaluates with the prior from policy.path
 
 
-def test_dsrl_from_pixels_encodes_each_batch_of_frames_once():
-    """The prior is frozen, so its features of the observation and the next observation serve the
-    critics, the noise actor and the prior's own chunks: two encoder passes per update, not five."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    from policies.flow import FlowChunkPolicy
-    from robo_async.learner.algorithms import PolicySpec, build_algorithm
-    from robo_async.learner.algorithms.dsrl.config import DSRLConfig
-    from tests.learner.test_qc import window_batch
-
+def pixel_dsrl():  # type: ignore[no-untyped-def]
+    """DSRL on a small flow prior with one 16x16 camera (saved to, and loaded from, a temporary policy.path)."""
     import tempfile
     from pathlib import Path
 
@@ -96,7 +87,15 @@ def test_dsrl_from_pixels_encodes_each_batch_of_frames_once():
         save_file({k: np.ascontiguousarray(v) for k, v in prior.weights().items()}, str(Path(d) / "policy.safetensors"))
         spec = PolicySpec("flow", ("state",), (3,), low, high, hidden=(32, 32), action_mode="absolute",
                           options={"horizon": 4, "steps": 2, "cameras": ("front",), "image_size": 16, "path": d})
-        algo = build_algorithm("dsrl", DSRLConfig(batch_size=16), spec)
+        return build_algorithm("dsrl", DSRLConfig(batch_size=16), spec)
+
+
+def test_dsrl_from_pixels_encodes_each_batch_of_frames_once():
+    """The prior is frozen, so its features of the observation and the next observation serve the
+    critics, the noise actor and the prior's own chunks: two encoder passes per update, not five."""
+    from tests.learner.test_qc import window_batch
+
+    algo = pixel_dsrl()
     calls = []
     algo.policy.net.vision.register_forward_hook(lambda m, i, o: calls.append(len(o)))
     metrics = algo.update(window_batch(16, 4, 3, ("front",), 16))
@@ -107,21 +106,11 @@ def test_dsrl_from_pixels_encodes_each_batch_of_frames_once():
 def test_dsrl_on_stored_embeddings_runs_no_encoder_and_sees_what_the_frames_give():
     """With `obs/embedding` in the batch (made by the prior's frozen encoder) the update encodes
     no frames, and its features equal those computed from the frames (to float16 precision)."""
-    import tempfile
-    from pathlib import Path
-
     from robo_async.buffer.embeddings import embed_batch
     from robo_async.transport.wire import TransitionBatch
     from tests.learner.test_qc import window_batch
 
-    low, high = (-2.0,) * 3, (2.0,) * 3
-    prior = FlowChunkPolicy(("state",), (3,), low, high, horizon=4, steps=2, hidden=(32, 32), action_mode="absolute",
-                            cameras=("front",), image_size=16)
-    with tempfile.TemporaryDirectory() as d:
-        save_file({k: np.ascontiguousarray(v) for k, v in prior.weights().items()}, str(Path(d) / "policy.safetensors"))
-        spec = PolicySpec("flow", ("state",), (3,), low, high, hidden=(32, 32), action_mode="absolute",
-                          options={"horizon": 4, "steps": 2, "cameras": ("front",), "image_size": 16, "path": d})
-        algo = build_algorithm("dsrl", DSRLConfig(batch_size=16), spec)
+    algo = pixel_dsrl()
     enc = algo.frozen_encoder()
     assert enc is not None and enc.cameras == ("front",)
     frames = window_batch(16, 4, 3, ("front",), 16)
