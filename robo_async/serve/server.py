@@ -276,6 +276,7 @@ class PolicyServer:
                         except Exception as e1:  # noqa: BLE001
                             chunks.append(e1)
             took = time.monotonic() - t0
+            self.policy.instruction = default  # restored before any reply leaves (a caller may look at once)
             self.busy_s += took
             self._pass_s = 0.8 * self._pass_s + 0.2 * took if self._pass_s else took
             self.batches += 1
