@@ -91,7 +91,6 @@ ROWS = {r.name: r for r in (
     Row("pick_lift-dsrl-200ms-s1", "pick_lift", "state", "dsrl", 200.0, False, ("seed=1",)),
     # end to end (QC trains the encoder too): the update is the whole cost and the gated actor idles,
     # so the learner takes both cores' threads (2.8 updates/s with one in the 600 s row, 5.0 with two in a 240 s probe)
-
     Row("pick_lift-pixels-qc", "pick_lift", "pixels", "qc", extra=("learner.threads=2",)),
     # frozen representation: DSRL steers the pixel BC policy, whose image encoder (trained by BC on the
     # demonstrations) stays frozen; the critics and the noise actor learn on its features
