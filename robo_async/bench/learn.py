@@ -33,6 +33,10 @@ from robo_async.bench import register
 
 STATE_KEYS = "[state,ee_to_cube,cube_to_target]"
 SCALE = ["+policy.obs_scale.ee_to_cube=10", "+policy.obs_scale.cube_to_target=10"]
+# state rows of the latency pair: the cube's position instead of features measured from the end effector,
+# which async_forward cannot forward (it forwards the joints; ee_to_cube would be 6 ticks stale at 200 ms)
+ABS_KEYS = "[state,cube_pos]"
+ABS_SCALE = ["+policy.obs_scale.cube_pos=10"]
 DEMOS = 20
 MAX_STEP = 0.05  # rad per tick: the scripted demonstrator's speed (smooth demonstrations)
 
@@ -51,6 +55,7 @@ class Row:
     realtime: bool = False  # wall-clock simulator and async_forward (the 0 ms twin of a latency row)
     extra: tuple[str, ...] = ()  # more train overrides (bench hil: teleop=virtual ...)
     classifier: bool = False  # the reward comes only from a success classifier (reward_classifier=)
+    absolute: bool = False  # state rows: [state, cube_pos] (no features measured from the end effector)
 
     def overrides(self, demos: Path, bc_dir: Path | None) -> list[str]:
         o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
@@ -59,8 +64,8 @@ class Row:
         if self.algo == "sac":
             o += ["policy=mlp", f"policy.obs_keys={STATE_KEYS}", *SCALE, "algo=sac"]
         else:
-            keys = "[state]" if self.obs == "pixels" else STATE_KEYS
-            o += ["policy=flow", f"policy.obs_keys={keys}", *SCALE, f"algo={self.algo}"]
+            keys = "[state]" if self.obs == "pixels" else ABS_KEYS if self.absolute else STATE_KEYS
+            o += ["policy=flow", f"policy.obs_keys={keys}", *(ABS_SCALE if self.absolute else SCALE), f"algo={self.algo}"]
             if self.obs == "pixels":
                 o += ["policy.cameras=[front,wrist]"]
             if bc_dir is not None:
@@ -84,11 +89,12 @@ ROWS = {r.name: r for r in (
     Row("pick_lift-filtered", "pick_lift", "state", "filtered"),
     Row("pick_lift-qc-realtime", "pick_lift", "state", "qc", 0.0, True),
     Row("pick_lift-qc-200ms", "pick_lift", "state", "qc", 200.0),
-    # the latency pair with DSRL (faster than QC from state), two seeds per row (the median is compared)
-    Row("pick_lift-dsrl-realtime", "pick_lift", "state", "dsrl", 0.0, True),
-    Row("pick_lift-dsrl-realtime-s1", "pick_lift", "state", "dsrl", 0.0, True, ("seed=1",)),
-    Row("pick_lift-dsrl-200ms", "pick_lift", "state", "dsrl", 200.0),
-    Row("pick_lift-dsrl-200ms-s1", "pick_lift", "state", "dsrl", 200.0, False, ("seed=1",)),
+    # the latency pair with DSRL (faster than QC from state), two seeds per row (the median is compared),
+    # from [state, cube_pos] (ABS_KEYS)
+    Row("pick_lift-dsrl-realtime", "pick_lift", "state", "dsrl", 0.0, True, absolute=True),
+    Row("pick_lift-dsrl-realtime-s1", "pick_lift", "state", "dsrl", 0.0, True, ("seed=1",), absolute=True),
+    Row("pick_lift-dsrl-200ms", "pick_lift", "state", "dsrl", 200.0, absolute=True),
+    Row("pick_lift-dsrl-200ms-s1", "pick_lift", "state", "dsrl", 200.0, False, ("seed=1",), absolute=True),
     # end to end (QC trains the encoder too): the update is the whole cost and the gated actor idles,
     # so the learner takes both cores' threads (2.8 updates/s with one in the 600 s row, 5.0 with two in a 240 s probe)
     Row("pick_lift-pixels-qc", "pick_lift", "pixels", "qc", extra=("learner.threads=2",)),
@@ -123,16 +129,18 @@ def record_demos(task: str, obs: str, out: Path, log: Path) -> None:
 BC_EVAL = ["eval_episodes=20", "actor.inference=async_forward"]  # real time, no injected latency
 
 
-def bc_start(task: str, obs: str, demos: Path, root: Path, log: Path) -> tuple[Path, float | None]:
+def bc_start(task: str, obs: str, demos: Path, root: Path, log: Path, absolute: bool = False
+             ) -> tuple[Path, float | None]:
     """The BC flow policy on the same demonstrations (from cameras and proprioception alone for
-    pixel rows), and its real-time success (20 deterministic episodes, async_forward, 0 ms)."""
-    out = root / f"bc-{task}-{obs}"
+    pixel rows; `absolute`: from [state, cube_pos]), and its real-time success (20 deterministic
+    episodes, async_forward, 0 ms)."""
+    out = root / f"bc-{task}-{obs}{'-abs' if absolute else ''}"
     if not (out / "eval.json").exists():
-        keys = "[state]" if obs == "pixels" else STATE_KEYS
+        keys = "[state]" if obs == "pixels" else ABS_KEYS if absolute else STATE_KEYS
         # from pixels, batches of 64 windows (each step encodes every window's frames)
         extra = ["task.cameras=[front,wrist]", "task.image_size=64", "policy.cameras=[front,wrist]",
                  "policy.bc.batch=64"] if obs == "pixels" else []
-        _cli(["bc", f"task={task}", "policy=flow", f"policy.obs_keys={keys}", *SCALE, *extra,
+        _cli(["bc", f"task={task}", "policy=flow", f"policy.obs_keys={keys}", *(ABS_SCALE if absolute else SCALE), *extra,
               f"policy.bc.from_store={demos}", f"run_dir={out}", *BC_EVAL], 3600, log)
     try:
         return out, float(json.loads((out / "eval.json").read_text())["success_rate"])
@@ -218,8 +226,8 @@ def run_row(row: Row, root: Path, budget_s: float, hz: float = 30.0) -> dict[str
         return bc_row(row, root)
     demos = root / f"demos-{row.task}-{row.obs}"
     record_demos(row.task, row.obs, demos, root / f"demos-{row.task}-{row.obs}.log")
-    bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(row.task, row.obs, demos, root,
-                                                                        root / f"bc-{row.task}-{row.obs}.log")
+    bc_dir, bc_success = (None, None) if row.algo == "sac" else bc_start(
+        row.task, row.obs, demos, root, root / f"bc-{row.task}-{row.obs}.log", absolute=row.absolute)
     run_dir = root / row.name
     if run_dir.exists():  # a row is measured from scratch (train refuses a used run_dir)
         shutil.rmtree(run_dir)
