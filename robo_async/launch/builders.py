@@ -120,6 +120,13 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of `allowed`, else a one-line ConfigError naming the key."""
+    if value not in allowed:
+        raise ConfigError(f"{key} is {' or '.join(allowed)}, not {value!r}")
+    return value
+
+
 def resolve_precision(name: str, device: str) -> str:
     """`learner.precision`: auto is bf16 mixed precision where the device computes bf16 fast (a GPU
     with bf16, a CPU with AMX or AVX512-BF16 through oneDNN), else fp32."""
@@ -262,7 +269,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
         threads=c.learner.threads, device=resolve_device(c.learner.device),
         precision=resolve_precision(c.learner.precision, resolve_device(c.learner.device)),
-        stale_embeddings=c.learner.stale_embeddings,
+        stale_embeddings=_choice("learner.stale_embeddings", c.learner.stale_embeddings, ("refuse", "skip")),
         keys_dir=keys_dir, max_message_mb=t.max_message_mb,
         queue_mb=t.queue_mb, message_bytes=batch_bytes(spec, a.flush_every),
         push=c.learner.weights,

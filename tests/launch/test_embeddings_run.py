@@ -128,3 +128,12 @@ def test_demos_for_a_success_classifier_hold_the_goal_or_miss_it(tmp_path):
     res = subprocess.run(EXE + [*base, f"out={tmp_path / 'x'}", "miss=maybe"], capture_output=True, text=True)
     assert res.returncode != 0 and "miss=" in (res.stdout + res.stderr) and "Traceback" not in res.stderr
     assert np.isfinite([float(r["reward"]) for r in held]).all()
+
+
+def test_a_bad_stale_embeddings_or_precision_choice_is_one_line_at_plan_time(tmp_path):
+    from robo_async.train import prepare
+
+    for key, bad in (("learner.stale_embeddings", "maybe"), ("learner.precision", "fp16")):
+        with pytest.raises(UserError, match=key) as e:
+            prepare([f"{key}={bad}", f"run_dir={tmp_path / key}"])
+        assert "\n" not in str(e.value)
