@@ -170,7 +170,12 @@ class InferenceEngine:
 
     `workers=1` (default): one inference at a time. `workers=N`: up to N in flight (pipelined,
     the runner staggers them), so a change in the world waits for at most 1/N of an inference
-    before one starts that sees it; this costs N times the inference compute."""
+    before one starts that sees it; this costs N times the inference compute.
+
+    One spare worker serves a new episode: requests carry their episode (`tag`), and up to
+    `workers` of each tag run at once, so a new episode's first request starts at once instead of
+    waiting out an inference about the episode that just ended (its result is discarded). Without
+    it every episode after the first would begin with up to two latencies of holding."""
 
     def __init__(self, policy: Policy, action_dim: int, horizon: int, timeout_s: float = 2.0,
                  workers: int = 1) -> None:
@@ -194,7 +199,7 @@ class InferenceEngine:
         # swap), never `_model`: a load in progress cannot make the loop wait.
         self._pending_lock = threading.Lock()
         self._pending_weights: tuple[int, Mapping[str, np.ndarray]] | None = None
-        self._slots = [_Slot() for _ in range(workers)]
+        self._slots = [_Slot() for _ in range(workers + 1)]  # + the spare (see the class doc)
         self._threads = [threading.Thread(target=self._run, args=(slot,), name=f"inference-{i}", daemon=True)
                          for i, slot in enumerate(self._slots)]
         for t in self._threads:
@@ -202,8 +207,14 @@ class InferenceEngine:
 
     @property
     def busy(self) -> bool:
-        """True when no worker is free for another inference."""
-        return all(s.job is not None for s in self._slots)
+        """True when `workers` inferences are running (whatever their episodes)."""
+        return self.in_flight >= self.workers
+
+    def can_take(self, tag: int = 0) -> bool:
+        """Whether `submit(..., tag)` would start now: fewer than `workers` inferences of this tag
+        are running and a worker is idle (the spare covers an earlier tag's last inference)."""
+        running = [s.job for s in self._slots if s.job is not None]
+        return sum(j[4] == tag for j in running) < self.workers and len(running) < len(self._slots)
 
     @property
     def in_flight(self) -> int:
@@ -214,9 +225,9 @@ class InferenceEngine:
         """Start an inference; False if every worker is still busy. The policy is told the chunk
         starts `start_tick - obs_tick` ticks after its observation (`delay_ticks`)."""
         with self._lock:
-            slot = next((s for s in self._slots if s.job is None), None)
-            if slot is None:
+            if not self.can_take(tag):
                 return False
+            slot = next(s for s in self._slots if s.job is None)
             slot.job = (dict(obs), forwarded_state, prefix, start_tick, tag, obs_tick)
             slot.started = time.monotonic()
         slot.wake.set()
@@ -464,7 +475,7 @@ class AsyncChunkRunner:
         due = left <= d + self.margin or (self.continuous and self.mode != "sync")
         # with several workers, requests are spread over the latency so one always starts soon
         spaced = self.engine.in_flight == 0 or now - self._last_submit >= max(1, -(-d // self.engine.workers))
-        if not self.engine.busy and due and spaced:
+        if due and spaced and self.engine.can_take(self.epoch):
             self._last_submit = now
             ahead = left if self.to_end and left > d else d  # the new chunk starts `ahead` ticks from now
             committed = self.schedule.upcoming(now, ahead)

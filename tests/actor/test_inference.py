@@ -482,3 +482,37 @@ def test_choose_inference_is_the_one_rule_for_auto_and_inline():
     with pytest.raises(InferenceModeError, match="actor.inference 'fast' unknown"):
         pick("fast", "train")
     assert issubclass(InferenceModeError, ValueError)
+
+
+def test_a_new_episode_asks_at_once_while_the_last_episodes_inference_runs():
+    """An episode that ends while an inference about it is running: the next episode's first
+    request starts on its first tick (the spare worker), not after the stale one; the stale
+    chunk is discarded, and no episode gets more than `workers` inferences at once."""
+    old, new = threading.Event(), threading.Event()
+    policy = Scripted(horizon=8, gates=(old, new))
+    engine = InferenceEngine(policy, A, 8, workers=1)
+    engine.latency = FixedLatency(4)
+    runner = AsyncChunkRunner(engine, SPEC, mode="drop_stale", forward=True)
+    runner.tick(0, obs(np.full(A, 1.0, np.float32)))  # episode 1 asks; its inference is held
+    deadline = time.monotonic() + 10
+    while not policy.seen and time.monotonic() < deadline:
+        time.sleep(0.001)
+    runner.reset()  # episode 1 ends (success) before the chunk lands
+    for t in range(3):
+        runner.tick(t, obs(np.full(A, 2.0, np.float32)))
+        while len(policy.seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert policy.seen == [1.0, 2.0]  # asked on the new episode's first tick
+    assert engine.in_flight == 2 and not engine.can_take(runner.epoch)  # one per episode, no more
+    old.set()  # the stale chunk lands ...
+    while engine.in_flight == 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    runner.tick(10, obs(np.full(A, 2.0, np.float32)))  # (spaced past the latency: only the per-episode cap holds it)
+    assert runner.chunks_merged == 0  # ... and is dropped
+    assert engine.in_flight == 1  # no second request of the new episode (submit is synchronous)
+    new.set()
+    while engine.in_flight and time.monotonic() < deadline:
+        time.sleep(0.001)
+    runner.tick(11, obs(np.full(A, 2.0, np.float32)))  # the new episode's chunk covers ticks 4-11
+    assert runner.chunks_merged == 1 and runner.schedule.popped_obs_tick == 0
+    engine.close()
