@@ -484,9 +484,10 @@ class AsyncChunkRunner:
                 committed = np.concatenate([committed.reshape(-1, len(hold)),
                                             np.repeat(np.asarray(hold, np.float32)[None], d - len(committed), 0)])
             fstate = forward_state(obs["state"], committed, self.spec) if self.forward else None
-            # rtc: the chunk starts now and continues the committed prefix; once the latency reaches
-            # the chunk length the prefix would be the whole chunk (nothing new): ask as async_forward does
-            if self.mode == "rtc" and d < getattr(self.engine.policy, "horizon", d + 1):
+            # rtc: the chunk starts now and continues the committed prefix of d actions, so it brings
+            # H - d new ones per d ticks of waiting; below d new ones (latency over half the chunk, RTC's
+            # own bound d <= H - d) the robot would hold between chunks: ask as async_forward does
+            if self.mode == "rtc" and 2 * d <= getattr(self.engine.policy, "horizon", 2 * d):
                 self.engine.submit(obs, fstate, committed, now, self.epoch, now)
             else:  # about tick now + d, when it lands (naive: about now; its first d actions go stale)
                 self.engine.submit(obs, fstate, None, now + max(d, len(committed)) if self.forward else now,

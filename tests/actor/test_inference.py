@@ -394,8 +394,8 @@ def test_latency_is_measured_in_ticks_from_request_to_merge():
     """The clock says inferences take no time; chunks land 5 ticks after they were asked for
     (a remote server behind a network): the runner plans with 5, what the loop saw."""
     gates = [threading.Event() for _ in range(6)]
-    policy = Scripted(horizon=8, gates=gates)
-    engine = InferenceEngine(policy, A, 8)
+    policy = Scripted(horizon=10, gates=gates)  # (5 ticks of latency leave 5 new actions: rtc holds)
+    engine = InferenceEngine(policy, A, 10)
     engine.latency = FixedLatency(0)
     runner = AsyncChunkRunner(engine, SPEC, mode="rtc")
     assert runner.latency_ticks() == 0
@@ -425,22 +425,31 @@ def test_latency_is_measured_in_ticks_from_request_to_merge():
     engine.close()
 
 
-def test_rtc_with_a_latency_as_long_as_the_chunk_asks_about_the_forwarded_state():
-    """A prefix covering the whole chunk would leave nothing new to run: from latency >= horizon
-    the rtc runner asks about the tick after the committed actions, as async_forward does."""
+def test_rtc_with_a_latency_over_half_the_chunk_asks_about_the_forwarded_state():
+    """A prefix of d actions leaves H - d new ones per d ticks of waiting; with fewer than d
+    (latency over half the chunk: RTC's bound d <= H - d) the robot would hold between chunks,
+    so the rtc runner asks about the tick after the committed actions, as async_forward does."""
+    from robo_async.actor.inference import TickLatency
+
     policy = Scripted(horizon=4)
     engine = InferenceEngine(policy, A, 4)
     engine.latency = FixedLatency(5)
     runner = AsyncChunkRunner(engine, SPEC, mode="rtc")
+    runner.tick_latency = TickLatency(min_samples=10**6)  # plan with the engine's (fixed) latency
     runner.tick(0, obs())
     wait_idle(engine)
     fstate, prefix = policy.calls[-1]
     assert prefix is None and fstate is not None
-    engine.latency = FixedLatency(3)  # shorter than the chunk: a committed prefix again
+    engine.latency = FixedLatency(3)  # shorter than the chunk, but 3 + 3 > 4: still forwarded
     for t in range(1, 8):
         runner.tick(t, obs())
         wait_idle(engine)
-    assert any(p is not None and len(p) == 3 for _, p in policy.calls[1:])
+    assert len(policy.calls) > 1 and all(p is None for _, p in policy.calls)
+    engine.latency = FixedLatency(2)  # half the chunk: a committed prefix again
+    for t in range(8, 16):
+        runner.tick(t, obs())
+        wait_idle(engine)
+    assert any(p is not None and len(p) == 2 for _, p in policy.calls[1:])
     engine.close()
 
 
