@@ -161,8 +161,11 @@ class Observation:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the task says about the last tick: reward, success, and whether the episode ended."""
+    """What the task says about the last tick: reward, success, and whether the episode ended:
+    `terminated` (the task ended it: success, failure) or `truncated` (a time limit or other cut the
+    task itself makes, e.g. a Gymnasium env's; the value of the next state still counts)."""
 
     reward: float = 0.0
     success: bool = False
     terminated: bool = False
+    truncated: bool = False

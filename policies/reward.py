@@ -153,4 +153,5 @@ class ClassifierReward(Robot):
         frames = {c: self._last.images[c][None] for c in self.classifier.meta.cameras}
         self.last_p = float(self.classifier.probability(frames)[0])
         success = self.last_p >= self.classifier.meta.threshold
-        return Outcome(reward=1.0 if success else 0.0, terminated=success, success=success)
+        return Outcome(reward=1.0 if success else 0.0, terminated=success, success=success,
+                       truncated=self.robot.outcome().truncated and not success)  # the env's own time limit

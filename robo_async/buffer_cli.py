@@ -15,7 +15,8 @@ USAGE = """usage:
   robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
                           [hold=false]   (true: on to episode_ticks, holding the goal after success)
                           [miss=false]   (true: the scripted near miss, pick_lift: failure episodes)
-                          [cameras=front,wrist] [image_size=64]          (scripted expert)"""
+                          [cameras=front,wrist] [image_size=64]          (scripted expert)
+                          [task.<key>=...]  (the task's keys, e.g. task=gym task.env_id=... task.expert=mod:fn)"""
 
 
 def _split(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -63,7 +64,10 @@ def main(args: list[str]) -> int:
     cmd, (pos, kv) = args[0], _split(args[1:])
     try:
         if cmd == "demos":
-            _allow(kv, {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold", "miss"})
+            # task.<key>=<value>: the task's own keys (e.g. task.env_id=, task.expert=module:callable)
+            task_keys = [f"{k}={v}" for k, v in kv.items() if k.startswith("task.")]
+            _allow({k: v for k, v in kv.items() if not k.startswith("task.")},
+                   {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold", "miss"})
             if "out" not in kv:
                 raise UserError("buffer demos needs out=<store dir>")
             from robo_async.config import compose_config
@@ -74,7 +78,7 @@ def main(args: list[str]) -> int:
                 over.append(f"task.cameras=[{kv['cameras']}]")
             if kv.get("image_size"):
                 over.append(f"task.image_size={int(kv['image_size'])}")
-            targs = task_args(compose_config(over).task)
+            targs = task_args(compose_config(over + task_keys).task)
             from robo_async.launch.experts import record_demos
 
             try:

@@ -85,10 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "train":
             from robo_async.train import train
 
-            if "--cfg" in rest:  # the resolved, typed config (overrides applied), nothing started
+            if any(a == "--cfg" or a.startswith("--cfg=") for a in rest):
+                # the resolved, typed config (overrides applied), nothing started; Hydra's own spelling
+                # (`--cfg job`, `--cfg=all`) is taken too
                 from robo_async.train import typed
 
-                cfg = compose_config([a for a in rest if a != "--cfg"])
+                cfg = compose_config(_without_cfg_flag(rest))
                 typed(cfg)
                 print(OmegaConf.to_yaml(cfg, resolve=True))
                 return 0
@@ -259,6 +261,23 @@ def _eval(args: dict[str, str]) -> int:
     if res.video:
         print(f"video: {res.video}")
     return 0
+
+
+def _without_cfg_flag(args: list[str]) -> list[str]:
+    """The overrides of `train --cfg [job|hydra|all] [overrides]` (or `--cfg=job`)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            if a in ("job", "hydra", "all"):
+                continue
+        if a == "--cfg":
+            skip = True
+            continue
+        if a.startswith("--cfg="):
+            continue
+        out.append(a)
+    return out
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ def compose_config(overrides: list[str], base: Path | None = None) -> DictConfig
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides)
+            if base is None and (given := task_policy_defaults(cfg, overrides)):
+                cfg = compose(config_name="train", overrides=[*given, *overrides])  # the user's still win
     except MissingConfigException as e:
         raise UserError(_missing_option(str(e))) from None
     except ConfigCompositionException as e:
@@ -45,6 +47,28 @@ def compose_config(overrides: list[str], base: Path | None = None) -> DictConfig
         cfg = OmegaConf.merge(stored, user)
         cfg.resume = str(base)
     return cfg
+
+
+def task_policy_defaults(cfg: DictConfig, overrides: list[str]) -> list[str]:
+    """Overrides for the policy keys the task brings (`sim.POLICY_DEFAULTS`: e.g. `task=gym_hil`
+    reads `[state, environment_state]` and acts in the env's own action space), for the keys the
+    chosen policy has and the user did not set."""
+    from sim import POLICY_DEFAULTS
+
+    task = cfg.get("task") or {}
+    defaults = POLICY_DEFAULTS.get(task.get("name"), {})
+    policy = cfg.get("policy") or {}
+    set_by_user = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in overrides
+                   if o.lstrip("+~").startswith("policy.")}
+    return [f"policy.{k}={_hydra_value(v)}" for k, v in defaults.items() if k in policy and k not in set_by_user]
+
+
+def _hydra_value(v: object) -> str:
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    return str(v)
 
 
 def load_config(overrides: list[str], base: Path | None = None) -> TrainConfig:

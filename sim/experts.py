@@ -1,5 +1,7 @@
 """The scripted experts of the sim tasks, built for a running task: for demonstrations, JSRL
-guides and tests. Each reads the simulator's state, so it runs only beside its own `SimRobot`."""
+guides, the virtual operator and tests. Each reads the simulator's state, so it runs only beside
+its own `SimRobot`; a Gymnasium env's expert is the outside policy its task names
+(`task.expert: module:callable`, `sim.gym_robot.GymExpert`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 
 from hal.robot import Robot
 from sim import EXPERTS, MISSES
+from sim.gym_robot import GymExpert, GymRobot
 
 
 class NoExpert(ValueError):
@@ -30,6 +33,19 @@ def make_expert(task_name: str, robot: Robot, max_step: float | None = None, mis
     behind `SafeRobot` or other wrappers exposing `inner`); `max_step` (rad per tick) limits how
     fast it moves its joint targets, for experts that take it. `miss`: the task's scripted near
     miss instead (the expert's motions, failing: labelled failure episodes)."""
+    inner = robot
+    while getattr(inner, "inner", None) is not None and inner.inner is not inner:
+        inner = inner.inner
+    if isinstance(inner, GymRobot):  # an outside env: its scripted policy is named in the task config
+        try:
+            fn = None if miss else inner.expert_callable()
+        except ValueError as e:
+            raise NoExpert(str(e)) from None
+        if fn is None:
+            raise NoExpert(f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}"
+                           + ("" if miss else "; name one with task.expert=module:callable (a function of "
+                              "the env's observation returning an action)"))
+        return GymExpert(inner, fn)
     table = MISSES if miss else EXPERTS
     if task_name not in table:
         raise NoExpert(f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}; "

@@ -3,7 +3,11 @@ task.env_id=Pendulum-v1`.
 
 Observations: a Box becomes `state`; a Dict gives `state` (its `state`/`observation`/`agent_pos`
 entry, or all 1-D float entries concatenated), other 1-D float entries as features and uint8
-H x W x 3 entries as camera images. Rewards and termination come from the env.
+H x W x 3 entries as camera images; a nested Dict (gym_hil's `pixels: {front, wrist}`) is read one
+level down, its entries named by their own keys. Rewards, `terminated` and `truncated` come from the
+env; success from `info[success_key]`, or else the first of `is_success`, `success`, `succeed`.
+`action_low`/`action_high` narrow the env's action box (the safety layer clips to it).
+`expert: module:callable` names an outside scripted policy (see `GymExpert`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from hal.robot import Robot, RobotError
 from hal.spec import CameraSpec, Observation, Outcome, RobotSpec
 
 STATE_KEYS = ("state", "observation", "agent_pos")
+SUCCESS_KEYS = ("is_success", "success", "succeed")  # where environments report success, in this order
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,10 @@ class GymConfig:
     hz: float = 30.0  # nominal control rate (for real-time mode and chunk timing)
     episode_ticks: int = 200
     kwargs: tuple[tuple[str, object], ...] = ()  # extra gym.make arguments
+    success_key: str | None = None  # info key that says success; None: is_success, success or succeed
+    expert: str | None = None  # module:callable, a scripted policy of the env's observations (buffer demos, the virtual operator)
+    action_low: tuple[float, ...] | None = None  # narrower action limits than the env's box (the safety layer's)
+    action_high: tuple[float, ...] | None = None
 
 
 class GymRobot(Robot):
@@ -42,10 +51,25 @@ class GymRobot(Robot):
         self._outcome = Outcome()
 
     def _make(self) -> gym.Env:
+        self._import_registry()
         try:
             return gym.make(self.config.env_id, **dict(self.config.kwargs))
         except gym.error.Error as e:
             raise RobotError(f"gym env '{self.config.env_id}' cannot be made: {e}") from None
+        except TypeError as e:  # a kwarg the env does not take
+            raise RobotError(f"gym env '{self.config.env_id}' refused task.kwargs {dict(self.config.kwargs)}: {e}") from None
+
+    def _import_registry(self) -> None:
+        """Import the package that registers `namespace/...` ids (gym_hil, Meta-World, ...)."""
+        ns = self.config.env_id.split("/")[0] if "/" in self.config.env_id else None
+        module = {"gym_hil": "gym_hil", "Meta-World": "metaworld"}.get(ns or "", ns)
+        if module:
+            import importlib
+
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass  # gym.make names the missing namespace
 
     @property
     def spec(self) -> RobotSpec:
@@ -65,6 +89,16 @@ class GymRobot(Robot):
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
             raise RobotError(f"gym env '{self.config.env_id}' has an unbounded action space; limits are needed")
         n = space.shape[0]
+        low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+        for name, given in (("action_low", self.config.action_low), ("action_high", self.config.action_high)):
+            if given is not None and len(given) != n:
+                raise RobotError(f"task.{name} has {len(given)} values; gym env '{self.config.env_id}' takes {n} actions")
+        if self.config.action_low is not None:
+            low = np.maximum(low, self.config.action_low)
+        if self.config.action_high is not None:
+            high = np.minimum(high, self.config.action_high)
+        if np.any(low >= high):
+            raise RobotError(f"task.action_low/high leave no action range inside {space}")
         feats, cams = [], []
         obs_space = env.observation_space
         state_size = int(np.prod(obs_space.shape)) if isinstance(obs_space, gym.spaces.Box) else None
@@ -72,7 +106,7 @@ class GymRobot(Robot):
             skey = self._state_key(obs_space)
             if skey is not None:
                 state_size = int(np.prod(obs_space.spaces[skey].shape))
-            for k, sp in obs_space.spaces.items():
+            for k, sp in _flat_spaces(obs_space).items():
                 if k == skey or not isinstance(sp, gym.spaces.Box):
                     continue
                 if sp.dtype == np.uint8 and len(sp.shape) == 3:
@@ -81,8 +115,8 @@ class GymRobot(Robot):
                     feats.append((k, sp.shape[0]))
             if skey is None:
                 state_size = sum(d for _, d in feats)
-        return RobotSpec(name=f"gym_{self.config.env_id}", joint_names=tuple(f"a{i}" for i in range(n)),
-                         joint_low=tuple(float(x) for x in space.low), joint_high=tuple(float(x) for x in space.high),
+        return RobotSpec(name=f"gym_{self.config.env_id.replace('/', '_')}", joint_names=tuple(f"a{i}" for i in range(n)),
+                         joint_low=tuple(float(x) for x in low), joint_high=tuple(float(x) for x in high),
                          hz=self.config.hz, cameras=tuple(cams), features=tuple(feats), control_mode="gym",
                          state_size=state_size)
 
@@ -106,9 +140,27 @@ class GymRobot(Robot):
         return self._env
 
     def reset(self, *, seed: int | None = None) -> Observation:
-        self._obs, _ = self._require().reset(seed=seed)
+        env = self._require()
+        if seed is None:
+            self._obs, _ = env.reset()
+        else:  # envs that draw from numpy's global generator (gym_hil's cube) are seeded too, then it is put back
+            saved = np.random.get_state()
+            np.random.seed(seed % 2**32)
+            try:
+                self._obs, _ = env.reset(seed=seed)
+            finally:
+                np.random.set_state(saved)
         self._outcome = Outcome()
         return self.get_observation()
+
+    def expert_callable(self):  # noqa: ANN201  (a function of the raw observation, or None)
+        """The outside scripted policy this env's task names (`config.expert`), or None."""
+        return load_callable(self.config.expert) if self.config.expert else None
+
+    @property
+    def raw_observation(self) -> object:
+        """The env's last observation as it gave it (what an outside scripted policy reads)."""
+        return self._obs
 
     def get_observation(self) -> Observation:
         self._require()
@@ -118,6 +170,7 @@ class GymRobot(Robot):
         spec = self.spec
         if not isinstance(o, dict):
             return Observation(time.monotonic(), np.asarray(o, np.float32).ravel())
+        o = _flat(o)
         skey = next((k for k in STATE_KEYS if k in o), None)
         feats = {k: np.asarray(o[k], np.float32) for k, _ in spec.features}
         state = np.asarray(o[skey], np.float32).ravel() if skey else np.concatenate(list(feats.values()))
@@ -127,9 +180,17 @@ class GymRobot(Robot):
         env = self._require()
         a = self.spec.check_action(action)
         self._obs, reward, terminated, truncated, info = env.step(a)
-        success = bool(info.get("is_success", info.get("success", False)))
-        self._outcome = Outcome(float(reward), success, bool(terminated))
+        self._outcome = Outcome(float(reward), self._success(info), bool(terminated), bool(truncated))
         return a
+
+    def _success(self, info: dict) -> bool:
+        key = self.config.success_key
+        if key is not None:
+            if key not in info:
+                raise RobotError(f"gym env '{self.config.env_id}' has no info['{key}'] (task.success_key); "
+                                 f"its info keys: {sorted(info)}")
+            return bool(info[key])
+        return bool(next((info[k] for k in SUCCESS_KEYS if k in info), False))
 
     def outcome(self) -> Outcome:
         return self._outcome
@@ -142,10 +203,84 @@ class GymRobot(Robot):
         env = self._require()
         cams = [c.name for c in self.spec.cameras]
         if cams and isinstance(self._obs, dict):
-            frame = np.asarray(self._obs[camera or cams[0]])
+            frame = np.asarray(_flat(self._obs)[camera or cams[0]])
         elif getattr(env, "render_mode", None) == "rgb_array":
             frame = np.asarray(env.render())
         else:
             raise RobotError(f"{self.spec.name} has no camera and was not made with render_mode=rgb_array; "
                              "add task.kwargs=[[render_mode,rgb_array]] for videos")
         return cv2.resize(np.ascontiguousarray(frame[..., :3]), (size, size), interpolation=cv2.INTER_AREA)
+
+
+def _flat(obs: dict) -> dict:
+    """One level of nesting read through: {pixels: {front: ...}} -> {front: ...} (a top-level key wins)."""
+    out: dict = {}
+    for k, v in obs.items():
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                out.setdefault(k2, v2)
+        else:
+            out[k] = v
+    return {**out, **{k: v for k, v in obs.items() if not isinstance(v, dict)}}
+
+
+def _flat_spaces(space: gym.spaces.Dict) -> dict[str, gym.Space]:
+    out: dict[str, gym.Space] = {}
+    for k, sp in space.spaces.items():
+        if isinstance(sp, gym.spaces.Dict):
+            for k2, sp2 in sp.spaces.items():
+                out.setdefault(k2, sp2)
+    out.update({k: sp for k, sp in space.spaces.items() if not isinstance(sp, gym.spaces.Dict)})
+    return out
+
+
+class GymExpert:
+    """An outside scripted policy driving a `GymRobot` (`task.expert: module:callable`): `callable`
+    is a function of the env's raw observation returning an action, or a class made with no
+    arguments whose instances are such functions or have `get_action(obs)` (Meta-World's scripted
+    policies) or `act(obs)`. `act()` gives the action for the env's current observation."""
+
+    def __init__(self, robot: GymRobot, fn=None) -> None:  # noqa: ANN001  (fn: the callable, if already loaded)
+        self.robot = robot
+        fn = fn if fn is not None else robot.expert_callable()
+        if fn is None:
+            raise ValueError(f"{robot.spec.name} has no scripted expert; name one with task.expert=module:callable")
+        self._fn = fn
+
+    def act(self) -> np.ndarray:
+        a = np.asarray(self._fn(self.robot.raw_observation), np.float32).ravel()
+        spec = self.robot.spec
+        if a.shape != (spec.action_dim,):
+            raise RobotError(f"expert {self.robot.config.expert} returned an action of shape {a.shape}; "
+                             f"{spec.name} takes {spec.action_dim}")
+        return np.clip(a, spec.low, spec.high)
+
+
+def load_callable(target: str):
+    """`module:name` -> a function of one observation (a class is instantiated with no arguments
+    and its `get_action`/`act`/`__call__` used). One ValueError line naming what is wrong."""
+    import importlib
+    import inspect
+
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError(f"expert '{target}' is not module:callable (e.g. mypkg.experts:pick)")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"expert '{target}': module {module} cannot be imported: {e}") from None
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"expert '{target}': {module} has no {name}")
+        obj = getattr(obj, part)
+    if inspect.isclass(obj):
+        try:
+            obj = obj()
+        except TypeError as e:
+            raise ValueError(f"expert '{target}': the class must be made with no arguments: {e}") from None
+    for attr in ("get_action", "act"):
+        if callable(getattr(obj, attr, None)):
+            return getattr(obj, attr)
+    if not callable(obj):
+        raise ValueError(f"expert '{target}' is not callable")
+    return obj

@@ -412,7 +412,7 @@ class ControlLoop:
             reward, success = out.reward, out.success
             if label is TeleopEventKind.SUCCESS:  # the operator's judgement ends the episode
                 terminated, success, reward = True, True, max(reward, cfg.success_reward)
-            truncated = (ep_len >= cfg.episode_ticks or label is not None) and not terminated
+            truncated = (ep_len >= cfg.episode_ticks or label is not None or out.truncated) and not terminated
             if policy_action is not None:  # what the policy would have done, inside the robot's limits
                 policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
             sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,

@@ -125,14 +125,23 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     it (or, with `until_terminated=False`, on to `episode_ticks`: the expert holds the goal) or
     `episode_ticks`; `miss`: the task's scripted near miss acts (failure episodes). Returns
     (transitions, success rate)."""
-    store = PersistentReplayStore(out, StoreConfig()).open()
     robot = _robot(targs)
+    robot.connect()
+    try:  # the expert first: a task without one is refused before any store is made
+        policy = expert_policy(targs, robot, max_step, miss)
+    except BaseException:
+        robot.close()
+        raise
+    try:
+        store = PersistentReplayStore(out, StoreConfig()).open()
+    except BaseException:
+        robot.close()
+        raise
     demo_actor = IMPORT_ACTOR_BASE - 1  # demos are numbered apart from live actors
     start = store.ack(demo_actor)
     sink = _Tee(Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start), progress)
-    robot.connect()
     try:
-        ControlLoop(robot, expert_policy(targs, robot, max_step, miss),
+        ControlLoop(robot, policy,
                     LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 50)), seed=seed,
                                eval_every=1, max_episodes=episodes, inference="inline",
                                end_on_terminated=until_terminated),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -283,7 +284,9 @@ class Supervisor:
         new = {**self.pids, **pids}
         if new != self.pids or not (self.plan.run_dir / "processes.json").exists():
             self.pids = new
-            (self.plan.run_dir / "processes.json").write_text(json.dumps(new))
+            tmp = self.plan.run_dir / ".processes.json.tmp"  # replaced whole: a reader never sees it half written
+            tmp.write_text(json.dumps(new))
+            os.replace(tmp, self.plan.run_dir / "processes.json")
         return True
 
     # -- the loop ---------------------------------------------------------------------------------

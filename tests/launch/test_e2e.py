@@ -271,7 +271,7 @@ def test_unknown_config_key():
 
 
 def test_unknown_task_names_options():
-    assert "unknown task 'nope'; available: gym, pick_lift, push, reach" in _one_error_line(run(["train", "task=nope"]))
+    assert "unknown task 'nope'; available: gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(run(["train", "task=nope"]))
 
 
 def test_unknown_algo_and_policy():

@@ -1,0 +1,88 @@
+"""gym_hil (LeRobot's HIL-SERL environments: a Franka Panda with a Robotiq gripper in MuJoCo) as
+`task=gym_hil`: the Gymnasium adapter (`sim.gym_robot.GymRobot`) with defaults so that
+`robo-async train task=gym_hil` needs no other key, and a scripted expert for demonstrations and
+the virtual operator.
+
+The default env is `gym_hil/PandaPickCube-v0`: actions are end-effector deltas and a gripper
+command, `[dx, dy, dz, grip]`, dx..dz in [-1, 1] (x 2.5 cm per tick) and grip in [0, 2] (0 opens,
+1 stays, 2 closes); its safety limits are that box (`task.action_low/high` narrow it). Observations:
+`agent_pos` (joint positions and velocities, the gripper command, the pinch point; the `state`)
+and `environment_state` (the cube's position), or with `task.image_obs=true` the `front` and `wrist`
+cameras (128 x 128) and no object state. Success is gym_hil's `info["succeed"]`; episodes end at
+100 ticks (10 Hz) with `truncated`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.gym_robot import GymConfig, GymRobot
+
+PICK_CUBE = "gym_hil/PandaPickCube-v0"
+STEP_M = 0.025  # metres per unit of the xyz action (gym_hil's DEFAULT_EE_STEP_SIZE)
+
+
+@dataclass(frozen=True)
+class GymHilConfig(GymConfig):
+    """`task=gym_hil`: `GymConfig` with gym_hil's defaults. `kwargs` go to `gym.make` (gym_hil's
+    `make_env` and the base env: `random_block_position`, `reward_type`, ...); `image_obs` asks for
+    the cameras instead of the cube's position."""
+
+    env_id: str = PICK_CUBE
+    hz: float = 10.0  # gym_hil's control_dt is 0.1 s
+    episode_ticks: int = 100  # gym_hil's time limit
+    kwargs: tuple[tuple[str, object], ...] = (("random_block_position", True), ("reset_delay_seconds", 0.0))
+    success_key: str | None = "succeed"
+    expert: str | None = "sim.gym_hil:PickCubeExpert"
+    image_obs: bool = False  # the front and wrist cameras (128 x 128) instead of the cube's position
+
+
+class GymHilRobot(GymRobot):
+    """A gym_hil env (see the module's docstring)."""
+
+    config: GymHilConfig
+
+    def __init__(self, config: GymHilConfig = GymHilConfig()) -> None:
+        if config.image_obs and "image_obs" not in dict(config.kwargs):
+            from dataclasses import replace
+
+            config = replace(config, kwargs=(*config.kwargs, ("image_obs", True)))
+        super().__init__(config)
+
+
+# policy keys a run of this task starts from (the user's overrides win): the cube's position scaled to
+# about unit size, actions taken as the env's (not joint targets)
+POLICY_DEFAULTS = {"obs_keys": ["state", "environment_state"], "action_mode": "absolute",
+                   "obs_scale": {"environment_state": 5.0}}
+
+
+class PickCubeExpert:
+    """A scripted PandaPickCube policy of the env's observation: over the cube, down, close, lift.
+    It reads the pinch point (`agent_pos[-3:]`) and the cube (`environment_state`), so it runs from
+    the state observations (`image_obs=false`)."""
+
+    def __init__(self) -> None:
+        self._closing = 0  # ticks since the gripper was told to close
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        if "environment_state" not in obs:
+            raise ValueError("PickCubeExpert needs the cube's position (environment_state): run it with image_obs=false")
+        agent = np.asarray(obs["agent_pos"], np.float64)
+        tcp, cube = agent[-3:], np.asarray(obs["environment_state"], np.float64)
+        closed = agent[-4] / 255.0 > 0.5
+        if not closed:
+            self._closing = 0
+        d = cube - tcp
+        if closed:
+            self._closing += 1
+            if self._closing < 4:  # let the fingers close before lifting
+                return np.array([0, 0, 0, 2.0], np.float32)
+            return np.array([*np.clip(d[:2] / STEP_M, -1, 1), 1.0, 2.0], np.float32)  # lift, centred
+        if np.linalg.norm(d[:2]) > 0.012:  # over the cube first, 5 cm above it
+            target = cube + np.array([0, 0, 0.05])
+            return np.array([*np.clip((target - tcp) / STEP_M, -1, 1), 0.0], np.float32)
+        if abs(d[2]) > 0.008:  # down to it
+            return np.array([*np.clip(d / STEP_M, -1, 1), 0.0], np.float32)
+        return np.array([0, 0, 0, 2.0], np.float32)  # close
