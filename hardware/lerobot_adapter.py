@@ -109,6 +109,8 @@ class LeRobotRobot(Robot):
         self._spec = RobotSpec(name=f"lerobot_{device.name}", joint_names=tuple(k.removesuffix(".pos") for k in keys),
                                joint_low=tuple(joint_low), joint_high=tuple(joint_high), hz=hz, cameras=cams,
                                features=tuple(getattr(device, "feature_spec", ())))
+        if callable(getattr(device, "ee_position", None)):  # forward kinematics (rad -> m), where the device has it
+            self.ee_position = device.ee_position
 
     @property
     def spec(self) -> RobotSpec:
@@ -178,13 +180,19 @@ def make_lerobot_teleop_device(options: Mapping[str, object]):
 
 class LeRobotTeleop(Teleop):
     """A LeRobot teleoperator: leader arms give joint positions; gamepad/keyboard give events
-    (LeRobot's `TeleopEvents`: is_intervention edges become INTERVENTION_ON/OFF)."""
+    (LeRobot's `TeleopEvents`: is_intervention edges become INTERVENTION_ON/OFF); end-effector
+    devices (`gamepad`, `keyboard_ee`: `delta_x/y/z`, `gripper`) also give `get_ee()`, which
+    `hal.ee_teleop.EndEffectorTeleop` turns into the robot's actions."""
 
     def __init__(self, device, joint_low: tuple[float, ...] = SO_ARM_LIMITS[0],
                  joint_high: tuple[float, ...] = SO_ARM_LIMITS[1]) -> None:
         self.device = device
-        keys = [k for k, t in device.action_features.items() if t is float and k.endswith(".pos")]
+        feats = device.action_features
+        keys = [k for k, t in feats.items() if t is float and k.endswith(".pos")]
         self._units = _Units(keys, joint_low, joint_high) if keys else None
+        names = feats.get("names") if isinstance(feats.get("names"), dict) else feats
+        self.gives_ee = {"delta_x", "delta_y", "delta_z"} <= set(names)
+        self._ee_tick: np.ndarray | None = None
         self._intervening = False
 
     @property
@@ -213,9 +221,30 @@ class LeRobotTeleop(Teleop):
         except (ConnectionError, OSError, KeyError, ValueError) as e:  # unplugged, bus error, bad reading
             raise self._lost(e) from None
 
+    def get_ee(self) -> np.ndarray | None:
+        """`[dx, dy, dz, grip]` from an end-effector device (grip 0 close, 1 stay, 2 open), or None:
+        the reading `events()` took this tick (LeRobot's order: the action, then the events that
+        are derived from it), else a fresh one."""
+        if not self.gives_ee:
+            return None
+        if self._ee_tick is not None:
+            ee, self._ee_tick = self._ee_tick, None
+            return ee
+        return self._read_ee()
+
+    def _read_ee(self) -> np.ndarray:
+        try:
+            a = self.device.get_action()
+            return np.array([float(a["delta_x"]), float(a["delta_y"]), float(a["delta_z"]),
+                             float(a.get("gripper", 1.0))], np.float32)
+        except (ConnectionError, OSError, KeyError, ValueError, TypeError) as e:
+            raise self._lost(e) from None
+
     def events(self) -> list[TeleopEvent]:
         if not hasattr(self.device, "get_teleop_events"):
             return []
+        if self.gives_ee:  # LeRobot's end-effector devices read their keys/axes in get_action
+            self._ee_tick = self._read_ee()
         try:
             polled = self.device.get_teleop_events()
         except (ConnectionError, OSError) as e:

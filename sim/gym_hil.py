@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hal.ee_teleop import EndEffectorSpace
 from sim.gym_robot import GymConfig, GymRobot
 
 PICK_CUBE = "gym_hil/PandaPickCube-v0"
@@ -40,9 +41,12 @@ class GymHilConfig(GymConfig):
 
 
 class GymHilRobot(GymRobot):
-    """A gym_hil env (see the module's docstring)."""
+    """A gym_hil env (see the module's docstring). Its actions are end-effector deltas, so
+    LeRobot's gamepad and keyboard_ee drive it directly (`ee_action_space`: their gripper's close
+    is gym_hil's 2)."""
 
     config: GymHilConfig
+    ee_action_space = EndEffectorSpace(scale=1.0, grip_close=2.0, grip_stay=1.0, grip_open=0.0)
 
     def __init__(self, config: GymHilConfig = GymHilConfig()) -> None:
         if config.image_obs and "image_obs" not in dict(config.kwargs):

@@ -134,16 +134,21 @@ class SimRobot(Robot):
         return self._task.render(camera or (cams[0] if cams else "front"), size)
 
     def ee_position(self, q: np.ndarray) -> np.ndarray:
-        """Forward kinematics: end-effector position (m) for joint positions `q` (for safety)."""
+        """Forward kinematics: end-effector position (m) for joint positions `q` (for safety and
+        end-effector teleoperation)."""
         self._require()
-        model = self._task.model
         if self._fk_data is None:
-            self._fk_data = mujoco.MjData(model)
-        d = self._fk_data
-        d.qpos[: len(q)] = q
-        mujoco.mj_kinematics(model, d)
-        return d.site_xpos[model.site("ee").id].copy()
+            self._fk_data = mujoco.MjData(self._task.model)
+        return ee_fk(self._task.model, self._fk_data, q)
 
     @property
     def truncated(self) -> bool:
         return self._task.truncated
+
+
+def ee_fk(model: mujoco.MjModel, scratch: mujoco.MjData, q: np.ndarray) -> np.ndarray:
+    """The `ee` site's position (m) for joint positions `q` (rad), computed in `scratch` (not the
+    simulation's own data): forward kinematics of our arm's MJCF."""
+    scratch.qpos[: len(q)] = q
+    mujoco.mj_kinematics(model, scratch)
+    return scratch.site_xpos[model.site("ee").id].copy()

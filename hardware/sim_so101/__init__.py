@@ -41,6 +41,7 @@ class SimSO101(NoCalibration, LeRobotRobot):
         self._rng = np.random.default_rng(0)
         self._outcome = Outcome()
         self._g_lo, self._g_hi = gripper_range(self.task)
+        self._fk_data = None
 
     @property
     def observation_features(self) -> dict:
@@ -92,6 +93,17 @@ class SimSO101(NoCalibration, LeRobotRobot):
         self._connected = False
 
     # --- beyond LeRobot's API: what only a simulator can do ---------------------------------
+    def ee_position(self, q: np.ndarray) -> np.ndarray:
+        """Forward kinematics (joint positions, rad -> the end effector, m), from the arm's MJCF;
+        a real arm's would come from its URDF."""
+        import mujoco
+
+        from sim.sim_robot import ee_fk
+
+        if self._fk_data is None:
+            self._fk_data = mujoco.MjData(self.task.model)
+        return ee_fk(self.task.model, self._fk_data, q)
+
     def reset_episode(self, seed: int | None = None) -> None:
         if seed is not None:
             self._rng = np.random.default_rng(seed)

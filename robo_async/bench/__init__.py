@@ -16,7 +16,7 @@ def register(name: str) -> Callable[[Callable[[dict[str, str]], int]], Callable[
 
 
 def run_bench(name: str, args: dict[str, str]) -> int:
-    from robo_async.bench import (async_inference, buffer, hil, learn, learn_reach, multi_actor,  # noqa: F401
+    from robo_async.bench import (async_inference, buffer, envs, hil, learn, learn_reach, multi_actor,  # noqa: F401
                                   remote_inference, soak, weight_push)  # (they register)
     from robo_async.config import UserError
 

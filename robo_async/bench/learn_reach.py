@@ -7,16 +7,14 @@ import json
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import torch
 from rich.console import Console
 from rich.table import Table
 
 from hal.safety import SafeRobot
-from policies.base import ActionChunk, Policy
+from policies.scripted import HoldPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig
 from robo_async.actor.uplink import UplinkConfig
@@ -27,38 +25,26 @@ from robo_async.launch.builders import TaskArgs, make_robot
 TASK = TaskArgs("reach", {})
 
 
-class HoldPolicy(Policy):
-    """Commands the current joint state: the cheapest possible policy, to isolate actor overhead."""
-
-    version = 0
-    architecture = "hold"
-
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
-        return ActionChunk(np.asarray(obs["state"], np.float32)[None], 1 / 30, self.version)
-
-    def module(self) -> torch.nn.Module:
-        return torch.nn.Identity()
-
-
-def raw_sim_rate(steps: int) -> float:
-    """The bare simulator through its `hal.Robot` interface: act, observe, score, reset."""
-    robot = make_robot(TASK)
+def raw_sim_rate(steps: int, task: TaskArgs = TASK, episode: int = 50) -> float:
+    """The bare simulator through its `hal.Robot` interface: act, observe, score, reset (every
+    `episode` ticks)."""
+    robot = make_robot(task)
     robot.connect()
     obs = robot.reset(seed=0)
+    hold = robot.spec.hold_action
     t0 = time.perf_counter()
     for i in range(steps):
-        robot.send_action(obs.state)
+        robot.send_action(hold(obs.state))
         robot.outcome()
         obs = robot.get_observation()
-        if (i + 1) % 50 == 0:
+        if (i + 1) % episode == 0:
             obs = robot.reset(seed=i)
     rate = steps / (time.perf_counter() - t0)
     robot.close()
     return rate
 
 
-def actor_vs_raw(steps: int, rounds: int) -> dict[str, object]:
+def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 50) -> dict[str, object]:
     """The training actor users run (SafeRobot, the control loop, Adder, Uplink with its journal,
     WeightClient, allowance gate) against a stand-in learner process that acks everything, and the
     bare simulator, alternated `rounds` times: this machine's speed drifts by tens of percent
@@ -69,9 +55,11 @@ def actor_vs_raw(steps: int, rounds: int) -> dict[str, object]:
     raws, acts, ratios = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-actor-") as tmp, ingest as (data, weights):
         def run(n: int, journal: str) -> float:
-            cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline"),
+            cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline",
+                                                           episode_ticks=episode),
                               uplink=UplinkConfig(journal_dir=journal), start_seq=sent[0])
-            actor = Actor(SafeRobot(make_robot(TASK)), HoldPolicy(), cfg)
+            robot = SafeRobot(make_robot(task))
+            actor = Actor(robot, HoldPolicy(robot.spec), cfg)
             res = actor.run(threading.Event())
             assert res is not None
             sent[0] += res.ticks
@@ -79,10 +67,10 @@ def actor_vs_raw(steps: int, rounds: int) -> dict[str, object]:
 
         sent = [0]
         run(200, f"{tmp}/journal")  # connect, first status, imports
-        raws.append(raw_sim_rate(steps))
+        raws.append(raw_sim_rate(steps, task, episode))
         for _ in range(rounds):  # raw, actor, raw, actor, ..., raw: each actor run between two raw ones
             acts.append(run(steps, f"{tmp}/journal"))
-            raws.append(raw_sim_rate(steps))
+            raws.append(raw_sim_rate(steps, task, episode))
             ratios.append(acts[-1] / ((raws[-2] + raws[-1]) / 2))
     return {"sim_steps_per_s_raw": round(float(np.median(raws)), 1),
             "sim_steps_per_s_actor": round(float(np.median(acts)), 1),

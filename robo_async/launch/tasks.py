@@ -109,6 +109,7 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
         teleops = (LeRobotTeleop(make_lerobot_teleop_device(opts)),)
         if buttons:
             teleops += (LeRobotTeleop(make_lerobot_teleop_device(dict(buttons))),)
+        teleops = tuple(end_effector_teleop(t, robot) if getattr(t, "gives_ee", False) else t for t in teleops)
     from robo_async.actor.takeover import TeleopMismatch, check_teleops
 
     try:
@@ -116,6 +117,24 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
     except TeleopMismatch as e:
         raise ConfigError(str(e)) from None
     return teleops
+
+
+def end_effector_teleop(device, robot: SafeRobot):  # noqa: ANN001, ANN201  (a LeRobotTeleop -> EndEffectorTeleop)
+    """An end-effector device (gamepad, keyboard_ee) on `robot`: straight into an end-effector
+    action space (gym_hil: the robot's `ee_action_space`), or through inverse kinematics on a
+    joint-space arm with forward kinematics (`ee_position`); refused in one line otherwise."""
+    from hal.ee_teleop import EndEffectorTeleop
+    from hal.robot import RobotError
+
+    inner = robot
+    while getattr(inner, "inner", None) is not None and inner.inner is not inner:
+        inner = inner.inner
+    space = getattr(inner, "ee_action_space", None)
+    fk = None if space is not None else getattr(inner, "ee_position", None)
+    try:
+        return EndEffectorTeleop(device, robot.spec, fk=fk, ee_space=space)
+    except RobotError as e:
+        raise ConfigError(str(e)) from None
 
 
 def make_safe_robot(args: TaskArgs) -> SafeRobot:
