@@ -1,7 +1,9 @@
 """`robo-async bench envs`: other people's environments as tasks. Per task: the bare env's steps/s
 through its `hal.Robot` against the training actor users run (`actor_over_raw`, as `bench
 learn-reach` measures ours), and the seconds to 80% rolling success of `robo-async train` from
-state with 20 scripted demonstrations imported (`buffer demos`), within `budget_s` each.
+state with 20 scripted demonstrations (`buffer demos`), within `budget_s` each: the flow policy
+cloned from them (`robo-async bc`, its real-time success is the BC start), then DSRL steering it
+with the demonstrations imported (as `bench learn`'s state rows).
 
     robo-async bench envs [rows=gym_hil,metaworld] [budget_s=1800] [steps=600] [rounds=3] [dir=...]
 """
@@ -18,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robo_async.bench import register
-from robo_async.bench.learn import _cli, curve, first_reach
+from robo_async.bench.learn import BC_EVAL, _cli, curve, first_reach
 from robo_async.bench.learn_reach import actor_vs_raw
 
 DEMOS = 20
@@ -49,17 +51,31 @@ def rates(row: EnvRow, steps: int, rounds: int) -> dict[str, object]:
     return actor_vs_raw(steps, rounds, targs, row.episode)
 
 
+def bc_prior(row: EnvRow, demos: Path, root: Path) -> tuple[Path, float | None]:
+    """The flow policy cloned from the demonstrations, and its real-time success (20 episodes)."""
+    out = root / f"bc-{row.name}"
+    if not (out / "eval.json").exists():
+        _cli(["bc", f"task={row.task}", *row.keys, "policy=flow", f"policy.bc.from_store={demos}", f"run_dir={out}",
+              *BC_EVAL], 3600, root / f"bc-{row.name}.log")
+    try:
+        return out, float(json.loads((out / "eval.json").read_text())["success_rate"])
+    except (OSError, KeyError, ValueError):
+        return out, None
+
+
 def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
-    """`buffer demos` (20 expert episodes), then `train` with them imported, from state."""
+    """`buffer demos` (20 expert episodes), BC, then `train` (DSRL) with them imported, from state."""
     demos = root / f"demos-{row.name}"
     if not (demos / "data.mdb").exists():
         _cli(["buffer", "demos", f"task={row.task}", *row.keys, f"out={demos}", f"episodes={DEMOS}"], 900,
              root / f"demos-{row.name}.log")
+    bc_dir, bc_success = bc_prior(row, demos, root)
     run_dir = root / row.name
     if run_dir.exists():
         shutil.rmtree(run_dir)
     t0 = time.monotonic()
-    res = _cli(["train", f"task={row.task}", *row.keys, f"buffer.imports=[{{path: {demos}, table: demos}}]",
+    res = _cli(["train", f"task={row.task}", *row.keys, "policy=flow", f"policy.path={bc_dir}", "algo=dsrl",
+                f"buffer.imports=[{{path: {demos}, table: demos}}]",
                 f"run_dir={run_dir}", f"budget.seconds={budget_s:g}", "stop_at_success=0.9", "eval_episodes=20"],
                budget_s + 900, root / f"{row.name}.log")
     final = None
@@ -70,6 +86,7 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
     t80, s80 = first_reach(points, 0.8)
     t90, _ = first_reach(points, 0.9)
     return {"seconds_to_80": t80, "env_steps_to_80": s80, "seconds_to_90": t90, "final_success": final,
+            "bc_start_success": bc_success,
             "env_steps": points[-1][1] if points else 0, "wall_s": round(time.monotonic() - t0, 1),
             "returncode": res.returncode, "run_dir": str(run_dir), "curve": points}
 
@@ -97,14 +114,16 @@ def bench_envs(args: dict[str, str]) -> int:
         out[n] = fig
         (root / f"{n}.json").write_text(json.dumps(fig))
     table = Table(title="bench envs")
-    for c in ("task", "bare steps/s", "actor steps/s", "actor/bare", "to 80%: s / env steps", "to 90%", "final"):
+    for c in ("task", "bare steps/s", "actor steps/s", "actor/bare", "to 80%: s / env steps", "to 90%", "final",
+              "BC start"):
         table.add_column(c, justify="right" if c != "task" else "left")
     for n, f in out.items():
         t80 = f.get("seconds_to_80")
         table.add_row(n, f"{f['sim_steps_per_s_raw']:.0f}", f"{f['sim_steps_per_s_actor']:.0f}", f"{f['actor_over_raw']:.2f}",
                       f"{t80:.0f} / {f['env_steps_to_80']}" if t80 is not None else "-",
                       f"{f['seconds_to_90']:.0f}" if f.get("seconds_to_90") is not None else "-",
-                      f"{f['final_success']:.0%}" if f.get("final_success") is not None else "-")
+                      f"{f['final_success']:.0%}" if f.get("final_success") is not None else "-",
+                      f"{f['bc_start_success']:.0%}" if f.get("bc_start_success") is not None else "-")
     Console().print(table)
     figures: dict[str, object] = {ROWS[n].json_key: f.get("seconds_to_80") for n, f in out.items()}
     figures.update({f"actor_over_raw_{n}": f["actor_over_raw"] for n, f in out.items()})
