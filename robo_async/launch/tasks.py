@@ -106,10 +106,10 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
 
         opts = dict(args.teleop)
         buttons = opts.pop("events_from", None)  # a second device for the buttons: {type: keyboard_ee} ...
-        teleops = (LeRobotTeleop(make_lerobot_teleop_device(opts)),)
-        if buttons:
+        main = LeRobotTeleop(make_lerobot_teleop_device(opts))
+        teleops = (end_effector_teleop(main, robot) if main.gives_ee else main,)
+        if buttons:  # its events only (its takeover hands control to the leader arm)
             teleops += (LeRobotTeleop(make_lerobot_teleop_device(dict(buttons))),)
-        teleops = tuple(end_effector_teleop(t, robot) if getattr(t, "gives_ee", False) else t for t in teleops)
     from robo_async.actor.takeover import TeleopMismatch, check_teleops
 
     try:
@@ -122,7 +122,10 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
 def end_effector_teleop(device, robot: SafeRobot):  # noqa: ANN001, ANN201  (a LeRobotTeleop -> EndEffectorTeleop)
     """An end-effector device (gamepad, keyboard_ee) on `robot`: straight into an end-effector
     action space (gym_hil: the robot's `ee_action_space`), or through inverse kinematics on a
-    joint-space arm with forward kinematics (`ee_position`); refused in one line otherwise."""
+    joint-space arm with forward kinematics (`ee_position`). On a robot with neither it gives its
+    events only (labels; a takeover is logged and ignored), said once in the log."""
+    import logging
+
     from hal.ee_teleop import EndEffectorTeleop
     from hal.robot import RobotError
 
@@ -134,7 +137,8 @@ def end_effector_teleop(device, robot: SafeRobot):  # noqa: ANN001, ANN201  (a L
     try:
         return EndEffectorTeleop(device, robot.spec, fk=fk, ee_space=space)
     except RobotError as e:
-        raise ConfigError(str(e)) from None
+        logging.getLogger(__name__).warning("%s; it gives events only", e)
+        return device
 
 
 def make_safe_robot(args: TaskArgs) -> SafeRobot:

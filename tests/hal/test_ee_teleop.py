@@ -180,3 +180,24 @@ def test_each_takeover_starts_from_where_the_robot_is():
             t.events()
     finally:
         robot.close()
+
+
+def test_keyboard_ee_on_the_sim_so101_twin_through_lerobots_robot_class(keyboard):
+    robot, teleop, device = session(TaskArgs("reach", {}, robot={"type": "sim_so101", "id": "ee"}))
+    try:
+        robot.reset(seed=0)
+        fk = robot.inner.ee_position  # the twin's kinematics, in the adapter's units (rad)
+        start = fk(robot.get_observation().state[:6])
+        script = {2: [("press", keyboard.Key.shift_r)], 14: [("release", keyboard.Key.shift_r)]}  # delta_z = +1
+        applied, _ = run_with_keys(robot, teleop, device, script, 16)
+        rose = fk(applied[14].astype(np.float32)) - start
+        assert rose[2] > 0.06 and np.abs(rose[:2]).max() < 0.02, rose
+        assert np.abs(np.diff(applied, axis=0)).max() <= teleop.max_joint_step + 1e-5
+    finally:
+        robot.close()
+
+
+def test_an_ee_device_on_a_robot_without_kinematics_gives_events_only(keyboard):
+    robot = SafeRobot(make_robot(TaskArgs("gym", {})))
+    (teleop,) = make_teleops(TaskArgs("gym", {}, teleop={"type": "keyboard_ee"}), robot)
+    assert type(teleop).__name__ == "LeRobotTeleop" and teleop.action_dim is None  # labels, no takeover
