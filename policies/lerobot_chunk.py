@@ -271,10 +271,40 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
                               action_low=action_low, action_high=action_high, dt=dt, units=units, task=task)
 
 
+def check_features(cfg, path: Path, *, state_dim: int | None, env_dim: int | None, action_dim: int,  # noqa: ANN001
+                   cameras: Sequence[str]) -> None:
+    """A saved policy's input and output features against what the robot gives and takes:
+    `LeRobotPolicyUnavailable` naming the first feature that differs and both shapes."""
+    ins = {k: tuple(v.shape) for k, v in (cfg.input_features or {}).items()}
+    outs = {k: tuple(v.shape) for k, v in (cfg.output_features or {}).items()}
+
+    def refuse(feature: str, theirs: object, ours: object) -> None:
+        raise LeRobotPolicyUnavailable(f"policy.path={path}: its {feature} is {theirs}, the robot "
+                                       f"{'takes' if feature == 'action' else 'gives'} {ours}")
+
+    if "action" in outs and outs["action"] != (action_dim,):
+        refuse("action", outs["action"], (action_dim,))
+    if state_dim is not None and "observation.state" in ins and ins["observation.state"] != (state_dim,):
+        refuse("observation.state", ins["observation.state"], (state_dim,))
+    if env_dim is not None:
+        theirs = ins.get("observation.environment_state")
+        if (theirs or (0,)) != ((env_dim,) if env_dim else (0,)):
+            refuse("observation.environment_state", theirs or "absent",
+                   f"({env_dim},) from policy.obs_keys" if env_dim else "none (policy.obs_keys has only state)")
+    wanted = sorted(k.removeprefix("observation.images.") for k in ins if k.startswith("observation.images."))
+    missing = [c for c in wanted if c not in cameras]
+    if missing:
+        refuse(f"camera observation.images.{missing[0]}", ins[f"observation.images.{missing[0]}"],
+               f"cameras {sorted(cameras)} (policy.cameras)")
+
+
 def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action_high: Sequence[float],
                         env_keys: Sequence[str] = (), cameras: Sequence[str] = (), dt: float = 1 / 30,
-                        units: str = "rad", task: str = "", device: str = "cpu") -> LeRobotChunkPolicy:
-    """A LeRobot policy saved in a local directory (`save`, or LeRobot's own `save_pretrained`)."""
+                        units: str = "rad", task: str = "", device: str = "cpu", state_dim: int | None = None,
+                        env_dim: int | None = None) -> LeRobotChunkPolicy:
+    """A LeRobot policy saved in a local directory (`save`, or LeRobot's own `save_pretrained`).
+    With `state_dim`/`env_dim` (the robot's), a checkpoint whose features do not fit is refused
+    (`check_features`) before any weight is loaded."""
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
@@ -284,6 +314,7 @@ def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action
                                        "reachable here; download on a connected machine and copy the directory)")
     cfg = PreTrainedConfig.from_pretrained(str(path))
     cfg.device = device
+    check_features(cfg, path, state_dim=state_dim, env_dim=env_dim, action_dim=len(action_low), cameras=cameras)
     overrides = {}
     if (path / "backbone").is_dir():  # a VLA saved with its backbone (LeRobotChunkPolicy.save)
         from policies.tiny_backbone import check_backbone_dir

@@ -157,7 +157,8 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
         if opts.get("path"):
             return load_lerobot_policy(str(opts["path"]), action_low=spec.joint_low, action_high=spec.joint_high,
                                        env_keys=env_keys, cameras=cams, dt=spec.dt, units=units,
-                                       task=str(opts.get("instruction", "")))
+                                       task=str(opts.get("instruction", "")), state_dim=spec.state_dim,
+                                       env_dim=int(sum(obs_dims(spec, env_keys))) if env_keys else 0)
         sizes = {c.name: (c.height, c.width) for c in spec.cameras}
         missing = [c for c in cams if c not in sizes]
         if missing:

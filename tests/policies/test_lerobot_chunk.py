@@ -118,3 +118,23 @@ def test_policy_act_from_hydra_config_builds_the_wrapper():
     bad = compose_config(["policy=act", "policy.cameras=[wrist]"])
     with pytest.raises(ConfigError, match="wrist"):
         make_actor_policy(PolicyArgs.from_config(OmegaConf.to_container(bad.policy, resolve=True)), spec)
+
+
+def test_a_checkpoint_whose_features_do_not_fit_the_robot_is_refused_naming_the_feature(tmp_path):
+    act().save(tmp_path / "act")  # state 6, environment 6, action 6, camera front
+
+    def load(**kw):
+        base = dict(action_low=SPEC.joint_low, action_high=SPEC.joint_high, env_keys=("target", "ee_to_target"),
+                    cameras=("front",), state_dim=6, env_dim=6)
+        return load_lerobot_policy(tmp_path / "act", **{**base, **kw})
+
+    assert load().action_dim == 6
+    for kw, why in ((dict(state_dim=4), r"observation.state is \(6,\), the robot gives \(4,\)"),
+                    (dict(env_dim=3), r"observation.environment_state is \(6,\), the robot gives \(3,\)"),
+                    (dict(env_dim=0, env_keys=()), r"environment_state is \(6,\), the robot gives none"),
+                    (dict(action_low=SPEC.joint_low[:4], action_high=SPEC.joint_high[:4]),
+                     r"its action is \(6,\), the robot takes \(4,\)"),
+                    (dict(cameras=("wrist",)), r"camera observation.images.front is \(3, 48, 48\), the robot gives "
+                                               r"cameras \['wrist'\]")):
+        with pytest.raises(LeRobotPolicyUnavailable, match=why):
+            load(**kw)

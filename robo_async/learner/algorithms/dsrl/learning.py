@@ -101,7 +101,9 @@ def lerobot_prior(spec: PolicySpec) -> SteeredLeRobotPolicy:
             str(path), action_low=spec.action_low, action_high=spec.action_high,
             env_keys=tuple(k for k in spec.obs_keys if k != "state"),
             cameras=tuple(spec.options.get("cameras") or ()), dt=spec.dt,  # type: ignore[arg-type]
-            units=str(spec.options.get("units", "rad")), task=str(spec.options.get("instruction", "")))
+            units=str(spec.options.get("units", "rad")), task=str(spec.options.get("instruction", "")),
+            state_dim=spec.obs_dims[0] if spec.obs_keys[:1] == ("state",) else None,
+            env_dim=int(sum(d for k, d in zip(spec.obs_keys, spec.obs_dims) if k != "state")))
     except LeRobotPolicyUnavailable as e:
         raise ValueError(str(e)) from None
 
