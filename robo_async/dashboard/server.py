@@ -8,6 +8,12 @@ filled, by field name, with `env_steps`, `policy_version`, `episodes`, `heard_s`
 launcher's `resource`; the page reads those names (tests/dashboard checks it names no other). The
 page subscribes to `/events` (one JSON state every `every_s`); `/state` returns the same JSON once.
 
+Curves: every progress report adds a point to `History` (elapsed s, success and return,
+updates/s and env steps/s, intervention rate, each loss), served at `/history` and drawn by the
+page as inline SVG (no network, no library). It keeps at most `max_points`: when full it drops
+every other point, so a days-long run keeps its whole span at half the resolution, in bounded
+memory.
+
 It binds loopback only: on a remote learner, open it through SSH
 (`ssh -L 8765:127.0.0.1:8765 learner-host`, then http://127.0.0.1:8765), so nothing but an
 authenticated SSH session reaches it.
@@ -44,12 +50,52 @@ def _clean(x: object) -> object:
     return x
 
 
+CURVES = {"success": "charts/success_rate", "train_success": "charts/train_success_rate",
+          "return": "charts/episodic_return", "updates_per_s": "time/updates_per_s_10s",
+          "env_steps_per_s": "time/env_steps_per_s_10s", "intervention_rate": "hil/intervention_rate"}
+
+
+class History:
+    """The curves of a run, bounded (see the module's docstring): `add(progress)`, `points()`."""
+
+    def __init__(self, max_points: int = 600) -> None:
+        if max_points < 4:
+            raise ValueError(f"max_points must be at least 4, not {max_points}")
+        self.max_points = max_points
+        self._points: list[dict] = []
+        self._last_t: float | None = None
+
+    def add(self, progress: dict) -> None:
+        t = progress.get("time/elapsed_s")
+        if not isinstance(t, (int, float)) or (self._last_t is not None and t <= self._last_t):
+            return  # no clock, or a report already seen
+        self._last_t = float(t)
+        point = {"t": round(float(t), 2)}
+        for name, key in CURVES.items():
+            if isinstance(progress.get(key), (int, float)):
+                point[name] = progress[key]
+        for k, v in progress.items():
+            if k.startswith("losses/") and isinstance(v, (int, float)):
+                point[k] = v
+        self._points.append(_clean(point))
+        if len(self._points) > self.max_points:
+            kept = self._points[::2]  # half the resolution, the whole span (the newest point kept)
+            if kept[-1] is not self._points[-1]:
+                kept.append(self._points[-1])
+            self._points = kept
+
+    def points(self) -> list[dict]:
+        """The points kept, oldest first: `t` (elapsed s) and each curve's value at that report."""
+        return list(self._points)
+
+
 class Dashboard:
     """The live page on loopback: `start()`, `update(**parts)` as reports arrive, `close()`."""
 
-    def __init__(self, port: int = 0, every_s: float = 0.5) -> None:
+    def __init__(self, port: int = 0, every_s: float = 0.5, max_points: int = 600) -> None:
         self.port = port
         self.every_s = every_s
+        self.history = History(max_points)
         self._state: dict = {"run": {}, "progress": {}, "actors": {}, "t": 0.0}
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -63,6 +109,8 @@ class Dashboard:
         with self._lock:
             for k, v in parts.items():
                 self._state[k] = _clean(v)
+            if isinstance(parts.get("progress"), dict):
+                self.history.add(parts["progress"])  # type: ignore[arg-type]
             self._state["t"] = time.time()
 
     def state(self) -> dict[str, object]:
@@ -93,6 +141,7 @@ class Dashboard:
         app.router.add_get("/", self._page)
         app.router.add_get("/state", self._json)
         app.router.add_get("/events", self._events)
+        app.router.add_get("/history", self._history)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", self.port)  # loopback only: reach it through SSH
@@ -116,6 +165,13 @@ class Dashboard:
         from aiohttp import web
 
         return web.json_response(self.state())
+
+    async def _history(self, request):  # noqa: ANN001, ANN202
+        from aiohttp import web
+
+        with self._lock:
+            points = self.history.points()
+        return web.json_response({"points": points})
 
     async def _events(self, request):  # noqa: ANN001, ANN202
         from aiohttp import web

@@ -384,7 +384,8 @@ class Learner:
     # --- reporting -----------------------------------------------------------------------
     def progress(self) -> dict[str, float]:
         """The learner's metrics now (`metrics.jsonl`, the progress line, the dashboard): counters,
-        rates, versions, the store, transport, and the actors' figures from their latest heartbeats."""
+        rates, versions, the store, transport, the actors' figures from their latest heartbeats,
+        and the latest update's losses."""
         stats = [h.stats for h in self.heartbeats.values()]
         out = {
             "time/elapsed_s": time.monotonic() - self._t0,
@@ -465,6 +466,7 @@ class Learner:
         if self.successes:
             out["charts/success_rate"] = float(np.mean(self.successes))
             out["charts/episodic_return"] = float(np.mean(self.returns))
+        out.update(self._last_update_metrics)  # the latest update's losses (the dashboard's curves too)
         return out
 
     def actor_rows(self) -> dict[int, dict[str, float]]:
@@ -481,7 +483,7 @@ class Learner:
 
     def _log(self) -> None:
         assert self._metrics is not None
-        values = {**self.progress(), **self._last_update_metrics}
+        values = self.progress()
         self._metrics.write(self.env_steps, values)
         self.last_progress = values
 

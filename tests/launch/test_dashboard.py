@@ -78,6 +78,19 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
             later = ticks() or first
         assert later > first  # the page updates itself (server-sent events) as the actor runs
         assert "robo_async: dash" in browser.find_element(By.ID, "title").text
+
+        def points(selector: str) -> int:  # data points of the curves the page drew (inline SVG)
+            return browser.execute_script(
+                "return [...document.querySelectorAll(arguments[0])]"
+                ".reduce((n, e) => n + Number(e.dataset.points || 0), 0);", selector)
+
+        while (points("#chart-steps polyline") < 3 or points("#loss-charts polyline") < 3) \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert points("#chart-steps polyline") >= 3 and points("#chart-updates polyline") >= 1
+        assert points("#loss-charts polyline") >= 3  # a chart per loss, once the learner updates
+        history = json.loads(urllib.request.urlopen(url + "history", timeout=10).read())["points"]
+        assert len(history) >= 3 and all(p["t"] >= 0 for p in history)
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
