@@ -69,7 +69,9 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
     if not (demos / "data.mdb").exists():
         _cli(["buffer", "demos", f"task={row.task}", *row.keys, f"out={demos}", f"episodes={DEMOS}"], 900,
              root / f"demos-{row.name}.log")
+    t_bc = time.monotonic()
     bc_dir, bc_success = bc_prior(row, demos, root)
+    bc_wall = round(time.monotonic() - t_bc, 1)  # cloning and its 20 real-time evaluation episodes
     run_dir = root / row.name
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -86,7 +88,7 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
     t80, s80 = first_reach(points, 0.8)
     t90, _ = first_reach(points, 0.9)
     return {"seconds_to_80": t80, "env_steps_to_80": s80, "seconds_to_90": t90, "final_success": final,
-            "bc_start_success": bc_success,
+            "bc_start_success": bc_success, "bc_wall_s": bc_wall,
             "env_steps": points[-1][1] if points else 0, "wall_s": round(time.monotonic() - t0, 1),
             "returncode": res.returncode, "run_dir": str(run_dir), "curve": points}
 
