@@ -9,7 +9,8 @@ launcher's `resource`; the page reads those names (tests/dashboard checks it nam
 page subscribes to `/events` (one JSON state every `every_s`); `/state` returns the same JSON once.
 
 Curves: every progress report adds a point to `History` (elapsed s, success and return,
-updates/s and env steps/s, intervention rate, each loss), served at `/history` and drawn by the
+updates/s and env steps/s, intervention rate, takeovers and operators' labels so far, each loss),
+served at `/history` and drawn by the
 page as inline SVG (no network, no library). It keeps at most `max_points`: when full it drops
 every other point, so a days-long run keeps its whole span at half the resolution, in bounded
 memory.
@@ -52,7 +53,9 @@ def _clean(x: object) -> object:
 
 CURVES = {"success": "charts/success_rate", "train_success": "charts/train_success_rate",
           "return": "charts/episodic_return", "updates_per_s": "time/updates_per_s_10s",
-          "env_steps_per_s": "time/env_steps_per_s_10s", "intervention_rate": "hil/intervention_rate"}
+          "env_steps_per_s": "time/env_steps_per_s_10s", "intervention_rate": "hil/intervention_rate",
+          "takeovers": "hil/takeovers", "label_success": "hil/label_success", "label_failure": "hil/label_failure",
+          "label_rerecord": "hil/label_rerecord"}
 
 
 class History:

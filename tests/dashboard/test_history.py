@@ -24,6 +24,12 @@ def test_points_come_from_new_reports_with_the_curves_by_name():
         History(max_points=2)
 
 
+def test_takeovers_and_labels_are_curves_too():
+    h = History()
+    h.add(report(1.0, **{"hil/takeovers": 2, "hil/label_success": 1}))
+    assert h.points()[0]["takeovers"] == 2 and h.points()[0]["label_success"] == 1
+
+
 def test_a_long_run_keeps_its_whole_span_in_bounded_memory():
     h = History(max_points=10)
     for t in range(1, 10_001):
