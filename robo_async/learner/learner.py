@@ -30,6 +30,7 @@ from robo_async.buffer.store import ReplayError, SampleToInsertRatio
 from robo_async.learner import checkpoint
 from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorithm
 from robo_async.learner.algorithms.sac import SACConfig
+from robo_async.learner.frames import LatestFrames
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
 from robo_async.transport.weights import PushConfig
@@ -152,6 +153,7 @@ class Learner:
         self.newest_actor_version = -1  # newest policy version seen in incoming transitions
         self.stop_reason: str | None = None
         self._last_update_metrics: dict[str, float] = {}
+        self.frames = LatestFrames()  # each actor's latest camera frame (the dashboard)
         self.rates = RateWindows((10.0, 60.0))  # env steps/s and updates/s over sliding windows
         self._heard: dict[int, float] = {}  # actor id -> monotonic time of its last heartbeat
         self._receiver: TransitionReceiver | None = None
@@ -300,6 +302,7 @@ class Learner:
                         raise ReplayError(str(e)) from None
                     self.embedded_rows += made
                 n = self.store.insert(msg, "online")
+                self.frames.note(msg, self.store.schema)
             except ReplayError as e:
                 self.rejected_batches += 1
                 if self.rejected_batches <= 10 or self.rejected_batches % 1000 == 0:
@@ -471,10 +474,12 @@ class Learner:
 
     def actor_rows(self) -> dict[int, dict[str, float]]:
         """Per actor, its latest heartbeat figures (ticks, lateness, inference, control, unacked),
-        episodes and seconds since it was last heard from: the dashboard's actor table."""
+        episodes, seconds since it was last heard from and its latest camera frames (JPEG data
+        URLs): the dashboard's actor table."""
         now = time.monotonic()
         return {a: {**h.stats.figures(), "env_steps": h.env_steps, "policy_version": h.policy_version,
-                    "episodes": self.episode_counts.get(a, 0), "heard_s": now - self._heard.get(a, now)}
+                    "episodes": self.episode_counts.get(a, 0), "heard_s": now - self._heard.get(a, now),
+                    "frames": self.frames.urls(a)}
                 for a, h in self.heartbeats.items()}
 
     def _commit_interval_ms(self) -> float:

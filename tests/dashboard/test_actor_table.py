@@ -9,7 +9,7 @@ from pathlib import Path
 from robo_async.dashboard.server import PAGE
 from robo_async.transport.stats import ActorStats
 
-ROW_KEYS = {"env_steps", "policy_version", "episodes", "heard_s", "resource"}  # Learner.actor_rows + the launcher
+ROW_KEYS = {"env_steps", "policy_version", "episodes", "heard_s", "frames", "resource"}  # Learner.actor_rows + the launcher
 
 
 def test_every_actor_figure_the_page_reads_is_declared():

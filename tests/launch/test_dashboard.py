@@ -41,6 +41,7 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
 
     run_dir = tmp_path / "dash"
     proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "task.realtime=true", "budget.seconds=120",
+                                   "task.cameras=[front]", "task.image_size=48",  # frames recorded (the policy reads state)
                                    "algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]",
                                    "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -91,6 +92,15 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
         assert points("#loss-charts polyline") >= 3  # a chart per loss, once the learner updates
         history = json.loads(urllib.request.urlopen(url + "history", timeout=10).read())["points"]
         assert len(history) >= 3 and all(p["t"] >= 0 for p in history)
+
+        def frame_loaded() -> bool:  # the actor's latest camera frame, decoded by the browser
+            return bool(browser.execute_script(
+                "const i = document.getElementById('actor-0-frame-front');"
+                "return i !== null && i.complete && i.naturalWidth === 48;"))
+
+        while not frame_loaded() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert frame_loaded()
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
