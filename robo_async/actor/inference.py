@@ -133,6 +133,11 @@ class LatencyTracker:
     def add(self, seconds: float) -> None:
         self._samples.append(seconds)
 
+    @property
+    def samples(self) -> list[float]:
+        """The window's latencies (s), oldest first."""
+        return list(self._samples)
+
     def percentile(self, q: float) -> float:
         return float(np.percentile(self._samples, q)) if self._samples else self._initial
 

@@ -41,7 +41,7 @@ from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, Policy, WeightsMismatch, check_architecture
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.actor.takeover import Operators
-from robo_async.transport.stats import ActorStats, Figure
+from robo_async.transport.stats import ActorStats, Figure, histogram
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,7 @@ class ControlLoop:
         parts = [ActorStats(
             clipped=st.clipped, rejected=st.rejected, workspace=st.workspace, estopped=st.estopped,
             late_p99_ms=round(self.lateness.percentile_ms(99), 3), missed_ticks=self.lateness.missed,
+            late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist") if self.lateness.samples else None,
             guide_ticks=self.guide_ticks if self.guide is not None else None,
             train_jerk=round(float(np.mean(self.train_jerk)), 1) if self.train_jerk else None)]
         if self.operators is not None:
@@ -300,6 +301,7 @@ class ControlLoop:
             parts.append(ActorStats(
                 infer_p50_ms=round(e.latency.percentile(50) * 1000, 2),
                 infer_p95_ms=round(e.latency.percentile(95) * 1000, 2),
+                infer_hist=histogram(np.asarray(e.latency.samples) * 1000, "infer_hist") if e.latency.samples else None,
                 held_ticks=self.runner.holds, bad_chunks=e.bad_chunks, hung=e.hung_reports,
                 stale_dropped=self.runner.schedule.stale_dropped, latency_ticks=self.runner.latency_ticks()))
         if self.remote:

@@ -99,7 +99,11 @@ class Dashboard:
         self.port = port
         self.every_s = every_s
         self.history = History(max_points)
-        self._state: dict = {"run": {}, "progress": {}, "actors": {}, "t": 0.0}
+        from robo_async.transport.stats import HIST_EDGES_MS
+
+        # the actors' histograms' bin edges (ms), for the page's labels
+        self._state: dict = {"run": {}, "progress": {}, "actors": {}, "t": 0.0,
+                             "hist_edges": {k: list(v) for k, v in HIST_EDGES_MS.items()}}
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -35,7 +35,7 @@ from robo_async.transport.messages import (
     expand_next_obs,
     standard_columns,
 )
-from robo_async.transport.stats import FIELD_TYPES, ActorStats
+from robo_async.transport.stats import FIELD_TYPES, HIST_EDGES_MS, ActorStats
 
 EPISODE_LABELS = ("", "success", "failure", "rerecord")
 
@@ -111,6 +111,12 @@ def actor_stats(value: object) -> ActorStats:
         want = FIELD_TYPES.get(k) if type(k) is str else None
         if want is None:
             raise WireError(f"heartbeat 'stats' has an unknown figure {_show(k)}; known: {sorted(FIELD_TYPES)}")
+        if want is tuple:  # a histogram: its bins' counts
+            n = len(HIST_EDGES_MS[k])
+            ok = type(v) in (list, tuple) and len(v) == n and all(type(c) is int and 0 <= c <= MAX_COUNT for c in v)
+            if not ok:
+                raise WireError(f"heartbeat figure '{k}' is {_show(v)}, expected {n} counts in [0, {MAX_COUNT}]")
+            continue
         if want is bool:
             ok = type(v) is bool
         elif want is int:

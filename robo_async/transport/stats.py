@@ -8,7 +8,9 @@ thread, no policy server) and is left out on the wire.
     beat = Heartbeat(actor_id, env_steps, version, ActorStats.merge(*parts))
 
 Counts are totals since the actor process started (ints, never negative); figures are finite
-floats, never negative, in the unit their name ends with (`_ms`: milliseconds).
+floats, never negative, in the unit their name ends with (`_ms`: milliseconds). Histograms
+(`*_hist`) are counts per bin of `HIST_EDGES_MS[name]` (the last bin open-ended), over the actor's
+recent window: a fixed length each, so the wire check holds them to it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,19 @@ from typing import Any, get_args, get_type_hints
 
 import numpy as np
 
-Figure = int | float | bool
+Figure = int | float | bool | tuple[int, ...]
+# histogram fields: lower bin edges (ms); the last bin holds everything above its edge
+HIST_EDGES_MS: dict[str, tuple[float, ...]] = {
+    "late_hist": (0, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50),
+    "infer_hist": (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+}
+
+
+def histogram(samples_ms: "np.ndarray | list[float]", name: str) -> tuple[int, ...]:
+    """Counts of `samples_ms` per bin of `HIST_EDGES_MS[name]`."""
+    edges = np.asarray(HIST_EDGES_MS[name], np.float64)
+    idx = np.searchsorted(edges, np.asarray(samples_ms, np.float64), side="right") - 1
+    return tuple(int(c) for c in np.bincount(np.clip(idx, 0, len(edges) - 1), minlength=len(edges)))
 
 
 @dataclass(frozen=True)
@@ -32,12 +46,14 @@ class ActorStats:
     estopped: int | None = None  # ticks held while the e-stop was latched
     # the control loop's timing
     late_p99_ms: float | None = None  # p99 of how late ticks started against their schedule, ms (recent ticks)
+    late_hist: tuple[int, ...] | None = None  # tick lateness of recent ticks per bin of HIST_EDGES_MS (ms)
     missed_ticks: int | None = None  # ticks that started more than half a period late
     guide_ticks: int | None = None  # JSRL: ticks the guide still acts for at the start of training episodes
     train_jerk: float | None = None  # mean |d3 action / dt3| of recent training episodes, rad/s^3
     # asynchronous chunk inference (actor/inference.py)
     infer_p50_ms: float | None = None  # median inference time (request to chunk), ms
     infer_p95_ms: float | None = None  # p95 inference time, ms
+    infer_hist: tuple[int, ...] | None = None  # recent inference times per bin of HIST_EDGES_MS (ms)
     held_ticks: int | None = None  # ticks the robot held because no chunk covered them
     bad_chunks: int | None = None  # chunks refused (wrong shape, NaN, the policy raised)
     hung: int | None = None  # inferences reported running past actor.inference_timeout_s
@@ -73,6 +89,8 @@ class ActorStats:
                 v = v.item()
             if FIELD_TYPES[f.name] is float and type(v) is int:
                 v = float(v)
+            if FIELD_TYPES[f.name] is tuple and isinstance(v, list):
+                v = tuple(v)
             object.__setattr__(self, f.name, v)
 
     def figures(self) -> dict[str, Figure]:
@@ -89,5 +107,6 @@ class ActorStats:
 
 
 # each field's type without None: what the wire check holds a value to
-FIELD_TYPES: dict[str, type] = {name: next(a for a in get_args(hint) if a is not type(None))
+FIELD_TYPES: dict[str, type] = {name: (lambda t: getattr(t, "__origin__", t))(
+                                     next(a for a in get_args(hint) if a is not type(None)))
                                  for name, hint in get_type_hints(ActorStats).items()}

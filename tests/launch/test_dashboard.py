@@ -101,6 +101,11 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
         while not frame_loaded() and time.monotonic() < deadline:
             time.sleep(0.3)
         assert frame_loaded()
+        # the actor's tick-lateness and inference-latency histograms: bars holding its recent ticks
+        counted = browser.execute_script(
+            "const n = s => [...document.querySelectorAll(s + ' rect')].reduce((t, r) => t + Number(r.dataset.count), 0);"
+            "return [n('#actor-0-late-hist'), n('#actor-0-infer-hist')];")
+        assert counted[0] > 0 and counted[1] > 0, counted
     finally:
         proc.terminate()
         proc.communicate(timeout=60)

@@ -18,7 +18,7 @@ from robo_async.transport import (
     decode,
     encode,
 )
-from robo_async.transport.stats import FIELD_TYPES, ActorStats
+from robo_async.transport.stats import FIELD_TYPES, HIST_EDGES_MS, ActorStats, histogram
 
 
 def batch(n=4, seq=10):
@@ -313,6 +313,20 @@ WRONG = {  # per declared type: values of another type, or out of range
 }
 
 
+def valid(name):
+    if FIELD_TYPES[name] is tuple:  # a histogram: one count per bin
+        return tuple(range(len(HIST_EDGES_MS[name])))
+    return VALID[FIELD_TYPES[name]]
+
+
+def wrong(name):
+    if FIELD_TYPES[name] is tuple:
+        n = len(HIST_EDGES_MS[name])
+        return [[0] * (n - 1), [0] * (n + 1), [-1] + [0] * (n - 1), [0.5] + [0] * (n - 1), [True] + [0] * (n - 1),
+                "x", None, 3]
+    return WRONG[FIELD_TYPES[name]]
+
+
 def heartbeat_with(stats: object, key: str = "stats") -> list[bytes]:
     frames = encode(Heartbeat(0, 10, 1, ActorStats(clipped=1)))
     h = msgpack.unpackb(bytes(frames[0]), raw=False)
@@ -322,7 +336,7 @@ def heartbeat_with(stats: object, key: str = "stats") -> list[bytes]:
 
 
 def test_every_figure_round_trips_with_its_type():
-    full = ActorStats(**{name: VALID[t] for name, t in FIELD_TYPES.items()})
+    full = ActorStats(**{name: valid(name) for name in FIELD_TYPES})
     out = roundtrip(Heartbeat(1, 5, 2, full))
     assert out == Heartbeat(1, 5, 2, full)
     assert all(type(getattr(out.stats, n)) is t for n, t in FIELD_TYPES.items())
@@ -332,10 +346,10 @@ def test_every_figure_round_trips_with_its_type():
 
 @pytest.mark.parametrize("name", sorted(FIELD_TYPES))
 def test_a_figure_of_the_wrong_type_or_range_is_refused_by_name(name):
-    for value in WRONG[FIELD_TYPES[name]]:
+    for value in wrong(name):
         with pytest.raises(WireError, match=f"heartbeat figure '{name}' is "):
             decode(heartbeat_with({name: value}))
-    decode(heartbeat_with({name: VALID[FIELD_TYPES[name]]}))  # the same message with a good value passes
+    decode(heartbeat_with({name: valid(name)}))  # the same message with a good value passes
 
 
 @pytest.mark.parametrize("stats,match", [
@@ -362,3 +376,10 @@ def test_numpy_figures_become_plain_values_and_parts_merge_later_ones_winning():
     assert merged.figures() == {"clipped": 5, "late_p99_ms": 1.5, "operator": True, "infer_p50_ms": 3.0, "unacked": 9}
     with pytest.raises(TypeError):
         ActorStats(pending=1)  # type: ignore[call-arg]
+
+
+def test_histograms_count_each_sample_once_in_its_bin():
+    got = histogram([0.0, 0.05, 0.1, 0.3, 3.0, 49.0, 50.0, 9_999.0], "late_hist")
+    #      bins:  0  .1  .2  .5  1  2  5  10  20  50+
+    assert got == (2, 1, 1, 0, 0, 1, 0, 0, 1, 2) and sum(got) == 8
+    assert histogram([], "infer_hist") == (0,) * len(HIST_EDGES_MS["infer_hist"])
