@@ -30,6 +30,7 @@ from robo_async.buffer.store import ReplayError, SampleToInsertRatio
 from robo_async.learner import checkpoint
 from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorithm
 from robo_async.learner.algorithms.sac import SACConfig
+from robo_async.learner.figures import actor_figures, operator_figures
 from robo_async.learner.frames import LatestFrames
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
@@ -423,44 +424,14 @@ class Learner:
             "transport/refused": self.refused_messages,
             "weights/push_ms": (self._publisher.last_push_s * 1000) if self._publisher is not None else 0.0,
             "weights/push_mb": (self._publisher.push_bytes / 2**20) if self._publisher is not None else 0.0,
-            "weights/refused_by_actors": sum(s.weights_refused or 0 for s in stats),
             "transport/id_mismatch": self._receiver.id_mismatch if self._receiver is not None else 0,
             "transport/auth_denied": self._auth.denied if self._auth is not None else 0,
-            "actors/unacked": sum(s.unacked or 0 for s in stats),
-            "actors/resends": sum(s.resends or 0 for s in stats),
-            "actors/clipped": sum(s.clipped or 0 for s in stats),
-            "actors/estopped": sum(s.estopped or 0 for s in stats),  # held ticks
-            "actors/missed_ticks": sum(s.missed_ticks or 0 for s in stats),
-            # real-time actors kept executing while the learner was away (restarts, network)
-            "actors/ticks_learner_away": sum(s.ticks_learner_away or 0 for s in stats),
-            "actors/learner_outages": max((s.learner_outages or 0 for s in stats), default=0),
+            **actor_figures(stats),
         }
-        jerk = [s.train_jerk for s in stats if s.train_jerk is not None]
-        if jerk:  # commanded-action jerk of training episodes (rad/s^3): what exploration asks of a motor
-            out["actors/train_jerk"] = float(np.mean(jerk))
-        guided = [s.guide_ticks for s in stats if s.guide_ticks is not None]
-        if guided:  # JSRL: ticks the guide still acts for at the start of training episodes
-            out["actors/guide_ticks"] = max(guided)
-        infer = [s for s in stats if s.infer_p95_ms is not None]
-        if infer:  # actors running asynchronous chunk inference
-            out["actors/infer_p50_ms"] = max(s.infer_p50_ms or 0.0 for s in infer)
-            out["actors/infer_p95_ms"] = max(s.infer_p95_ms or 0.0 for s in infer)
-            out["actors/held_ticks"] = sum(s.held_ticks or 0 for s in infer)
-            out["actors/bad_chunks"] = sum(s.bad_chunks or 0 for s in infer)
-            out["actors/latency_ticks"] = max(s.latency_ticks or 0 for s in infer)
-        remote = [s for s in stats if s.server_rtt_p95_ms is not None]
-        if remote:  # actors whose policy runs on a policy server (actor.inference_server)
-            out["actors/server_rtt_p95_ms"] = max(s.server_rtt_p95_ms or 0.0 for s in remote)
-            out["actors/server_rerequests"] = sum(s.rerequests or 0 for s in remote)
-            out["actors/server_stale_replies"] = sum(s.stale_replies or 0 for s in remote)
-            out["actors/server_bad_replies"] = sum(s.bad_replies or 0 for s in remote)
-        teleops = [s for s in stats if s.operator is not None]
-        if teleops or self.operator_ticks:  # human in the loop
+        if any(s.operator is not None for s in stats) or self.operator_ticks:  # human in the loop
+            out.update(operator_figures(stats))
             out["hil/operator_ticks"] = self.operator_ticks
             out["hil/intervention_rate"] = float(np.mean(self.operated)) if self.operated else 0.0
-            out["hil/in_control"] = sum(int(bool(s.operator)) for s in teleops)
-            out["hil/takeovers"] = sum(s.takeovers or 0 for s in teleops)
-            out["hil/teleops_lost"] = sum(s.teleops_lost or 0 for s in teleops)
             if self.correction_s:  # a correction's commit -> the first version trained after it acting
                 out["hil/correction_to_policy_s"] = float(np.median(self.correction_s))
             out.update({f"hil/label_{k}": v for k, v in self.labels.items()})

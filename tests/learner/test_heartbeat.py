@@ -25,7 +25,7 @@ from robo_async.transport.stats import FIELD_TYPES, ActorStats
 from robo_async.transport.wire import Heartbeat, TransitionBatch, encode
 
 N = 16  # transitions per batch
-WRONG = {int: "3", float: "fast", bool: "yes"}  # a value of another type for each declared type
+WRONG = {int: "3", float: "fast", bool: "yes", tuple: [1.5]}  # a value of another type for each declared type (histograms: counts)
 GOOD = ActorStats(clipped=7, unacked=3, late_p99_ms=1.5, operator=False, infer_p50_ms=4.0, infer_p95_ms=6.0)
 
 
