@@ -57,6 +57,8 @@ def task_policy_defaults(cfg: DictConfig, overrides: list[str]) -> list[str]:
 
     task = cfg.get("task") or {}
     defaults = POLICY_DEFAULTS.get(task.get("name"), {})
+    if callable(defaults):
+        defaults = defaults(dict(task))
     policy = cfg.get("policy") or {}
     set_by_user = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in overrides
                    if o.lstrip("+~").startswith("policy.")}

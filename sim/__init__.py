@@ -1,6 +1,6 @@
 """MuJoCo tasks exposed as `hal.Robot`s (`SimRobot`) and as Gymnasium envs."""
 
-from sim.gym_hil import POLICY_DEFAULTS as GYM_HIL_POLICY
+from sim.gym_hil import policy_defaults as gym_hil_policy
 from sim.gym_hil import GymHilConfig, GymHilRobot
 from sim.gym_robot import GymConfig, GymRobot
 from sim.meta_world import MetaWorldConfig, MetaWorldRobot
@@ -13,10 +13,11 @@ TASKS = {"reach": (ReachTask, ReachConfig), "push": (PushTask, TableConfig),
          "pick_lift": (PickLiftTask, TableConfig), "gym": (GymRobot, GymConfig),
          "gym_hil": (GymHilRobot, GymHilConfig), "metaworld": (MetaWorldRobot, MetaWorldConfig)}
 # policy keys a run of the task starts from, for the policies that have them (the user's overrides win):
-# an outside env's actions are its own (not joint targets) and its observations are named its way
-POLICY_DEFAULTS: dict[str, dict[str, object]] = {
+# an outside env's actions are its own (not joint targets) and its observations are named its way; a
+# function of the task's config where they depend on it
+POLICY_DEFAULTS: dict[str, object] = {
     "gym": {"obs_keys": ["state"], "action_mode": "absolute"},
-    "gym_hil": GYM_HIL_POLICY,
+    "gym_hil": gym_hil_policy,
     "metaworld": {"obs_keys": ["state"], "action_mode": "absolute"},
 }
 EXPERTS = {"reach": ReachExpert, "push": PushExpert, "pick_lift": PickLiftExpert}  # scripted experts

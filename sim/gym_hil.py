@@ -55,11 +55,26 @@ class GymHilRobot(GymRobot):
             config = replace(config, kwargs=(*config.kwargs, ("image_obs", True)))
         super().__init__(config)
 
+    @property
+    def raw_observation(self) -> object:
+        """The env's observation, for the scripted expert: from cameras it has no cube position,
+        so the simulator's is added here (the expert's privilege; the policy never sees it)."""
+        obs = self._obs
+        if isinstance(obs, dict) and "environment_state" not in obs and self._env is not None:
+            data = getattr(self._env.unwrapped, "_data", None)
+            if data is not None:
+                obs = {**obs, "environment_state": np.asarray(data.sensor("block_pos").data, np.float32).copy()}
+        return obs
 
-# policy keys a run of this task starts from (the user's overrides win): the cube's position scaled to
-# about unit size, actions taken as the env's (not joint targets)
-POLICY_DEFAULTS = {"obs_keys": ["state", "environment_state"], "action_mode": "absolute",
-                   "obs_scale": {"environment_state": 5.0}}
+
+def policy_defaults(task: dict) -> dict:
+    """Policy keys a run of this task starts from (the user's overrides win): actions taken as the
+    env's (not joint targets); from state, the cube's position scaled to about unit size; from
+    cameras (`image_obs`), the front and wrist cameras and the robot's own state."""
+    if task.get("image_obs"):
+        return {"obs_keys": ["state"], "cameras": ["front", "wrist"], "action_mode": "absolute"}
+    return {"obs_keys": ["state", "environment_state"], "action_mode": "absolute",
+            "obs_scale": {"environment_state": 5.0}}
 
 
 class PickCubeExpert:

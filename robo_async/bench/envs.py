@@ -5,7 +5,7 @@ state with 20 scripted demonstrations (`buffer demos`), within `budget_s` each: 
 cloned from them (`robo-async bc`, its real-time success is the BC start), then DSRL steering it
 with the demonstrations imported (as `bench learn`'s state rows).
 
-    robo-async bench envs [rows=gym_hil,metaworld] [budget_s=1800] [steps=600] [rounds=3] [dir=...]
+    robo-async bench envs [rows=gym_hil,metaworld[,gym_hil-pixels]] [budget_s=1800] [steps=600] [rounds=3] [dir=...]
 """
 
 from __future__ import annotations
@@ -35,11 +35,17 @@ class EnvRow:
     keys: tuple[str, ...] = ()  # task.* overrides
     json_key: str = ""  # the JSON figure of its seconds to 80%
     episode: int = 100  # ticks per episode for the rate rounds
+    bc_extra: tuple[str, ...] = ()  # more `robo-async bc` overrides
+    train_extra: tuple[str, ...] = ()  # more `robo-async train` overrides
 
 
 ROWS = {r.name: r for r in (
     EnvRow("gym_hil", "gym_hil", (), "gym_hil_pick_seconds_to_80", 100),
     EnvRow("metaworld", "metaworld", ("task.env_name=pick-place-v3",), "metaworld_pick_place_seconds_to_80", 200),
+    # from gym_hil's front and wrist cameras (128 x 128, fed at 64 x 64) and the robot's state, no cube
+    # position: the frozen-encoder path (the BC policy's encoder, embeddings stored), as bench learn's pixel rows
+    EnvRow("gym_hil-pixels", "gym_hil", ("task.image_obs=true",), "gym_hil_pick_pixels_seconds_to_80", 100,
+           bc_extra=("policy.bc.batch=64",), train_extra=("buffer.cache_mb=3000",)),
 )}
 
 
@@ -56,7 +62,7 @@ def bc_prior(row: EnvRow, demos: Path, root: Path) -> tuple[Path, float | None]:
     out = root / f"bc-{row.name}"
     if not (out / "eval.json").exists():
         _cli(["bc", f"task={row.task}", *row.keys, "policy=flow", f"policy.bc.from_store={demos}", f"run_dir={out}",
-              *BC_EVAL], 3600, root / f"bc-{row.name}.log")
+              *row.bc_extra, *BC_EVAL], 3600, root / f"bc-{row.name}.log")
     try:
         return out, float(json.loads((out / "eval.json").read_text())["success_rate"])
     except (OSError, KeyError, ValueError):
@@ -77,7 +83,7 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
         shutil.rmtree(run_dir)
     t0 = time.monotonic()
     res = _cli(["train", f"task={row.task}", *row.keys, "policy=flow", f"policy.path={bc_dir}", "algo=dsrl",
-                f"buffer.imports=[{{path: {demos}, table: demos}}]",
+                f"buffer.imports=[{{path: {demos}, table: demos}}]", *row.train_extra,
                 f"run_dir={run_dir}", f"budget.seconds={budget_s:g}", "stop_at_success=0.9", "eval_episodes=20"],
                budget_s + 900, root / f"{row.name}.log")
     final = None
@@ -95,7 +101,7 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
 
 @register("envs")
 def bench_envs(args: dict[str, str]) -> int:
-    names = [n for n in args.get("rows", ",".join(ROWS)).split(",") if n]
+    names = [n for n in args.get("rows", "gym_hil,metaworld").split(",") if n]
     unknown = [n for n in names if n not in ROWS]
     if unknown:
         from robo_async.config import UserError
