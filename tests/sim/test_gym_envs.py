@@ -239,3 +239,25 @@ def test_peer_envs_pass_the_conformance_suite_and_name_bad_tasks():
         _ = MetaWorldRobot(MetaWorldConfig(env_name="pick-plase-v3")).spec
     with pytest.raises(RobotError, match="cannot be made"):
         _ = GymHilRobot(GymHilConfig(env_id="gym_hil/NoSuch-v0")).spec
+
+
+def test_gym_hil_from_cameras_the_expert_alone_sees_the_cube():
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import task_args
+
+    cfg = compose_config(["task=gym_hil", "task.image_obs=true", "policy=flow"])
+    assert list(cfg.policy.obs_keys) == ["state"] and list(cfg.policy.cameras) == ["front", "wrist"]
+    targs = task_args(cfg.task)
+    robot = SafeRobot(make_robot(targs))
+    assert [c.name for c in robot.spec.cameras] == ["front", "wrist"] and robot.spec.features == ()
+    sink = _Sink()
+    robot.connect()
+    try:
+        ControlLoop(robot, expert_policy(targs, robot),
+                    LoopConfig(episode_ticks=100, max_episodes=1, seed=5, inference="inline", eval_every=1),
+                    sink=sink).run()
+    finally:
+        robot.close()
+    assert sink.successes == [True]  # the expert read the simulator's cube ...
+    ep = sink.episodes[0]
+    assert "obs/environment_state" not in ep and ep["obs/front"].shape[1:] == (128, 128, 3)  # ... the data did not
