@@ -49,6 +49,7 @@ class GymRobot(Robot):
         self._spec: RobotSpec | None = None
         self._obs: object = None
         self._outcome = Outcome()
+        self.tick, self.episode_return = 0, 0.0  # in the current episode (the virtual operator watches them)
 
     def _make(self) -> gym.Env:
         self._import_registry()
@@ -151,6 +152,7 @@ class GymRobot(Robot):
             finally:
                 np.random.set_state(saved)
         self._outcome = Outcome()
+        self.tick, self.episode_return = 0, 0.0
         return self.get_observation()
 
     def expert_callable(self):  # noqa: ANN201  (a function of the raw observation, or None)
@@ -181,6 +183,8 @@ class GymRobot(Robot):
         a = self.spec.check_action(action)
         self._obs, reward, terminated, truncated, info = env.step(a)
         self._outcome = Outcome(float(reward), self._success(info), bool(terminated), bool(truncated))
+        self.tick += 1
+        self.episode_return += float(reward)
         return a
 
     def _success(self, info: dict) -> bool:

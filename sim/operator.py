@@ -117,14 +117,44 @@ class VirtualOperator(Teleop):
         return None if self._action is None else self._action.copy()
 
 
+class GymTaskView:
+    """A Gymnasium env (`sim.gym_robot.GymRobot`) as the virtual operator watches a task: the tick
+    in the episode, and as its progress the episode's return so far (an env with a sparse reward
+    shows none until it succeeds, so the operator takes over after `stall_ticks`)."""
+
+    def __init__(self, robot) -> None:  # noqa: ANN001 - a GymRobot
+        self.robot = robot
+
+    @property
+    def tick(self) -> int:
+        return self.robot.tick
+
+    def reward_success(self) -> tuple[float, bool]:
+        return self.robot.episode_return, self.robot.outcome().success
+
+    def state(self) -> np.ndarray:
+        return self.robot.get_observation().state
+
+    def spec(self):  # noqa: ANN201
+        return self.robot.spec
+
+
 def make_virtual_operator(robot, task_name: str, options: Mapping[str, object]) -> VirtualOperator:  # noqa: ANN001
-    """The virtual operator of a simulated robot (`robot`: a SimRobot, possibly behind SafeRobot)."""
+    """The virtual operator of a simulated robot (`robot`: a SimRobot or a Gymnasium env with an
+    expert, `task.expert=` or its own, possibly behind SafeRobot)."""
     from sim import EXPERTS
+    from sim.experts import NoExpert, make_expert
+    from sim.gym_robot import GymRobot
 
     inner = getattr(robot, "inner", robot)
+    config = OperatorConfig(**{k: v for k, v in options.items() if k != "type"})
+    if isinstance(inner, GymRobot):
+        try:
+            return VirtualOperator(GymTaskView(inner), make_expert(task_name, inner), config)
+        except NoExpert as e:
+            raise ValueError(f"teleop=virtual drives the task's scripted expert: {e}") from None
     task = getattr(inner, "task", None)
     if task is None or task_name not in EXPERTS:
         raise ValueError(f"teleop=virtual drives a simulated task's scripted expert; task '{task_name}' has none "
                          f"(tasks with experts: {sorted(EXPERTS)})")
-    config = OperatorConfig(**{k: v for k, v in options.items() if k != "type"})
     return VirtualOperator(task, EXPERTS[task_name](task, config.max_step), config)

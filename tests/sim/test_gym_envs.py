@@ -261,3 +261,31 @@ def test_gym_hil_from_cameras_the_expert_alone_sees_the_cube():
     assert sink.successes == [True]  # the expert read the simulator's cube ...
     ep = sink.episodes[0]
     assert "obs/environment_state" not in ep and ep["obs/front"].shape[1:] == (128, 128, 3)  # ... the data did not
+
+
+def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
+    from policies.scripted import HoldPolicy
+    from robo_async.launch.tasks import make_teleops
+
+    options = {"env_id": ENV, "kwargs": (("limit", 30),), "expert": "tests.sim.test_gym_envs:PushRightPolicy"}
+    robot = SafeRobot(make_robot(TaskArgs("gym", options)))
+    (op,) = make_teleops(TaskArgs("gym", options, teleop={"type": "virtual", "stall_ticks": 4, "hold_ticks": 10}),
+                         robot)
+    interventions = []
+
+    class Note(_Sink):
+        def add(self, *a, intervention=0, **k):
+            interventions.append(intervention)
+            super().add(*a, **k)
+
+    sink = Note()
+    robot.connect()
+    try:  # the policy holds (never succeeds); the operator takes over after 4 ticks without progress
+        ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=30, max_episodes=1, inference="inline",
+                                                              eval_every=0), sink=sink, teleops=(op,)).run()
+    finally:
+        robot.close()
+    assert op.takeovers == 1 and sink.successes == [True]
+    assert interventions[:4] == [0, 0, 0, 0] and interventions[4] == 2 and set(interventions[5:]) == {1}
+    with pytest.raises(Exception, match="task.expert=module:callable"):
+        make_teleops(TaskArgs("gym", {"env_id": ENV}, teleop={"type": "virtual"}), SafeRobot(make_robot(TaskArgs("gym", {"env_id": ENV}))))
