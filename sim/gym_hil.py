@@ -37,7 +37,33 @@ class GymHilConfig(GymConfig):
     kwargs: tuple[tuple[str, object], ...] = (("random_block_position", True), ("reset_delay_seconds", 0.0))
     success_key: str | None = "succeed"
     expert: str | None = "sim.gym_hil:PickCubeExpert"
-    image_obs: bool = False  # the front and wrist cameras (128 x 128) instead of the cube's position
+    image_obs: bool = False  # the front and wrist cameras instead of the cube's position
+    image_size: int = 64  # camera frames are image_size x image_size (gym_hil's own default is 128)
+    fast_render: bool = True  # no shadows, reflections, skybox or multisampling (6-8x faster on a CPU)
+
+
+def _fast_renderer(env, size: int, fast: bool) -> None:  # noqa: ANN001
+    """gym_hil's offscreen renderer at `size` and, with `fast`, without the effects that cost a
+    CPU renderer most (shadows, reflections, skybox, fog, haze, multisampling): measured here, one
+    128 x 128 camera frame 37 ms -> 24 ms, a camera step 2.6 -> 22 steps/s."""
+    import mujoco
+
+    u = env.unwrapped
+    if getattr(u, "_viewer", None) is None:
+        return
+    if fast:
+        u._model.vis.quality.offsamples = 0
+        u._model.vis.quality.shadowsize = 0
+    u._model.vis.global_.offwidth = max(u._model.vis.global_.offwidth, size)
+    u._model.vis.global_.offheight = max(u._model.vis.global_.offheight, size)
+    u._viewer.close()
+    u._viewer = mujoco.Renderer(u._model, height=size, width=size)
+    from dataclasses import replace
+
+    u._render_specs = replace(u._render_specs, height=size, width=size)
+    if fast:
+        for flag in ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX", "mjRND_FOG", "mjRND_HAZE"):
+            u._viewer.scene.flags[getattr(mujoco.mjtRndFlag, flag)] = False
 
 
 class GymHilRobot(GymRobot):
@@ -54,6 +80,16 @@ class GymHilRobot(GymRobot):
 
             config = replace(config, kwargs=(*config.kwargs, ("image_obs", True)))
         super().__init__(config)
+
+    def _make(self):  # noqa: ANN202
+        env = super()._make()
+        if self.config.image_obs:
+            _fast_renderer(env, self.config.image_size, self.config.fast_render)
+            size = self.config.image_size  # the observation space says what frames now come
+            pixels = env.observation_space["pixels"]
+            for cam in list(pixels.spaces):
+                pixels.spaces[cam] = type(pixels.spaces[cam])(0, 255, (size, size, 3), np.uint8)
+        return env
 
     @property
     def raw_observation(self) -> object:

@@ -260,7 +260,7 @@ def test_gym_hil_from_cameras_the_expert_alone_sees_the_cube():
         robot.close()
     assert sink.successes == [True]  # the expert read the simulator's cube ...
     ep = sink.episodes[0]
-    assert "obs/environment_state" not in ep and ep["obs/front"].shape[1:] == (128, 128, 3)  # ... the data did not
+    assert "obs/environment_state" not in ep and ep["obs/front"].shape[1:] == (64, 64, 3)  # ... the data did not
 
 
 def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
