@@ -253,6 +253,10 @@ def test_gym_hil_from_cameras_the_expert_alone_sees_the_cube():
     sink = _Sink()
     robot.connect()
     try:
+        import mujoco
+
+        flags = robot.inner._env.unwrapped._viewer.scene.flags  # rendered without the costly effects
+        assert not flags[mujoco.mjtRndFlag.mjRND_SHADOW] and not flags[mujoco.mjtRndFlag.mjRND_REFLECTION]
         ControlLoop(robot, expert_policy(targs, robot),
                     LoopConfig(episode_ticks=100, max_episodes=1, seed=5, inference="inline", eval_every=1),
                     sink=sink).run()
