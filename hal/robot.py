@@ -69,3 +69,11 @@ class Robot(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def innermost(robot: object) -> object:
+    """The robot inside any wrappers that expose `inner` (`SafeRobot`, a learned reward): where a
+    simulator's or an env's own parts (its task, its expert, its kinematics) are found."""
+    while getattr(robot, "inner", None) is not None and robot.inner is not robot:  # type: ignore[attr-defined]
+        robot = robot.inner  # type: ignore[attr-defined]
+    return robot

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from hal.robot import Robot
+from hal.robot import Robot, innermost
 from sim import EXPERTS, MISSES
 from sim.gym_robot import GymExpert, GymRobot
 
@@ -33,9 +33,7 @@ def make_expert(task_name: str, robot: Robot, max_step: float | None = None, mis
     behind `SafeRobot` or other wrappers exposing `inner`); `max_step` (rad per tick) limits how
     fast it moves its joint targets, for experts that take it. `miss`: the task's scripted near
     miss instead (the expert's motions, failing: labelled failure episodes)."""
-    inner = robot
-    while getattr(inner, "inner", None) is not None and inner.inner is not inner:
-        inner = inner.inner
+    inner = innermost(robot)
     if isinstance(inner, GymRobot):  # an outside env: its scripted policy is named in the task config
         try:
             fn = None if miss else inner.expert_callable()

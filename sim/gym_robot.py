@@ -13,6 +13,7 @@ env; success from `info[success_key]`, or else the first of `is_success`, `succe
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -107,7 +108,7 @@ class GymRobot(Robot):
             skey = self._state_key(obs_space)
             if skey is not None:
                 state_size = int(np.prod(obs_space.spaces[skey].shape))
-            for k, sp in _flat_spaces(obs_space).items():
+            for k, sp in _flat(obs_space.spaces).items():
                 if k == skey or not isinstance(sp, gym.spaces.Box):
                     continue
                 if sp.dtype == np.uint8 and len(sp.shape) == 3:
@@ -216,25 +217,16 @@ class GymRobot(Robot):
         return cv2.resize(np.ascontiguousarray(frame[..., :3]), (size, size), interpolation=cv2.INTER_AREA)
 
 
-def _flat(obs: dict) -> dict:
-    """One level of nesting read through: {pixels: {front: ...}} -> {front: ...} (a top-level key wins)."""
+def _flat(obs: Mapping) -> dict:
+    """One level of nesting read through, for observations and their spaces alike:
+    {pixels: {front: ...}} -> {front: ...} (a top-level key wins)."""
     out: dict = {}
-    for k, v in obs.items():
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
+    for v in obs.values():
+        nested = v.spaces if isinstance(v, gym.spaces.Dict) else v
+        if isinstance(nested, Mapping):
+            for k2, v2 in nested.items():
                 out.setdefault(k2, v2)
-        else:
-            out[k] = v
-    return {**out, **{k: v for k, v in obs.items() if not isinstance(v, dict)}}
-
-
-def _flat_spaces(space: gym.spaces.Dict) -> dict[str, gym.Space]:
-    out: dict[str, gym.Space] = {}
-    for k, sp in space.spaces.items():
-        if isinstance(sp, gym.spaces.Dict):
-            for k2, sp2 in sp.spaces.items():
-                out.setdefault(k2, sp2)
-    out.update({k: sp for k, sp in space.spaces.items() if not isinstance(sp, gym.spaces.Dict)})
+    out.update({k: v for k, v in obs.items() if not isinstance(v, (Mapping, gym.spaces.Dict))})
     return out
 
 
@@ -244,12 +236,8 @@ class GymExpert:
     arguments whose instances are such functions or have `get_action(obs)` (Meta-World's scripted
     policies) or `act(obs)`. `act()` gives the action for the env's current observation."""
 
-    def __init__(self, robot: GymRobot, fn=None) -> None:  # noqa: ANN001  (fn: the callable, if already loaded)
-        self.robot = robot
-        fn = fn if fn is not None else robot.expert_callable()
-        if fn is None:
-            raise ValueError(f"{robot.spec.name} has no scripted expert; name one with task.expert=module:callable")
-        self._fn = fn
+    def __init__(self, robot: GymRobot, fn) -> None:  # noqa: ANN001  (fn: `robot.expert_callable()`)
+        self.robot, self._fn = robot, fn
 
     def act(self) -> np.ndarray:
         a = np.asarray(self._fn(self.robot.raw_observation), np.float32).ravel()

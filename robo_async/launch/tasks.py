@@ -127,11 +127,9 @@ def end_effector_teleop(device, robot: SafeRobot):  # noqa: ANN001, ANN201  (a L
     import logging
 
     from hal.ee_teleop import EndEffectorTeleop
-    from hal.robot import RobotError
+    from hal.robot import RobotError, innermost
 
-    inner = robot
-    while getattr(inner, "inner", None) is not None and inner.inner is not inner:
-        inner = inner.inner
+    inner = innermost(robot)
     space = getattr(inner, "ee_action_space", None)
     fk = None if space is not None else getattr(inner, "ee_position", None)
     try:
