@@ -319,6 +319,7 @@ class Supervisor:
                 if self.ready is None:
                     self.ready = payload
                 else:
+                    self._write_pids()  # processes.json names the new pid before the event says it is back
                     self.events.write("ready", "learner", pid=self.learner.pid())
                     self.display.message(f"[green]the learner is back (pid {self.learner.pid()})[/]")
                 self.learner_ready, self.learner_ready_at = True, now
