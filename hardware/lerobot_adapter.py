@@ -11,6 +11,7 @@ device (unplugged, not connected) become `RobotError` naming the robot and its p
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Mapping
@@ -201,10 +202,16 @@ class LeRobotTeleop(Teleop):
 
     def connect(self) -> None:
         if not self.device.is_connected:
+            # leader arms take `calibrate`; LeRobot's gamepad's connect() takes no argument
+            takes = "calibrate" in inspect.signature(self.device.connect).parameters
             try:
-                self.device.connect(calibrate=False)
-            except (ConnectionError, OSError) as e:
+                self.device.connect(calibrate=False) if takes else self.device.connect()
+            except (ConnectionError, OSError, RuntimeError) as e:
                 raise RobotError(f"teleop {self.name} cannot connect: {' '.join(str(e).split())}") from None
+            pad = getattr(self.device, "gamepad", None)  # LeRobot's gamepad logs "no gamepad" and goes on
+            if pad is not None and getattr(pad, "running", True) is False:
+                self.device.disconnect()
+                raise RobotError(f"teleop {self.name} cannot connect: no gamepad found (is it plugged in?)")
 
     @property
     def action_dim(self) -> int | None:
@@ -237,7 +244,7 @@ class LeRobotTeleop(Teleop):
             a = self.device.get_action()
             return np.array([float(a["delta_x"]), float(a["delta_y"]), float(a["delta_z"]),
                              float(a.get("gripper", 1.0))], np.float32)
-        except (ConnectionError, OSError, KeyError, ValueError, TypeError) as e:
+        except (ConnectionError, OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # pygame.error: unplugged
             raise self._lost(e) from None
 
     def events(self) -> list[TeleopEvent]:
@@ -247,7 +254,7 @@ class LeRobotTeleop(Teleop):
             self._ee_tick = self._read_ee()
         try:
             polled = self.device.get_teleop_events()
-        except (ConnectionError, OSError) as e:
+        except (ConnectionError, OSError, RuntimeError) as e:  # a gamepad unplugged raises pygame.error
             raise self._lost(e) from None
         raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}
         if raw.get("rerecord_episode"):  # LeRobot's keyboard sets terminate_episode with it: a re-record

@@ -403,6 +403,8 @@ class ControlLoop:
                     self._drop_plan(op)
                 action = op
                 ep_operator += 1
+            elif ops is not None and ops.lost_driver and self._last_applied is not None:
+                action = self._last_applied  # the driver's device was lost in this tick's poll: hold this tick
             chosen_at = time.monotonic() if self._observer is not None else 0.0
             applied = robot.send_action(action)
             self._last_applied = applied

@@ -64,6 +64,7 @@ class Operators:
         self.operator_ticks = 0  # ticks an operator drove, in total
         self.takeovers = int(always)
         self.lost = 0  # teleops dropped from the session
+        self.lost_driver = False  # the driving teleop was lost in this tick's poll (the robot holds this tick)
         self.labels = {k.value: 0 for k in LABELS}
 
     def _drop(self, teleop: Teleop, error: Exception) -> None:
@@ -73,7 +74,7 @@ class Operators:
         if teleop in self.teleops:
             self.teleops.remove(teleop)
         if teleop is self.active:
-            self.active, self.released = None, True
+            self.active, self.released, self.lost_driver = None, True, True
         try:
             teleop.close()
         except Exception as e:  # noqa: BLE001 - already broken; closing is best effort
@@ -83,7 +84,7 @@ class Operators:
         """Events of this tick: latches an e-stop, takes over or releases, and returns the label
         that ends the episode (success, failure or re-record), if any."""
         self.first = self.always and self.operator_ticks == 0 and self.active is not None
-        self.released = False
+        self.released = self.lost_driver = False
         for t in list(self.teleops):
             try:
                 t.observe(obs, evaluation)
