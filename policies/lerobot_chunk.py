@@ -356,18 +356,26 @@ class SteeredLeRobotPolicy(Policy):
     tanh-Gaussian actor over the policy's own observation features picks the noise in
     [-b, b]^noise_shape; the chunk is the frozen policy's chunk for that noise (so always one it
     can make, inside the joint limits). Only the noise actor's weights travel; every machine
-    loads the prior from `policy.path=`. A committed prefix (RTC) is kept exactly."""
+    loads the prior from `policy.path=`. A committed prefix (RTC) is kept exactly.
+
+    A deterministic policy that takes no noise (ACT) gets a residual head instead (residual RL,
+    as Policy Decorator / ResiP): the same actor picks z in [-b, b]^(chunk x A) and the chunk is the
+    frozen policy's own plus `residual_scale * z` in its normalized action space (at most
+    `residual_scale * b` of each action's spread), so the critics, the learner and the wire are DSRL's."""
 
     def __init__(self, prior: LeRobotChunkPolicy, noise_bound: float = 1.5,
-                 noise_hidden: tuple[int, ...] = (128, 128), seed: int = 0) -> None:
+                 noise_hidden: tuple[int, ...] = (128, 128), seed: int = 0, residual_scale: float = 0.1) -> None:
         from policies.mlp import GaussianActor
 
         shape = prior.noise_shape
-        if shape is None:
-            raise ValueError(f"LeRobot '{prior.type}' does not take its starting noise (predict_action_chunk has "
-                             f"no noise=): DSRL cannot steer it")
+        self.residual = shape is None  # ACT: a residual head on its chunk
+        if self.residual:
+            if not residual_scale > 0:
+                raise ValueError(f"LeRobot '{prior.type}' takes no starting noise; its residual head needs "
+                                 f"residual_scale > 0 (got {residual_scale})")
+            shape = (prior.horizon, prior.action_dim)
         self.prior, self.noise_shape = prior, shape
-        self.noise_bound = float(noise_bound)
+        self.noise_bound, self.residual_scale = float(noise_bound), float(residual_scale)
         prior.policy.requires_grad_(False)
         _deterministic_sampler(prior)
         self.horizon, self.dt = prior.horizon, prior.dt
@@ -381,7 +389,8 @@ class SteeredLeRobotPolicy(Policy):
     @property
     def architecture(self) -> str:
         sizes = "-".join(str(m.out_features) for m in self.noise_actor.trunk if isinstance(m, torch.nn.Linear))
-        return (f"dsrl-{sizes}-z{self.noise_shape[0]}x{self.noise_shape[1]}-b{self.noise_bound:g}:"
+        head = f"residual{self.residual_scale:g}" if self.residual else "dsrl"
+        return (f"{head}-{sizes}-z{self.noise_shape[0]}x{self.noise_shape[1]}-b{self.noise_bound:g}:"
                 f"{self.prior.architecture}")
 
     @property
@@ -459,9 +468,14 @@ class SteeredLeRobotPolicy(Policy):
     @torch.no_grad()
     def steered(self, obs: Mapping[str, np.ndarray], noise: torch.Tensor,
                 forwarded_state: np.ndarray | None = None) -> np.ndarray:
-        """Joint targets [B, H, A] (robot units, inside the limits) the prior makes from `noise`."""
+        """Joint targets [B, H, A] (robot units, inside the limits) the prior makes from `noise`
+        (a residual prior: its own chunk plus `residual_scale * noise`, normalized)."""
         batch = self.prior_batch(obs, forwarded_state)
-        chunk = self.prior.predict_normalized(batch, noise=noise.reshape(len(noise), *self.noise_shape))
+        z = noise.reshape(len(noise), *self.noise_shape)
+        if self.residual:
+            chunk = self.prior.predict_normalized(batch) + self.residual_scale * z.to(torch.float32)
+        else:
+            chunk = self.prior.predict_normalized(batch, noise=z)
         a = self.prior.post(chunk)
         a = np.asarray(a.detach().cpu().numpy(), np.float32).reshape(len(noise), -1, self.prior.action_dim)
         return np.clip(self.prior._to_robot(a), self.low, self.high).astype(np.float32)

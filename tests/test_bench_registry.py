@@ -17,7 +17,7 @@ def test_each_bench_is_registered_on_its_entry_function():
         assert list(inspect.signature(fn).parameters) == ["args"], name
 
 
-@pytest.mark.parametrize(("bench", "key"), [("learn", "rows"), ("hil", "runs"), ("envs", "rows")])
+@pytest.mark.parametrize(("bench", "key"), [("learn", "rows"), ("hil", "tasks"), ("hil", "arms"), ("envs", "rows")])
 def test_unknown_rows_are_one_error_line_before_anything_runs(bench, key, capsys, tmp_path):
     assert main(["bench", bench, f"{key}=nope", f"dir={tmp_path}"]) == 2
     assert f"unknown {key} ['nope']" in capsys.readouterr().err
@@ -33,3 +33,22 @@ def test_bench_envs_compares_a_peer_env_bare_and_through_the_actor(capsys, tmp_p
     assert row["actor_transitions_received"] == row["actor_transitions_sent"] == 300  # warm-up 200 + one round
     assert last["actor_over_raw_metaworld"] == row["actor_over_raw"] > 0
     assert "metaworld_pick_place_seconds_to_80" in last and last["libero_dsrl_gain_pts"] is None
+
+
+def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a_bound():
+    from robo_async.bench.hil import run_of, summarize_task
+
+    assert run_of("gym_hil", "hil", 2).extra == ("teleop=virtual", "algo.dagger_weight=1.0", "seed=2")
+    assert run_of("push", "no_hil", 0).extra == ("seed=0",)
+    runs = {"hil": [{"seconds_to_80": 100.0, "intervention_rate_last": 0.05}, {"seconds_to_80": 300.0},
+                    {"seconds_to_80": 200.0, "intervention_rate_last": 0.09}],
+            "no_hil": [{"seconds_to_80": 500.0}, {"seconds_to_80": None}, {"seconds_to_80": 420.0}]}
+    got = summarize_task(runs, budget=600)
+    assert got["hil_seconds_to_80"] == 200.0 and got["no_hil_seconds_to_80"] == 500.0
+    assert got["speedup"] == 2.5 and not got["speedup_is_lower_bound"]
+    assert got["intervention_rate_last"] == 0.07
+    runs["no_hil"] = [{"seconds_to_80": None}, {"seconds_to_80": None}, {"seconds_to_80": 420.0}]
+    got = summarize_task(runs, budget=600)  # most seeds never got there: the budget stands in, a lower bound
+    assert got["no_hil_seconds_to_80"] is None and got["speedup"] == 3.0 and got["speedup_is_lower_bound"]
+    runs["hil"] = [{"seconds_to_80": None}] * 2 + [{"seconds_to_80": 100.0}]
+    assert summarize_task(runs, budget=600)["speedup"] is None  # the operator's arm did not get there

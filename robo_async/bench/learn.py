@@ -61,8 +61,8 @@ class Row:
         o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
         if self.obs == "pixels":
             o += ["task.cameras=[front,wrist]", "task.image_size=64", "buffer.cache_mb=3000"]
-        if self.algo == "sac":
-            o += ["policy=mlp", f"policy.obs_keys={STATE_KEYS}", *SCALE, "algo=sac"]
+        if self.algo == "sac":  # a peer env's observation keys and scales are its task's defaults
+            o += ["policy=mlp", *(() if peer(self.task) else (f"policy.obs_keys={STATE_KEYS}", *SCALE)), "algo=sac"]
         else:
             keys = "[state]" if self.obs == "pixels" else ABS_KEYS if self.absolute else STATE_KEYS
             o += ["policy=flow", f"policy.obs_keys={keys}", *(ABS_SCALE if self.absolute else SCALE), f"algo={self.algo}"]
@@ -118,12 +118,20 @@ def _cli(args: list[str], timeout: float, log: Path) -> subprocess.CompletedProc
                               text=True, timeout=timeout)
 
 
+def peer(task: str) -> bool:
+    """A peer's environment (gym_hil, Meta-World, any Gymnasium env): its own keys and expert."""
+    from sim import POLICY_DEFAULTS
+
+    return task in POLICY_DEFAULTS
+
+
 def record_demos(task: str, obs: str, out: Path, log: Path) -> None:
-    """20 scripted episodes, rate-limited (smooth, like a human's), with frames for pixel rows."""
+    """20 scripted episodes, rate-limited (smooth, like a human's), with frames for pixel rows (a
+    peer env's expert at its own pace)."""
     if not (out / "data.mdb").exists():
         cams = ["cameras=front,wrist", "image_size=64"] if obs == "pixels" else []
-        _cli(["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}", f"max_step={MAX_STEP}",
-              *cams], 900, log)
+        pace = [] if peer(task) else [f"max_step={MAX_STEP}"]
+        _cli(["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}", *pace, *cams], 900, log)
 
 
 BC_EVAL = ["eval_episodes=20", "actor.inference=async_forward"]  # real time, no injected latency

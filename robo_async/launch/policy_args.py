@@ -85,7 +85,8 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
             raise ConfigError("algo=dsrl steers a frozen policy: give policy.path=<a saved LeRobot policy directory>")
         try:
             policy = SteeredLeRobotPolicy(_make_lerobot_policy(args, spec, opts), float(opts.get("noise_bound", 1.5)),
-                                          tuple(opts.get("noise_hidden") or (128, 128)))
+                                          tuple(opts.get("noise_hidden") or (128, 128)),
+                                          residual_scale=float(opts.get("residual_scale", 0.1)))
         except ValueError as e:
             raise ConfigError(str(e)) from None
         policy.deterministic = deterministic

@@ -79,14 +79,33 @@ def test_only_the_noise_actor_travels(saved):
     assert b.version == 3
 
 
-def test_a_policy_without_noise_input_is_refused(tmp_path):
-    act = build_lerobot_policy("act", state_dim=4, action_low=LOW, action_high=HIGH, env_keys=("target",), env_dim=3,
-                               chunk_size=4, dim_model=32,
-                               n_heads=2, dim_feedforward=64, n_encoder_layers=1, use_vae=False)
-    if act.noise_shape is not None:
-        pytest.skip("this LeRobot's ACT takes noise")
-    with pytest.raises(ValueError, match="does not take its starting noise"):
-        SteeredLeRobotPolicy(act)
+def small_act(**kw):
+    return build_lerobot_policy("act", state_dim=4, action_low=LOW, action_high=HIGH, env_keys=("target",), env_dim=3,
+                                chunk_size=4, dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1,
+                                use_vae=False, **kw)
+
+
+def test_act_gets_a_residual_head_on_its_own_chunk(tmp_path):
+    """ACT takes no noise: the actor's z is a residual, scaled and added to ACT's normalized chunk."""
+    path = small_act().save(tmp_path / "act")
+    act = load_lerobot_policy(path, action_low=LOW, action_high=HIGH, env_keys=("target",))
+    assert act.noise_shape is None
+    p = SteeredLeRobotPolicy(act, noise_bound=1.5, residual_scale=0.1)
+    assert p.residual and p.noise_shape == (4, 4) and p.architecture.startswith("residual0.1-")
+    batch = {k: v[None].repeat(3, 0) for k, v in OBS.items()}
+    with torch.no_grad():
+        own = p.prior.predict_normalized(p.prior_batch(batch))
+        base = np.clip(p.prior.post(own).numpy(), LOW, HIGH)
+    np.testing.assert_allclose(p.steered(batch, torch.zeros(3, 4, 4)), base, atol=1e-6)  # z = 0: ACT's own chunk
+    z = torch.full((3, 4, 4), 1.5)
+    with torch.no_grad():
+        want = np.clip(p.prior.post(own + 0.15).numpy(), LOW, HIGH)
+    got = p.steered(batch, z)
+    np.testing.assert_allclose(got, want, atol=1e-5)  # ACT's chunk + 0.1 * z in its normalized space
+    assert np.abs(got - base).max() > 1e-3
+    assert all(k.startswith(("trunk.", "head.")) for k in p.weights())  # only the residual head travels
+    with pytest.raises(ValueError, match="residual_scale > 0"):
+        SteeredLeRobotPolicy(act, residual_scale=0.0)
 
 
 def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
@@ -115,3 +134,33 @@ def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
     rows = [r for r in read_metrics(run_dir) if "losses/noise_critic_loss" in r]
     assert rows and rows[-1]["time/updates"] > 5 and np.isfinite(rows[-1]["losses/qf_loss"])
     assert "evaluation: success rate" in res.stdout  # the checkpoint's noise actor steers the prior again
+
+
+def test_a_residual_head_on_a_saved_lerobot_act_policy_end_to_end(tmp_path):
+    """Serial run on reach from a LeRobot ACT checkpoint: the learner trains the residual head and the
+    critics (algo=dsrl), actors run ACT plus the published head; the closing evaluation acts with it."""
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import make_actor_policy, PolicyArgs, task_args, make_safe_robot
+    from omegaconf import OmegaConf
+
+    small = ["policy=act", "policy.chunk_size=4", "policy.overrides.dim_model=32", "policy.overrides.n_heads=2",
+             "policy.overrides.dim_feedforward=64", "policy.overrides.n_encoder_layers=1",
+             "policy.overrides.use_vae=false"]
+    cfg = OmegaConf.to_container(compose_config(["task=reach", *small]), resolve=True)
+    spec = make_safe_robot(task_args(cfg["task"])).spec
+    make_actor_policy(PolicyArgs.from_config(cfg["policy"]), spec).save(tmp_path / "act")
+    run_dir = tmp_path / "run"
+    res = subprocess.run(EXE + [
+        "train", "launcher=serial", "task=reach", *small, f"policy.path={tmp_path / 'act'}", "algo=dsrl",
+        "algo.residual_scale=0.2", "algo.warmup_steps=100", "algo.batch_size=16", "algo.critic_hidden=[32,32]",
+        "algo.noise_hidden=[32,32]", "algo.limiter_slack=32", f"run_dir={run_dir}", "budget.env_steps=400",
+        "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.5"],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr + res.stdout
+    rows = [r for r in read_metrics(run_dir) if "losses/noise_critic_loss" in r]
+    assert rows and rows[-1]["time/updates"] > 5 and np.isfinite(rows[-1]["losses/qf_loss"])
+    assert "evaluation: success rate" in res.stdout
+    from robo_async.learner import checkpoint
+
+    _, metadata = checkpoint.read(checkpoint.resolve(run_dir))
+    assert checkpoint.meta_of(metadata)["architecture"].startswith("residual0.2-")  # a residual head on ACT

@@ -22,6 +22,9 @@ class DSRLConfig(AlgoConfig):
     # of them with uniform noise (1.0: each observation twice, as the paper; 0.25 costs 0.6x the compute)
     noise_uniform: float = 1.0
     noise_hidden: tuple[int, ...] = (128, 128)  # the tiny actor: the only weights that travel
+    # a LeRobot policy that takes no noise (ACT): the actor is a residual head, its z scaled by this
+    # (normalized action units) and added to the frozen policy's chunk
+    residual_scale: float = 0.1
     critic_hidden: tuple[int, ...] = (256, 256, 256)
     utd_ratio: float = 0.25
     batch_size: int = 256

@@ -122,7 +122,11 @@ class DSRL(Algorithm):
         self.spec = policy
         self.policy: NoiseSteeredPolicy | SteeredLeRobotPolicy
         if policy.name == "lerobot":
-            self.policy = SteeredLeRobotPolicy(lerobot_prior(policy), c.noise_bound, tuple(c.noise_hidden))
+            try:
+                self.policy = SteeredLeRobotPolicy(lerobot_prior(policy), c.noise_bound, tuple(c.noise_hidden),
+                                                   residual_scale=c.residual_scale)
+            except ValueError as e:
+                raise ValueError(f"algo=dsrl: {e}") from None
             self.steer: _FlowSteer | _LeRobotSteer = _LeRobotSteer(self.policy, self.tensor)
             feat = self.policy.feature_dim
         else:
@@ -151,7 +155,10 @@ class DSRL(Algorithm):
     @staticmethod
     def acting_policy(config: DSRLConfig, policy: str) -> tuple[str, dict[str, object]]:  # type: ignore[override]
         name = "lerobot_dsrl" if policy == "lerobot" else "flow_dsrl"
-        return name, {"noise_bound": config.noise_bound, "noise_hidden": tuple(config.noise_hidden)}
+        extra: dict[str, object] = {"noise_bound": config.noise_bound, "noise_hidden": tuple(config.noise_hidden)}
+        if policy == "lerobot":  # (ACT: its residual head's scale)
+            extra["residual_scale"] = config.residual_scale
+        return name, extra
 
     @property
     def architecture(self) -> str:
