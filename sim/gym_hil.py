@@ -6,7 +6,8 @@ the virtual operator.
 The default env is `gym_hil/PandaPickCube-v0`: actions are end-effector deltas and a gripper
 command, `[dx, dy, dz, grip]`, dx..dz in [-1, 1] (x 2.5 cm per tick) and grip in [0, 2] (0 opens,
 1 stays, 2 closes); its safety limits are that box (`task.action_low/high` narrow it). Observations:
-`agent_pos` (joint positions and velocities, the gripper command, the pinch point; the `state`)
+`agent_pos` (joint positions and velocities, the gripper command, the pinch point; the `state`,
+with the gripper command as a fraction closed, 0..1, where gym_hil gives the actuator's 0..255)
 and `environment_state` (the cube's position), or with `task.image_obs=true` the `front` and `wrist`
 cameras (128 x 128) and no object state. Success is gym_hil's `info["succeed"]`; episodes end at
 100 ticks (10 Hz) with `truncated`.
@@ -14,15 +15,19 @@ cameras (128 x 128) and no object state. Success is gym_hil's `info["succeed"]`;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hal.ee_teleop import EndEffectorSpace
+from hal.spec import Observation
 from sim.gym_robot import GymConfig, GymRobot
 
 PICK_CUBE = "gym_hil/PandaPickCube-v0"
 STEP_M = 0.025  # metres per unit of the xyz action (gym_hil's DEFAULT_EE_STEP_SIZE)
+AGENT_POS_DIM = 18  # agent_pos: 7 joint positions, 7 joint velocities, the gripper command, the pinch point
+GRIPPER_INDEX = 14
+MAX_GRIPPER_COMMAND = 255.0  # gym_hil's gripper actuator range
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,6 @@ def _fast_renderer(env, size: int, fast: bool) -> None:  # noqa: ANN001
     u._model.vis.global_.offheight = max(u._model.vis.global_.offheight, size)
     u._viewer.close()
     u._viewer = mujoco.Renderer(u._model, height=size, width=size)
-    from dataclasses import replace
 
     u._render_specs = replace(u._render_specs, height=size, width=size)
     if fast:
@@ -76,8 +80,6 @@ class GymHilRobot(GymRobot):
 
     def __init__(self, config: GymHilConfig = GymHilConfig()) -> None:
         if config.image_obs and "image_obs" not in dict(config.kwargs):
-            from dataclasses import replace
-
             config = replace(config, kwargs=(*config.kwargs, ("image_obs", True)))
         super().__init__(config)
 
@@ -90,6 +92,18 @@ class GymHilRobot(GymRobot):
             for cam in list(pixels.spaces):
                 pixels.spaces[cam] = type(pixels.spaces[cam])(0, 255, (size, size, 3), np.uint8)
         return env
+
+    def get_observation(self) -> Observation:
+        """gym_hil's observation, `state` being its `agent_pos` with the gripper's command (the
+        actuator's 0..255) as a fraction closed, 0..1, like every other entry about unit size: an
+        MLP policy fed 0..255 beside joint angles learned nothing (SAC on PandaPickCube from 20
+        demonstrations: 0% after 400 s; with the fraction, 55% at 212 s)."""
+        obs = super().get_observation()
+        if len(obs.state) == AGENT_POS_DIM:
+            state = obs.state.copy()
+            state[GRIPPER_INDEX] /= MAX_GRIPPER_COMMAND
+            obs = replace(obs, state=state)
+        return obs
 
     @property
     def raw_observation(self) -> object:
@@ -126,7 +140,7 @@ class PickCubeExpert:
             raise ValueError("PickCubeExpert needs the cube's position (environment_state): run it with image_obs=false")
         agent = np.asarray(obs["agent_pos"], np.float64)
         tcp, cube = agent[-3:], np.asarray(obs["environment_state"], np.float64)
-        closed = agent[-4] / 255.0 > 0.5
+        closed = agent[GRIPPER_INDEX] / MAX_GRIPPER_COMMAND > 0.5
         if not closed:
             self._closing = 0
         d = cube - tcp

@@ -293,3 +293,23 @@ def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
     assert interventions[:4] == [0, 0, 0, 0] and interventions[4] == 2 and set(interventions[5:]) == {1}
     with pytest.raises(Exception, match="task.expert=module:callable"):
         make_teleops(TaskArgs("gym", {"env_id": ENV}, teleop={"type": "virtual"}), SafeRobot(make_robot(TaskArgs("gym", {"env_id": ENV}))))
+
+
+def test_gym_hil_state_gives_the_gripper_as_a_fraction_closed():
+    """gym_hil's agent_pos carries the gripper actuator's 0..255; the state gives it as 0..1 (an MLP
+    fed 0..255 beside joint angles did not learn), the raw observation (the expert's) keeps it."""
+    from sim import GymHilConfig, GymHilRobot
+    from sim.gym_hil import GRIPPER_INDEX
+
+    robot = GymHilRobot(GymHilConfig())
+    robot.connect()
+    try:
+        robot.reset(seed=0)
+        for _ in range(6):
+            robot.send_action(np.array([0.0, 0.0, 0.0, 2.0], np.float32))  # close
+        raw = float(robot.raw_observation["agent_pos"][GRIPPER_INDEX])
+        got = float(robot.get_observation().state[GRIPPER_INDEX])
+        assert raw > 200 and got == pytest.approx(raw / 255.0) and 0.5 < got <= 1.0
+        np.testing.assert_allclose(robot.get_observation().state[-3:], robot.raw_observation["agent_pos"][-3:])
+    finally:
+        robot.close()
