@@ -105,6 +105,21 @@ class GymHilRobot(GymRobot):
             obs = replace(obs, state=state)
         return obs
 
+    def operator_progress(self) -> float:
+        """What a person watching the scene judges progress by (the virtual operator's view, never
+        the policy's): -10 x the pinch point's distance to the cube (m) + 10 x the lift's fraction of
+        gym_hil's success height, the scale of our own tasks' shaped rewards, so the operator's
+        `stray` (1.0: 10 cm worse than the episode's best) and `min_gain` mean the same here."""
+        env = self._require().unwrapped
+        data = getattr(env, "_data", None)
+        if data is None:
+            return self.episode_return
+        cube = np.asarray(data.sensor("block_pos").data, np.float64)
+        tcp = np.asarray(data.sensor("2f85/pinch_pos").data, np.float64)
+        z0, z1 = float(getattr(env, "_z_init", cube[2])), float(getattr(env, "_z_success", cube[2] + 0.1))
+        lift = float(np.clip((cube[2] - z0) / max(z1 - z0, 1e-6), 0.0, 1.0))
+        return float(-10.0 * np.linalg.norm(cube - tcp) + 10.0 * lift)
+
     @property
     def raw_observation(self) -> object:
         """The env's observation, for the scripted expert: from cameras it has no cube position,

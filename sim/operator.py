@@ -119,8 +119,10 @@ class VirtualOperator(Teleop):
 
 class GymTaskView:
     """A Gymnasium env (`sim.gym_robot.GymRobot`) as the virtual operator watches a task: the tick
-    in the episode, and as its progress the episode's return so far (an env with a sparse reward
-    shows none until it succeeds, so the operator takes over after `stall_ticks`)."""
+    in the episode, and as its progress what the env's adapter says a person watching would judge
+    (`operator_progress()`: gym_hil's gripper-to-cube distance and lift), else the episode's return
+    so far (an env with a sparse reward shows none until it succeeds, so the operator takes over
+    after `stall_ticks`)."""
 
     def __init__(self, robot) -> None:  # noqa: ANN001 - a GymRobot
         self.robot = robot
@@ -130,7 +132,9 @@ class GymTaskView:
         return self.robot.tick
 
     def reward_success(self) -> tuple[float, bool]:
-        return self.robot.episode_return, self.robot.outcome().success
+        judge = getattr(self.robot, "operator_progress", None)
+        progress = judge() if judge is not None else self.robot.episode_return
+        return progress, self.robot.outcome().success
 
     def state(self) -> np.ndarray:
         return self.robot.get_observation().state
