@@ -313,3 +313,36 @@ def test_gym_hil_state_gives_the_gripper_as_a_fraction_closed():
         np.testing.assert_allclose(robot.get_observation().state[-3:], robot.raw_observation["agent_pos"][-3:])
     finally:
         robot.close()
+
+
+def test_the_virtual_operator_takes_over_on_gym_hil_when_the_policy_strays_from_the_cube():
+    """On gym_hil the operator judges progress as a person watching would (gripper to cube, lift), so a
+    policy moving away from the cube is taken over at once, long before stall_ticks would."""
+    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.launch.tasks import make_teleops
+    from policies.scripted import ScriptedPolicy
+
+    robot = SafeRobot(make_robot(TaskArgs("gym_hil", {})))
+    (op,) = make_teleops(TaskArgs("gym_hil", {}, teleop={"type": "virtual", "stall_ticks": 40, "hold_ticks": 30}),
+                         robot)
+    away = ScriptedPolicy(lambda: np.array([0.0, 0.0, 1.0, 1.0], np.float32), robot.spec.dt, "up")  # rises away
+    interventions = []
+
+    class Note(_Sink):
+        def add(self, *a, intervention=0, **k):
+            interventions.append(intervention)
+            super().add(*a, **k)
+
+    sink = Note()
+    robot.connect()
+    try:
+        robot.reset(seed=0)
+        start = robot.inner.operator_progress()
+        ControlLoop(robot, away, LoopConfig(episode_ticks=60, max_episodes=1, inference="inline", eval_every=0),
+                    sink=sink, teleops=(op,)).run()
+    finally:
+        robot.close()
+    first = interventions.index(2)  # the takeover tick
+    assert 0 < first < 10, interventions[:12]  # rising 2.5 cm a tick: 10 cm worse than its best within ~5 ticks
+    assert op.takeovers >= 1 and sink.successes == [True]  # the expert then picked the cube
+    assert start < 0  # (progress: minus ten times the gripper's distance to the cube, before any lift)
