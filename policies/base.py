@@ -90,6 +90,11 @@ class Policy(abc.ABC):
         """The module's state dict as numpy arrays on the CPU: what the learner publishes."""
         return {k: v.detach().cpu().numpy() for k, v in self.module().state_dict().items()}
 
+    def off_cpu(self) -> frozenset[str]:
+        """Names in weights() whose tensors live on a device (a GPU): weights() copied them to the
+        CPU, so they are private snapshots the weight publisher need not copy again."""
+        return frozenset(k for k, v in self.module().state_dict().items() if v.device.type != "cpu")
+
     def frozen(self) -> frozenset[str]:
         """Names in weights() of parameters that are not trained (requires_grad off)."""
         return frozenset(n for n, p in self.module().named_parameters() if not p.requires_grad)

@@ -357,8 +357,10 @@ class Learner:
 
     def publish(self) -> None:
         assert self._publisher is not None
+        policy = getattr(self.algorithm, "policy", None)  # arrays copied off a GPU are snapshots already
+        owned = policy.off_cpu() if hasattr(policy, "off_cpu") else frozenset()
         self._publisher.publish(Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture),
-                                frozen=self.algorithm.frozen_weights())
+                                frozen=self.algorithm.frozen_weights(), owned=owned)
 
     def status(self, stopping: bool = False) -> LearnerStatus:
         allowed = self.limiter.allowed_inserts() if self.config.algo_config.limit_to_data else 1 << 62

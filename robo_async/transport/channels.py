@@ -183,10 +183,12 @@ class WeightPublisher:
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
 
-    def publish(self, weights: Weights, frozen: frozenset[str] = frozenset()) -> None:
+    def publish(self, weights: Weights, frozen: frozenset[str] = frozenset(),
+                owned: frozenset[str] = frozenset()) -> None:
         """Hand over the newest weights: copied now (the learner's arrays change with the next
-        update), except `frozen` ones (never trained: the thread reads them, a keyframe copies them)."""
-        snap = Weights(weights.version, {k: v if k in frozen else np.array(v, copy=True)
+        update), except `frozen` ones (never trained: the thread reads them, a keyframe copies them)
+        and `owned` ones (private snapshots already: copied off a GPU)."""
+        snap = Weights(weights.version, {k: v if k in frozen or k in owned else np.array(v, copy=True)
                                          for k, v in weights.arrays.items()}, weights.architecture)
         with self._lock:
             self._frozen = frozen
@@ -319,7 +321,8 @@ class WeightClient:
                     continue
                 while sock.poll(0):
                     self._take(sock.recv_multipart(copy=False))
-                self._stop.wait(self._every_s)
+                if not self._assembler.busy:  # mid-push, its next part is awaited at once
+                    self._stop.wait(self._every_s)
         finally:
             sock.close(linger=0)
 

@@ -184,8 +184,8 @@ def _weight_part(header: Header, arrays: Arrays) -> WeightPart:
         if not (isinstance(m, list) and len(m) == 4 and type(m[0]) is str and 0 < len(m[0]) <= MAX_NAME
                 and isinstance(m[1], list) and len(m[1]) <= MAX_NDIM
                 and all(type(d) is int and 0 <= d <= 1 << 40 for d in m[1])
-                and m[2] in DTYPES and type(m[3]) is int and 0 <= m[3] < 1 << 32) or m[0] in names:
-            raise WireError(f"wpart manifest entry {_show(m)}: expected [name, shape, dtype, crc32], names unique")
+                and m[2] in DTYPES and type(m[3]) is int and 0 <= m[3] < 1 << 64) or m[0] in names:
+            raise WireError(f"wpart manifest entry {_show(m)}: expected [name, shape, dtype, digest], names unique")
         names.add(m[0])
     for name, a in arrays.items():
         kind, _, rest = name.partition(":")
@@ -193,7 +193,8 @@ def _weight_part(header: Header, arrays: Arrays) -> WeightPart:
         if kind not in ("d", "i", "v") or not key or not off.isdigit() or a.ndim != 1 \
                 or (kind == "i" and a.dtype != np.int64) or (kind == "v" and f"i:{key}:{off}" not in arrays):
             raise WireError(f"wpart piece '{name}': expected d:|i:|v:<name>:<offset>, 1-D (indices int64)")
-        if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+        # one pass, no temporary: NaN or inf make the float64 sum non-finite (finite float32/16 cannot overflow it)
+        if a.dtype.kind == "f" and a.size and not np.isfinite(np.add.reduce(a, dtype=np.float64)):
             raise WireError(f"wpart piece '{name}' has NaN or infinite values")
     return WeightPart(version, part, parts, base, precision, _text(header, "architecture", ""),
                       tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays)

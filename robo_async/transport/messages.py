@@ -183,7 +183,7 @@ class Weights:
 @dataclass(frozen=True)
 class WeightPart:
     """One part of a streamed weight push (transport/weights.py): pieces of arrays, and in part 0
-    the manifest `(name, shape, transmitted dtype, crc32)` of every array."""
+    the manifest `(name, shape, transmitted dtype, xxh3-64 digest)` of every array."""
 
     version: int
     part: int

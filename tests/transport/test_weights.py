@@ -111,6 +111,27 @@ def test_a_corrupted_or_mismatched_push_is_never_swapped_in():
     assert out is not None and out.version == 3 and out.arrays["head.w"][0, 0] == 5.0
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_part_carrying_nan_or_inf_is_refused_at_decode(precision, bad):
+    w = policy(3, big=20_000)
+    w["backbone.w"][12_345] = bad
+    parts, _, _ = encode_push(1, w, "net", PushConfig(precision=precision, part_mb=0.05))
+    from robo_async.transport.wire import WireError
+
+    refused = 0
+    for p in parts:
+        try:
+            wire(p)
+        except WireError as e:
+            assert "NaN or infinite" in str(e)
+            refused += 1
+    assert refused == 1  # exactly the part holding that element
+    big = np.full(1 << 20, 3e38, np.float32)  # finite values whose float32 sum would overflow: accepted
+    ok, _, _ = encode_push(2, {"w": big}, "net", PushConfig(part_mb=64))
+    assert all(wire(p) for p in ok)
+
+
 def test_frozen_arrays_are_neither_compared_nor_sent_in_deltas_and_keyframes_copy_them():
     from robo_async.transport.weights import keyframe_of
 
@@ -198,4 +219,27 @@ def test_a_status_only_subscriber_gets_statuses_and_acks_but_no_weight_parts():
     finally:
         full.close()
         lean.close()
+        pub.close()
+
+
+def test_the_publisher_copies_only_arrays_that_are_views_of_live_cpu_tensors():
+    """publish() snapshots the learner's arrays (they change with the next update) except those
+    already private: copied off a device by weights() (`Policy.off_cpu()`)."""
+    from policies.mlp import MLPPolicy
+
+    p = MLPPolicy(("state",), (4,), [-1.0] * 2, [1.0] * 2, hidden=(8,))
+    names = set(p.module().state_dict())
+    assert p.off_cpu() == frozenset()  # on the CPU: weights() gives views, every one is copied
+    p.module().to("meta")  # (a device other than the CPU, on a machine without a GPU)
+    assert p.off_cpu() == names
+    pub = WeightPublisher("tcp://127.0.0.1:*")
+    try:
+        pub._stop.set()  # its thread stopped first: what publish() hands over stays to be looked at
+        pub._wake.set()
+        pub._thread.join(timeout=10)
+        live, private = np.zeros(4, np.float32), np.ones(4, np.float32)
+        pub.publish(Weights(1, {"live": live, "private": private}, "net"), owned=frozenset({"private"}))
+        snap = pub._weights.arrays
+        assert snap["private"] is private and snap["live"] is not live and np.array_equal(snap["live"], live)
+    finally:
         pub.close()
