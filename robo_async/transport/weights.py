@@ -144,6 +144,18 @@ def keyframe_of(version: int, parts: list[WeightPart], tx: dict[str, np.ndarray]
     return version, tx, {n: c for n, _, _, c in parts[0].manifest}, frozenset(frozen)
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A keyframe array not yet written: its shape and dtype from the manifest."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
 class Assembler:
     """Actor side: parts -> verified Weights (float32 back from fp16). Keeps the newest keyframe
     (as transmitted) so deltas against it can be applied; bounded: one push in progress."""
@@ -184,8 +196,8 @@ class Assembler:
                         self._cur = None
                         return None
                     bufs[name] = src
-                else:
-                    bufs[name] = np.empty(shape, dtype)
+                else:  # allocated at its first piece (an array that comes whole is the piece itself)
+                    bufs[name] = _Pending(tuple(shape), np.dtype(dtype))
             self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(), "touched": set(),
                                "manifest": p.manifest, "bufs": bufs, "precision": p.precision,
                                "architecture": p.architecture}
@@ -210,6 +222,10 @@ class Assembler:
         if len(cur["got"]) < cur["parts"]:
             return None
         self._cur = None
+        if any(isinstance(v, _Pending) for v in cur["bufs"].values()):  # an array no piece wrote
+            self.bad += 1
+            log.warning("weights v%d refused: arrays without pieces", p.version)
+            return None
         check = cur["touched"] if cur["base"] >= 0 else set(cur["bufs"])  # a keyframe: all; a delta: what changed
         bad = [n for n, _, _, c in cur["manifest"] if n in check and digest(cur["bufs"][n]) != c]
         if cur["base"] >= 0 and self._key is not None:  # an untouched array must be the keyframe's as sent now
@@ -234,7 +250,15 @@ class Assembler:
             key, _, off = rest.rpartition(":")
             if kind == "i":
                 continue  # applied with its values
-            flat = bufs[key].reshape(-1)
+            buf = bufs[key]
+            if isinstance(buf, _Pending):
+                if a.dtype != buf.dtype:
+                    raise ValueError(f"piece {name} is {a.dtype}, the manifest says {buf.dtype}")
+                if kind == "d" and int(off) == 0 and a.size == buf.size:  # the whole array: kept as received
+                    bufs[key] = a.reshape(buf.shape)
+                    continue
+                bufs[key] = buf = np.empty(buf.shape, buf.dtype)
+            flat = buf.reshape(-1)
             if a.dtype != flat.dtype:
                 raise ValueError(f"piece {name} is {a.dtype}, the manifest says {flat.dtype}")
             if kind == "d":
