@@ -90,6 +90,16 @@ def _finite(header: Header, name: str) -> float:
     return float(value)
 
 
+def _all_finite(a: np.ndarray) -> bool:
+    """No NaN or infinity in `a`, in one pass without an array-sized temporary: NaN or inf make
+    the sum non-finite; only when the (fast, own-precision) sum is not finite, because finite
+    values can overflow it, are the elements looked at one by one."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(a.sum()):
+            return True
+    return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))  # finite float32/16 cannot overflow float64
+
+
 def _show(value: object) -> str:
     if value is _MISSING:
         return "missing"
@@ -193,8 +203,7 @@ def _weight_part(header: Header, arrays: Arrays) -> WeightPart:
         if kind not in ("d", "i", "v") or not key or not off.isdigit() or a.ndim != 1 \
                 or (kind == "i" and a.dtype != np.int64) or (kind == "v" and f"i:{key}:{off}" not in arrays):
             raise WireError(f"wpart piece '{name}': expected d:|i:|v:<name>:<offset>, 1-D (indices int64)")
-        # one pass, no temporary: NaN or inf make the float64 sum non-finite (finite float32/16 cannot overflow it)
-        if a.dtype.kind == "f" and a.size and not np.isfinite(np.add.reduce(a, dtype=np.float64)):
+        if a.dtype.kind == "f" and a.size and not _all_finite(a):
             raise WireError(f"wpart piece '{name}' has NaN or infinite values")
     return WeightPart(version, part, parts, base, precision, _text(header, "architecture", ""),
                       tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays)
