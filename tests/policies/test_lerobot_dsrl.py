@@ -164,3 +164,43 @@ def test_a_residual_head_on_a_saved_lerobot_act_policy_end_to_end(tmp_path):
 
     _, metadata = checkpoint.read(checkpoint.resolve(run_dir))
     assert checkpoint.meta_of(metadata)["architecture"].startswith("residual0.2-")  # a residual head on ACT
+
+
+def test_a_lerobot_act_checkpoint_and_its_residual_head_are_served_as_they_act_locally(tmp_path):
+    """`robo-async serve`'s server holding ACT from its save_pretrained directory, and ACT with a
+    trained residual head: an actor's remote chunks are the local policy's, to the bit."""
+    from robo_async.actor.remote import RemotePolicy
+    from robo_async.serve import PolicyServer, ServeConfig
+    from sim import ReachTask
+
+    spec = ReachTask().spec()
+    low, high = list(spec.joint_low), list(spec.joint_high)
+    path = build_lerobot_policy("act", state_dim=spec.state_dim, action_low=low, action_high=high,
+                                env_keys=("ee_to_target",), env_dim=3, chunk_size=4, dim_model=32, n_heads=2,
+                                dim_feedforward=64, n_encoder_layers=1, use_vae=False).save(tmp_path / "act")
+
+    def act():
+        return load_lerobot_policy(path, action_low=low, action_high=high, env_keys=("ee_to_target",))
+
+    head = SteeredLeRobotPolicy(act(), residual_scale=0.2)
+    with torch.no_grad():
+        for m in head.noise_actor.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0, 0.5)  # a trained head: its residual is not zero
+    served_head = SteeredLeRobotPolicy(act(), residual_scale=0.2)
+    served_head.load_weights(7, head.weights())
+    obs = {"state": np.linspace(-0.5, 0.5, spec.state_dim).astype(np.float32),
+           "ee_to_target": np.array([0.1, -0.05, 0.02], np.float32)}
+    for local, served, name in ((act(), act(), "lerobot"), (head, served_head, "lerobot_dsrl")):
+        local.deterministic = served.deterministic = True
+        server = PolicyServer(served, spec, ServeConfig("tcp://127.0.0.1:0", policy_name=name)).start()
+        try:
+            remote = RemotePolicy(server.bound, spec, policy=name)
+            remote.connect(10)
+            remote.deterministic = True  # (asked of the server with each request)
+            assert remote.architecture == local.architecture
+            np.testing.assert_array_equal(remote.predict_chunk(obs).actions, local.predict_chunk(obs).actions)
+            remote.close()
+        finally:
+            server.close()
+    assert not np.allclose(head.predict_chunk(obs).actions, act().predict_chunk(obs).actions)  # the head acts
