@@ -243,3 +243,19 @@ def test_the_publisher_copies_only_arrays_that_are_views_of_live_cpu_tensors():
         assert snap["private"] is private and snap["live"] is not live and np.array_equal(snap["live"], live)
     finally:
         pub.close()
+
+
+def test_a_snapshot_copies_every_array_into_one_block_and_keeps_what_it_is_told_to():
+    from robo_async.transport.channels import snapshot
+
+    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "t": np.arange(10, dtype=np.float64)[::2],
+              "s": np.array(2.5), "e": np.zeros((0, 3), np.float32), "i": np.arange(5, dtype=np.int64),
+              "h": np.ones(3, np.float16), "kept": np.ones(2, np.float32)}
+    snap = snapshot(arrays, frozenset({"kept"}))
+    assert list(snap) == list(arrays) and snap["kept"] is arrays["kept"]
+    for k, a in arrays.items():
+        assert snap[k].dtype == a.dtype and snap[k].shape == a.shape and np.array_equal(snap[k], a)
+        if k != "kept" and a.size:
+            assert not np.shares_memory(snap[k], a) and snap[k].ctypes.data % 64 == 0  # aligned copies
+    arrays["w"][0, 0] = 99.0  # the learner's next update: the snapshot does not see it
+    assert snap["w"][0, 0] == 0.0
