@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.base import ActionChunk, Policy, camera_frames, register
+from policies.base import ActionChunk, ChunkRequest, Policy, camera_frames, register
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -218,3 +218,20 @@ class MLPPolicy(Policy):
             a = self.net.act(x, self.deterministic)[0].numpy()
         target = self.to_robot(a, np.asarray(obs["state"], dtype=np.float32))
         return ActionChunk(target[None, :].astype(np.float32), self.dt, self.version)
+
+    @torch.no_grad()
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """One forward pass for a batch of requests (a vectorized actor's simulators, the policy
+        server's actors). gSDE's exploration noise is a per-caller state, so with it (and not
+        deterministic) the requests are answered one by one."""
+        if len(requests) <= 1 or (self.exploration == "gsde" and not self.deterministic):
+            return super().predict_chunks(requests)
+        obs = [r.obs if r.forwarded_state is None else {**r.obs, "state": r.forwarded_state} for r in requests]
+        x = flatten_obs({k: np.stack([np.asarray(o[k]) for o in obs]) for k in self.obs_keys}, self.obs_keys,
+                        self.obs_scale)
+        if self.encoder is not None:
+            x = self.features(x, torch.as_tensor(np.stack([self.images(o) for o in obs])))
+        a = self.net.act(x, self.deterministic).numpy()
+        states = np.stack([np.asarray(o["state"], np.float32) for o in obs])
+        targets = self.to_robot(a, states).astype(np.float32)
+        return [ActionChunk(t[None, :], self.dt, self.version) for t in targets]

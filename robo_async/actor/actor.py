@@ -4,14 +4,20 @@ delivery, journal); in as-fast-as-possible sim mode the loop waits for the learn
 
     actor = Actor(safe_robot, policy, ActorConfig(actor_id, data_address, weights_address, LoopConfig(...)))
     actor.run(stop)        # until stop, the learner stopping, or loop.max_steps
+
+A vectorized actor (`actor.envs=N`, simulators only) drives N robots in one loop with one batched
+policy call per tick: `Actor([robot_0, ..., robot_N-1], ...)`. Each robot's transitions are their
+own stream (episodes and windows never mix), under the id `lane_actor_id(actor_id, j)` with their
+own `Adder`, `Uplink` and journal; robot 0's id is the actor's, whose heartbeats carry the actor's
+figures.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from multiprocessing.synchronize import Event
 from threading import Event as ThreadEvent
 
@@ -26,10 +32,17 @@ from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.transport.channels import WeightClient
+from robo_async.transport.curve import LANE_STRIDE
 from robo_async.transport.stats import ActorStats
 from robo_async.transport.wire import LearnerStatus
 
 log = logging.getLogger(__name__)
+MAX_ENVS = 64  # robots per vectorized actor (robot j streams as actor id a + j * LANE_STRIDE, under MAX_ACTOR_ID)
+
+
+def lane_actor_id(actor_id: int, lane: int) -> int:
+    """The stream id of a vectorized actor's robot `lane` (robot 0: the actor's own id)."""
+    return actor_id + lane * LANE_STRIDE
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,7 @@ class ActorConfig:
     actor_id: int
     data_address: str
     weights_address: str
+    envs: int = 1  # robots (simulators) this actor steps in one loop: run_actor builds them
     loop: LoopConfig = LoopConfig()  # the control loop: pacing, episodes, inference mode
     flush_every: int = 32  # transitions per message
     start_seq: int = 0
@@ -61,10 +75,17 @@ class Actor:
     """One robot's control loop fed by a learner. `run()` returns when `stop` is set, the learner
     says it is stopping, or `loop.max_steps` is reached."""
 
-    def __init__(self, robot: SafeRobot, policy: Policy, config: ActorConfig, teleops: tuple[Teleop, ...] = (),
-                 observer: Callable[[TickInfo], None] | None = None, guide: Policy | None = None) -> None:
+    def __init__(self, robot: SafeRobot | Sequence[SafeRobot], policy: Policy, config: ActorConfig,
+                 teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
+                 guide: Policy | None = None) -> None:
         self.guide = guide
-        self.robot = robot if isinstance(robot, SafeRobot) else SafeRobot(robot)
+        robots = list(robot) if isinstance(robot, Sequence) else [robot]
+        if not 1 <= len(robots) <= MAX_ENVS:
+            raise ValueError(f"an actor drives 1 to {MAX_ENVS} robots, not {len(robots)}")
+        if config.actor_id >= LANE_STRIDE and len(robots) > 1:
+            raise ValueError(f"a vectorized actor's id must be below {LANE_STRIDE}, not {config.actor_id}")
+        self.robots = [r if isinstance(r, SafeRobot) else SafeRobot(r) for r in robots]
+        self.robot = self.robots[0]
         self.teleops = teleops
         self.observer = observer  # sees every tick (benchmarks)
         self.policy = policy
@@ -74,7 +95,8 @@ class Actor:
         self.result: LoopResult | None = None
         self.gate_waits = 0  # ticks that waited for the learner's allowance
         self._gate_status: LearnerStatus | None = None
-        self._gate_limit = 0.0
+        self._gate_limit: dict[int, float] = {}
+        self.uplinks: list[Uplink] = []
         self.ticks_learner_away = 0  # ticks run (real time) while the learner was silent
         self.learner_outages = 0
         self._away_since: float | None = None
@@ -83,12 +105,15 @@ class Actor:
     def env_steps(self) -> int:
         return self.loop.env_steps if self.loop is not None else 0
 
-    def _allowance(self, client: WeightClient, adder: Adder, stop: Event | ThreadEvent) -> bool:
+    def _allowance(self, client: WeightClient, adders: Sequence[Adder], stop: Event | ThreadEvent) -> bool:
         """As-fast-as-possible mode: wait while this actor has produced its share of the learner's
         allowance. What it produced counts (sent but not yet committed too), not what the learner
-        has received, so data in flight cannot overshoot the update-to-data ratio. False: end."""
+        has received, so data in flight cannot overshoot the update-to-data ratio. False: end.
+        A vectorized actor's robots each count as one actor of the learner's (their own streams):
+        it waits while any of them has produced its share."""
         st = client.status
-        if st is not None and st is self._gate_status and adder.seq < self._gate_limit:
+        if st is not None and st is self._gate_status and all(a.seq < self._gate_limit.get(a.actor_id, 0)
+                                                               for a in adders):
             return True  # the common case, once per tick: no new status, still within the share
         deadline = time.monotonic() + self.config.first_status_timeout_s
         waited = False
@@ -101,25 +126,22 @@ class Actor:
                         f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s")
             elif st.stopping:
                 return False
-            elif self._may_produce(st, adder.seq):
+            elif all(a.seq < self._produce_limit(st, a.actor_id) for a in adders):
                 self.gate_waits += waited
                 self._gate_status = st
-                self._gate_limit = self._produce_limit(st)
+                self._gate_limit = {a.actor_id: self._produce_limit(st, a.actor_id) for a in adders}
                 return True
             waited = True
-            self._watch_learner(client, self.uplink.unacked)
+            self._watch_learner(client, sum(u.unacked for u in self.uplinks))
             time.sleep(0.001)
         return False
 
-    def _produce_limit(self, st: LearnerStatus) -> float:
-        """The seq this actor may produce up to under `st`: its share of the headroom (allowed -
-        committed), split evenly among the actors the learner hears from, counted from what the
-        learner has committed of ours (so what is produced but in flight counts against it)."""
+    def _produce_limit(self, st: LearnerStatus, actor_id: int) -> float:
+        """The seq stream `actor_id` may produce up to under `st`: its share of the headroom
+        (allowed - committed), split evenly among the streams the learner hears from, counted from
+        what the learner has committed of it (so what is produced but in flight counts against it)."""
         share = (st.allowed_env_steps - st.env_steps) / max(st.actors, 1)
-        return (st.acked_for(self.config.actor_id) or 0) + share
-
-    def _may_produce(self, st: LearnerStatus, produced: int) -> bool:
-        return produced < self._produce_limit(st)
+        return (st.acked_for(actor_id) or 0) + share
 
     def _watch_learner(self, client: WeightClient, pending: int) -> None:
         """Notice a silent learner (crashed, restarting, network down) and its return, once each."""
@@ -136,12 +158,21 @@ class Actor:
                         time.monotonic() - self._away_since)
             self._away_since = None
 
-    def _stopping_gate(self, client: WeightClient, uplink: Uplink) -> Callable[[], bool]:
+    def _lane_uplink(self, lane: int) -> UplinkConfig:
+        """Robot `lane`'s uplink: the actor's, with its own journal directory beside robot 0's."""
+        u = self.config.uplink
+        if lane == 0 or u.journal_dir is None:
+            return u
+        from pathlib import Path
+
+        return replace(u, journal_dir=str(Path(u.journal_dir).with_name(f"journal-lane{lane}")))
+
+    def _stopping_gate(self, client: WeightClient) -> Callable[[], bool]:
         """Real time: never wait on the learner (the robot keeps executing while it is away;
         data waits in the uplink); end when it says it is stopping."""
         def gate() -> bool:
             st = client.status
-            self._watch_learner(client, uplink.unacked)
+            self._watch_learner(client, self.uplink.unacked)
             if self._away_since is not None:
                 self.ticks_learner_away += 1
             return st is None or not st.stopping
@@ -176,36 +207,45 @@ class Actor:
         client = WeightClient(cfg.weights_address, secure=secure, weights=not remote).start()
         self.client = client
         encoder = self.policy.frozen_encoder() if cfg.embed else None
-        self.uplink = Uplink(cfg.actor_id, cfg.data_address, lambda: client.status, cfg.uplink, secure=secure,
-                             encoder=encoder)
+        ids = [lane_actor_id(cfg.actor_id, j) for j in range(len(self.robots))]
+        # one stream per robot: its own uplink and journal (robot 0's where a one-robot actor keeps it)
+        self.uplinks = [Uplink(i, cfg.data_address, lambda: client.status, self._lane_uplink(j), secure=secure,
+                               encoder=encoder) for j, i in enumerate(ids)]
+        self.uplink = self.uplinks[0]
+        connected: list[SafeRobot] = []
         try:
-            journal_next = self.uplink.open()
+            journal_next = [u.open() for u in self.uplinks]
             status = self._first_status(client, stop)
             if status is None:  # stopped before the learner answered
                 return None
-            acked = status.acked_for(cfg.actor_id) or 0
-            # Numbering resumes after everything the learner or our own journal already holds.
-            start_seq = max(cfg.start_seq, acked, journal_next)
-            self.uplink.start(acked)
-            adder = Adder(cfg.actor_id, self.uplink, cfg.flush_every, start_seq=start_seq)
-            uplink = self.uplink
+            adders = []
+            for j, (i, u) in enumerate(zip(ids, self.uplinks)):
+                acked = status.acked_for(i) or 0
+                # Numbering resumes after everything the learner or our own journal already holds.
+                start_seq = max(cfg.start_seq if j == 0 else 0, acked, journal_next[j])
+                u.start(acked)
+                adders.append(Adder(i, u, cfg.flush_every, start_seq=start_seq))
+            uplinks = self.uplinks
             self.loop = ControlLoop(
-                self.robot, self.policy, cfg.loop, sink=adder, weights=client.take_weights, teleops=self.teleops, observer=self.observer,
-                gate=self._stopping_gate(client, uplink) if cfg.loop.realtime else lambda: self._allowance(client, adder, stop),
-                stats=lambda: ActorStats(unacked=uplink.unacked, resends=uplink.resends, gate_waits=self.gate_waits,
-                                         learner_outages=self.learner_outages,
+                self.robots, self.policy, cfg.loop, sink=adders, weights=client.take_weights, teleops=self.teleops,
+                observer=self.observer,
+                gate=self._stopping_gate(client) if cfg.loop.realtime else lambda: self._allowance(client, adders, stop),
+                stats=lambda: ActorStats(unacked=sum(u.unacked for u in uplinks), resends=sum(u.resends for u in uplinks),
+                                         gate_waits=self.gate_waits, learner_outages=self.learner_outages,
                                          ticks_learner_away=self.ticks_learner_away,
                                          weights_refused=client.weights_refused),
                 guide=self.guide)
-            self.robot.connect()
-            try:
-                self.result = self.loop.run(stop)
-            finally:
-                try:
-                    self.robot.close()
-                except RobotError as e:
-                    log.error("actor %d: closing the robot failed: %s", cfg.actor_id, e)
+            for r in self.robots:
+                r.connect()
+                connected.append(r)
+            self.result = self.loop.run(stop)
             return self.result
         finally:
-            self.uplink.close(cfg.drain_s)
+            for r in connected:
+                try:
+                    r.close()
+                except RobotError as e:
+                    log.error("actor %d: closing the robot failed: %s", cfg.actor_id, e)
+            for u in self.uplinks:
+                u.close(cfg.drain_s)
             client.close()

@@ -28,7 +28,7 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from threading import Event as ThreadEvent
@@ -38,7 +38,7 @@ import numpy as np
 
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
-from policies.base import ActionChunk, Policy, WeightsMismatch, check_architecture
+from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.actor.takeover import Operators
 from robo_async.transport.stats import ActorStats, Figure, histogram
@@ -137,6 +137,7 @@ class TickInfo:
     lateness_s: float  # how late this tick started against its schedule (0 when not real time)
     obs_tick: int  # the tick whose observation the action was computed from (-1: hold / inline)
     new_chunks: int  # chunks merged into the schedule so far (async modes)
+    lane: int = 0  # which of the loop's robots (a vectorized actor's simulators)
 
 
 @dataclass
@@ -173,6 +174,28 @@ class LatenessTracker:
         return float(np.percentile(self.samples, q) * 1000) if self.samples else 0.0
 
 
+@dataclass(eq=False)
+class _Lane:
+    """One robot's running episode in a `ControlLoop` (a vectorized actor steps several)."""
+
+    index: int
+    robot: SafeRobot
+    sink: Sink
+    actor_id: int  # the stream its transitions and episodes go out under
+    obs: dict[str, np.ndarray] = field(default_factory=dict)
+    episode: int = 0  # this episode's number (resets are seeded by it)
+    evaluation: bool = False
+    ret: float = 0.0
+    length: int = 0
+    success: bool = False
+    operator: int = 0  # ticks an operator drove
+    chunk: ActionChunk | None = None  # inline: the chunk being executed, and where in it
+    chunk_i: int = 0
+    last_applied: np.ndarray | None = None
+    # this episode's applied actions, for its jerk (the last 10,000: episodes without a time limit)
+    commanded: deque[np.ndarray] = field(default_factory=lambda: deque(maxlen=10_000))
+
+
 class ControlLoop:
     """The one control loop: drives a `SafeRobot` at its rate in every command (train, eval, bc,
     demos, teleop, benchmarks); commands differ only by the plug-ins given here.
@@ -184,13 +207,25 @@ class ControlLoop:
     safety layer, observe, hand the transition to `sink`. It never waits on inference, the network
     or the disk."""
 
-    def __init__(self, robot: SafeRobot, policy: Policy, config: LoopConfig, *, sink: Sink | None = None,
+    def __init__(self, robot: SafeRobot | Sequence[SafeRobot], policy: Policy, config: LoopConfig, *,
+                 sink: Sink | Sequence[Sink] | None = None,
                  weights: Callable[[], Weights | None] | None = None, gate: Callable[[], bool] | None = None,
                  teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
                  stats: Callable[[], ActorStats] | None = None, guide: Policy | None = None) -> None:
-        if not isinstance(robot, SafeRobot):
-            raise TypeError(f"the control loop drives robots behind the safety layer; wrap "
-                            f"{type(robot).__name__} in hal.safety.SafeRobot")
+        robots = list(robot) if isinstance(robot, Sequence) else [robot]
+        sinks = list(sink) if isinstance(sink, Sequence) else [sink] * len(robots) if sink is None else [sink]
+        for r in robots:
+            if not isinstance(r, SafeRobot):
+                raise TypeError(f"the control loop drives robots behind the safety layer; wrap "
+                                f"{type(r).__name__} in hal.safety.SafeRobot")
+        if not robots or len(sinks) != len(robots):
+            raise ValueError(f"the control loop needs one sink per robot: {len(robots)} robots, {len(sinks)} sinks")
+        if len(robots) > 1 and (config.inference != "inline" or teleops or guide is not None or config.realtime
+                                or getattr(policy, "remote", False)):
+            raise ValueError(f"{len(robots)} simulators in one loop (actor.envs) step as fast as they go with inline "
+                             f"inference and one batched policy call per tick: no asynchronous inference, "
+                             f"real time, teleops, guide or policy server")
+        robot = robots[0]
         if config.inference not in INFERENCE_MODES:
             raise ValueError(f"inference mode '{config.inference}' unknown; modes: {list(INFERENCE_MODES)}")
         self.remote = bool(getattr(policy, "remote", False))  # on a policy server (actor/remote.py)
@@ -200,18 +235,20 @@ class ControlLoop:
         if self.remote:
             weights = None  # the server gets the learner's weights itself
         self.robot, self.policy, self.config = robot, policy, config
-        self.sink = sink if sink is not None else EpisodeLog()
+        # one lane per robot (a vectorized actor steps several simulators; every other loop, one)
+        self.lanes = [_Lane(i, r, s if s is not None else EpisodeLog(),
+                            config.actor_id if len(robots) == 1 else int(getattr(s, "actor_id", config.actor_id)))
+                      for i, (r, s) in enumerate(zip(robots, sinks))]
+        self.sink = self.lanes[0].sink  # heartbeats go here (the actor's)
         self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
         self.teleops = teleops
         self.operators = Operators(teleops, robot, config.teleop_drives) if teleops else None  # who drives, per tick
-        self._last_applied: np.ndarray | None = None
         self.tick = 0
         self.env_steps = 0
-        self.episodes = config.start_episode
+        self.episodes = config.start_episode  # finished (and skipped) episodes, numbered on from start_episode
+        self._next_episode = config.start_episode  # the number the next reset gives its episode
         self.versions_seen: list[int] = []
         self._rng = np.random.default_rng(config.seed)
-        self._chunk: ActionChunk | None = None  # inline: the chunk being executed, and where in it
-        self._chunk_i = 0
         if guide is not None and (config.guide is None or config.inference != "inline"):
             raise ValueError("a guide policy (JSRL) needs config.guide and inline inference (sim only)")
         self.guide = guide
@@ -219,8 +256,6 @@ class ControlLoop:
         self._guide_chunk: ActionChunk | None = None
         self._guide_i = 0
         self._guide_results: list[bool] = []  # training episodes since the last check
-        # this episode's applied actions, for its jerk (the last 10,000: episodes without a time limit)
-        self._commanded: deque[np.ndarray] = deque(maxlen=10_000)
         self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
@@ -250,9 +285,9 @@ class ControlLoop:
                 log.error("rejected weights, keeping v%d: %s", self.policy.version, e)
                 self._bad_weights_logged.add(w.version)
 
-    def _is_eval(self) -> bool:
+    def _is_eval(self, episode: int) -> bool:
         n = self.config.eval_every
-        return n > 0 and self.policy.version >= 0 and self.episodes % n == n - 1
+        return n > 0 and self.policy.version >= 0 and episode % n == n - 1
 
     def _guided(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
         """The guide's action (its chunks executed whole); the transition carries the learning
@@ -273,23 +308,40 @@ class ControlLoop:
                 self.guide_ticks = max(0, self.guide_ticks - g.step)
             self._guide_results = []
 
-    def _inline(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
-        """(action, policy version) on this thread. A chunk is executed whole, as in every other
-        mode (what chunk critics learn from), and the next one is asked for when it runs out."""
+    def _inline(self, lanes: list[_Lane]) -> list[tuple[np.ndarray, int]]:
+        """(action, policy version) per lane, on this thread. A chunk is executed whole, as in
+        every other mode (what chunk critics learn from), and the next one is asked for when it
+        runs out: for several lanes, in one batched call per kind of episode (training or
+        evaluation)."""
         if self.policy.version < 0 and self.config.explore_until_weights:
             spec = self.robot.spec
-            return self._rng.uniform(spec.low, spec.high).astype(np.float32), self.policy.version
-        if self._chunk is None or self._chunk_i >= len(self._chunk.actions):
-            self._chunk, self._chunk_i = self.policy.predict_chunk(obs), 0
-        self._chunk_i += 1
-        return self._chunk.actions[self._chunk_i - 1], self._chunk.policy_version
+            return [(self._rng.uniform(spec.low, spec.high).astype(np.float32), self.policy.version) for _ in lanes]
+        need = [ln for ln in lanes if ln.chunk is None or ln.chunk_i >= len(ln.chunk.actions)]
+        if len(lanes) == 1:
+            if need:
+                ln = need[0]
+                ln.chunk, ln.chunk_i = self.policy.predict_chunk(ln.obs), 0
+        else:
+            for evaluation in (False, True):
+                group = [ln for ln in need if ln.evaluation is evaluation]
+                if group:
+                    self.policy.deterministic = evaluation
+                    for ln, chunk in zip(group, self.policy.predict_chunks([ChunkRequest(ln.obs) for ln in group])):
+                        ln.chunk, ln.chunk_i = chunk, 0
+        out = []
+        for ln in lanes:
+            assert ln.chunk is not None
+            ln.chunk_i += 1
+            out.append((ln.chunk.actions[ln.chunk_i - 1], ln.chunk.policy_version))
+        return out
 
     def actor_stats(self) -> ActorStats:
         """Heartbeat figures: safety counters, tick lateness, inference latency, and those of the
         operators, a remote policy and the actor around this loop (`stats=`)."""
-        st = self.robot.stats
+        sts = [ln.robot.stats for ln in self.lanes]
         parts = [ActorStats(
-            clipped=st.clipped, rejected=st.rejected, workspace=st.workspace, estopped=st.estopped,
+            clipped=sum(st.clipped for st in sts), rejected=sum(st.rejected for st in sts),
+            workspace=sum(st.workspace for st in sts), estopped=sum(st.estopped for st in sts),
             late_p99_ms=round(self.lateness.percentile_ms(99), 3), missed_ticks=self.lateness.missed,
             late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist") if self.lateness.samples else None,
             guide_ticks=self.guide_ticks if self.guide is not None else None,
@@ -317,13 +369,35 @@ class ControlLoop:
     def _drop_plan(self, hold: np.ndarray | None) -> None:
         """A takeover or a release: forget the policy's plan (inline chunk, async schedule and the
         chunks in flight); its next chunk is asked about the state now."""
-        self._chunk = None
+        self.lanes[0].chunk = None
         if self.runner is not None:
             self.runner.drop_plan(hold)
 
-    def _reset(self) -> dict[str, np.ndarray]:
-        self._chunk = self._guide_chunk = None  # an inline chunk never runs into the next episode
-        return self.robot.reset(seed=self.config.seed * 100_003 + self.episodes).as_dict()
+    def _reset(self, lane: _Lane) -> dict[str, np.ndarray]:
+        """A new episode on this lane's robot, seeded by its number, and its bookkeeping."""
+        lane.chunk = self._guide_chunk = None  # an inline chunk never runs into the next episode
+        lane.episode, self._next_episode = self._next_episode, self._next_episode + 1
+        lane.obs = lane.robot.reset(seed=self.config.seed * 100_003 + lane.episode).as_dict()
+        lane.ret, lane.length, lane.success, lane.operator = 0.0, 0, False, 0
+        lane.last_applied = None
+        lane.evaluation = self._is_eval(lane.episode)
+        return lane.obs
+
+    def _end_episode(self, lane: _Lane, version: int, label: TeleopEventKind | None, result: LoopResult) -> None:
+        """The episode's summary to its lane's sink and the result; JSRL's schedule; its jerk."""
+        stats = EpisodeStats(lane.actor_id, lane.episode,
+                             lane.ret, lane.length, lane.success, version, lane.evaluation, lane.operator,
+                             label.value if label is not None else "")
+        lane.sink.send_episode(stats)
+        result.episodes.append(stats)
+        del result.episodes[:-1000]  # bounded on days-long runs
+        if self.guide is not None and not lane.evaluation:
+            self._guide_schedule(lane.success)
+        if not lane.evaluation and len(lane.commanded) >= 4:
+            a = np.asarray(lane.commanded, np.float64)
+            self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / self.robot.spec.dt ** 3))
+        lane.commanded.clear()
+        self.episodes += 1
 
     # --- the loop --------------------------------------------------------------------------
     def run(self, stop: Event | ThreadEvent | None = None) -> LoopResult:
@@ -339,21 +413,24 @@ class ControlLoop:
             return self._run(stop)
         finally:
             sys.setswitchinterval(switch)
-            self.sink.flush()
+            for ln in self.lanes:
+                ln.sink.flush()
             if self.runner is not None:
                 self.runner.engine.close()
 
     def _run(self, stop: Event | ThreadEvent | None) -> LoopResult:
-        cfg, robot, sink, runner = self.config, self.robot, self.sink, self.runner
+        cfg, robot, runner, lanes = self.config, self.robot, self.runner, self.lanes
         result = LoopResult()
-        obs = self._reset()
+        for ln in lanes:
+            self._reset(ln)
+        lane0 = lanes[0]
         if self.remote:  # hello: the server's architecture and horizon, or its refusal, named
             self.policy.connect(cfg.server_wait_s, stop)  # type: ignore[attr-defined]
         if runner is not None and cfg.warmup_inference:  # torch's slow first call; seeds the latency
-            runner.engine.warmup(obs)
-        ep_return, ep_len, ep_success, ep_operator, evaluation = 0.0, 0, False, 0, self._is_eval()
+            runner.engine.warmup(lane0.obs)
+        lane0.evaluation = self._is_eval(lane0.episode)
         ops = self.operators
-        self.policy.deterministic = evaluation
+        self.policy.deterministic = lane0.evaluation
         dt = robot.spec.dt
         next_beat = time.monotonic() + cfg.heartbeat_s
         next_tick = time.monotonic()
@@ -381,84 +458,74 @@ class ControlLoop:
                 self._swap_weights()
             label = None
             if ops is not None:
-                label = ops.poll(obs, evaluation)
+                label = ops.poll(lane0.obs, lane0.evaluation)
                 if ops.first or ops.released:
-                    self._drop_plan(self._last_applied)
+                    self._drop_plan(lane0.last_applied)
             if self._gate is not None and not self._gate():
                 result.stop_reason = "gate"
                 break
-            if ep_len < self.guide_ticks and not evaluation:
-                action, version = self._guided(obs)
+            if lane0.length < self.guide_ticks and not lane0.evaluation:
+                chosen = [self._guided(lane0.obs)]
             elif runner is not None:
-                action = runner.tick(self.tick, obs)
-                version = runner.version
+                chosen = [(runner.tick(self.tick, lane0.obs), runner.version)]
             else:
-                action, version = self._inline(obs)
-            intervention, policy_action = POLICY, None
-            if ops is not None and ops.active is not None:
-                intervention, policy_action = (TAKEOVER if ops.first else OPERATOR), action
-                op = ops.action()
-                if op is None:  # the device was lost: hold this tick, the policy has control again
-                    op = self._last_applied if self._last_applied is not None else robot.spec.hold_action(obs["state"])
-                    self._drop_plan(op)
-                action = op
-                ep_operator += 1
-            elif ops is not None and ops.lost_driver and self._last_applied is not None:
-                action = self._last_applied  # the driver's device was lost in this tick's poll: hold this tick
-            chosen_at = time.monotonic() if self._observer is not None else 0.0
-            applied = robot.send_action(action)
-            self._last_applied = applied
-            self._commanded.append(applied)
-            out = robot.outcome()
-            next_obs = robot.get_observation().as_dict()
-            ep_len += 1
-            terminated = out.terminated and cfg.end_on_terminated
-            reward, success = out.reward, out.success
-            if label is TeleopEventKind.SUCCESS:  # the operator's judgement ends the episode
-                terminated, success, reward = True, True, max(reward, cfg.success_reward)
-            truncated = (ep_len >= cfg.episode_ticks or label is not None or out.truncated) and not terminated
-            if policy_action is not None:  # what the policy would have done, inside the robot's limits
-                policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
-            sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,
-                     intervention=intervention, policy_action=policy_action)
-            if self._observer is not None:
-                self._observer(TickInfo(self.tick, ep_len - 1, self.episodes, action, applied, chosen_at, lateness,
-                                        runner.schedule.popped_obs_tick if runner is not None else -1,
-                                        runner.chunks_merged if runner is not None else 0))
+                chosen = self._inline(lanes)
+            for ln, (action, version) in zip(lanes, chosen):
+                obs = ln.obs
+                intervention, policy_action = POLICY, None
+                if ops is not None and ops.active is not None:  # (one lane: teleops drive one robot)
+                    intervention, policy_action = (TAKEOVER if ops.first else OPERATOR), action
+                    op = ops.action()
+                    if op is None:  # the device was lost: hold this tick, the policy has control again
+                        op = ln.last_applied if ln.last_applied is not None else robot.spec.hold_action(obs["state"])
+                        self._drop_plan(op)
+                    action = op
+                    ln.operator += 1
+                elif ops is not None and ops.lost_driver and ln.last_applied is not None:
+                    action = ln.last_applied  # the driver's device was lost in this tick's poll: hold this tick
+                chosen_at = time.monotonic() if self._observer is not None else 0.0
+                applied = ln.robot.send_action(action)
+                ln.last_applied = applied
+                ln.commanded.append(applied)
+                out = ln.robot.outcome()
+                next_obs = ln.robot.get_observation().as_dict()
+                ln.length += 1
+                terminated = out.terminated and cfg.end_on_terminated
+                reward, success = out.reward, out.success
+                if label is TeleopEventKind.SUCCESS:  # the operator's judgement ends the episode
+                    terminated, success, reward = True, True, max(reward, cfg.success_reward)
+                truncated = (ln.length >= cfg.episode_ticks or label is not None or out.truncated) and not terminated
+                if policy_action is not None:  # what the policy would have done, inside the robot's limits
+                    policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
+                ln.sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,
+                            intervention=intervention, policy_action=policy_action)
+                if self._observer is not None:
+                    self._observer(TickInfo(self.tick, ln.length - 1, ln.episode, action, applied, chosen_at, lateness,
+                                            runner.schedule.popped_obs_tick if runner is not None else -1,
+                                            runner.chunks_merged if runner is not None else 0, ln.index))
+                self.env_steps += 1
+                ln.ret += reward
+                ln.success = ln.success or success
+                ln.obs = next_obs
+                if terminated or truncated:
+                    self._end_episode(ln, version, label, result)
+                    finished += 1
+                    if finished >= max_episodes:
+                        break
+                    self._reset(ln)
+                    if runner is not None:
+                        runner.reset()
+                    if len(lanes) == 1:
+                        self.policy.deterministic = ln.evaluation
+                    if cfg.realtime:  # a reset may take a while on a real robot: restart the pacing
+                        next_tick = time.monotonic()
             self.tick += 1
-            self.env_steps += 1
-            ep_return += reward
-            ep_success = ep_success or success
-            obs = next_obs
-            if terminated or truncated:
-                stats = EpisodeStats(cfg.actor_id, self.episodes, ep_return, ep_len, ep_success, version, evaluation,
-                                     ep_operator, label.value if label is not None else "")
-                sink.send_episode(stats)
-                result.episodes.append(stats)
-                del result.episodes[:-1000]  # bounded on days-long runs
-                if self.guide is not None and not evaluation:
-                    self._guide_schedule(ep_success)
-                if not evaluation and len(self._commanded) >= 4:
-                    a = np.asarray(self._commanded, np.float64)
-                    self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / dt ** 3))
-                self._commanded.clear()
-                self.episodes += 1
-                finished += 1
-                if finished >= max_episodes:
-                    result.stop_reason = "max_episodes"
-                    break
-                obs = self._reset()
-                if runner is not None:
-                    runner.reset()
-                ep_return, ep_len, ep_success, ep_operator = 0.0, 0, False, 0
-                self._last_applied = None
-                evaluation = self._is_eval()
-                self.policy.deterministic = evaluation
-                if cfg.realtime:  # a reset may take a while on a real robot: restart the pacing
-                    next_tick = time.monotonic()
+            if finished >= max_episodes:
+                result.stop_reason = "max_episodes"
+                break
             if time.monotonic() >= next_beat:
                 next_beat += cfg.heartbeat_s
-                sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.actor_stats()))
+                self.sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.actor_stats()))
         result.ticks = self.env_steps
         result.seconds = time.monotonic() - t_start
         result.lateness_p50_ms = self.lateness.percentile_ms(50)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 class ActorOptions:
     """`actor`: batching, journal, inference mode and JSRL guide of the training actors."""
 
+    envs: int = 1  # simulators one actor process steps, with one batched policy call per tick (sim, as fast as possible, inline)
     flush_every: int = 32  # transitions per message
     heartbeat_s: float = 1.0  # seconds between heartbeats to the learner
     eval_every: int = 2  # every n-th episode is deterministic; success is judged on those

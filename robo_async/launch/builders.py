@@ -189,6 +189,30 @@ def transport_keys(t: TransportOptions | DictConfig, actors: int) -> str | None:
 
 
 
+def check_envs(a, c, plan_task, server: str | None) -> int:  # noqa: ANN001 - actor options, config, task of actor i
+    """`actor.envs`: how many simulators each actor steps in one loop; more than one only where the
+    loop steps as fast as it can with inline inference (simulators, no teleop, guide or server)."""
+    from robo_async.actor.actor import MAX_ENVS
+    from robo_async.transport.curve import LANE_STRIDE
+
+    envs = int(a.envs)
+    if not 1 <= envs <= MAX_ENVS:
+        raise ConfigError(f"actor.envs must be 1 to {MAX_ENVS}, not {a.envs}")
+    if envs == 1:
+        return 1
+    for i in range(c.actors):
+        t = plan_task(i)
+        why = ("a real robot" if t.robot is not None else "task.realtime=true" if t.realtime
+               else "a teleop" if t.teleop else "actor.guide" if a.guide else "actor.inference_server" if server
+               else None if resolve_inference(a.inference, t, server) == "inline" else f"actor.inference={a.inference}")
+        if why is not None:
+            raise ConfigError(f"actor.envs={envs} steps several simulators with one batched policy call per tick, "
+                              f"as fast as they go (inline inference); actor {i} has {why}")
+    if c.actors > LANE_STRIDE:
+        raise ConfigError(f"actor.envs > 1 takes at most {LANE_STRIDE} actors, not {c.actors}")
+    return envs
+
+
 def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
     """The plan of a run from its config (composed, or a resumed run's): checked and typed first
     (`typed_config`: one ConfigError line per wrong type or unknown key), then every choice that
@@ -303,12 +327,17 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
             raise ConfigError(f"actor.guide={a.guide}: use expert or a `robo-async bc` run directory")
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
+    envs = check_envs(a, c, plan_task, server)
+    from robo_async.actor.actor import lane_actor_id
+
+    def episodes_of(i: int) -> int:  # all the episodes actor i's robots made (their numbers seed resets)
+        return sum(int(eps.get(str(lane_actor_id(i, j)), 0)) for j in range(envs))
     actors = tuple(
         ActorConfig(
-            actor_id=i, data_address="", weights_address="",
+            actor_id=i, data_address="", weights_address="", envs=envs,
             loop=LoopConfig(
                 actor_id=i, episode_ticks=task.options.get("episode_ticks", 50), realtime=plan_task(i).realtime,
-                seed=c.seed * 1000 + i, start_episode=int(eps.get(str(i), 0)), eval_every=a.eval_every,
+                seed=c.seed * 1000 + i, start_episode=episodes_of(i), eval_every=a.eval_every,
                 heartbeat_s=a.heartbeat_s, inference=resolve_inference(a.inference, plan_task(i), server),
                 replan=replan, success_reward=a.success_reward,
                 inference_workers=a.inference_workers, guide=guide, server_wait_s=a.server_wait_s),

@@ -97,14 +97,20 @@ class RayActorWorker:
         from robo_async.launch.wiring import run_actor
 
         torch.set_num_threads(1)
-        lease = LeaseManager(lease_opts.lease_dir).acquire(resource_id, job, lease_opts.wait_s)
-        try:
+        from robo_async.actor.actor import lane_actor_id
+
+        manager = LeaseManager(lease_opts.lease_dir)
+        leases = [manager.acquire(resource_id, job, lease_opts.wait_s)]
+        try:  # a vectorized actor: a simulator slot for each of its other simulators too
+            leases += [manager.acquire(task.resource_id(lane_actor_id(cfg.actor_id, j)), job, lease_opts.wait_s)
+                       for j in range(1, cfg.envs)]
             actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
             return True, f"done: {actor.env_steps} env steps"
         except RobotError as e:
             return False, f"robot lost: {e}"
         finally:
-            lease.release()
+            for lease in leases:
+                lease.release()
 
 
 ASK_EVERY_S = 0.2  # how often the learner's progress is asked for (it reports every 0.5 s)

@@ -102,7 +102,7 @@ class Runner(Protocol):
 
 
 def lease_resources(plan: TrainPlan) -> list[Lease]:
-    """One lease per actor (its robot or a simulator slot), all or nothing, held for the run;
+    """One lease per actor's robot (its robot, or a simulator slot for each of its simulators), all or nothing, held for the run;
     released by the kernel if this process dies (serial and local; Ray leases on each node)."""
     opts = plan.resources
     leases = LeaseManager(opts.lease_dir)
@@ -110,7 +110,7 @@ def lease_resources(plan: TrainPlan) -> list[Lease]:
     needs: dict[str, int] = {}
     for cfg in plan.actors:
         t = plan.task_of(cfg.actor_id)
-        needs[t.resource_need] = needs.get(t.resource_need, 0) + 1
+        needs[t.resource_need] = needs.get(t.resource_need, 0) + cfg.envs  # a vectorized actor: a slot per simulator
         if t.robot is not None:
             rid = t.resource_id(cfg.actor_id)
             kind, _, rest = rid.partition(":")

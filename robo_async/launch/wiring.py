@@ -29,12 +29,14 @@ AnyEvent = Event | ThreadEvent
 def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEvent) -> Actor:
     """Build the actor's robot (behind the safety layer), teleops and policy; run until the
     learner stops or `stop`. Raises hal's RobotError when the robot is lost."""
-    robot = make_safe_robot(task)
+    robots = [make_safe_robot(task) for _ in range(cfg.envs)]  # a vectorized actor: several simulators
+    robot = robots[0]
     teleops = make_teleops(task, robot)
     for t in teleops:
         t.connect()
     try:
-        actor = Actor(robot, remote_policy(cfg, policy, robot.spec) if cfg.inference_server
+        actor = Actor(robots if len(robots) > 1 else robot,
+                      remote_policy(cfg, policy, robot.spec) if cfg.inference_server
                       else make_actor_policy(policy, robot.spec), cfg, teleops,
                       guide=make_guide(cfg.guide, task, robot) if cfg.guide else None)
         actor.run(stop)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import zmq
 
-from robo_async.transport.curve import LearnerAuth, actor_of
+from robo_async.transport.curve import LearnerAuth, actor_of, owns
 from robo_async.transport.weights import Assembler, PushConfig, encode_push, keyframe_of
 from robo_async.transport.wire import (
     LearnerStatus,
@@ -100,7 +100,7 @@ class TransitionReceiver:
                 if self._auth is not None:
                     owner = actor_of(frames[0])
                     claimed = getattr(msg, "actor_id", None)
-                    if claimed is None or owner != claimed:
+                    if not owns(owner, claimed):
                         self.id_mismatch += 1
                         if self.id_mismatch <= 20 or self.id_mismatch % 1000 == 0:
                             log.warning("refused a %s message under actor id %s from the key of actor %s",

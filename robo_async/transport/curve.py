@@ -166,6 +166,17 @@ def actor_of(frame: zmq.Frame) -> int | None:
     return int(uid) if isinstance(uid, str) and uid.isdigit() else None
 
 
+LANE_STRIDE = 1024  # a vectorized actor's robot j streams as its actor id + j * LANE_STRIDE
+
+
+def owns(owner: int | None, claimed: int | None) -> bool:
+    """Whether the key of actor `owner` may send under actor id `claimed`: its own id, or one of its
+    robots' streams (a vectorized actor: owner + j * LANE_STRIDE)."""
+    if owner is None or claimed is None:
+        return False
+    return claimed == owner or (owner < LANE_STRIDE and claimed % LANE_STRIDE == owner)
+
+
 def secure_client(sock: zmq.Socket, keys_dir: str | Path, actor_id: int) -> None:
     """Make `sock` a CURVE client with actor `actor_id`'s key pair and the learner's public key
     from `keys_dir` (before it connects); a missing or damaged key file raises `KeysError`."""

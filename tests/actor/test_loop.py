@@ -75,7 +75,7 @@ def test_allowance_counts_what_the_actor_produced_not_what_arrived():
     actor = Actor(SafeRobot(SimRobot(ReachTask())), NaNEvery(2), ActorConfig(3, "", ""))
     st = LearnerStatus(0, 0, env_steps=1000, allowed_env_steps=1500, acked=((3, 400),), actors=2)
     # headroom 500 split over 2 actors: this actor may run to seq 400 + 250, counting what is in flight
-    assert actor._may_produce(st, 649) and not actor._may_produce(st, 650)
+    assert actor._produce_limit(st, 3) == 650  # seq 649 may be produced, 650 not
 
 
 def test_inline_executes_each_chunk_whole_and_starts_a_new_one_each_episode():
