@@ -301,7 +301,11 @@ class FlowChunkPolicy(Policy):
         return ActionChunk(actions, self.dt, self.version)
 
     def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
-        """One forward pass per prefix length for a batch of requests (the policy server)."""
+        """One forward pass per prefix length for a batch of requests (the policy server, a
+        vectorized actor). A subclass that acts otherwise (its own `predict_chunk`: the one-step
+        actor, the noise-steered prior) is answered one by one, never with this flow sampler."""
+        if type(self).predict_chunk is not FlowChunkPolicy.predict_chunk:
+            return Policy.predict_chunks(self, requests)
         out: list[ActionChunk | None] = [None] * len(requests)
         groups: dict[int, list[int]] = {}
         for i, r in enumerate(requests):

@@ -1,7 +1,13 @@
 """`robo-async bench multi-actor`: env steps/s into the learner and learner updates/s with 1, 2 and
 4 simulated actors (state observations, as fast as they go: a low update-to-data ratio and a
 large limiter slack so the actors and the ingest path, not the rate limiter, are the limit),
-per-actor and learner CPU use, and lease latency."""
+per-actor and learner CPU use, and lease latency; then one vectorized actor stepping `envs=`
+simulators with one batched policy call per tick (`actor.envs`), against the best
+process-per-simulator total of the same run (`vec_over_processes`).
+
+    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16] [utd=0.02] [learn=reach,pick_lift]
+                                 [learn_budget_s=600]
+"""
 
 from __future__ import annotations
 
@@ -43,13 +49,13 @@ def lease_latency(n: int = 500) -> tuple[float, float]:
     return float(np.median(acq)), float(np.median(rel))
 
 
-def one_run(actors: int, seconds: float, utd: float, root: Path) -> dict[str, float]:
+def one_run(actors: int, seconds: float, utd: float, root: Path, envs: int = 1) -> dict[str, float]:
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
     from robo_async.learner.metrics import read_metrics
     from robo_async.train import prepare
 
-    cfg, plan = prepare([f"runs_root={root}", f"actors={actors}", f"budget.seconds={seconds}",
+    cfg, plan = prepare([f"runs_root={root}", f"actors={actors}", f"actor.envs={envs}", f"budget.seconds={seconds}",
                          "stop_at_success=null", "eval_episodes=0", f"algo.utd_ratio={utd}",
                          "algo.limiter_slack=100000",
                          "learner.log_every_s=0.5", "actor.journal=false"])
@@ -70,7 +76,7 @@ def one_run(actors: int, seconds: float, utd: float, root: Path) -> dict[str, fl
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    with ProgressDisplay(f"bench multi-actor: {actors} actor(s)") as display:
+    with ProgressDisplay(f"bench multi-actor: {actors} actor(s) x {envs} simulator(s)") as display:
         launch_local(plan, display)
     sampler.join(timeout=5)
     rows = [r for r in read_metrics(plan.run_dir) if window[0] <= r["time/elapsed_s"] <= window[1]]
@@ -84,6 +90,33 @@ def one_run(actors: int, seconds: float, utd: float, root: Path) -> dict[str, fl
             "actor_cpu_mean": float(np.mean(actor_cpu)) if actor_cpu else float("nan")}
 
 
+# learning rows: the same job with one simulator per actor and with one vectorized actor (the
+# pick_lift row is bench learn's DSRL row from state: 20 demonstrations and the BC prior)
+LEARN = {"reach": ["task=reach"],
+         "pick_lift": None}  # built from bench learn's row (demos and the BC prior first)
+
+
+def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, object]:
+    """Seconds to 90% rolling success of `robo-async train` on `task` with one actor stepping
+    `envs` simulators (1: today's actor)."""
+    from robo_async.bench.learn import ROWS, _cli, bc_start, curve, first_reach, record_demos
+
+    extra = [f"actor.envs={envs}", "stop_at_success=0.9", "eval_episodes=0", f"budget.seconds={budget_s:g}"]
+    if task == "pick_lift":
+        row = ROWS["pick_lift-dsrl"]
+        demos = root / "demos-pick_lift-state"
+        record_demos(row.task, row.obs, demos, root / "demos.log")
+        bc_dir, _ = bc_start(row.task, row.obs, demos, root, root / "bc.log", absolute=row.absolute)
+        args = row.overrides(demos, bc_dir)
+    else:
+        args = list(LEARN[task] or [])
+    run_dir = root / f"learn-{task}-envs{envs}"
+    res = _cli(["train", *args, *extra, f"run_dir={run_dir}"], budget_s + 900, root / f"learn-{task}-envs{envs}.log")
+    points = curve(run_dir) if (run_dir / "metrics.jsonl").exists() else []
+    t90, s90 = first_reach(points, 0.9)
+    return {"task": task, "envs": envs, "seconds_to_90": t90, "env_steps_to_90": s90, "returncode": res.returncode}
+
+
 @register("multi-actor")
 def bench_multi_actor(args: dict[str, str]) -> int:
     seconds = float(args.get("seconds", 30))
@@ -91,22 +124,45 @@ def bench_multi_actor(args: dict[str, str]) -> int:
     counts = [int(x) for x in args.get("actors", "1,2,4").split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-multi-actor-"))
     acquire_ms, release_ms = lease_latency()
+    vec_counts = [int(x) for x in args.get("envs", "4,16").split(",") if x]
     results = {str(n): one_run(n, seconds, utd, root) for n in counts}
+    vec = {str(n): one_run(1, seconds, utd, root, envs=n) for n in vec_counts}
     table = Table(title=f"bench multi-actor ({os.cpu_count()} cores, utd {utd}, {seconds:.0f} s per run)")
-    for col in ("actors", "env steps/s", "updates/s", "learner CPU", "CPU per actor", "steps/s per actor"):
+    for col in ("actors x simulators", "env steps/s", "updates/s", "learner CPU", "CPU per actor", "steps/s per sim"):
         table.add_column(col, justify="right")
-    for n, r in results.items():
-        table.add_row(n, f"{r['steps_per_s']:,.0f}", f"{r['updates_per_s']:,.1f}", f"{r['learner_cpu']:.2f}",
-                      f"{r['actor_cpu_mean']:.2f}", f"{r['steps_per_s'] / int(n):,.0f}")
+    for label, n, r in [*((f"{n} x 1", int(n), r) for n, r in results.items()),
+                        *((f"1 x {n}", int(n), r) for n, r in vec.items())]:
+        table.add_row(label, f"{r['steps_per_s']:,.0f}", f"{r['updates_per_s']:,.1f}", f"{r['learner_cpu']:.2f}",
+                      f"{r['actor_cpu_mean']:.2f}", f"{r['steps_per_s'] / n:,.0f}")
     Console().print(table)
+    best_proc = max(r["steps_per_s"] for r in results.values()) if results else None
+    best_vec = max(r["steps_per_s"] for r in vec.values()) if vec else None
     print(f"lease acquire {acquire_ms:.3f} ms, release {release_ms:.3f} ms (median)")
     figures = {
         "steps_per_s": {n: round(r["steps_per_s"], 1) for n, r in results.items()},
+        "steps_per_s_by_envs": {n: round(r["steps_per_s"], 1) for n, r in vec.items()},
+        "steps_per_s_vec": round(best_vec, 1) if best_vec else None,
+        "vec_over_processes": round(best_vec / best_proc, 2) if best_vec and best_proc else None,
         "updates_per_s": {n: round(r["updates_per_s"], 1) for n, r in results.items()},
         "actor_cpu": {n: round(r["actor_cpu_mean"], 3) for n, r in results.items()},
         "learner_cpu": {n: round(r["learner_cpu"], 3) for n, r in results.items()},
         "lease_acquire_ms": round(acquire_ms, 4), "lease_release_ms": round(release_ms, 4),
         "cores": os.cpu_count(), "utd_ratio": utd,
     }
+    learn = [t for t in args.get("learn", "reach,pick_lift").split(",") if t]
+    if learn and vec:
+        n_best = int(max(vec, key=lambda n: vec[n]["steps_per_s"]))
+        budget = float(args.get("learn_budget_s", 600))
+        rows = [learn_row(t, n, root, budget) for t in learn for n in (1, n_best)]
+        lt = Table(title=f"seconds to 90% rolling success (one actor; 1 simulator vs {n_best} in one loop)")
+        for col in ("task", "simulators", "seconds to 90%", "env steps to 90%"):
+            lt.add_column(col, justify="right")
+        for r in rows:
+            lt.add_row(str(r["task"]), str(r["envs"]), str(r["seconds_to_90"]), str(r["env_steps_to_90"]))
+        Console().print(lt)
+        figures["learn"] = rows
+        for t in learn:
+            one, many = (next(r for r in rows if r["task"] == t and r["envs"] == n) for n in (1, n_best))
+            figures[f"{t}_seconds_to_90"] = {"1": one["seconds_to_90"], str(n_best): many["seconds_to_90"]}
     print(json.dumps(figures))
     return 0

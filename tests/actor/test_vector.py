@@ -174,3 +174,26 @@ def test_actor_envs_that_cannot_step_as_one_are_refused_at_plan_time():
         assert res.returncode != 0 and f"actor 0 has {why}" in res.stderr, res.stderr[-2000:]
     res = subprocess.run(EXE + ["train", "task=reach", "actor.envs=65"], capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "actor.envs must be 1 to 64" in res.stderr
+
+
+def test_a_batch_of_rl_trained_chunk_policies_acts_as_each_one_alone():
+    """The one-step actor (qc) and the noise-steered prior (dsrl) act through their own networks in a
+    batch too (the flow prior's batched sampler stood in for them before)."""
+    import torch
+
+    from policies.onestep import NoiseSteeredPolicy, OneStepChunkPolicy
+
+    spec = ReachTask().spec()
+    kw = dict(obs_keys=("state",), obs_dims=(spec.state_dim,), action_low=spec.joint_low,
+              action_high=spec.joint_high, horizon=4, hidden=(32, 32))
+    rng = np.random.default_rng(1)
+    reqs = [ChunkRequest({"state": rng.uniform(-1, 1, spec.state_dim).astype(np.float32)}) for _ in range(3)]
+    for cls in (OneStepChunkPolicy, NoiseSteeredPolicy):
+        p = cls(**kw)
+        with torch.no_grad():
+            for m in p.module().modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.normal_(0, 0.3)
+        p.deterministic = True
+        for r, b in zip(reqs, p.predict_chunks(reqs)):
+            np.testing.assert_allclose(b.actions, p.predict_chunk(r.obs).actions, atol=1e-5)
