@@ -40,12 +40,15 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
 
     assert run_of("gym_hil", "hil", 2).extra == ("teleop=virtual", "algo.dagger_weight=1.0", "seed=2")
     assert run_of("push", "no_hil", 0).extra == ("seed=0",)
-    runs = {"hil": [{"seconds_to_80": 100.0, "intervention_rate_last": 0.05}, {"seconds_to_80": 300.0},
-                    {"seconds_to_80": 200.0, "intervention_rate_last": 0.09}],
-            "no_hil": [{"seconds_to_80": 500.0}, {"seconds_to_80": None}, {"seconds_to_80": 420.0}]}
+    runs = {"hil": [{"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},
+                    {"seconds_to_80": 300.0, "env_steps_to_80": 3000},
+                    {"seconds_to_80": 200.0, "intervention_rate_last": 0.09, "env_steps_to_80": 2000}],
+            "no_hil": [{"seconds_to_80": 500.0, "env_steps_to_80": 9000}, {"seconds_to_80": None, "env_steps": 7000},
+                       {"seconds_to_80": 420.0, "env_steps_to_80": 5000}]}
     got = summarize_task(runs, budget=600)
     assert got["hil_seconds_to_80"] == 200.0 and got["no_hil_seconds_to_80"] == 500.0
     assert got["speedup"] == 2.5 and not got["speedup_is_lower_bound"]
+    assert got["no_hil_env_steps_to_80"] == 7000 and got["speedup_env_steps"] == 3.5  # the run's own steps stand in
     assert got["intervention_rate_last"] == 0.07
     runs["no_hil"] = [{"seconds_to_80": None}, {"seconds_to_80": None}, {"seconds_to_80": 420.0}]
     got = summarize_task(runs, budget=600)  # most seeds never got there: the budget stands in, a lower bound

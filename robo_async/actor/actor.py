@@ -52,7 +52,6 @@ class ActorConfig:
     actor_id: int
     data_address: str
     weights_address: str
-    envs: int = 1  # robots (simulators) this actor steps in one loop: run_actor builds them
     loop: LoopConfig = LoopConfig()  # the control loop: pacing, episodes, inference mode
     flush_every: int = 32  # transitions per message
     start_seq: int = 0
@@ -65,6 +64,7 @@ class ActorConfig:
     inference_server: str | None = None  # the policy runs on this `robo-async serve` server (actor/remote.py)
     server_image_codec: str = "jpeg"  # how camera frames travel to it: jpeg | png | qoi | raw
     embed: bool = True  # the policy's frozen camera encoder (if any) embeds each batch's frames on the uplink thread
+    envs: int = 1  # robots (simulators) this actor steps in one loop: run_actor builds them
 
 
 class LearnerUnavailable(RuntimeError):

@@ -91,14 +91,16 @@ def _names(args: dict[str, str], key: str, choices: tuple[str, ...]) -> list[str
     return names
 
 
-def median_seconds(runs: list[dict], budget: float) -> tuple[float | None, bool]:
-    """The median seconds to 80% over seeds, a seed that never reached it counted as `budget`;
-    and whether that median is such a censored value (then only a bound)."""
+def median_seconds(runs: list[dict], budget: float, key: str = "seconds_to_80") -> tuple[float | None, bool]:
+    """The median of `key` (seconds, or env steps, to 80%) over seeds, a seed that never reached
+    80% counted as `budget` (for env steps: the run's own env steps); and whether that median is
+    such a censored value (then only a bound)."""
     if not runs:
         return None, False
-    times = [r["seconds_to_80"] if r.get("seconds_to_80") is not None else budget for r in runs]
+    stand_in = (lambda r: budget) if key == "seconds_to_80" else (lambda r: float(r.get("env_steps", 0)))
+    times = [r[key] if r.get(key) is not None else stand_in(r) for r in runs]
     med = statistics.median(times)
-    return round(med, 1), sum(r.get("seconds_to_80") is None for r in runs) * 2 >= len(runs)
+    return round(med, 1), sum(r.get(key) is None for r in runs) * 2 >= len(runs)
 
 
 def summarize_task(runs: dict[str, list[dict]], budget: float) -> dict[str, object]:
@@ -106,7 +108,12 @@ def summarize_task(runs: dict[str, list[dict]], budget: float) -> dict[str, obje
     t_hil, hil_censored = median_seconds(runs.get("hil", []), budget)
     t_base, base_censored = median_seconds(runs.get("no_hil", []), budget)
     rates = [r["intervention_rate_last"] for r in runs.get("hil", []) if r.get("intervention_rate_last") is not None]
-    return {"hil_seconds_to_80": None if hil_censored else t_hil,
+    # env steps: the same comparison, blind to how much CPU each run had (the machine is shared)
+    s_hil, s_hil_c = median_seconds(runs.get("hil", []), budget, "env_steps_to_80")
+    s_base, s_base_c = median_seconds(runs.get("no_hil", []), budget, "env_steps_to_80")
+    return {"hil_env_steps_to_80": None if s_hil_c else s_hil, "no_hil_env_steps_to_80": None if s_base_c else s_base,
+            "speedup_env_steps": None if (not s_hil or not s_base or s_hil_c) else round(s_base / s_hil, 2),
+            "hil_seconds_to_80": None if hil_censored else t_hil,
             "no_hil_seconds_to_80": None if base_censored else t_base,
             # the operator's arm did not reach 80% in most seeds: no figure; the other arm did not: a lower bound
             "speedup": None if (t_hil is None or t_base is None or hil_censored) else round(t_base / t_hil, 2),
@@ -165,12 +172,15 @@ def bench_hil(args: dict[str, str]) -> int:
     Console().print(table)
     per_task = {task: summarize_task(rs, budget) for task, rs in runs.items()}
     summary = Table(title="median over seeds (a seed that did not reach 80% counts as the budget)")
-    for c in ("task", "no operator: s to 80%", "operator: s to 80%", "speedup", "intervention rate, last 10%"):
+    for c in ("task", "no operator: s to 80%", "operator: s to 80%", "speedup", "env steps: none / operator",
+              "speedup (env steps)", "intervention rate, last 10%"):
         summary.add_column(c, justify="left" if c == "task" else "right")
     for task, f in per_task.items():
         sp = f["speedup"]
         summary.add_row(task, str(f["no_hil_seconds_to_80"] or f"> {budget:.0f}"), str(f["hil_seconds_to_80"] or "-"),
                         "-" if sp is None else f"{'>= ' if f['speedup_is_lower_bound'] else ''}{sp}x",
+                        f"{f['no_hil_env_steps_to_80'] or '-'} / {f['hil_env_steps_to_80'] or '-'}",
+                        "-" if f["speedup_env_steps"] is None else f"{f['speedup_env_steps']}x",
                         "-" if f["intervention_rate_last"] is None else f"{f['intervention_rate_last']:.1%}")
     Console().print(summary)
     print(f"learning curves: {root / 'learning_curves.png'}; reward classifier: precision {clf['precision']}, "
@@ -181,6 +191,7 @@ def bench_hil(args: dict[str, str]) -> int:
         **{f"hil_speedup_{t}": f["speedup"] for t, f in per_task.items()},
         **{f"hil_speedup_{t}_is_lower_bound": f["speedup_is_lower_bound"] for t, f in per_task.items()},
         **{f"intervention_rate_last_{t}": f["intervention_rate_last"] for t, f in per_task.items()},
+        **{f"hil_speedup_env_steps_{t}": f["speedup_env_steps"] for t, f in per_task.items()},
         # push's figures under the keys earlier runs of this bench reported
         "hil_seconds_to_80": push.get("hil_seconds_to_80"), "no_hil_seconds_to_80": push.get("no_hil_seconds_to_80"),
         "speedup": push.get("speedup"), "speedup_is_lower_bound": push.get("speedup_is_lower_bound"),
