@@ -267,14 +267,8 @@ def test_gym_hil_from_cameras_the_expert_alone_sees_the_cube():
     assert "obs/environment_state" not in ep and ep["obs/front"].shape[1:] == (64, 64, 3)  # ... the data did not
 
 
-def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
-    from policies.scripted import HoldPolicy
-    from robo_async.launch.tasks import make_teleops
-
-    options = {"env_id": ENV, "kwargs": (("limit", 30),), "expert": "tests.sim.test_gym_envs:PushRightPolicy"}
-    robot = SafeRobot(make_robot(TaskArgs("gym", options)))
-    (op,) = make_teleops(TaskArgs("gym", options, teleop={"type": "virtual", "stall_ticks": 4, "hold_ticks": 10}),
-                         robot)
+def one_operated_episode(robot, op, policy, ticks):
+    """One episode of `policy` with the operator `op` watching; (sink, who acted each tick). Closes the robot."""
     interventions = []
 
     class Note(_Sink):
@@ -284,11 +278,24 @@ def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
 
     sink = Note()
     robot.connect()
-    try:  # the policy holds (never succeeds); the operator takes over after 4 ticks without progress
-        ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=30, max_episodes=1, inference="inline",
-                                                              eval_every=0), sink=sink, teleops=(op,)).run()
+    try:
+        ControlLoop(robot, policy, LoopConfig(episode_ticks=ticks, max_episodes=1, inference="inline", eval_every=0),
+                    sink=sink, teleops=(op,)).run()
     finally:
         robot.close()
+    return sink, interventions
+
+
+def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
+    from policies.scripted import HoldPolicy
+    from robo_async.launch.tasks import make_teleops
+
+    options = {"env_id": ENV, "kwargs": (("limit", 30),), "expert": "tests.sim.test_gym_envs:PushRightPolicy"}
+    robot = SafeRobot(make_robot(TaskArgs("gym", options)))
+    (op,) = make_teleops(TaskArgs("gym", options, teleop={"type": "virtual", "stall_ticks": 4, "hold_ticks": 10}),
+                         robot)
+    # the policy holds (never succeeds); the operator takes over after 4 ticks without progress
+    sink, interventions = one_operated_episode(robot, op, HoldPolicy(robot.spec), 30)
     assert op.takeovers == 1 and sink.successes == [True]
     assert interventions[:4] == [0, 0, 0, 0] and interventions[4] == 2 and set(interventions[5:]) == {1}
     with pytest.raises(Exception, match="task.expert=module:callable"):
@@ -318,7 +325,6 @@ def test_gym_hil_state_gives_the_gripper_as_a_fraction_closed():
 def test_the_virtual_operator_takes_over_on_gym_hil_when_the_policy_strays_from_the_cube():
     """On gym_hil the operator judges progress as a person watching would (gripper to cube, lift), so a
     policy moving away from the cube is taken over at once, long before stall_ticks would."""
-    from robo_async.actor.loop import ControlLoop, LoopConfig
     from robo_async.launch.tasks import make_teleops
     from policies.scripted import ScriptedPolicy
 
@@ -326,22 +332,11 @@ def test_the_virtual_operator_takes_over_on_gym_hil_when_the_policy_strays_from_
     (op,) = make_teleops(TaskArgs("gym_hil", {}, teleop={"type": "virtual", "stall_ticks": 40, "hold_ticks": 30}),
                          robot)
     away = ScriptedPolicy(lambda: np.array([0.0, 0.0, 1.0, 1.0], np.float32), robot.spec.dt, "up")  # rises away
-    interventions = []
-
-    class Note(_Sink):
-        def add(self, *a, intervention=0, **k):
-            interventions.append(intervention)
-            super().add(*a, **k)
-
-    sink = Note()
     robot.connect()
-    try:
-        robot.reset(seed=0)
-        start = robot.inner.operator_progress()
-        ControlLoop(robot, away, LoopConfig(episode_ticks=60, max_episodes=1, inference="inline", eval_every=0),
-                    sink=sink, teleops=(op,)).run()
-    finally:
-        robot.close()
+    robot.reset(seed=0)
+    start = robot.inner.operator_progress()
+    robot.close()
+    sink, interventions = one_operated_episode(robot, op, away, 60)
     first = interventions.index(2)  # the takeover tick
     assert 0 < first < 10, interventions[:12]  # rising 2.5 cm a tick: 10 cm worse than its best within ~5 ticks
     assert op.takeovers >= 1 and sink.successes == [True]  # the expert then picked the cube
