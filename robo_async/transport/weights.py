@@ -46,14 +46,15 @@ class PushConfig:
     precision: str = "fp32"  # fp32 | fp16: float32 arrays travel as float16 (actors get float32 back)
     delta: bool = False  # send only the elements that changed since the last keyframe
     keyframe_every: int = 20  # versions between keyframes when delta is on
-    part_mb: float = 4.0  # a push is streamed in parts of about this size (the learner never stalls on one)
+    part_mb: float = 4.0  # a push is streamed in parts of about this size (the learner never stalls on one) ...
+    whole_mb: float = 64.0  # ... but an array up to this size travels whole, so the actor keeps it as received (no copy)
     sparse_below: float = 0.25  # a changed array goes as (indices, values) below this changed fraction
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"weights precision must be one of {PRECISIONS}, not '{self.precision}'")
-        if self.keyframe_every < 1 or self.part_mb <= 0:
-            raise ValueError("weights keyframe_every must be >= 1 and part_mb > 0")
+        if self.keyframe_every < 1 or self.part_mb <= 0 or self.whole_mb < 0:
+            raise ValueError("weights keyframe_every must be >= 1, part_mb > 0 and whole_mb >= 0")
 
 
 def digest(a: np.ndarray) -> int:
@@ -121,6 +122,8 @@ def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: st
                     pieces += [(f"i:{k}:{lo}", idx.astype(np.int64)), (f"v:{k}:{lo}", flat[idx])]
                 continue
         per = max(1, step // max(a.itemsize, 1))
+        if a.nbytes <= cfg.whole_mb * 2**20:
+            per = max(per, flat.size)  # whole: one piece (a part of its own when bigger than part_mb)
         for lo in range(0, max(flat.size, 1), per):
             pieces.append((f"d:{k}:{lo}", flat[lo:lo + per]))
     groups: list[list[tuple[str, np.ndarray]]] = [[]]

@@ -223,7 +223,7 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
         nan_w = frames_of(Weights(9, {**w.arrays, "fc.bias": np.full(4, np.nan, np.float32)}, "mlp:3-4"))
         bad += array_mutations(wf)[:8] + [nan_w]
         # streamed pushes (wpart): every header field, the manifest and the piece names
-        parts, _, _ = encode_push(11, w.arrays, "mlp:3-4", PushConfig(part_mb=0.00003))
+        parts, _, _ = encode_push(11, w.arrays, "mlp:3-4", PushConfig(part_mb=0.00003, whole_mb=0))
         assert len(parts) >= 2
         p0, p1 = frames_of(parts[0]), frames_of(parts[1])
         wpart_bad = {"version": [-1, "1", MISSING], "part": [-1, 99, MISSING], "parts": [0, "2", MISSING],

@@ -35,7 +35,7 @@ def newest(client: WeightClient, version: int, timeout: float = 30.0) -> Weights
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_streamed_pushes_arrive_whole_and_deltas_carry_only_what_changed(precision):
-    cfg = PushConfig(precision=precision, delta=True, part_mb=0.25)
+    cfg = PushConfig(precision=precision, delta=True, part_mb=0.25, whole_mb=0)
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=cfg)
     client = WeightClient(pub.address, every_s=0.005).start()
     try:
@@ -60,7 +60,7 @@ def test_streamed_pushes_arrive_whole_and_deltas_carry_only_what_changed(precisi
 
 
 def test_a_late_actor_gets_the_keyframe_and_the_newest_delta():
-    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(delta=True, part_mb=0.25))
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(delta=True, part_mb=0.25, whole_mb=0))
     try:
         w = policy(1)
         pub.publish(Weights(1, w, "net"))
@@ -83,7 +83,7 @@ def test_a_late_actor_gets_the_keyframe_and_the_newest_delta():
 
 def test_a_corrupted_or_mismatched_push_is_never_swapped_in():
     w = policy(2, big=50_000)
-    parts, tx, _ = encode_push(1, w, "net", PushConfig(part_mb=0.05))
+    parts, tx, _ = encode_push(1, w, "net", PushConfig(part_mb=0.05, whole_mb=0))
     assert len(parts) > 2
     asm = Assembler()
     hurt = dict(parts[1].arrays)
@@ -116,7 +116,7 @@ def test_a_corrupted_or_mismatched_push_is_never_swapped_in():
 def test_a_part_carrying_nan_or_inf_is_refused_at_decode(precision, bad):
     w = policy(3, big=20_000)
     w["backbone.w"][12_345] = bad
-    parts, _, _ = encode_push(1, w, "net", PushConfig(precision=precision, part_mb=0.05))
+    parts, _, _ = encode_push(1, w, "net", PushConfig(precision=precision, part_mb=0.05, whole_mb=0))
     from robo_async.transport.wire import WireError
 
     refused = 0
@@ -199,7 +199,7 @@ def test_a_status_only_subscriber_gets_statuses_and_acks_but_no_weight_parts():
     after them, so on the same ordered stream a client subscribed to parts would have had them."""
     from robo_async.transport.wire import LearnerStatus
 
-    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, push=PushConfig(part_mb=0.25))
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, push=PushConfig(part_mb=0.25, whole_mb=0))
     full = WeightClient(pub.address, every_s=0.005).start()
     lean = WeightClient(pub.address, every_s=0.005, weights=False).start()
     try:
@@ -259,3 +259,19 @@ def test_a_snapshot_copies_every_array_into_one_block_and_keeps_what_it_is_told_
             assert not np.shares_memory(snap[k], a) and snap[k].ctypes.data % 64 == 0  # aligned copies
     arrays["w"][0, 0] = 99.0  # the learner's next update: the snapshot does not see it
     assert snap["w"][0, 0] == 0.0
+
+
+def test_an_array_up_to_whole_mb_travels_whole_and_is_kept_as_received():
+    """Arrays up to `whole_mb` go as one piece each (a part of its own when bigger than part_mb): the
+    actor keeps the received bytes (no copy); bigger ones are split and assembled."""
+    w = {"a": np.arange(300_000, dtype=np.float32), "b": np.ones(200_000, np.float32),
+         "big": np.full(600_000, 2.0, np.float32)}  # 1.2 MB, 0.8 MB, 2.4 MB
+    parts, _, _ = encode_push(1, w, "net", PushConfig(part_mb=0.25, whole_mb=2.0))
+    pieces = [name for p in parts for name in p.arrays]
+    assert [n for n in pieces if n.startswith("d:a:")] == ["d:a:0"] and [n for n in pieces if n.startswith("d:b:")] == ["d:b:0"]
+    assert len([n for n in pieces if n.startswith("d:big:")]) > 1
+    asm = Assembler()
+    out = [asm.feed(wire(p)) for p in parts][-1]
+    assert out is not None and all(np.array_equal(out.arrays[k], w[k]) for k in w)
+    assert not out.arrays["a"].flags.owndata and not out.arrays["b"].flags.owndata  # the received frames' bytes
+    assert out.arrays["big"].flags.owndata  # assembled from its pieces
