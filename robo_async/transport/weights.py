@@ -190,7 +190,7 @@ class Assembler:
                 return None
             if not p.manifest:
                 raise WireError("weights part 0 carries no manifest")
-            bufs = {}
+            bufs: dict[str, np.ndarray | _Pending] = {}
             for name, shape, dtype, _ in p.manifest:
                 if p.base >= 0:  # a delta: untouched arrays are the (verified) keyframe's, shared
                     src = self._key[1].get(name) if self._key is not None else None
