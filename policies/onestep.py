@@ -13,13 +13,13 @@ policy, its critic and this actor agree on what a chunk means.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from policies.base import ActionChunk, register
+from policies.base import ActionChunk, ChunkRequest, Policy, register
 from policies.embedding import FrozenEncoder
 from policies.flow import ChunkNorm, FlowChunkPolicy, ImageEncoder
 
@@ -168,6 +168,32 @@ class OneStepChunkPolicy(FlowChunkPolicy):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # committed: kept exactly
         return ActionChunk(actions, self.dt, self.version)
 
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """The one-step actor on a batch (a vectorized actor's simulators, the policy server's actors)."""
+        if _one_by_one(requests):
+            return Policy.predict_chunks(self, requests)
+        cond, images, delays, refs = _batch_inputs(self, requests)
+        x = self.act(cond, images, delay=delays).numpy()
+        return [ActionChunk(self.denormalize(xi, ref), self.dt, self.version) for xi, ref in zip(x, refs)]
+
+
+def _batch_inputs(p: FlowChunkPolicy, requests: Sequence[ChunkRequest]
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, list[np.ndarray]]:
+    """(conditions [B, D], images [B, cams, H, W, 3] or None, delays [B], reference states) of
+    requests without a committed prefix, for one batched forward pass."""
+    cond = torch.as_tensor(np.stack([p.condition(r.obs, r.forwarded_state) for r in requests]))
+    imgs = [p.images(r.obs) for r in requests]
+    images = None if imgs[0] is None else torch.as_tensor(np.stack(imgs))
+    delays = torch.as_tensor([float(r.delay_ticks) for r in requests])
+    refs = [np.asarray(r.obs["state"] if r.forwarded_state is None else r.forwarded_state, np.float32)
+            for r in requests]
+    return cond, images, delays, refs
+
+
+def _one_by_one(requests: Sequence[ChunkRequest]) -> bool:
+    """A single request, or one with a committed prefix (RTC): answered one by one."""
+    return len(requests) <= 1 or any(r.prefix is not None and len(r.prefix) for r in requests)
+
 
 @register("flow_dsrl")
 class NoiseSteeredPolicy(FlowChunkPolicy):
@@ -238,3 +264,14 @@ class NoiseSteeredPolicy(FlowChunkPolicy):
         if p is not None:
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]
         return ActionChunk(actions, self.dt, self.version)
+
+    def predict_chunks(self, requests: Sequence[ChunkRequest]) -> list[ActionChunk]:
+        """The noise actor and the frozen flow on a batch (a vectorized actor, the policy server)."""
+        if _one_by_one(requests):
+            return Policy.predict_chunks(self, requests)
+        cond, images, delays, refs = _batch_inputs(self, requests)
+        with torch.no_grad():
+            encoded = self.net.encode(cond, images)
+            z = self.noise(encoded)
+        x = self.sample(cond, None, delay=delays, images=images, noise=z, encoded=encoded).numpy()
+        return [ActionChunk(self.denormalize(xi, ref), self.dt, self.version) for xi, ref in zip(x, refs)]
