@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from threading import Event as ThreadEvent
-from typing import Protocol
 
 import numpy as np
 
@@ -40,45 +39,13 @@ from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
+from robo_async.actor.records import EpisodeLog, LatenessTracker, Sink
 from robo_async.actor.takeover import Operators
 from robo_async.transport.stats import ActorStats, Figure, histogram
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
 REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (see ControlLoop.run)
-
-
-class Sink(Protocol):
-    """Where the loop's data goes: `Adder` (to the learner or a store), `EpisodeLog` (eval)."""
-
-    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: float, next_obs: dict[str, np.ndarray],
-            terminated: bool, truncated: bool, policy_version: int, success: bool = False, intervention: int = 0,
-            policy_action: np.ndarray | None = None) -> None: ...
-
-    def send_episode(self, stats: EpisodeStats) -> None: ...
-
-    def send_heartbeat(self, beat: Heartbeat) -> None: ...
-
-    def flush(self) -> None: ...
-
-
-class EpisodeLog:
-    """A sink that keeps episode summaries only (evaluation, benchmarks); bounded."""
-
-    def __init__(self, keep: int = 100_000) -> None:
-        self.episodes: deque[EpisodeStats] = deque(maxlen=keep)
-
-    def add(self, *args: object, **kwargs: object) -> None:
-        pass
-
-    def send_episode(self, stats: EpisodeStats) -> None:
-        self.episodes.append(stats)
-
-    def send_heartbeat(self, beat: Heartbeat) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -152,26 +119,6 @@ class LoopResult:
     missed_ticks: int = 0  # ticks that started more than half a period late
     stop_reason: str = ""
     seconds: float = 0.0  # wall-clock time from the first tick to the end (excludes connect/warm-up)
-
-
-class LatenessTracker:
-    """Tick lateness (s) over a bounded window, and missed ticks (> half a period late) in total."""
-
-    def __init__(self, dt: float, window: int = 5_000) -> None:
-        self.dt = dt
-        self.samples: deque[float] = deque(maxlen=window)
-        self.missed = 0
-        self.max = 0.0
-
-    def add(self, lateness: float) -> None:
-        self.samples.append(lateness)
-        if lateness > self.dt / 2:
-            self.missed += 1
-        if lateness > self.max:
-            self.max = lateness
-
-    def percentile_ms(self, q: float) -> float:
-        return float(np.percentile(self.samples, q) * 1000) if self.samples else 0.0
 
 
 @dataclass(eq=False)
