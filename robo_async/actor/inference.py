@@ -94,6 +94,16 @@ def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> 
     return spec.forward_state(state, committed)
 
 
+def percentile(values: "deque[float] | deque[int] | list[float]", q: float) -> float:
+    """numpy's default (linear) percentile of a small window, without numpy's per-call overhead
+    (~5 us against ~90 us for 50 values: a remote actor asks for its p95 on every request)."""
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
 class TickLatency:
     """Latency in control ticks as the loop saw it: from the tick a chunk was asked for to the
     tick it was merged (the first tick it could be used), over a sliding window. This is what a
@@ -117,9 +127,8 @@ class TickLatency:
         if len(self._samples) < self.min_samples:
             return None
         if q not in self._cached:
-            s = np.asarray(self._samples)
-            s = s[s <= 2 * np.median(s) + 1]
-            self._cached[q] = int(math.ceil(float(np.percentile(s, q)) - 1e-9))
+            cut = 2 * percentile(self._samples, 50) + 1
+            self._cached[q] = int(math.ceil(percentile([s for s in self._samples if s <= cut], q) - 1e-9))
         return self._cached[q]
 
 
@@ -139,7 +148,7 @@ class LatencyTracker:
         return list(self._samples)
 
     def percentile(self, q: float) -> float:
-        return float(np.percentile(self._samples, q)) if self._samples else self._initial
+        return percentile(self._samples, q) if self._samples else self._initial
 
     def ticks(self, dt: float, q: float = 95) -> int:
         """Whole control ticks an inference takes (rounded up)."""

@@ -2,6 +2,7 @@
 
 import threading
 import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -525,3 +526,14 @@ def test_a_new_episode_asks_at_once_while_the_last_episodes_inference_runs():
     runner.tick(11, obs(np.full(A, 2.0, np.float32)))  # the new episode's chunk covers ticks 4-11
     assert runner.chunks_merged == 1 and runner.schedule.popped_obs_tick == 0
     engine.close()
+
+
+def test_the_window_percentile_is_numpys_linear_percentile():
+    """The trackers' percentile (pure Python, on every remote request) equals numpy's default."""
+    from robo_async.actor.inference import percentile
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 50):
+        values = deque(rng.exponential(0.1, n).tolist(), maxlen=50)
+        for q in (0, 5, 50, 95, 99, 100):
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), abs=1e-12)
