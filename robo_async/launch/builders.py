@@ -213,6 +213,30 @@ def check_envs(a, c, plan_task, server: str | None) -> int:  # noqa: ANN001 - ac
     return envs
 
 
+def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:  # noqa: ANN001 - config, algo config
+    """`learner.replicas`: 1 to 64 learner ranks; more than one only where the runner places them
+    (launcher=local) and, on GPUs, one GPU per rank."""
+    from robo_async.learner.replicas import MAX_REPLICAS
+
+    n = int(c.learner.replicas)
+    if not 1 <= n <= MAX_REPLICAS:
+        raise ConfigError(f"learner.replicas must be 1 to {MAX_REPLICAS}, not {c.learner.replicas}")
+    if n > 1 and c.launcher.name != "local":
+        raise ConfigError(f"learner.replicas={n} runs its ranks as processes of launcher=local, not "
+                          f"launcher={c.launcher.name}")
+    device = resolve_device(c.learner.device)
+    if n > 1 and device.startswith("cuda"):
+        import torch
+
+        from robo_async.learner.algorithms import build_algorithm
+
+        first = torch.device(device).index or 0
+        if build_algorithm(algo_name, algo_config, policy).supports_device and first + n > torch.cuda.device_count():
+            raise ConfigError(f"learner.replicas={n} on {device} needs a GPU per rank, this machine has "
+                              f"{torch.cuda.device_count()}; use fewer replicas or learner.device=cpu")
+    return n
+
+
 def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
     """The plan of a run from its config (composed, or a resumed run's): checked and typed first
     (`typed_config`: one ConfigError line per wrong type or unknown key), then every choice that
@@ -296,7 +320,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         stale_embeddings=_choice("learner.stale_embeddings", c.learner.stale_embeddings, ("refuse", "skip")),
         keys_dir=keys_dir, max_message_mb=t.max_message_mb,
         queue_mb=t.queue_mb, message_bytes=batch_bytes(spec, a.flush_every),
-        push=c.learner.weights,
+        push=c.learner.weights, replicas=check_replicas(c, algo_name, algo_config, policy_spec),
     )
     if server is not None and not server.startswith(("tcp://", "ipc://")):
         raise ConfigError(f"actor.inference_server must be a ZMQ address like tcp://host:5560, not {server!r}")

@@ -9,16 +9,18 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import signal
+import socket
 from multiprocessing.context import BaseContext
 from multiprocessing.synchronize import Event
 
 from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import TrainPlan
-from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main
+from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main, rank_main, replica_main
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.runner import Exit, Ready, RunFailed, RunResult, lease_resources
 from robo_async.launch.supervisor import Supervisor
 from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.replicas import Rendezvous
 
 __all__ = ["LocalRunner", "RunFailed", "RunResult", "exit_reason", "launch_local"]  # (train.py takes the results here)
 
@@ -66,7 +68,7 @@ class _Process:
         if self.proc.is_alive():
             return None
         code = self.proc.exitcode
-        return Exit.CLEAN if code == 0 else Exit.ROBOT_LOST if code == ROBOT_LOST and self.who != "learner" \
+        return Exit.CLEAN if code == 0 else Exit.ROBOT_LOST if code == ROBOT_LOST and not self.who.startswith("learner") \
             else Exit.FAILED
 
     def why(self) -> str:
@@ -93,6 +95,70 @@ class _Process:
             self.proc.join(1.0)
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class _LearnerGroup:
+    """The learner's ranks (`learner.replicas` > 1) as one supervised process: rank 0 is the learner
+    (its reports, its pid), ranks >= 1 its replicas, meeting on a fresh loopback port each start.
+    Any rank failing ends them all (the others would wait on it): the supervisor then restarts the
+    group from the last checkpoint. `failure()` says which rank failed first."""
+
+    def __init__(self, ctx: BaseContext, cfg: LearnerConfig, stop: Event) -> None:
+        port, n = free_port(), cfg.replicas
+        env = [Rendezvous("127.0.0.1", port, r, n, r).env() for r in range(n)]
+        status = ctx.Queue()
+        self.ranks = [_Process(ctx, "learner", rank_main, (env[0], learner_main, cfg, stop, status), status)]
+        self.ranks += [_Process(ctx, f"learner rank {r}", rank_main, (env[r], replica_main, cfg, stop), None)
+                       for r in range(1, n)]
+        self.failed: int | None = None  # the rank whose failure ended the group
+
+    def pid(self) -> int | None:
+        return self.ranks[0].pid()
+
+    def rank_pids(self) -> dict[str, int | None]:
+        """processes.json entries of the replicas ("learner rank 1": pid, ...)."""
+        return {p.who: p.pid() for p in self.ranks[1:]}
+
+    def poll(self) -> list[tuple[str, object]]:
+        return self.ranks[0].poll()
+
+    def exit(self) -> Exit | None:
+        ended = [p.exit() for p in self.ranks]
+        if self.failed is None:
+            bad = [r for r, e in enumerate(ended) if e is not None and e is not Exit.CLEAN]
+            if not bad:  # replicas end cleanly when rank 0 stops them: the group ends with rank 0
+                return None if ended[0] is None else Exit.CLEAN if all(e is Exit.CLEAN for e in ended) else None
+            # the first to fail is blamed; killed by a signal beats an error (that one's peers see it die)
+            self.failed = min(bad, key=lambda r: (self.ranks[r].proc.exitcode or 0) >= 0)
+            for p in self.ranks:
+                if p.exit() is None:
+                    p.kill()
+        return Exit.FAILED
+
+    def why(self) -> str:
+        r = self.failed if self.failed is not None else 0
+        return self.ranks[r].why() if r == 0 else f"learner rank {r} (pid {self.ranks[r].pid()}): {self.ranks[r].why()}"
+
+    def failure(self) -> dict[str, object]:
+        """What the supervisor's "failed" event adds: the rank that failed and its pid."""
+        r = self.failed if self.failed is not None else 0
+        return {"rank": r, "rank_pid": self.ranks[r].pid()}
+
+    def kill(self) -> None:
+        for p in self.ranks:
+            p.proc.kill()
+        for p in self.ranks:
+            p.proc.join(5.0)
+
+    def terminate(self) -> None:
+        for p in self.ranks:
+            p.terminate()
+
+
 class LocalRunner:
     """`launcher=local`: the learner and each actor as a spawned process on this machine; the
     supervisor can kill (SIGKILL) and restart any of them."""
@@ -106,7 +172,9 @@ class LocalRunner:
         self.ctx = mp.get_context("spawn")
         self.stop_event: Event = self.ctx.Event()
 
-    def start_learner(self, cfg: LearnerConfig) -> _Process:
+    def start_learner(self, cfg: LearnerConfig) -> _Process | _LearnerGroup:
+        if cfg.replicas > 1:
+            return _LearnerGroup(self.ctx, cfg, self.stop_event)
         status = self.ctx.Queue()
         return _Process(self.ctx, "learner", learner_main, (cfg, self.stop_event, status), status)
 

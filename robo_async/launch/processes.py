@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
@@ -17,6 +18,7 @@ from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs
 from robo_async.launch.wiring import learner_loop, run_actor
 from robo_async.learner.learner import Learner, LearnerConfig
+from robo_async.learner.replicas import Rendezvous, run_replica
 
 ROBOT_LOST = 3  # exit code of an actor whose robot failed: the run continues with the others
 
@@ -69,6 +71,37 @@ def learner_main(cfg: LearnerConfig, stop: Event, status: Queue, errors: Queue, 
         status.put(("done", done))
     except Exception as e:  # report, then exit non-zero: the launcher names us and stops the run
         _fail("learner", errors, e)
+
+
+def rank_main(env: dict[str, str], target: Callable[..., None], *args: object) -> None:
+    """A learner rank (`learner.replicas` > 1): torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT, LOCAL_RANK) set before `target` (learner_main or replica_main) runs."""
+    os.environ.update(env)
+    target(*args)
+
+
+REPLICA_GRACE_S = 60.0  # a replica still running this long after `stop` (its learner gone): it exits
+
+
+def replica_main(cfg: LearnerConfig, stop: Event, errors: Queue) -> None:
+    """A learner replica (rank >= 1): no sockets, no store; ends when rank 0 says stop."""
+    _child_setup(stop)
+    rdv = Rendezvous.from_env()
+    who = f"learner rank {rdv.rank}"
+
+    def backstop() -> None:  # rank 0 stops it; should rank 0 be gone as well, do not linger
+        while not stop.is_set():
+            time.sleep(1.0)
+        time.sleep(REPLICA_GRACE_S)
+        logging.getLogger(__name__).error("%s: no stop from rank 0 within %.0f s of the run's stop; exiting",
+                                          who, REPLICA_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=backstop, name="replica-backstop", daemon=True).start()
+    try:
+        run_replica(cfg, rdv)
+    except Exception as e:
+        _fail(who, errors, e)
 
 
 def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: Event, errors: Queue) -> None:

@@ -279,6 +279,8 @@ class Supervisor:
         if self.learner is not None:
             running["learner"] = self.learner
         pids = {who: p.pid() for who, p in running.items()}
+        if self.learner is not None and hasattr(self.learner, "rank_pids"):  # learner.replicas > 1 (local)
+            pids.update(self.learner.rank_pids())
         if any(pid is None for pid in pids.values()):
             return False
         new = {**self.pids, **pids}
@@ -360,7 +362,9 @@ class Supervisor:
             learner.kill()
         else:
             why = learner.why()
-        self.events.write("failed", "learner", pid=learner.pid(), why=why)
+        # a group of learner ranks (learner.replicas > 1) also names the rank that failed and its pid
+        self.events.write("failed", "learner", pid=learner.pid(), why=why,
+                          **(learner.failure() if hasattr(learner, "failure") else {}))
         if not self.runner.restarts_learner:
             raise RunFailed(f"the learner failed: {why}; launcher={self.runner.name} does not restart it")
         delay = self.learner_budget.claim(why)

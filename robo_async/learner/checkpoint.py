@@ -44,8 +44,20 @@ def atomic_write(path: Path, data: bytes) -> None:
 def save(directory: Path, algo: Algorithm, meta: dict[str, object], keep: int = 3) -> Path:
     """Every module and optimiser of the algorithm, with `meta` (counters, config), atomically."""
     directory.mkdir(parents=True, exist_ok=True)
+    tensors, metadata = state(algo)
+    metadata["meta"] = json.dumps(meta)
+    path = directory / f"ckpt_{int(meta['updates']):09d}.safetensors"
+    atomic_write(path, st_save(tensors, metadata))
+    for old in sorted(list_checkpoints(directory))[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def state(algo: Algorithm) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every module's tensors and every optimiser's state (CPU copies) and param groups (JSON), as
+    a checkpoint holds them; `restore` loads them back (a checkpoint, or learner replicas' start)."""
     tensors: dict[str, torch.Tensor] = {}
-    metadata = {"meta": json.dumps(meta)}
+    metadata: dict[str, str] = {}
     for name, module in algo.modules().items():
         for k, v in module.state_dict().items():
             tensors[f"{name}/{k}"] = v.detach().cpu().clone().contiguous()
@@ -55,11 +67,7 @@ def save(directory: Path, algo: Algorithm, meta: dict[str, object], keep: int = 
         for idx, st in sd["state"].items():
             for k, v in st.items():
                 tensors[f"{name}/state/{idx}/{k}"] = torch.as_tensor(v).detach().cpu().clone().contiguous()
-    path = directory / f"ckpt_{int(meta['updates']):09d}.safetensors"
-    atomic_write(path, st_save(tensors, metadata))
-    for old in sorted(list_checkpoints(directory))[:-keep]:
-        old.unlink(missing_ok=True)
-    return path
+    return tensors, metadata
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

@@ -28,11 +28,12 @@ from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.sampler import Sampler
 from robo_async.buffer.store import ReplayError, SampleToInsertRatio
 from robo_async.learner import checkpoint
-from robo_async.learner.algorithms import AlgoConfig, PolicySpec, build_algorithm
+from robo_async.learner.algorithms import AlgoConfig, PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.figures import actor_figures, operator_figures
 from robo_async.learner.frames import LatestFrames
 from robo_async.learner.metrics import MetricsLogger, RateWindows
+from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
 from robo_async.transport.channels import TransitionReceiver, WeightPublisher
 from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
@@ -85,6 +86,7 @@ class LearnerConfig:
     max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
     stale_embeddings: str = "refuse"  # refuse | skip: stored rows another frozen encoder embedded (learner.stale_embeddings)
     restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
+    replicas: int = 1  # ranks of this learner (learner.replicas; replicas.py): rank 0 samples replicas x batch_size
 
 
 class Learner:
@@ -103,14 +105,7 @@ class Learner:
     def __init__(self, config: LearnerConfig) -> None:
         self.config = config
         self.run_dir = Path(config.run_dir)
-        torch.manual_seed(config.seed)
-        self.algorithm = build_algorithm(config.algo, config.algo_config, config.policy)
-        if config.device != "cpu":
-            if self.algorithm.supports_device:
-                self.algorithm.to_device(config.device)
-            else:
-                log.info("algo=%s updates on the CPU (learner.device=%s applies to qc, dsrl, filtered)",
-                         config.algo, config.device)
+        self.algorithm = build_learner_algorithm(config)  # seeded, on its device
         ac = config.algo_config
         mix = dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables)) if self.algorithm.tables \
             else config.mix
@@ -120,7 +115,7 @@ class Learner:
         if config.stale_embeddings not in ("refuse", "skip"):
             raise ValueError(f"learner.stale_embeddings is refuse or skip, not {config.stale_embeddings!r}")
         enc = self.encoder
-        self.sampler = Sampler(self.store, ac.batch_size, mix, config.seed, config.prefetch,
+        self.sampler = Sampler(self.store, ac.batch_size * config.replicas, mix, config.seed, config.prefetch,
                                window=self.algorithm.window, max_lag=ac.max_version_lag,
                                successful_only=self.algorithm.successful_only,
                                lookback=self.algorithm.lookback,
@@ -162,6 +157,7 @@ class Learner:
         self._metrics: MetricsLogger | None = None
         self._auth = None  # transport.curve.LearnerAuth when CURVE is on
         self._elapsed_before = 0.0  # run time before a supervised restart (from the checkpoint)
+        self._group: ReplicaGroup | None = None  # learner.replicas > 1: the other ranks (replicas.py)
 
     # --- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
@@ -179,6 +175,8 @@ class Learner:
         if self.config.resume:
             self.restore(checkpoint.resolve(self.run_dir))
         self.high_water = self.store.high_water()
+        if self.config.replicas > 1:  # the other ranks start from this state (restored or fresh)
+            self._group = join_primary(self.config, self.algorithm)
         self.sampler.start()
         if self.config.keys_dir is not None:
             from robo_async.transport.curve import LearnerAuth
@@ -203,6 +201,13 @@ class Learner:
         return self._receiver.address, self._publisher.address
 
     def close(self) -> None:
+        if self._group is not None:  # the replicas end first: they wait on this rank
+            try:
+                self._group.stop()
+            except RuntimeError as e:  # a replica already gone: the group ends all the same
+                log.warning("stopping the learner replicas: %s", e)
+            self._group.close()
+            self._group = None
         if self._metrics is not None:
             self._log()  # the final counters, so metrics.jsonl ends where the run ended
         if self._publisher is not None:
@@ -232,6 +237,8 @@ class Learner:
         for _ in range(8):
             if not (self._may_update() and self._update()) or time.monotonic() >= until:
                 break
+        if self._group is not None:
+            self._group.keepalive()  # replicas waiting for a shard hear this rank is alive
         now = time.monotonic()
         if now >= self._next["status"]:
             self._next["status"] = now + self.config.status_every_s
@@ -338,6 +345,8 @@ class Learner:
         if self.config.algo_config.max_version_lag is not None:
             self.sampler.version_floor = self.version - self.config.algo_config.max_version_lag
         b = self.sampler.get()
+        if b is not None and self._group is not None:  # the combined batch: a shard to each rank, this one's here
+            b = self._group.send(b)
         if b is None:
             return False
         with self._autocast():
@@ -350,10 +359,7 @@ class Learner:
         return True
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        """bf16 mixed precision for the update (`learner.precision`), where the algorithm runs on a device."""
-        if self.config.precision != "bf16" or not self.algorithm.supports_device:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=torch.device(self.config.device).type, dtype=torch.bfloat16)
+        return update_autocast(self.config.precision, self.algorithm)
 
     def publish(self) -> None:
         assert self._publisher is not None
