@@ -19,8 +19,9 @@ from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.bc.config import BCConfig
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.learner import LearnerConfig
-from robo_async.learner.replicas import (Rendezvous, ShardError, build_learner_algorithm, decode_header,
-                                         encode_header, join_primary, layout_of, pack, run_replica, unpack)
+from robo_async.learner.replicas import (ReplicaGroup, Rendezvous, ShardError, build_learner_algorithm,
+                                         decode_header, encode_header, join_primary, layout_of, pack, run_replica,
+                                         unpack)
 
 B, K, WORLD = 16, 5, 2  # rows per rank, updates, ranks
 LOW, HIGH = (-1.9, -1.7, -1.6, -1.6, -2.7, -0.2), (1.9, 1.7, 1.6, 1.6, 2.8, 1.7)
@@ -59,6 +60,7 @@ def params(algorithm) -> dict[str, torch.Tensor]:  # noqa: ANN001
 def _rank(rank: int, ports: dict[str, int], out: str) -> None:
     """One rank, in its own process: for each algorithm, join, learn K updates, write its weights."""
     torch.set_num_threads(1)
+    _gradients(Rendezvous("127.0.0.1", ports.pop("grads"), rank, WORLD, rank), out)
     for algo, port in ports.items():
         rdv = Rendezvous("127.0.0.1", port, rank, WORLD, rank)
         # rank 1 builds with another seed: only the start broadcast makes the ranks equal
@@ -78,6 +80,24 @@ def _rank(rank: int, ports: dict[str, int], out: str) -> None:
         save_file(params(algorithm), str(Path(out) / f"{algo}-rank{rank}.safetensors"))
 
 
+def _gradients(rdv: Rendezvous, out: str) -> None:
+    """Averaging on its own: rank r's gradient is r + 1 (the mean is 1.5, not the sum 3: Adam would
+    not tell them apart); then a parameter with a gradient on rank 0 only (ranks that diverged)."""
+    group = ReplicaGroup(rdv).join()
+    p, q = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([p, q], lr=1.0)
+    p.grad = torch.full((3,), rdv.rank + 1.0)
+    group.average(opt)
+    said = ""
+    q.grad = torch.ones(2) if rdv.rank == 0 else None
+    try:
+        group.average(opt)
+    except RuntimeError as e:
+        said = str(e)
+    group.close()
+    save_file({"grad": p.grad}, str(Path(out) / f"grads-rank{rdv.rank}.safetensors"), {"said": said})
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -88,7 +108,7 @@ def free_port() -> int:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("replicas")
     ctx = mp.get_context("spawn")
-    ports = {"bc": free_port(), "sac": free_port()}
+    ports = {"grads": free_port(), "bc": free_port(), "sac": free_port()}
     procs = [ctx.Process(target=_rank, args=(r, ports, str(out))) for r in range(WORLD)]
     for p in procs:
         p.start()
@@ -126,6 +146,16 @@ def test_sac_ranks_stay_identical_with_their_own_noise(trained: Path) -> None:
     for k in start:
         assert torch.equal(ranks[1][k], ranks[0][k]), f"{k}: the ranks diverged"
     assert any(not torch.equal(ranks[0][k], start[k]) for k in start if k.startswith("critic_target/"))
+
+
+def test_gradients_are_averaged_and_ranks_that_diverged_fail(trained: Path) -> None:
+    from safetensors import safe_open
+
+    for r in range(WORLD):
+        with safe_open(str(trained / f"grads-rank{r}.safetensors"), "pt") as f:
+            assert f.get_tensor("grad").tolist() == [1.5, 1.5, 1.5]
+            assert f.metadata()["said"] == "learner replicas diverged: only 1 of 2 ranks have a gradient for a " \
+                                           "parameter of this optimiser"
 
 
 def test_shards_deal_rows_round_robin_and_round_trip() -> None:
