@@ -10,35 +10,66 @@ from robo_async.learner.metrics import read_metrics
 from tests.launch.test_e2e import (_no_run_outlives_its_test, assert_contiguous, pids_of,  # noqa: F401
                                    start_training, wait_for, wait_for_env_steps)
 
-STEPS = 2500
+STEPS = 3000
 
 
-def test_a_killed_replica_restarts_the_learner_group_and_the_run_finishes_losing_nothing(tmp_path):
+def group_comes_back(run_dir, seen):
+    """The events since `seen`: the learner group failed, was restarted and is ready again."""
+    from robo_async.launch.supervisor import read_events
+
+    wait_for(lambda: [e for e in read_events(run_dir)[seen:] if e["event"] == "ready"], what="the learner group back")
+    events = read_events(run_dir)[seen:]
+    assert [(e["event"], e["who"]) for e in events] == [("failed", "learner"), ("restarted", "learner"),
+                                                        ("ready", "learner")], events
+    return events[0]
+
+
+def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_losing_nothing(tmp_path):
+    """Three faults on one run (learner.replicas=2), each answered by restarting the whole group
+    from its checkpoint on the same addresses while the actor keeps its process:
+    1. the replica (rank 1) killed (-9): its peer sees it die; the event names rank 1;
+    2. rank 0 frozen (SIGSTOP) and the replica killed: the frozen rank cannot end by itself, the
+       group ends it (else it would hold the ports and the new group could not bind);
+    3. the replica frozen: rank 0 waits on it, stops reporting, and is judged hung (liveness_s)."""
     from robo_async.launch.supervisor import read_events
 
     run_dir = tmp_path / "replicas"
     proc, pids = start_training(run_dir, "learner.replicas=2", f"budget.env_steps={STEPS}",
-                                "learner.checkpoint_every_s=2", "launcher.supervise.backoff_s=1")
+                                "learner.checkpoint_every_s=2", "launcher.supervise.backoff_s=1",
+                                "launcher.supervise.liveness_s=6")
     assert set(pids) == {"learner", "learner rank 1", "actor 0"}, pids
-    wait_for_env_steps(run_dir, 600)
+    wait_for_env_steps(run_dir, 500)
     wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
     os.kill(pids["learner rank 1"], signal.SIGKILL)
-    wait_for(lambda: [e for e in read_events(run_dir) if e["event"] == "ready"], what="the learner group back")
-    events = read_events(run_dir)
-    assert [(e["event"], e["who"]) for e in events[:3]] == [("failed", "learner"), ("restarted", "learner"),
-                                                             ("ready", "learner")], events
-    failed = events[0]
+    failed = group_comes_back(run_dir, 0)
     assert failed["rank"] == 1 and failed["rank_pid"] == pids["learner rank 1"], failed
     assert failed["why"] == f"learner rank 1 (pid {pids['learner rank 1']}): exit code -9 (SIGKILL)", failed
-    now = pids_of(run_dir)
-    assert now["learner"] != pids["learner"] and now["learner rank 1"] != pids["learner rank 1"]  # the whole group
-    assert now["actor 0"] == pids["actor 0"]  # the actor was never restarted
+    second = pids_of(run_dir)
+    assert second["learner"] != pids["learner"] and second["learner rank 1"] != pids["learner rank 1"]
+
+    wait_for_env_steps(run_dir, read_metrics(run_dir)[-1]["time/env_steps"] + 200)
+    os.kill(second["learner"], signal.SIGSTOP)
+    os.kill(second["learner rank 1"], signal.SIGKILL)
+    failed = group_comes_back(run_dir, 3)
+    assert failed["rank"] == 1 and failed["why"].endswith("exit code -9 (SIGKILL)"), failed
+    assert not os.path.exists(f"/proc/{second['learner']}") or \
+        open(f"/proc/{second['learner']}/stat").read().split()[2] == "Z"  # the frozen rank 0 was ended
+    third = pids_of(run_dir)
+
+    wait_for_env_steps(run_dir, read_metrics(run_dir)[-1]["time/env_steps"] + 200)
+    os.kill(third["learner rank 1"], signal.SIGSTOP)
+    failed = group_comes_back(run_dir, 6)
+    assert failed["why"].startswith("no report for ") and failed["rank"] == 0, failed
+
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 0, err[-3000:]
     assert f"env-step budget of {STEPS} reached" in out, out[-2000:]
-    for pid in (pids["learner"], now["learner"], now["learner rank 1"]):  # no rank outlived the run
+    now = pids_of(run_dir)
+    assert now["actor 0"] == pids["actor 0"]  # the actor was never restarted
+    for pid in (*pids.values(), *second.values(), *third.values(), *now.values()):  # no rank outlived the run
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+    assert len(read_events(run_dir)) == 9
     rows = read_metrics(run_dir)
-    assert rows[-1]["supervisor/learner_restarts"] == 1
-    assert rows[-1]["time/updates"] > max(r["time/updates"] for r in rows if r["supervisor/learner_restarts"] == 0)
+    assert rows[-1]["supervisor/learner_restarts"] == 3
+    assert rows[-1]["time/updates"] > max(r["time/updates"] for r in rows if r["supervisor/learner_restarts"] < 3)
     assert assert_contiguous(run_dir, 0) >= STEPS  # each acked row once: nothing lost or doubled
