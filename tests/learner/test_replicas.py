@@ -52,6 +52,11 @@ def batches(seed: int = 0) -> list[dict[str, np.ndarray]]:
     return out
 
 
+def earlier() -> list[dict[str, np.ndarray]]:
+    """Updates rank 0 made alone before the ranks met (as a learner restored from a checkpoint)."""
+    return [{k: v[:WORLD * B] for k, v in b.items()} for b in batches(seed=1)[:2]]
+
+
 def params(algorithm) -> dict[str, torch.Tensor]:  # noqa: ANN001
     return {f"{m}/{k}": v.detach().clone().contiguous() for m, mod in algorithm.modules().items()
             for k, v in mod.state_dict().items()}
@@ -68,6 +73,8 @@ def _rank(rank: int, ports: dict[str, int], out: str) -> None:
         if rank == 0:
             os.environ.update(rdv.env())
             algorithm = build_learner_algorithm(cfg)
+            for b in earlier():  # as a resumed learner has: trained weights and optimiser state (Adam's moments)
+                algorithm.update(b)
             group = join_primary(cfg, algorithm)
             for b in batches():
                 shard = group.send(b)
@@ -122,8 +129,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_two_gloo_ranks_learn_what_one_process_learns_from_the_combined_batches(trained: Path) -> None:
+    """Rank 0 trained alone first (a resumed learner); rank 1 was built with another seed: the start
+    gives it rank 0's weights and optimiser state, then each update averages the ranks' gradients."""
     torch.manual_seed(0)
     single = build_learner_algorithm(config("bc"))
+    for b in earlier():
+        single.update(b)
     start = params(single)
     for b in batches():
         single.update({k: v[:WORLD * B] for k, v in b.items()})  # the remainder row is left out by the ranks too
