@@ -65,6 +65,7 @@ class ActorConfig:
     server_image_codec: str = "jpeg"  # how camera frames travel to it: jpeg | png | qoi | raw
     embed: bool = True  # the policy's frozen camera encoder (if any) embeds each batch's frames on the uplink thread
     envs: int = 1  # robots (simulators) this actor steps in one loop: run_actor builds them
+    uplink_in: str = "thread"  # thread: the uplink on a thread of this process | process: in a child, fed through shared memory
 
 
 class LearnerUnavailable(RuntimeError):
@@ -97,6 +98,7 @@ class Actor:
         self._gate_status: LearnerStatus | None = None
         self._gate_limit: dict[int, float] = {}
         self.uplinks: list[Uplink] = []
+        self.transport = None
         self.ticks_learner_away = 0  # ticks run (real time) while the learner was silent
         self.learner_outages = 0
         self._away_since: float | None = None
@@ -208,13 +210,24 @@ class Actor:
         self.client = client
         encoder = self.policy.frozen_encoder() if cfg.embed else None
         ids = [lane_actor_id(cfg.actor_id, j) for j in range(len(self.robots))]
+        group = None
+        if cfg.uplink_in == "process" and encoder is not None:
+            log.info("actor %d: the policy's frozen encoder embeds frames on the uplink thread: the uplink stays "
+                     "in this process (actor.uplink=thread)", cfg.actor_id)
+        elif cfg.uplink_in == "process":
+            from robo_async.actor.uplink_process import ProcessUplinks
+
+            group = ProcessUplinks(cfg.actor_id, ids, [self._lane_uplink(j) for j in range(len(ids))],
+                                   cfg.data_address, cfg.weights_address, cfg.keys_dir)
+        self.transport = group  # the transport process's proxy (actor.uplink=process), else None
         # one stream per robot: its own uplink and journal (robot 0's where a one-robot actor keeps it)
-        self.uplinks = [Uplink(i, cfg.data_address, lambda: client.status, self._lane_uplink(j), secure=secure,
-                               encoder=encoder) for j, i in enumerate(ids)]
+        self.uplinks = group.lanes if group is not None else [  # type: ignore[assignment]
+            Uplink(i, cfg.data_address, lambda: client.status, self._lane_uplink(j), secure=secure, encoder=encoder)
+            for j, i in enumerate(ids)]
         self.uplink = self.uplinks[0]
         connected: list[SafeRobot] = []
         try:
-            journal_next = [u.open() for u in self.uplinks]
+            journal_next = group.open() if group is not None else [u.open() for u in self.uplinks]
             status = self._first_status(client, stop)
             if status is None:  # stopped before the learner answered
                 return None
@@ -223,8 +236,11 @@ class Actor:
                 acked = status.acked_for(i) or 0
                 # Numbering resumes after everything the learner or our own journal already holds.
                 start_seq = max(cfg.start_seq if j == 0 else 0, acked, journal_next[j])
-                u.start(acked)
+                if group is None:
+                    u.start(acked)
                 adders.append(Adder(i, u, cfg.flush_every, start_seq=start_seq))
+            if group is not None:
+                group.start([status.acked_for(i) or 0 for i in ids])
             uplinks = self.uplinks
             self.loop = ControlLoop(
                 self.robots, self.policy, cfg.loop, sink=adders, weights=client.take_weights, teleops=self.teleops,
@@ -246,6 +262,9 @@ class Actor:
                     r.close()
                 except RobotError as e:
                     log.error("actor %d: closing the robot failed: %s", cfg.actor_id, e)
-            for u in self.uplinks:
-                u.close(cfg.drain_s)
+            if group is not None:
+                group.close(cfg.drain_s)
+            else:
+                for u in self.uplinks:
+                    u.close(cfg.drain_s)
             client.close()

@@ -14,6 +14,7 @@ class ActorOptions:
     flush_every: int = 32  # transitions per message
     heartbeat_s: float = 1.0  # seconds between heartbeats to the learner
     eval_every: int = 2  # every n-th episode is deterministic; success is judged on those
+    uplink: str = "thread"  # where delivery runs: thread (a thread of the actor process) | process (a child process fed through shared memory: encoding, journal, sends and acks off the control process)
     journal: bool = True  # keep unacked transitions in <run_dir>/actors/<id>/journal (survives actor restarts)
     max_ram_mb: float = 256.0  # unacked data held in RAM before the oldest is spilled to the journal
     resend_s: float = 5.0  # resend unacked data when the learner's acks stall this long

@@ -31,13 +31,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lmdb
 import msgpack
 import zmq
 
-from policies.embedding import FrozenEncoder
 from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, WireError, decode, encode, is_image_column
+
+if TYPE_CHECKING:  # the transport process (actor.uplink=process) runs without torch
+    from policies.embedding import FrozenEncoder
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +322,17 @@ class Uplink:
     def unacked(self) -> int:
         """Transitions not yet acked (safe to read from any thread)."""
         return self._unacked_count
+
+    def durable(self) -> int:
+        """Every seq below this is acked by the learner or written to the journal: safe should this
+        process die (what `actor.uplink=process` releases its shared-memory slots by)."""
+        with self._lock:
+            safe = self._acked
+            for e in self._unacked:
+                if not e.journaled:
+                    break
+                safe = max(safe, e.seq + e.count)
+            return safe
 
     # --- the thread --------------------------------------------------------------------------
     def _intake_one(self, msg: Message) -> None:

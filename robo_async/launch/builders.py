@@ -368,6 +368,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
             flush_every=a.flush_every, start_seq=int(hw.get(str(i), 0)),
             learner_silent_s=a.learner_silent_s, keys_dir=keys_dir, guide=a.guide or None,
             inference_server=server, server_image_codec=a.server_image_codec, embed=a.embed,
+            uplink_in=_choice("actor.uplink", a.uplink, ("thread", "process")),
             uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
                                 journal=a.journal, max_ram_mb=a.max_ram_mb, resend_s=a.resend_s,
                                 image_codec=buf.image_codec, queue_mb=t.queue_mb,

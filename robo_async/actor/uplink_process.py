@@ -1,0 +1,436 @@
+"""The actor's transport in a child process (`actor.uplink=process`): the control loop only copies
+each finished batch into shared memory.
+
+The control process's `Adder` hands batches to `ProcessUplinks.put`, which encodes the batch's
+header, copies its frames into the next slot of a `SlotRing` (shared memory the actor owns) and
+returns: no ZMQ send, no journal, no thread on the control process's GIL. A child process hosts
+one `Uplink` per robot (lane) and does everything else: reads the slots in order, encodes camera
+frames, journals, sends, takes acks from its own status subscription, resends. Episode summaries
+and heartbeats go to it over a local ZMQ pipe.
+
+A slot is released (free for the control process again) only once its batch is safe without the
+child: journaled or acked. So:
+- the child killed (kill -9): the actor starts another, which opens the journals (queueing what
+  they hold) and reads the ring again from the first unreleased slot: no gap in any stream, only
+  duplicates the store drops;
+- the actor killed: the child sees its parent gone, takes every published slot, journals what is
+  not acked and exits; the restarted actor resends it from the journal. Only rows of a batch not
+  yet handed over (at most `flush_every - 1` per robot) die with the actor, as they did before.
+
+A policy with a frozen camera encoder embeds frames on the uplink thread (torch): it keeps the
+in-process uplink (`actor.uplink=process` falls back to `thread`, logged).
+
+    group = ProcessUplinks(actor_id, ids, configs, data_address, weights_address, keys_dir)
+    next_seqs = group.open()                  # starts the child; what each journal holds
+    group.start(acked_per_lane)
+    lanes = group.lanes                       # one outlet per robot for its Adder: put, unacked, resends
+    group.close(drain_s)                      # the child drains, journals the rest, exits
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import msgpack
+import zmq
+
+from robo_async.actor.ring import SlotRing
+from robo_async.actor.uplink import UplinkConfig, UplinkError
+from robo_async.transport.wire import Message, TransitionBatch, decode, encode
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 2  # the child looks at the ring this often (no wake-up send on the control process)
+STATS_S = 0.1  # the child reports unacked/resends/errors this often
+
+
+@dataclass(frozen=True)
+class ChildArgs:
+    """What the transport process is told (plain values: it is a spawned process)."""
+
+    actor_id: int
+    lane_ids: tuple[int, ...]
+    configs: tuple[UplinkConfig, ...]
+    data_address: str
+    weights_address: str
+    keys_dir: str | None
+    ring: str
+    to_child: str
+    to_parent: str
+    log_level: int = logging.INFO
+
+
+def _pack(d: dict) -> bytes:
+    return msgpack.packb(d, use_bin_type=True)
+
+
+class LaneUplink:
+    """One robot's outlet into the group: what the `Adder` and the actor use of an `Uplink`."""
+
+    def __init__(self, group: ProcessUplinks, lane: int) -> None:
+        self._group, self.lane = group, lane
+
+    def put(self, msg: Message) -> None:
+        self._group.put(self.lane, msg)
+
+    @property
+    def unacked(self) -> int:
+        return self._group.figure("unacked", self.lane)
+
+    @property
+    def resends(self) -> int:
+        return self._group.figure("resends", self.lane)
+
+
+class ProcessUplinks:
+    """The control process's side (see the module's docstring)."""
+
+    def __init__(self, actor_id: int, lane_ids: list[int], configs: list[UplinkConfig], data_address: str,
+                 weights_address: str, keys_dir: str | None = None, ring_mb: float = 64.0) -> None:
+        if len(lane_ids) != len(configs) or not lane_ids:
+            raise ValueError("one UplinkConfig per lane")
+        self.actor_id, self.lane_ids = actor_id, list(lane_ids)
+        # the child holds at most half the ring unacked in RAM before spilling to the journal (with a
+        # journal), so the ring frees up while the learner is away
+        slot_bytes = max(c.message_bytes for c in configs) + (64 << 10)
+        slots = int(max(4, min(4096, ring_mb * 2**20 // slot_bytes)))
+        half_mb = slots * slot_bytes / 2**20 / 2 / len(configs)
+        self.configs = [replace(c, max_ram_mb=min(c.max_ram_mb, half_mb)) for c in configs]
+        self.data_address, self.weights_address, self.keys_dir = data_address, weights_address, keys_dir
+        self.ring = SlotRing.create(slots, slot_bytes)
+        self._dir = tempfile.mkdtemp(prefix=f"uplink-{actor_id}-")
+        self._ctx = zmq.Context.instance()
+        self._out = self._ctx.socket(zmq.PUSH)  # episode summaries, heartbeats, start/close
+        self._out.setsockopt(zmq.LINGER, 0)
+        self._out.setsockopt(zmq.SNDHWM, 10_000)
+        self._out.bind(f"ipc://{self._dir}/to-child")
+        self._in = self._ctx.socket(zmq.PULL)  # open, stats, closed
+        self._in.setsockopt(zmq.LINGER, 0)
+        self._in.bind(f"ipc://{self._dir}/to-parent")
+        self._proc: mp.process.BaseProcess | None = None
+        self._overflow: deque[tuple[int, list, int]] = deque()  # batches waiting for a free slot (ring full)
+        self._figures: dict[str, list[int]] = {"unacked": [0] * len(lane_ids), "resends": [0] * len(lane_ids)}
+        self._acked: list[int] | None = None
+        self.restarts = 0
+        self.error: str | None = None
+        self.lanes = [LaneUplink(self, j) for j in range(len(lane_ids))]
+        self._warned_full = False
+
+    # --- the child ------------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        args = ChildArgs(self.actor_id, tuple(self.lane_ids), tuple(self.configs), self.data_address,
+                         self.weights_address, self.keys_dir, self.ring.name, f"ipc://{self._dir}/to-child",
+                         f"ipc://{self._dir}/to-parent", logging.getLogger().level)
+        self._proc = mp.get_context("spawn").Process(target=child_main, args=(args,), daemon=True,
+                                                     name=f"uplink-{self.actor_id}")
+        self._proc.start()
+
+    def _wait(self, kind: str, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._in.poll(50):
+                m = msgpack.unpackb(self._in.recv(), raw=False)
+                self._note(m)
+                if m.get("k") == kind:
+                    return m
+            elif self._proc is not None and not self._proc.is_alive():
+                raise UplinkError(f"actor {self.actor_id}: the transport process exited "
+                                  f"({self._proc.exitcode}) before it said {kind!r}" + (f": {self.error}" if self.error else ""))
+        raise UplinkError(f"actor {self.actor_id}: the transport process said no {kind!r} in {timeout_s:.0f} s")
+
+    def _note(self, m: dict) -> None:
+        if m.get("k") == "stats":
+            for key in self._figures:
+                v = m.get(key)
+                if isinstance(v, list) and len(v) == len(self.lane_ids):
+                    self._figures[key] = [int(x) for x in v]
+        if m.get("error"):
+            self.error = str(m["error"])
+
+    def open(self) -> list[int]:
+        """Start the transport process; the next seq per lane after what its journal holds."""
+        self._spawn()
+        return [int(x) for x in self._wait("open", 120)["next"]]
+
+    def start(self, acked: list[int]) -> None:
+        self._acked = list(acked)
+        self._out.send(_pack({"k": "start", "acked": self._acked}))
+
+    def _restart(self) -> None:
+        """The child died: another one opens the journals and reads the ring from the first
+        unreleased slot."""
+        assert self._proc is not None
+        self.restarts += 1
+        log.error("actor %d: the transport process died (exit %s); starting another (%d so far)%s",
+                  self.actor_id, self._proc.exitcode, self.restarts, f": {self.error}" if self.error else "")
+        if self.restarts > 20:
+            raise UplinkError(f"actor {self.actor_id}: the transport process died {self.restarts} times"
+                              + (f"; last: {self.error}" if self.error else ""))
+        self.error = None
+        self._spawn()
+        self._wait("open", 120)
+        self._out.send(_pack({"k": "start", "acked": self._acked or [0] * len(self.lane_ids)}))
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    # --- from the control loop -----------------------------------------------------------------
+    def put(self, lane: int, msg: Message) -> None:
+        """Never blocks: a batch goes into the ring (or, while it is full, waits here in RAM);
+        anything else to the child over the pipe."""
+        if self._proc is not None and self._proc.exitcode is not None:
+            self._restart()
+        if not isinstance(msg, TransitionBatch):
+            try:
+                self._out.send_multipart([_pack({"k": "msg", "lane": lane}), *encode(msg)], flags=zmq.NOBLOCK,
+                                         copy=False)
+            except zmq.Again:
+                pass  # the child is far behind or gone: a summary or heartbeat is not worth waiting for
+            return
+        frames = encode(msg)
+        if not self.ring.fits(frames):
+            # larger than a slot (bigger images than the spec said): over the pipe, in order only if the
+            # ring is drained first, so wait for it here (rare; logged)
+            log.warning("actor %d: a %d-byte batch does not fit a ring slot (%d bytes); sent over the pipe",
+                        self.actor_id, sum(memoryview(f).nbytes for f in frames), self.ring.slot_bytes)
+            self._out.send_multipart([_pack({"k": "batch", "lane": lane}), *frames], copy=True)
+            return
+        self._overflow.append((lane, frames, msg.count))
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._overflow and self.ring.write(*self._overflow[0][:2]):
+            self._overflow.popleft()
+        if self._overflow and not self._warned_full:
+            self._warned_full = True
+            log.warning("actor %d: the transport ring is full (%d slots); batches wait in RAM until the learner "
+                        "acks", self.actor_id, self.ring.slots)
+
+    def figure(self, key: str, lane: int) -> int:
+        while True:
+            try:
+                self._note(msgpack.unpackb(self._in.recv(zmq.NOBLOCK), raw=False))
+            except zmq.Again:
+                break
+        if key == "unacked":  # and what still waits here for a free slot
+            return self._figures[key][lane] + sum(n for j, _, n in self._overflow if j == lane)
+        return self._figures[key][lane]
+
+    # --- the end -----------------------------------------------------------------------------
+    def close(self, drain_s: float = 5.0) -> None:
+        """The child takes every batch, waits up to `drain_s` for acks, journals the rest, exits."""
+        try:
+            deadline = time.monotonic() + drain_s + 30
+            while self._overflow and time.monotonic() < deadline:  # ring full: let the child free slots
+                if not self.alive():
+                    self._restart()
+                self._drain()
+                time.sleep(0.005)
+            if not self.alive() and self.ring.written > self.ring.released:
+                self._restart()  # a child to journal what is still in the ring
+            if self.alive():
+                self._out.send(_pack({"k": "close", "drain_s": drain_s}))
+                try:
+                    self._wait("closed", drain_s + 30)
+                except UplinkError as e:
+                    log.error("%s", e)
+            if self._proc is not None:
+                self._proc.join(timeout=10)
+                if self._proc.is_alive():
+                    self._proc.kill()
+            if self._overflow:
+                log.error("actor %d: %d batches could not be handed to the transport process", self.actor_id,
+                          len(self._overflow))
+        finally:
+            self._out.close(linger=0)
+            self._in.close(linger=0)
+            self.ring.close()
+            for name in ("to-child", "to-parent"):
+                Path(self._dir, name).unlink(missing_ok=True)
+            try:
+                os.rmdir(self._dir)
+            except OSError:
+                pass
+
+
+# --- the transport process ----------------------------------------------------------------------
+def child_main(args: ChildArgs) -> None:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    back = None
+    try:
+        _Child(args).run()
+    except BaseException as e:  # reported, then the parent starts another
+        log.exception("actor %d: transport process failed", args.actor_id)
+        try:
+            back = zmq.Context.instance().socket(zmq.PUSH)
+            back.setsockopt(zmq.LINGER, 1000)
+            back.connect(args.to_parent)
+            back.send(_pack({"k": "stats", "error": f"{type(e).__name__}: {e}"[:1000]}))
+        finally:
+            if back is not None:
+                back.close()
+        raise SystemExit(1) from None
+
+
+def _journal_lock(args: ChildArgs, wait_s: float = 120.0) -> object | None:
+    """An exclusive lock beside the journal, held for this process's life: a transport process
+    whose actor was killed may still be journaling what it took when the restarted actor's starts;
+    the new one opens the journal only after the old one is done."""
+    import fcntl
+
+    jd = args.configs[0].journal_dir
+    if jd is None:
+        return None
+    Path(jd).mkdir(parents=True, exist_ok=True)
+    f = open(Path(jd) / "uplink.lock", "w")  # noqa: SIM115 - held open for the process's life
+    deadline, said = time.monotonic() + wait_s, False
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                f.close()
+                raise UplinkError(f"actor {args.actor_id}: journal {jd} stayed locked by another transport process "
+                                  f"for {wait_s:.0f} s") from None
+            if not said:
+                log.info("actor %d: waiting for the previous transport process to finish journaling", args.actor_id)
+                said = True
+            time.sleep(0.05)
+
+
+class _Child:
+    def __init__(self, args: ChildArgs) -> None:
+        from functools import partial
+
+        from robo_async.actor.uplink import Uplink
+        from robo_async.transport.channels import WeightClient
+
+        self.args = args
+        self.parent = os.getppid()
+        self._lock = _journal_lock(args)  # held until this process ends (kill -9 included)
+        ctx = zmq.Context.instance()
+        self.inbox = ctx.socket(zmq.PULL)
+        self.inbox.connect(args.to_child)
+        self.back = ctx.socket(zmq.PUSH)
+        self.back.setsockopt(zmq.LINGER, 1000)
+        self.back.connect(args.to_parent)
+        self.ring = SlotRing.attach(args.ring)
+        secure = None
+        if args.keys_dir is not None:
+            from robo_async.transport.curve import secure_client
+
+            secure = partial(secure_client, keys_dir=args.keys_dir, actor_id=args.actor_id)
+        self.client = WeightClient(args.weights_address, secure=secure, weights=False).start()
+        self.uplinks = [Uplink(i, args.data_address, lambda: self.client.status, c, secure=secure)
+                        for i, c in zip(args.lane_ids, args.configs)]
+        self.next_seq = [u.open() for u in self.uplinks]  # journal entries are queued; the ring skips them
+        self.read = self.ring.released
+        self.held: deque[tuple[int, int, int]] = deque()  # (slot, lane, end seq): read, not yet released
+        self.started = False
+
+    def run(self) -> None:
+        self.back.send(_pack({"k": "open", "next": self.next_seq}))
+        next_stats = 0.0
+        closing: float | None = None
+        while True:
+            orphan = os.getppid() != self.parent
+            if self.inbox.poll(POLL_MS):
+                while True:
+                    try:
+                        frames = self.inbox.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    closing = self._command(frames, closing)
+            if self.started:
+                self._take()
+                self._release()
+                for u in self.uplinks:
+                    if u.error is not None:
+                        raise UplinkError(f"uplink thread of stream {u.actor_id} died: {u.error}")
+            now = time.monotonic()
+            if now >= next_stats:
+                next_stats = now + STATS_S
+                self._stats()
+            if orphan:  # the actor is gone: everything published is taken; journal it and go
+                log.warning("actor %d: the actor process is gone; journaling %d unacked transitions",
+                            self.args.actor_id, sum(u.unacked for u in self.uplinks))
+                if not self.started:
+                    for u in self.uplinks:
+                        u.start(0)
+                    self.started = True
+                    self._take()
+                self._close(1.0)
+                self.ring.close(unlink=True)
+                return
+            if closing is not None and self.read >= self.ring.written:
+                self._close(closing)
+                self.back.send(_pack({"k": "closed"}))
+                self.ring.close(unlink=False)
+                return
+
+    def _command(self, frames: list[bytes], closing: float | None) -> float | None:
+        head = msgpack.unpackb(frames[0], raw=False)
+        kind = head.get("k")
+        if kind == "start":
+            for u, a in zip(self.uplinks, head["acked"]):
+                u.start(int(a))
+            self.started = True
+        elif kind in ("msg", "batch"):
+            self.uplinks[int(head["lane"])].put(decode(frames[1:]))
+        elif kind == "close":
+            return float(head.get("drain_s", 5.0))
+        return closing
+
+    def _take(self) -> None:
+        """Every published slot, in order, to its lane's uplink (copied out of the ring)."""
+        while self.read < self.ring.written:
+            lane, frames = self.ring.read(self.read)
+            msg = decode(frames)
+            if isinstance(msg, TransitionBatch) and msg.seq >= self.next_seq[lane]:  # else the journal has it
+                self.uplinks[lane].put(msg)
+                self.held.append((self.read, lane, msg.seq + msg.count))
+            else:
+                self.held.append((self.read, lane, -1))
+            self.read += 1
+
+    def _release(self) -> None:
+        """Free the slots whose batches are journaled or acked, in ring order."""
+        upto = None
+        durable: dict[int, int] = {}
+        while self.held:
+            slot, lane, end = self.held[0]
+            if lane not in durable:
+                durable[lane] = self.uplinks[lane].durable()
+            if end > durable[lane]:
+                break
+            self.held.popleft()
+            upto = slot + 1
+        if upto is not None:
+            self.ring.release(upto)
+
+    def _stats(self) -> None:
+        try:
+            self.back.send(_pack({"k": "stats", "unacked": [u.pending for u in self.uplinks],
+                                  "resends": [u.resends for u in self.uplinks]}), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def _close(self, drain_s: float) -> None:
+        """Wait (all lanes at once) up to `drain_s` for acks; then each uplink journals its rest."""
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline and any(u.pending for u in self.uplinks):
+            st = self.client.status
+            if st is not None and st.stopping:
+                break
+            time.sleep(0.01)
+        for u in self.uplinks:
+            u.close(0.0)
+        self.client.close()

@@ -1,0 +1,169 @@
+"""`actor.uplink=process`: the shared-memory ring, and the transport process killed (-9) on either
+side with nothing lost: real processes, sockets, LMDB journals and a real replay store."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from robo_async.actor.ring import HEADER, RingError, SlotRing
+from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.bench.ingest import IngestProcess
+
+
+def test_the_ring_hands_frames_over_in_order_and_reuses_only_released_slots():
+    ring = SlotRing.create(slots=3, slot_bytes=1024)
+    peer = SlotRing.attach(ring.name)
+    try:
+        arr = np.arange(6, dtype=np.float32)
+        assert ring.write(2, [b"head", arr])
+        assert peer.read(0) == (2, [b"head", arr.tobytes()])
+        assert ring.write(0, [b"b"]) and ring.write(0, [b"c"])
+        assert not ring.write(0, [b"d"])  # full: three written, none released
+        peer.release(1)
+        assert ring.write(1, [b"d"]) and ring.free() == 0
+        assert peer.read(3) == (1, [b"d"])  # slot 3 reuses slot 0's memory
+        with pytest.raises(RingError, match="not readable"):
+            peer.read(0)  # released: gone
+        assert not ring.write(0, [b"x" * 2000])  # larger than a slot: refused, nothing written
+        assert ring.written == 4
+    finally:
+        peer.close()
+        ring.close()
+    assert not Path("/dev/shm", ring.name.lstrip("/")).exists()  # the owner removed it
+
+
+def test_a_damaged_slot_is_refused_naming_it():
+    ring = SlotRing.create(slots=2, slot_bytes=1024)
+    try:
+        ring.write(0, [b"abc"])
+        ring._buf[HEADER + 4:HEADER + 8] = (1000).to_bytes(4, "little")  # frame count past MAX_FRAMES
+        with pytest.raises(RingError, match="slot 0 says 1000 frames"):
+            SlotRing.attach(ring.name).read(0)
+    finally:
+        ring.close()
+
+
+def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
+    from hal.safety import SafeRobot
+    from policies.scripted import HoldPolicy
+    from robo_async.actor.actor import Actor, ActorConfig
+    from robo_async.actor.loop import LoopConfig
+    from robo_async.launch.builders import TaskArgs, make_robot
+
+    robot = SafeRobot(make_robot(TaskArgs("reach", {})))
+    cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=steps, eval_every=0, inference="inline", episode_ticks=50),
+                      uplink=UplinkConfig(journal_dir=str(journal), commit_ms=commit_ms), start_seq=start_seq, uplink_in="process")
+    return Actor(robot, HoldPolicy(robot.spec), cfg)
+
+
+def _stored(store_dir):
+    from robo_async.buffer.lmdb_store import PersistentReplayStore
+
+    store = PersistentReplayStore(store_dir).open()
+    try:
+        return store.counts["online"], dict(store.high_water())
+    finally:
+        store.close()
+
+
+def test_a_killed_transport_process_is_replaced_and_every_row_arrives_once(tmp_path):
+    """With the learner stand-in frozen (no acks) and no journal commit due, the child takes
+    batches it cannot release; then it is stopped while the actor writes on (slots pile up unread)
+    and killed. A new child reads the ring again from the first unreleased slot: every row 0..n-1
+    is stored exactly once."""
+    ingest = IngestProcess(str(tmp_path / "store"))
+    with ingest as (data, weights):
+        actor = _actor(data, weights, tmp_path / "journal", steps=6000, commit_ms=600_000)
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (actor.run(threading.Event()), done.set()), daemon=True)
+        t.start()
+        deadline = time.monotonic() + 120
+        while (actor.transport is None or not actor.transport.alive() or actor.transport.ring.written < 20) \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        group = actor.transport
+        pid = group._proc.pid
+        os.kill(ingest._proc.pid, signal.SIGSTOP)  # no acks: what the child takes stays unreleased
+        try:
+            for stop_child in (False, True):
+                w = group.ring.written
+                while group.ring.written < w + 10 and not done.is_set():  # the control loop goes on, into the ring
+                    time.sleep(0.005)
+                if stop_child:
+                    os.kill(pid, signal.SIGSTOP)
+            assert group.ring.written - group.ring.released >= 20  # taken or not, none released
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            os.kill(ingest._proc.pid, signal.SIGCONT)
+        t.join(timeout=180)
+        assert done.is_set()
+        assert group.restarts == 1 and group._proc.pid != pid
+        ticks = actor.result.ticks
+    assert ingest.received == ticks  # the store's high water: 0..ticks-1 without a gap
+    count, hw = _stored(tmp_path / "store")
+    assert count == ticks and hw == {0: ticks}  # and nothing twice
+
+
+CHILD = textwrap.dedent("""
+    import sys, threading
+    from robo_async.actor import uplink_process
+    from tests.actor.test_uplink_process import _actor
+    put = uplink_process.ProcessUplinks.put
+    out = open(sys.argv[4], "w")
+    def logged(self, lane, msg):
+        put(self, lane, msg)
+        if hasattr(msg, "seq"):
+            out.write(f"{msg.seq + msg.count}\\n"); out.flush()
+    uplink_process.ProcessUplinks.put = logged
+    _actor(sys.argv[1], sys.argv[2], sys.argv[3], steps=10**9).run(threading.Event())
+""")
+
+
+def test_an_actor_killed_leaves_its_transport_process_to_journal_every_batch_it_handed_over(tmp_path):
+    """The learner stand-in frozen (nothing acked), the actor process killed (-9): its transport
+    process journals every batch the actor had handed over, removes the ring and exits; a new
+    actor resends them and numbers on after them."""
+    ingest = IngestProcess(str(tmp_path / "store"))
+    handed = tmp_path / "handed.txt"
+    before = set(os.listdir("/dev/shm"))
+    with ingest as (data, weights):
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, data, weights, str(tmp_path / "journal"), str(handed)],
+                                cwd=Path(__file__).parents[2])
+        try:
+            deadline = time.monotonic() + 120
+            while (not handed.exists() or len(handed.read_text().split()) < 20) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(ingest._proc.pid, signal.SIGSTOP)  # no more acks
+            n = len(handed.read_text().split())
+            while len(handed.read_text().split()) < n + 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            proc.kill()
+            proc.wait(timeout=30)
+            last = int(handed.read_text().split()[-1])  # the rows the actor had handed over
+            lock = tmp_path / "journal" / "uplink.lock"
+            import fcntl
+
+            with open(lock) as f:  # the orphaned transport process holds it until it has journaled and gone
+                fcntl.flock(f, fcntl.LOCK_EX)
+            up = Uplink(0, data, lambda: None, UplinkConfig(journal_dir=str(tmp_path / "journal")))
+            assert up.open() == last  # every batch handed over is in the journal
+            up.close(0)
+            assert set(os.listdir("/dev/shm")) - before == set()  # the ring was removed
+        finally:
+            os.kill(ingest._proc.pid, signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+        actor = _actor(data, weights, tmp_path / "journal", steps=500)
+        actor.run(threading.Event())
+    total = last + actor.result.ticks
+    assert ingest.received == total
+    count, hw = _stored(tmp_path / "store")
+    assert count == total and hw == {0: total}
