@@ -44,20 +44,25 @@ def raw_sim_rate(steps: int, task: TaskArgs = TASK, episode: int = 50) -> float:
     return rate
 
 
-def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 50) -> dict[str, object]:
+def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 50,
+                 uplinks: tuple[str, ...] = ("thread",)) -> dict[str, object]:
     """The training actor users run (SafeRobot, the control loop, Adder, Uplink with its journal,
     WeightClient, allowance gate) against a stand-in learner process that acks everything, and the
     bare simulator, alternated `rounds` times: this machine's speed drifts by tens of percent
     within a minute, so each actor run is compared with the mean of the bare runs just before and
     just after it, and the median of those ratios is reported. The
-    actor's rate is its loop's (first tick to last; start-up and connect are not timed)."""
+    actor's rate is its loop's (first tick to last; start-up and connect are not timed). `uplinks`:
+    where delivery runs (`actor.uplink`), each measured in every round; the first is the headline,
+    the others' figures carry their name (`actor_over_raw_process`)."""
     ingest = IngestProcess()
-    raws, acts, ratios = [], [], []
+    raws: list[float] = []
+    acts: dict[str, list[float]] = {u: [] for u in uplinks}
+    ratios: dict[str, list[float]] = {u: [] for u in uplinks}
     with tempfile.TemporaryDirectory(prefix="bench-actor-") as tmp, ingest as (data, weights):
-        def run(n: int, journal: str) -> float:
+        def run(n: int, journal: str, uplink: str = uplinks[0]) -> float:
             cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline",
                                                            episode_ticks=episode),
-                              uplink=UplinkConfig(journal_dir=journal), start_seq=sent[0])
+                              uplink=UplinkConfig(journal_dir=journal), start_seq=sent[0], uplink_in=uplink)
             robot = SafeRobot(make_robot(task))
             actor = Actor(robot, HoldPolicy(robot.spec), cfg)
             res = actor.run(threading.Event())
@@ -66,17 +71,48 @@ def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 
             return res.ticks / res.seconds
 
         sent = [0]
-        run(200, f"{tmp}/journal")  # connect, first status, imports
+        for u in uplinks:
+            run(200, f"{tmp}/journal", u)  # connect, first status, imports (a transport process's start)
         raws.append(raw_sim_rate(steps, task, episode))
         for _ in range(rounds):  # raw, actor, raw, actor, ..., raw: each actor run between two raw ones
-            acts.append(run(steps, f"{tmp}/journal"))
-            raws.append(raw_sim_rate(steps, task, episode))
-            ratios.append(acts[-1] / ((raws[-2] + raws[-1]) / 2))
-    return {"sim_steps_per_s_raw": round(float(np.median(raws)), 1),
-            "sim_steps_per_s_actor": round(float(np.median(acts)), 1),
-            "actor_over_raw": round(float(np.median(ratios)), 3),
-            "actor_over_raw_rounds": [round(r, 3) for r in ratios],
-            "actor_transitions_sent": sent[0], "actor_transitions_received": ingest.received}
+            for u in uplinks:
+                acts[u].append(run(steps, f"{tmp}/journal", u))
+                raws.append(raw_sim_rate(steps, task, episode))
+                ratios[u].append(acts[u][-1] / ((raws[-2] + raws[-1]) / 2))
+    out: dict[str, object] = {"sim_steps_per_s_raw": round(float(np.median(raws)), 1)}
+    for i, u in enumerate(uplinks):
+        tag = "" if i == 0 else f"_{u}"
+        out.update({f"sim_steps_per_s_actor{tag}": round(float(np.median(acts[u])), 1),
+                    f"actor_over_raw{tag}": round(float(np.median(ratios[u])), 3),
+                    f"actor_over_raw_rounds{tag}": [round(r, 3) for r in ratios[u]]})
+    out.update({"actor_uplink": uplinks[0], "actor_transitions_sent": sent[0],
+                "actor_transitions_received": ingest.received})
+    return out
+
+
+def realtime_jitter(seconds: float, uplinks: tuple[str, ...], task: TaskArgs = TASK) -> dict[str, object]:
+    """A real-time actor (the wall-clock simulator at its 30 Hz, the same path as above) for
+    `seconds` per uplink mode: how late its ticks start, p99 (ms), and ticks missed."""
+    import dataclasses
+
+    out: dict[str, object] = {}
+    ingest = IngestProcess()
+    rt = dataclasses.replace(task, realtime=True)
+    with tempfile.TemporaryDirectory(prefix="bench-actor-rt-") as tmp, ingest as (data, weights):
+        sent = 0
+        for i, u in enumerate(uplinks):
+            robot = SafeRobot(make_robot(rt))
+            n = int(seconds * robot.spec.hz)
+            cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline", realtime=True,
+                                                           episode_ticks=50),
+                              uplink=UplinkConfig(journal_dir=f"{tmp}/journal"), start_seq=sent, uplink_in=u)
+            res = Actor(robot, HoldPolicy(robot.spec), cfg).run(threading.Event())
+            assert res is not None
+            sent += res.ticks
+            tag = "" if i == 0 else f"_{u}"
+            out[f"realtime_jitter_p99_ms{tag}"] = round(res.lateness_p99_ms, 3)
+            out[f"realtime_missed_ticks{tag}"] = res.missed_ticks
+    return out
 
 
 def learn(budget_s: float, actors: int) -> dict[str, float | None]:
@@ -104,7 +140,10 @@ def learn(budget_s: float, actors: int) -> dict[str, float | None]:
 def bench_learn_reach(args: dict[str, str]) -> int:
     budget_s = float(args.get("budget_s", 300))
     steps = int(args.get("steps", 5_000))
-    figures: dict[str, object] = actor_vs_raw(steps, int(args.get("rounds", 7)))
+    uplinks = tuple(u for u in args.get("uplinks", "thread,process").split(",") if u)
+    figures: dict[str, object] = actor_vs_raw(steps, int(args.get("rounds", 7)), uplinks=uplinks)
+    if float(args.get("realtime_s", 30)) > 0:
+        figures.update(realtime_jitter(float(args.get("realtime_s", 30)), uplinks))
     if args.get("skip_learning", "false") != "true":
         figures.update(learn(budget_s, int(args.get("actors", 1))))
     table = Table(title="bench learn-reach")
