@@ -7,10 +7,10 @@ import signal
 
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import read_metrics
-from tests.launch.test_e2e import (_no_run_outlives_its_test, assert_contiguous, pids_of,  # noqa: F401
+from tests.launch.test_e2e import (_no_run_outlives_its_test, assert_contiguous, pids_of, run,  # noqa: F401
                                    start_training, wait_for, wait_for_env_steps)
 
-STEPS = 3000
+STEPS = 2000
 
 
 def group_comes_back(run_dir, seen):
@@ -73,3 +73,12 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     assert rows[-1]["supervisor/learner_restarts"] == 3
     assert rows[-1]["time/updates"] > max(r["time/updates"] for r in rows if r["supervisor/learner_restarts"] < 3)
     assert assert_contiguous(run_dir, 0) >= STEPS  # each acked row once: nothing lost or doubled
+
+    # resumed (learner.replicas=2 from the run's config): both ranks start from the last checkpoint
+    before = checkpoint.meta_of(checkpoint.read(checkpoint.resolve(run_dir))[1])
+    res = run(["train", f"resume={run_dir}", f"budget.env_steps={STEPS + 300}"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    after = checkpoint.meta_of(checkpoint.read(checkpoint.resolve(run_dir))[1])
+    assert after["updates"] > before["updates"] and after["env_steps"] >= STEPS + 300
+    assert set(pids_of(run_dir)) == {"learner", "learner rank 1", "actor 0"}
+    assert assert_contiguous(run_dir, 0) >= STEPS + 300
