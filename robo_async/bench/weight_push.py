@@ -70,7 +70,7 @@ def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
             sock.close(linger=0)
             continue
         secure = (lambda s: secure_client(s, keys, 0)) if keys else None
-        client = WeightClient(address, every_s=0.001, secure=secure).start()
+        client = WeightClient(address, secure=secure).start()  # as actors run it (statuses every 50 ms)
         while client.status is None:
             time.sleep(0.001)
         answers.put(("ready", 0.0))

@@ -300,9 +300,11 @@ class WeightClient:
     subscribes to statuses only (progress, allowance, acks, stopping, boot id): an actor whose
     policy runs on a policy server takes no weight pushes it would not use.
 
-    The thread drains what has arrived at most every `every_s` (the newest status and weights
-    win): each wake takes the GIL from the control loop, and the learner's status comes every
-    20 ms, so waking per message would cost the loop ~50 hand-offs a second for nothing."""
+    Statuses and weights come on two subscriptions of the same publisher. The thread drains
+    statuses at most every `every_s` (the newest wins): each wake takes the GIL from the control
+    loop, and the learner's status comes every 20 ms, so waking per status would cost the loop ~50
+    hand-offs a second for nothing. A weight push's parts are taken the moment they arrive (a
+    push is not held back by the status throttle)."""
 
     def __init__(self, address: str, ctx: zmq.Context | None = None, every_s: float = 0.05,
                  max_message_mb: float = 16384.0, secure: Secure | None = None, weights: bool = True) -> None:
@@ -329,26 +331,43 @@ class WeightClient:
         self._thread.start()
         return self
 
-    def _run(self) -> None:
+    def _subscriber(self, topic: bytes) -> zmq.Socket:
         sock = self._ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.SUBSCRIBE, STATUS_TOPIC)
-        if self.weights:
-            sock.setsockopt(zmq.SUBSCRIBE, WEIGHTS_TOPIC)
+        sock.setsockopt(zmq.SUBSCRIBE, topic)
         sock.setsockopt(zmq.RCVHWM, 16)
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
         if self._secure is not None:
             self._secure(sock)
         sock.connect(self._address)
+        return sock
+
+    def _run(self) -> None:
+        status = self._subscriber(STATUS_TOPIC)
+        weights = self._subscriber(WEIGHTS_TOPIC) if self.weights else None
+        both, only_weights = zmq.Poller(), zmq.Poller()
+        both.register(status, zmq.POLLIN)
+        if weights is not None:
+            both.register(weights, zmq.POLLIN)
+            only_weights.register(weights, zmq.POLLIN)
+        next_status = 0.0
         try:
             while not self._stop.is_set():
-                if not sock.poll(50):
+                wait = next_status - time.monotonic()
+                if wait > 0 and weights is None:
+                    self._stop.wait(wait)
                     continue
-                while sock.poll(0):
-                    self._take(sock.recv_multipart(copy=False))
-                if not self._assembler.busy:  # mid-push, its next part is awaited at once
-                    self._stop.wait(self._every_s)
+                ready = dict((only_weights if wait > 0 else both).poll(min(50.0, max(wait, 0) * 1000) if wait > 0 else 50))
+                if weights is not None and weights in ready:
+                    while weights.poll(0):  # a push's parts: every one now
+                        self._take(weights.recv_multipart(copy=False))
+                if status in ready:
+                    while status.poll(0):
+                        self._take(status.recv_multipart(copy=False))
+                    next_status = time.monotonic() + self._every_s
         finally:
-            sock.close(linger=0)
+            status.close(linger=0)
+            if weights is not None:
+                weights.close(linger=0)
 
     def _take(self, frames: list[zmq.Frame]) -> None:
         topic = bytes(frames[0].buffer) if frames else b""

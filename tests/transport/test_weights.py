@@ -275,3 +275,27 @@ def test_an_array_up_to_whole_mb_travels_whole_and_is_kept_as_received():
     assert out is not None and all(np.array_equal(out.arrays[k], w[k]) for k in w)
     assert not out.arrays["a"].flags.owndata and not out.arrays["b"].flags.owndata  # the received frames' bytes
     assert out.arrays["big"].flags.owndata  # assembled from its pieces
+
+
+def test_a_push_is_taken_at_once_while_statuses_are_throttled():
+    """Statuses are drained at most every `every_s` (GIL hand-offs on the control process); a
+    weight push must not wait for that: with every_s an hour, the push still arrives."""
+    from robo_async.transport.wire import LearnerStatus
+
+    # republished every 0.3 s: a weights subscription connected after the first push still gets it
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.3, push=PushConfig(part_mb=0.25, whole_mb=0))
+    client = WeightClient(pub.address, every_s=3600).start()
+    try:
+        deadline = time.monotonic() + 30
+        while client.status is None and time.monotonic() < deadline:
+            pub.publish_status(LearnerStatus(0, 0, 0, 0, boot_id="first"))  # until the subscriptions are live
+            time.sleep(0.01)
+        assert client.status is not None  # taken; the next status drain is an hour away
+        pub.publish(Weights(1, policy(), "net"))
+        assert newest(client, 1).version == 1 and client.weight_messages >= 2
+        pub.publish_status(LearnerStatus(5, 0, 0, 0, boot_id="second"))
+        time.sleep(0.3)
+        assert client.status.boot_id == "first"  # statuses wait for their throttle
+    finally:
+        client.close()
+        pub.close()
