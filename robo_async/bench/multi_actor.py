@@ -5,7 +5,7 @@ per-actor and learner CPU use, and lease latency; then one vectorized actor step
 simulators with one batched policy call per tick (`actor.envs`), against the best
 process-per-simulator total of the same run (`vec_over_processes`).
 
-    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16] [utd=0.02] [learn=reach,pick_lift]
+    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16] [utd=0.02] [uplink=thread] [learn=reach,pick_lift]
                                  [learn_budget_s=600]
 """
 
@@ -49,7 +49,8 @@ def lease_latency(n: int = 500) -> tuple[float, float]:
     return float(np.median(acq)), float(np.median(rel))
 
 
-def one_run(actors: int, seconds: float, utd: float, root: Path, envs: int = 1) -> dict[str, float]:
+def one_run(actors: int, seconds: float, utd: float, root: Path, envs: int = 1, uplink: str = "thread"
+            ) -> dict[str, float]:
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
     from robo_async.learner.metrics import read_metrics
@@ -58,7 +59,7 @@ def one_run(actors: int, seconds: float, utd: float, root: Path, envs: int = 1) 
     cfg, plan = prepare([f"runs_root={root}", f"actors={actors}", f"actor.envs={envs}", f"budget.seconds={seconds}",
                          "stop_at_success=null", "eval_episodes=0", f"algo.utd_ratio={utd}",
                          "algo.limiter_slack=100000",
-                         "learner.log_every_s=0.5", "actor.journal=false"])
+                         "learner.log_every_s=0.5", "actor.journal=false", f"actor.uplink={uplink}"])
     plan.run_dir.mkdir(parents=True)
     cpu: dict[str, list[float]] = {}
     window = (seconds * 0.3, seconds * 0.9)  # skip start-up, stop before shutdown
@@ -125,8 +126,9 @@ def bench_multi_actor(args: dict[str, str]) -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-multi-actor-"))
     acquire_ms, release_ms = lease_latency()
     vec_counts = [int(x) for x in args.get("envs", "4,16").split(",") if x]
-    results = {str(n): one_run(n, seconds, utd, root) for n in counts}
-    vec = {str(n): one_run(1, seconds, utd, root, envs=n) for n in vec_counts}
+    uplink = args.get("uplink", "thread")  # actor.uplink of every run: thread | process
+    results = {str(n): one_run(n, seconds, utd, root, uplink=uplink) for n in counts}
+    vec = {str(n): one_run(1, seconds, utd, root, envs=n, uplink=uplink) for n in vec_counts}
     table = Table(title=f"bench multi-actor ({os.cpu_count()} cores, utd {utd}, {seconds:.0f} s per run)")
     for col in ("actors x simulators", "env steps/s", "updates/s", "learner CPU", "CPU per actor", "steps/s per sim"):
         table.add_column(col, justify="right")
@@ -147,7 +149,7 @@ def bench_multi_actor(args: dict[str, str]) -> int:
         "actor_cpu": {n: round(r["actor_cpu_mean"], 3) for n, r in results.items()},
         "learner_cpu": {n: round(r["learner_cpu"], 3) for n, r in results.items()},
         "lease_acquire_ms": round(acquire_ms, 4), "lease_release_ms": round(release_ms, 4),
-        "cores": os.cpu_count(), "utd_ratio": utd,
+        "cores": os.cpu_count(), "utd_ratio": utd, "uplink": uplink,
     }
     learn = [t for t in args.get("learn", "reach,pick_lift").split(",") if t]
     if learn and vec:
