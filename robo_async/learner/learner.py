@@ -11,7 +11,6 @@ One instance per run (its own process, a Ray actor, or beside an actor in `launc
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
@@ -40,7 +39,6 @@ from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, Le
                                       Weights, WireError)
 
 log = logging.getLogger(__name__)
-
 
 UPDATE_BURST_S = 0.25  # a learner step starts no update after this long (status, acks and ingest go between)
 
@@ -175,8 +173,7 @@ class Learner:
         if self.config.resume:
             self.restore(checkpoint.resolve(self.run_dir))
         self.high_water = self.store.high_water()
-        if self.config.replicas > 1:  # the other ranks start from this state (restored or fresh)
-            self._group = join_primary(self.config, self.algorithm)
+        self._group = join_primary(self.config, self.algorithm)  # learner.replicas > 1: from this state
         self.sampler.start()
         if self.config.keys_dir is not None:
             from robo_async.transport.curve import LearnerAuth
@@ -202,12 +199,7 @@ class Learner:
 
     def close(self) -> None:
         if self._group is not None:  # the replicas end first: they wait on this rank
-            try:
-                self._group.stop()
-            except RuntimeError as e:  # a replica already gone: the group ends all the same
-                log.warning("stopping the learner replicas: %s", e)
-            self._group.close()
-            self._group = None
+            self._group.finish()
         if self._metrics is not None:
             self._log()  # the final counters, so metrics.jsonl ends where the run ended
         if self._publisher is not None:
@@ -349,7 +341,7 @@ class Learner:
             b = self._group.send(b)
         if b is None:
             return False
-        with self._autocast():
+        with update_autocast(self.config.precision, self.algorithm):  # learner.precision=bf16
             self._last_update_metrics = self.algorithm.update(b)
         self.updates += 1
         self.limiter.updates += 1
@@ -357,9 +349,6 @@ class Learner:
             self.version += 1
             self.publish()
         return True
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        return update_autocast(self.config.precision, self.algorithm)
 
     def publish(self) -> None:
         assert self._publisher is not None

@@ -227,6 +227,14 @@ class ReplicaGroup:
         log.info("learner rank %d of %d joined (%s, %s)", self.rank, self.world, backend, self.device)
         return self
 
+    def finish(self) -> None:
+        """Rank 0 at its close: stop the replicas (one already gone is logged), leave the group."""
+        try:
+            self.stop()
+        except RuntimeError as e:  # gloo's errors (a peer gone) are RuntimeErrors
+            log.warning("stopping the learner replicas: %s", e)
+        self.close()
+
     def close(self) -> None:
         for h in self._hooks:
             h.remove()
@@ -353,8 +361,11 @@ class ReplicaGroup:
             return unpack(out.numpy(), self._layout, rows)
 
 
-def join_primary(config: LearnerConfig, algorithm: Algorithm) -> ReplicaGroup:
-    """Rank 0 (the learner) joins its replicas (`learner.replicas` > 1) and starts them from its state."""
+def join_primary(config: LearnerConfig, algorithm: Algorithm) -> ReplicaGroup | None:
+    """Rank 0 (the learner) joins its replicas and starts them from its state (restored or fresh);
+    None with `learner.replicas=1`."""
+    if config.replicas == 1:
+        return None
     rdv = Rendezvous.from_env()
     if rdv.rank != 0 or rdv.world != config.replicas:
         raise ValueError(f"the learner is rank 0 of learner.replicas={config.replicas}, "

@@ -76,6 +76,7 @@ def _rank(rank: int, ports: dict[str, int], out: str) -> None:
             for b in earlier():  # as a resumed learner has: trained weights and optimiser state (Adam's moments)
                 algorithm.update(b)
             group = join_primary(cfg, algorithm)
+            assert group is not None
             for b in batches():
                 shard = group.send(b)
                 assert shard is not None and len(shard["action"]) == B
