@@ -218,7 +218,7 @@ class ReplicaGroup:
         """Meet the other ranks (waits up to timeout_s for them); NCCL for gradients on a GPU, else gloo."""
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+            torch.cuda.set_device(self.device.index or 0)  # (`cuda` alone names no index)
         timeout = datetime.timedelta(seconds=self.timeout_s)
         dist.init_process_group(backend, init_method=f"tcp://{self.rdv.addr}:{self.rdv.port}",
                                 rank=self.rdv.rank, world_size=self.rdv.world, timeout=timeout)
