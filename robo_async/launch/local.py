@@ -115,6 +115,7 @@ class _LearnerGroup:
         self.ranks += [_Process(ctx, f"learner rank {r}", rank_main, (env[r], replica_main, cfg, stop), None)
                        for r in range(1, n)]
         self.failed: int | None = None  # the rank whose failure ended the group
+        self.also: list[int] = []  # other ranks that had failed by then (often of the first one's death)
 
     def pid(self) -> int | None:
         return self.ranks[0].pid()
@@ -134,14 +135,21 @@ class _LearnerGroup:
                 return None if ended[0] is None else Exit.CLEAN if all(e is Exit.CLEAN for e in ended) else None
             # the first to fail is blamed; killed by a signal beats an error (that one's peers see it die)
             self.failed = min(bad, key=lambda r: (self.ranks[r].proc.exitcode or 0) >= 0)
+            self.also = [r for r in bad if r != self.failed]
             for p in self.ranks:
                 if p.exit() is None:
                     p.kill()
         return Exit.FAILED
 
+    def _said(self, r: int) -> str:
+        p = self.ranks[r]
+        return p.why() if r == 0 else f"learner rank {r} (pid {p.pid()}): {p.why()}"
+
     def why(self) -> str:
-        r = self.failed if self.failed is not None else 0
-        return self.ranks[r].why() if r == 0 else f"learner rank {r} (pid {self.ranks[r].pid()}): {self.ranks[r].why()}"
+        """The failed rank's reason (rank 0's alone, as a single learner's), then any other rank's
+        that had failed by then."""
+        first = self.failed if self.failed is not None else 0
+        return "; ".join([self._said(first)] + [f"also {'rank 0: ' if r == 0 else ''}{self._said(r)}" for r in self.also])
 
     def failure(self) -> dict[str, object]:
         """What the supervisor's "failed" event adds: the rank that failed and its pid."""
