@@ -356,7 +356,8 @@ class WeightClient:
                 if wait > 0 and weights is None:
                     self._stop.wait(wait)
                     continue
-                ready = dict((only_weights if wait > 0 else both).poll(min(50.0, max(wait, 0) * 1000) if wait > 0 else 50))
+                timeout_ms = int(min(50.0, wait * 1000)) + 1 if wait > 0 else 50
+                ready = dict((only_weights if wait > 0 else both).poll(timeout_ms))
                 if weights is not None and weights in ready:
                     while weights.poll(0):  # a push's parts: every one now
                         self._take(weights.recv_multipart(copy=False))
