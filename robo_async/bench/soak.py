@@ -98,7 +98,11 @@ def bench_soak(args: dict[str, str]) -> int:
         cmd += [f"buffer.disk_min_gb={disk_min:.1f}", f"buffer.disk_warn_gb={disk_min + 2:.1f}"]
     print(f"soak: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s; run in {run_dir}",
           flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # the job's output goes straight to a file: a pipe read only at the end fills (64 KiB) within the
+    # hour, and the launcher, blocked writing to it, stops supervising (a 60-minute soak stalled so)
+    log_path = root / "train.log"
+    log_file = open(log_path, "w")  # noqa: SIM115 - closed after the job ends
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True)
     pids_file = run_dir / "processes.json"
     t0 = time.monotonic()
     while not pids_file.exists() and proc.poll() is None and time.monotonic() - t0 < 180:
@@ -160,8 +164,9 @@ def bench_soak(args: dict[str, str]) -> int:
             time.sleep(0.5)
     finally:
         fill.unlink(missing_ok=True)
-    out, _ = proc.communicate(timeout=300)
-    (root / "train.log").write_text(out)
+    proc.wait(timeout=300)
+    log_file.close()
+    out = log_path.read_text()
 
     from robo_async.buffer.lmdb_store import PersistentReplayStore
     from robo_async.launch.supervisor import read_events
