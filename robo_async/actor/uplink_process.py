@@ -65,6 +65,7 @@ class ChildArgs:
     to_child: str
     to_parent: str
     log_level: int = logging.INFO
+    acked: tuple[int, ...] | None = None  # a replacement: start at once from these acks (no start message)
 
 
 def _pack(d: dict) -> bytes:
@@ -124,10 +125,11 @@ class ProcessUplinks:
         self._warned_full = False
 
     # --- the child ------------------------------------------------------------------------------
-    def _spawn(self) -> None:
+    def _spawn(self, acked: list[int] | None = None) -> None:
         args = ChildArgs(self.actor_id, tuple(self.lane_ids), tuple(self.configs), self.data_address,
                          self.weights_address, self.keys_dir, self.ring.name, f"ipc://{self._dir}/to-child",
-                         f"ipc://{self._dir}/to-parent", logging.getLogger().level)
+                         f"ipc://{self._dir}/to-parent", logging.getLogger().level,
+                         None if acked is None else tuple(acked))
         self._proc = mp.get_context("spawn").Process(target=child_main, args=(args,), daemon=True,
                                                      name=f"uplink-{self.actor_id}")
         self._proc.start()
@@ -163,9 +165,10 @@ class ProcessUplinks:
         self._acked = list(acked)
         self._out.send(_pack({"k": "start", "acked": self._acked}))
 
-    def _restart(self) -> None:
+    def _restart(self, wait: bool = False) -> None:
         """The child died: another one opens the journals and reads the ring from the first
-        unreleased slot."""
+        unreleased slot. From the control loop (`wait=False`) this only starts the process (a
+        fork and exec); batches go on into the ring meanwhile."""
         assert self._proc is not None
         self.restarts += 1
         log.error("actor %d: the transport process died (exit %s); starting another (%d so far)%s",
@@ -174,9 +177,9 @@ class ProcessUplinks:
             raise UplinkError(f"actor {self.actor_id}: the transport process died {self.restarts} times"
                               + (f"; last: {self.error}" if self.error else ""))
         self.error = None
-        self._spawn()
-        self._wait("open", 120)
-        self._out.send(_pack({"k": "start", "acked": self._acked or [0] * len(self.lane_ids)}))
+        self._spawn(acked=self._acked or [0] * len(self.lane_ids))
+        if wait:
+            self._wait("open", 120)
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
@@ -230,11 +233,11 @@ class ProcessUplinks:
             deadline = time.monotonic() + drain_s + 30
             while self._overflow and time.monotonic() < deadline:  # ring full: let the child free slots
                 if not self.alive():
-                    self._restart()
+                    self._restart(wait=True)
                 self._drain()
                 time.sleep(0.005)
             if not self.alive() and self.ring.written > self.ring.released:
-                self._restart()  # a child to journal what is still in the ring
+                self._restart(wait=True)  # a child to journal what is still in the ring
             if self.alive():
                 self._out.send(_pack({"k": "close", "drain_s": drain_s}))
                 try:
@@ -335,13 +338,21 @@ class _Child:
         self.read = self.ring.released
         self.held: deque[tuple[int, int, int]] = deque()  # (slot, lane, end seq): read, not yet released
         self.started = False
+        if args.acked is not None:  # a replacement for a child that died: no start message comes
+            for u, a in zip(self.uplinks, args.acked):
+                u.start(a)
+            self.started = True
+        self.terminated = False  # SIGTERM (e.g. multiprocessing ending daemonic children): as if orphaned
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "terminated", True))
 
     def run(self) -> None:
         self.back.send(_pack({"k": "open", "next": self.next_seq}))
         next_stats = 0.0
         closing: float | None = None
         while True:
-            orphan = os.getppid() != self.parent
+            orphan = os.getppid() != self.parent or self.terminated
             if self.inbox.poll(POLL_MS):
                 while True:
                     try:
@@ -359,16 +370,18 @@ class _Child:
             if now >= next_stats:
                 next_stats = now + STATS_S
                 self._stats()
-            if orphan:  # the actor is gone: everything published is taken; journal it and go
-                log.warning("actor %d: the actor process is gone; journaling %d unacked transitions",
-                            self.args.actor_id, sum(u.unacked for u in self.uplinks))
+            if orphan:  # the actor is gone (or this process is told to end): journal what was taken and go
+                gone = os.getppid() != self.parent
+                log.warning("actor %d: %s; journaling %d unacked transitions", self.args.actor_id,
+                            "the actor process is gone" if gone else "transport process terminated",
+                            sum(u.unacked for u in self.uplinks))
                 if not self.started:
                     for u in self.uplinks:
                         u.start(0)
                     self.started = True
                     self._take()
                 self._close(1.0)
-                self.ring.close(unlink=True)
+                self.ring.close(unlink=gone)  # an actor still alive keeps its ring (and starts another child)
                 return
             if closing is not None and self.read >= self.ring.written:
                 self._close(closing)

@@ -74,11 +74,12 @@ def _stored(store_dir):
         store.close()
 
 
-def test_a_killed_transport_process_is_replaced_and_every_row_arrives_once(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_a_killed_transport_process_is_replaced_and_every_row_arrives_once(tmp_path, sig):
     """With the learner stand-in frozen (no acks) and no journal commit due, the child takes
     batches it cannot release; then it is stopped while the actor writes on (slots pile up unread)
-    and killed. A new child reads the ring again from the first unreleased slot: every row 0..n-1
-    is stored exactly once."""
+    and killed (-9), or terminated. A new child reads the ring again from the first unreleased
+    slot: every row 0..n-1 is stored exactly once."""
     ingest = IngestProcess(str(tmp_path / "store"))
     with ingest as (data, weights):
         actor = _actor(data, weights, tmp_path / "journal", steps=6000, commit_ms=600_000)
@@ -100,7 +101,8 @@ def test_a_killed_transport_process_is_replaced_and_every_row_arrives_once(tmp_p
                 if stop_child:
                     os.kill(pid, signal.SIGSTOP)
             assert group.ring.written - group.ring.released >= 20  # taken or not, none released
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)  # SIGTERM: it journals what it took and leaves the ring to its successor
+            os.kill(pid, signal.SIGCONT)
         finally:
             os.kill(ingest._proc.pid, signal.SIGCONT)
         t.join(timeout=180)
