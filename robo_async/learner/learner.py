@@ -222,6 +222,8 @@ class Learner:
                 except (ReplayError, WireError, ValueError, KeyError, TypeError, IndexError) as e:
                     self.refused_messages += 1  # a message this learner cannot use: dropped, counted
                     log.error("dropped a %s message: %s: %s", type(msg).__name__, type(e).__name__, e)
+        else:  # not listening (disk full, writer behind): their silence is ours, not a hang of theirs
+            self._heard = dict.fromkeys(self._heard, time.monotonic())
         self._count_committed()
         # up to 8 updates, but none started after UPDATE_BURST_S: slow updates (pixels end to end, ~0.3 s)
         # must not hold back the acks and ingest (8 of them once stalled acks past the actors' resend_s)

@@ -144,3 +144,34 @@ def test_a_heartbeat_with_wrong_figures_is_refused_and_the_same_learner_keeps_tr
     finally:
         push.close(linger=0)
         client.close()
+
+
+def test_actors_count_as_heard_while_the_learner_leaves_their_messages_in_the_socket(tmp_path):
+    """Paused ingest (disk full, writer behind) leaves every message, heartbeats too, in the socket:
+    the actors are not silent, the learner is deaf. Their last-heard time moves on, so the
+    supervisor does not take them for hung (a soak with a long disk-full pause killed every
+    real-time actor each liveness_s)."""
+    from robo_async.learner.learner import Learner
+
+    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
+                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6, hidden=(32, 32)),
+                        algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
+                        tensorboard=False, stop_at_success=None, checkpoint_every_s=3600.0)
+    learner = Learner(cfg)
+    learner.open()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    try:
+        push.connect(learner.addresses[0])
+        deadline = time.monotonic() + 60
+        while 0 not in learner._heard and time.monotonic() < deadline:
+            push.send_multipart(frames_of(Heartbeat(0, 100, 0, GOOD)))
+            learner.step()
+        heard = learner._heard[0]
+        learner.store.accepting = lambda: False  # the disk monitor's pause
+        before = time.monotonic()
+        assert before > heard
+        learner.step()
+        assert learner._heard[0] >= before  # heard as of now, though nothing was read
+    finally:
+        push.close(linger=0)
+        learner.close()
