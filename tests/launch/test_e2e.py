@@ -349,6 +349,17 @@ def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_them
     assert assert_contiguous(run_dir, 0) > steps + 100
 
 
+def test_with_the_transport_in_a_child_process_a_killed_actor_loses_nothing(tmp_path):
+    """`actor.uplink=process` under the local launcher: actor 0 killed (-9) mid-run leaves its
+    transport process to journal what it was handed; the restarted actor's child waits for it,
+    resends it and numbers on: every row 0..n-1 of actor 0 once in the store."""
+    run_dir = tmp_path / "uplink-process"
+    proc, _ = start_training(run_dir, "task.realtime=true", "actor.uplink=process", "learner.checkpoint_every_s=2")
+    _, steps = actor_killed_comes_back(run_dir, signal.SIGKILL)
+    interrupt(proc)
+    assert assert_contiguous(run_dir, 0) > steps
+
+
 def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "crash0"
     proc, pids = start_training(run_dir, "launcher.supervise.restarts=0")
