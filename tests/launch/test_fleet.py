@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -73,19 +74,30 @@ def test_two_jobs_on_a_ray_cluster_asking_for_the_same_robot_take_turns(tmp_path
               "policy.hidden=[32,32]", "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=0",
               "learner.log_every_s=0.2"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-    first = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'first'}", *common],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # the first job trains until it is stopped, so it holds the robot for as long as the test needs
+    # (a short budget could end before the second job even asks: the race this test must not rely on)
+    log1, log2 = open(tmp_path / "first.log", "w+"), open(tmp_path / "second.log", "w+")
+    first = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'first'}", *common, "budget.env_steps=100000000"],
+                             stdout=log1, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 240
     while not (tmp_path / "first" / "processes.json").exists() and time.monotonic() < deadline:
-        assert first.poll() is None, "\n".join(first.communicate())[-3000:]
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         time.sleep(0.2)
     second = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'second'}", *common],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    out1, err1 = first.communicate(timeout=300)
-    out2, err2 = second.communicate(timeout=300)
-    assert first.returncode == 0, err1[-2000:]
-    assert second.returncode == 0, err2[-2000:]
-    assert "waiting in line: robot:sim_so101/shared held by job 'first' (this job is number 1 in line)" in " ".join(out2.split()), out2
+                              stdout=log2, stderr=subprocess.STDOUT, text=True, env=env)
+    waiting = "waiting in line: robot:sim_so101/shared held by job 'first' (this job is number 1 in line)"
+    deadline = time.monotonic() + 240
+    while waiting not in " ".join((tmp_path / "second.log").read_text().split()):
+        assert second.poll() is None and first.poll() is None and time.monotonic() < deadline, (
+            (tmp_path / "first.log").read_text()[-2000:] + (tmp_path / "second.log").read_text()[-2000:])
+        time.sleep(0.2)
+    assert not (tmp_path / "second" / "processes.json").exists()  # waiting: none of its processes started
+    first.send_signal(signal.SIGINT)  # Ctrl-C: the first job checkpoints, stops and releases the robot
+    first.wait(timeout=300)
+    second.wait(timeout=300)
+    out1, out2 = ((tmp_path / n).read_text() for n in ("first.log", "second.log"))
+    assert first.returncode == 130, out1[-2000:]
+    assert second.returncode == 0, out2[-2000:]
     # the second job got the robot only once the first had released it
     f1, f2 = (json.loads((tmp_path / n / "fleet.json").read_text()) for n in ("first", "second"))
     assert f2["granted"] >= f1["released"] > f1["granted"] and f2["waited_s"] > 0
