@@ -17,6 +17,10 @@ child: journaled or acked. So:
   not acked and exits; the restarted actor resends it from the journal. Only rows of a batch not
   yet handed over (at most `flush_every - 1` per robot) die with the actor, as they did before.
 
+A batch larger than a slot (bigger images than the spec said) goes in slices of its rows that each
+fit one; a single row larger than a slot goes over the pipe once every slot before it is released
+(in order; such a row is not in the ring, so it dies with a child killed before journaling it).
+
 A policy with a frozen camera encoder embeds frames on the uplink thread (torch): it keeps the
 in-process uplink (`actor.uplink=process` falls back to `thread`, logged).
 
@@ -116,13 +120,13 @@ class ProcessUplinks:
         self._in.setsockopt(zmq.LINGER, 0)
         self._in.bind(f"ipc://{self._dir}/to-parent")
         self._proc: mp.process.BaseProcess | None = None
-        self._overflow: deque[tuple[int, list, int]] = deque()  # batches waiting for a free slot (ring full)
+        self._overflow: deque[tuple[int, list | tuple, int]] = deque()  # (lane, frames, rows) waiting for a slot
         self._figures: dict[str, list[int]] = {"unacked": [0] * len(lane_ids), "resends": [0] * len(lane_ids)}
         self._acked: list[int] | None = None
         self.restarts = 0
         self.error: str | None = None
         self.lanes = [LaneUplink(self, j) for j in range(len(lane_ids))]
-        self._warned_full = False
+        self._warned_full = self._warned_split = False
 
     # --- the child ------------------------------------------------------------------------------
     def _spawn(self, acked: list[int] | None = None) -> None:
@@ -197,19 +201,55 @@ class ProcessUplinks:
             except zmq.Again:
                 pass  # the child is far behind or gone: a summary or heartbeat is not worth waiting for
             return
-        frames = encode(msg)
-        if not self.ring.fits(frames):
-            # larger than a slot (bigger images than the spec said): over the pipe, in order only if the
-            # ring is drained first, so wait for it here (rare; logged)
-            log.warning("actor %d: a %d-byte batch does not fit a ring slot (%d bytes); sent over the pipe",
-                        self.actor_id, sum(memoryview(f).nbytes for f in frames), self.ring.slot_bytes)
-            self._out.send_multipart([_pack({"k": "batch", "lane": lane}), *frames], copy=True)
-            return
-        self._overflow.append((lane, frames, msg.count))
+        for frames, rows in self._parts(msg):
+            self._overflow.append((lane, frames, rows))
         self._drain()
 
+    def _parts(self, msg: TransitionBatch) -> list:
+        """The batch's frames, or, when it is larger than a slot (bigger images than the spec
+        said), the frames of consecutive slices of its rows that each fit one (same seqs, in
+        order: the store sees the same rows). A single row larger than a slot goes whole over the
+        pipe, once every slot before it is released (`_drain`), so the stream stays in order."""
+        frames = encode(msg)
+        if self.ring.fits(frames):
+            return [(frames, msg.count)]
+        n = msg.count
+        row = max(1, sum(memoryview(f).nbytes for f in frames) // max(n, 1))
+        per = max(1, (self.ring.slot_bytes - (64 << 10)) // row)
+        if not self._warned_split:
+            self._warned_split = True
+            log.warning("actor %d: a %d-row batch does not fit a ring slot (%d bytes); handed over in parts of "
+                        "<= %d rows", self.actor_id, n, self.ring.slot_bytes, per)
+        out: list = []
+        i = 0
+        while i < n:
+            j = min(n, i + per)
+            part = TransitionBatch(msg.actor_id, msg.seq + i, {k: v[i:j] for k, v in msg.arrays.items()})
+            pf = encode(part)
+            if self.ring.fits(pf):
+                out.append((pf, j - i))
+                i = j
+            elif j - i > 1:
+                per = max(1, (j - i) // 2)
+            else:  # one row larger than a slot
+                out.append((("pipe", pf), 1))
+                i = j
+        return out
+
     def _drain(self) -> None:
-        while self._overflow and self.ring.write(*self._overflow[0][:2]):
+        while self._overflow:
+            lane, frames, _ = self._overflow[0]
+            if isinstance(frames, tuple):  # a row larger than a slot: after every slot before it is released
+                if self.ring.written != self.ring.released or not self.alive():
+                    break
+                log.warning("actor %d: a row of %d bytes is larger than a ring slot; sent over the pipe",
+                            self.actor_id, sum(memoryview(f).nbytes for f in frames[1]))
+                try:
+                    self._out.send_multipart([_pack({"k": "batch", "lane": lane}), *frames[1]], flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+            elif not self.ring.write(lane, frames):
+                break
             self._overflow.popleft()
         if self._overflow and not self._warned_full:
             self._warned_full = True
