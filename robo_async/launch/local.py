@@ -11,10 +11,10 @@ import queue
 import signal
 import socket
 from multiprocessing.context import BaseContext
-from multiprocessing.synchronize import Event
 
 from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import TrainPlan
+from robo_async.launch.flag import StopFlag
 from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main, rank_main, replica_main
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.runner import Exit, Ready, RunFailed, RunResult, lease_resources
@@ -107,7 +107,7 @@ class _LearnerGroup:
     Any rank failing ends them all (the others would wait on it): the supervisor then restarts the
     group from the last checkpoint. `failure()` says which rank failed first."""
 
-    def __init__(self, ctx: BaseContext, cfg: LearnerConfig, stop: Event) -> None:
+    def __init__(self, ctx: BaseContext, cfg: LearnerConfig, stop: StopFlag) -> None:
         port, n = free_port(), cfg.replicas
         env = [Rendezvous("127.0.0.1", port, r, n, r).env() for r in range(n)]
         status = ctx.Queue()
@@ -178,7 +178,7 @@ class LocalRunner:
     def __init__(self, plan: TrainPlan) -> None:
         self.plan = plan
         self.ctx = mp.get_context("spawn")
-        self.stop_event: Event = self.ctx.Event()
+        self.stop_event = StopFlag(self.ctx)  # never an mp.Event: a kill -9 inside it wedges the rest (flag.py)
 
     def start_learner(self, cfg: LearnerConfig) -> _Process | _LearnerGroup:
         if cfg.replicas > 1:

@@ -11,11 +11,11 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.queues import Queue
-from multiprocessing.synchronize import Event
 
 from hal.robot import RobotError
 from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs
+from robo_async.launch.flag import StopFlag
 from robo_async.launch.wiring import learner_loop, run_actor
 from robo_async.learner.learner import Learner, LearnerConfig
 from robo_async.learner.replicas import Rendezvous, run_replica
@@ -23,15 +23,12 @@ from robo_async.learner.replicas import Rendezvous, run_replica
 ROBOT_LOST = 3  # exit code of an actor whose robot failed: the run continues with the others
 
 
-def _watch_parent(stop: Event, every_s: float = 1.0) -> None:
+def _watch_parent(stop: StopFlag, every_s: float = 1.0) -> None:
     """If the launcher dies (kill -9, a crashed terminal), set `stop`: the learner writes its
     final checkpoint and the actors hold and close their robots, instead of running orphaned."""
     parent = os.getppid()
 
     def watch() -> None:
-        # Poll with is_set(), never stop.wait(): a process killed while waiting on a
-        # multiprocessing Event stays counted as a sleeper, and the launcher's stop.set() then
-        # blocks forever waiting for it to wake.
         while not stop.is_set():
             time.sleep(every_s)
             if os.getppid() != parent:
@@ -41,7 +38,7 @@ def _watch_parent(stop: Event, every_s: float = 1.0) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _child_setup(stop: Event) -> None:
+def _child_setup(stop: StopFlag) -> None:
     # The launcher owns Ctrl-C: it sets `stop` so every process shuts down in order.
     _watch_parent(stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -57,7 +54,7 @@ def _fail(who: str, errors: Queue, e: BaseException) -> None:
     sys.exit(1)
 
 
-def learner_main(cfg: LearnerConfig, stop: Event, status: Queue, errors: Queue, report_s: float = 0.5) -> None:
+def learner_main(cfg: LearnerConfig, stop: StopFlag, status: Queue, errors: Queue, report_s: float = 0.5) -> None:
     _child_setup(stop)
     try:
         learner = Learner(cfg)
@@ -83,7 +80,7 @@ def rank_main(env: dict[str, str], target: Callable[..., None], *args: object) -
 REPLICA_GRACE_S = 60.0  # a replica still running this long after `stop` (its learner gone): it exits
 
 
-def replica_main(cfg: LearnerConfig, stop: Event, errors: Queue) -> None:
+def replica_main(cfg: LearnerConfig, stop: StopFlag, errors: Queue) -> None:
     """A learner replica (rank >= 1): no sockets, no store; ends when rank 0 says stop."""
     _child_setup(stop)
     rdv = Rendezvous.from_env()
@@ -104,7 +101,7 @@ def replica_main(cfg: LearnerConfig, stop: Event, errors: Queue) -> None:
         _fail(who, errors, e)
 
 
-def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: Event, errors: Queue) -> None:
+def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: StopFlag, errors: Queue) -> None:
     _child_setup(stop)
     who = f"actor {cfg.actor_id}"
     try:

@@ -20,10 +20,11 @@ from policies.base import Policy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs, make_actor_policy, make_safe_robot, make_teleops
 from robo_async.launch.experts import expert_policy
+from robo_async.launch.flag import StopFlag
 from robo_async.launch.sources import policy_source
 from robo_async.learner.learner import Learner
 
-AnyEvent = Event | ThreadEvent
+AnyEvent = Event | ThreadEvent | StopFlag
 
 
 def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEvent) -> Actor:
