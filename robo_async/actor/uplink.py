@@ -10,7 +10,8 @@ is the uplink thread's, which:
 - sends transition batches in seq order and keeps each one until the learner's status acks it
   (`LearnerStatus.acked`: every seq below is committed to the learner's store);
 - resends everything unacked when the learner restarts (a new `boot_id`) or when acks stop
-  advancing for `resend_s` (a lost message, a failed commit); the store drops duplicates;
+  advancing for `resend_s` (a lost message, a failed commit), but not while the learner's status
+  says its ingest is paused (a nearly full disk: it reads nothing); the store drops duplicates;
 - writes batches to a journal, an actor-local LMDB, in group commits every `commit_ms`, so an
   actor restart resends what it had journaled; with `journal=False` only batches beyond
   `max_ram_mb` of unacked data are spilled there.
@@ -108,6 +109,8 @@ class Uplink:
         self._ram = 0
         self._acked = 0
         self._boot: str | None = None
+        self._paused_since: float | None = None  # the learner's status says its ingest is paused (since)
+        self._said_paused = False
         self._progress_t = time.monotonic()
         self._to_journal: list[_Entry] = []
         self._to_delete: list[int] = []
@@ -407,6 +410,20 @@ class Uplink:
             acked = st.acked_for(self.actor_id)
             if acked is not None and acked > self._acked:
                 self._apply_ack(acked)
+            if st.paused and self._paused_since is None:
+                self._paused_since = now
+            elif not st.paused and self._paused_since is not None:
+                if self._said_paused:
+                    log.warning("actor %d: the learner reads again after %.0f s; %d unacked transitions to go",
+                                self.actor_id, now - self._paused_since, self.unacked)
+                self._paused_since, self._said_paused = None, False
+            if self._paused_since is not None:  # acks stall by design: resending would queue the same rows again
+                self._progress_t = now
+                if not self._said_paused and now - self._paused_since > self.config.resend_s:  # (not a blip)
+                    self._said_paused = True
+                    log.warning("actor %d: the learner paused ingest (its disk is nearly full or its writer is "
+                                "behind); keeping %d unacked transitions until it reads again", self.actor_id,
+                                self.unacked)
         waited = now - max(self._progress_t, self._unacked[0].sent_t) if self._unacked else 0.0
         if self._cursor > 0 and waited > self.config.resend_s:
             log.warning("actor %d: no ack for %.0f s; resending %d unacked transitions",

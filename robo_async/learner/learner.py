@@ -365,7 +365,8 @@ class Learner:
         actors = sum(now - t < 10.0 for t in self._heard.values())
         return LearnerStatus(self.updates, self.version, self.limiter.inserted, allowed, stopping, self.boot_id,
                              tuple(sorted((a, q) for a, q in self.store.high_water().items() if a <= MAX_ACTOR_ID)),
-                             max(actors, 1))  # (imported data is numbered from 2**40: no actor waits for its acks)
+                             max(actors, 1),  # (imported data is numbered from 2**40: no actor waits for its acks)
+                             paused=not self.store.accepting())
 
     @property
     def success_rate(self) -> float | None:

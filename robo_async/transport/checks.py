@@ -145,7 +145,8 @@ _KIND_FIELDS = {
     "wpart": {"version", "part", "parts", "base", "precision", "architecture", "manifest"},
     "episode": {"actor_id", "episode", "episode_return", "length", "success", "policy_version", "evaluation",
                 "operator_ticks", "label"},
-    "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors"},
+    "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors",
+               "paused"},
     "heartbeat": {"actor_id", "env_steps", "policy_version", "stats"},
     "infer": {"actor_id", "req", "tick", "delay", "deterministic", "hello", "policy", "spec", "instruction"},
     "chunk": {"req", "version", "architecture", "error", "horizon", "spec", "infer_us", "batch"},
@@ -322,7 +323,7 @@ def _status(header: Header, arrays: Arrays) -> LearnerStatus:
         _int(header, "updates", 0, MAX_COUNT), _int(header, "version", 0, MAX_COUNT),
         _int(header, "env_steps", 0, MAX_COUNT), _int(header, "allowed_env_steps", 0, MAX_COUNT),
         _bool(header, "stopping", False), _text(header, "boot_id", "", 64),
-        tuple((a, s) for a, s in acked), _int(header, "actors", 0, MAX_ACTOR_ID, 1),
+        tuple((a, s) for a, s in acked), _int(header, "actors", 0, MAX_ACTOR_ID, 1), _bool(header, "paused", False),
     )
 
 

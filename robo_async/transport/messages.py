@@ -209,6 +209,7 @@ class LearnerStatus:
     boot_id: str = ""  # new on every learner start: actors resend everything unacked when it changes
     acked: tuple[tuple[int, int], ...] = ()  # (actor_id, next seq): every transition below is committed
     actors: int = 1  # actors heard from recently; each may produce its share of the allowance
+    paused: bool = False  # ingest paused (disk nearly full, writer behind): acks stall by design, no resends
 
     def acked_for(self, actor_id: int) -> int | None:
         """The next seq of `actor_id` the learner has not committed (all below are), or None."""

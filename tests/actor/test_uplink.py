@@ -18,11 +18,11 @@ class Learnerish:
     def __init__(self):
         self.rx = TransitionReceiver("tcp://127.0.0.1:0")
         self.pub = WeightPublisher("tcp://127.0.0.1:0")
-        self.boot, self.acked = "a", 0
+        self.boot, self.acked, self.paused = "a", 0, False
         self.status = None
 
     def publish(self):
-        self.status = LearnerStatus(0, 0, 0, 0, False, self.boot, ((0, self.acked),))
+        self.status = LearnerStatus(0, 0, 0, 0, False, self.boot, ((0, self.acked),), paused=self.paused)
         self.pub.publish_status(self.status)
 
     def collect(self, until, timeout=20.0):
@@ -58,6 +58,28 @@ def test_resends_until_acked_and_after_a_learner_restart(tmp_path):
     L.acked = 30
     L.collect(lambda g: up.unacked == 0)
     assert up.unacked == 0
+    up.close(drain_s=0)
+    L.close()
+
+
+def test_while_the_learner_says_its_ingest_is_paused_nothing_is_resent_and_that_is_said_once(tmp_path, caplog):
+    """A learner whose disk is nearly full stops reading and acking; its status says so. The uplink
+    keeps its rows without resending them every resend_s (each round would only queue the same rows
+    again), says so once, and resends as ever once the learner reads again and acks still stall."""
+    L = Learnerish()
+    L.paused = True
+    up = Uplink(0, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None, resend_s=0.1))
+    L.publish()
+    up.start(0)
+    for s in (0, 10):
+        up.put(batch(0, s, 10))
+    deadline = time.monotonic() + 2.0  # 20 resend periods: an uplink ignoring the pause resends here
+    got = L.collect(lambda g: time.monotonic() > deadline and "paused ingest" in caplog.text, timeout=60)
+    assert seqs(got) == [0, 10] and up.resends == 0
+    assert caplog.text.count("paused ingest") == 1 and "no ack for" not in caplog.text
+    L.paused = False  # it reads again, but acks nothing: the stall is a stall again
+    got = L.collect(lambda g: up.resends >= 1 and 0 in seqs(g), timeout=60)
+    assert 0 in seqs(got) and "the learner reads again" in caplog.text
     up.close(drain_s=0)
     L.close()
 

@@ -167,11 +167,13 @@ def test_actors_count_as_heard_while_the_learner_leaves_their_messages_in_the_so
             push.send_multipart(frames_of(Heartbeat(0, 100, 0, GOOD)))
             learner.step()
         heard = learner._heard[0]
+        assert not learner.status().paused
         learner.store.accepting = lambda: False  # the disk monitor's pause
         before = time.monotonic()
         assert before > heard
         learner.step()
         assert learner._heard[0] >= before  # heard as of now, though nothing was read
+        assert learner.status().paused  # and its status says so: the actors keep their rows, no resends
     finally:
         push.close(linger=0)
         learner.close()
