@@ -214,18 +214,19 @@ def check_envs(a, c, plan_task, server: str | None) -> int:  # noqa: ANN001 - ac
 
 
 def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:  # noqa: ANN001 - config, algo config
-    """`learner.replicas`: 1 to 64 learner ranks; more than one only where the runner places them
-    (launcher=local) and, on GPUs, one GPU per rank."""
+    """`learner.replicas`: 1 to 64 learner ranks; more than one only where a runner places them
+    (launcher=local: processes on this machine; launcher=ray: Ray actors on the cluster) and, on
+    GPUs, one GPU per rank."""
     from robo_async.learner.replicas import MAX_REPLICAS
 
     n = int(c.learner.replicas)
     if not 1 <= n <= MAX_REPLICAS:
         raise ConfigError(f"learner.replicas must be 1 to {MAX_REPLICAS}, not {c.learner.replicas}")
-    if n > 1 and c.launcher.name != "local":
-        raise ConfigError(f"learner.replicas={n} runs its ranks as processes of launcher=local, not "
-                          f"launcher={c.launcher.name}")
+    if n > 1 and c.launcher.name not in ("local", "ray"):
+        raise ConfigError(f"learner.replicas={n} runs its ranks as processes of launcher=local or as Ray actors "
+                          f"(launcher=ray), not launcher={c.launcher.name}")
     device = resolve_device(c.learner.device)
-    if n > 1 and device.startswith("cuda"):
+    if n > 1 and device.startswith("cuda") and c.launcher.name == "local":  # (Ray gives each rank a GPU)
         import torch
 
         from robo_async.learner.algorithms import build_algorithm

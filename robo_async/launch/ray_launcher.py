@@ -9,6 +9,12 @@ Robots are Ray custom resources named by their resource id: start a robot machin
 `ray start --address=HEAD --resources='{"robot:so101_follower/left": 1}'` (`robo-async resources
 ray=true` prints the line for what it finds). With no `launcher.address`, a local Ray is started
 and this run's robots are declared on it. Each actor leases its robot (or a sim slot) on its node.
+
+`learner.replicas` > 1: rank 0 is the learner's Ray actor as ever; it picks its meeting point (its
+node's address and a free port there) and each replica (rank >= 1) is a Ray actor of its own,
+placed wherever the cluster has room (a GPU each where the cluster has GPUs), joining it over
+torch.distributed. The ranks are one supervised unit, as with the local launcher: any rank that
+dies or hangs ends them all, and the group restarts from the checkpoint (events name the rank).
 """
 
 from __future__ import annotations
@@ -49,6 +55,22 @@ class RayLearner:
         self._heard = time.monotonic()
         self._reports = 0  # counts reports: the supervisor takes each one once
 
+    def rendezvous(self, world: int) -> tuple[str, int]:
+        """Rank 0's meeting point for `world` ranks (learner.replicas > 1): this node's address and
+        a port free on it, set as torchrun's variables for `open()` (the learner joins there)."""
+        import socket
+
+        import ray
+
+        from robo_async.learner.replicas import Rendezvous
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        ip = ray.util.get_node_ip_address()
+        os.environ.update(Rendezvous(ip, port, 0, world, 0).env())
+        return ip, port
+
     def open(self) -> tuple[tuple[str, str], tuple[str, str], str, int]:
         """(addresses for actors, addresses bound, node id, pid): a restart binds the same ones there."""
         import os
@@ -78,6 +100,23 @@ class RayLearner:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class RayReplica:
+    """A learner replica (rank >= 1) in a Ray actor of its own: joins rank 0, updates on the shards
+    it is sent, ends when rank 0 stops (replicas.py)."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, cfg: LearnerConfig, env: dict[str, str]) -> int:
+        """Rank `env["RANK"]` from joining to rank 0's stop; the updates it made."""
+        from robo_async.learner.replicas import Rendezvous, run_replica
+
+        os.environ.update(env)
+        done = [0]
+        run_replica(cfg, Rendezvous.from_env(), on_update=lambda n: done.__setitem__(0, n))
+        return done[0]
 
 
 class RayActorWorker:
@@ -129,12 +168,14 @@ def _ready(ref) -> bool:
 
 class _RayLearnerProc:
     """One incarnation of the learner: a RayLearner opened, then running; its progress asked for
-    without blocking (an unanswered question is a silent learner, judged by the supervisor)."""
+    without blocking (an unanswered question is a silent learner, judged by the supervisor). With
+    `learner.replicas` > 1 also its replicas (Ray actors), one supervised unit: rank 0 picks the
+    meeting point, then the replicas start and rank 0 opens (joining them)."""
 
     def __init__(self, runner: RayRunner, cfg: LearnerConfig) -> None:
         import ray
 
-        self.runner = runner
+        self.runner, self.cfg = runner, cfg
         extra = {}
         if runner.node is not None:  # a restart: the same node, so the actors' addresses stay right
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -142,7 +183,11 @@ class _RayLearnerProc:
             extra["scheduling_strategy"] = NodeAffinitySchedulingStrategy(runner.node, soft=False)
         self.handle = ray.remote(RayLearner).options(num_cpus=runner.opts.learner_num_cpus, num_gpus=runner.gpus,
                                                      max_concurrency=2, max_restarts=0, **extra).remote(cfg)
-        self.open_ref = self.handle.open.remote()
+        self.rdv_ref = self.handle.rendezvous.remote(cfg.replicas) if cfg.replicas > 1 else None
+        self.open_ref = None if self.rdv_ref is not None else self.handle.open.remote()
+        self.replicas: list[tuple[object, object, object]] = []  # (handle, pid ref, run ref) of ranks 1..
+        self._rank_pids: dict[int, int] = {}
+        self.failed_rank: int | None = None
         self.run_ref = None
         self.asked = None  # a progress() call not yet answered
         self.asked_at = 0.0
@@ -154,11 +199,64 @@ class _RayLearnerProc:
     def pid(self) -> int | None:
         return self._pid
 
+    def _start_replicas(self, addr: str, port: int) -> None:
+        import ray
+
+        from robo_async.learner.replicas import Rendezvous
+
+        n = self.cfg.replicas
+        for r in range(1, n):
+            handle = ray.remote(RayReplica).options(num_cpus=self.runner.opts.learner_num_cpus,
+                                                    num_gpus=self.runner.gpus, max_restarts=0).remote()
+            pid_ref = handle.pid.remote()
+            self.replicas.append((handle, pid_ref, handle.run.remote(self.cfg, Rendezvous(addr, port, r, n, 0).env())))
+
+    def rank_pids(self) -> dict[str, int | None]:
+        """processes.json entries of the replicas ("learner rank 1": pid, ...)."""
+        import ray
+
+        for r, (_, pid_ref, _) in enumerate(self.replicas, start=1):
+            if r not in self._rank_pids and _ready(pid_ref):
+                try:
+                    self._rank_pids[r] = ray.get(pid_ref)
+                except Exception as e:  # noqa: BLE001 - it died before saying; its run says why
+                    log.debug("replica pid unknown: %s", e)
+        return {f"learner rank {r}": self._rank_pids.get(r) for r in range(1, len(self.replicas) + 1)}
+
+    def _replica_failed(self, wait_s: float = 0.0) -> int | None:
+        """The first replica whose run ended with an error (waiting up to `wait_s` for one): its rank."""
+        import ray
+
+        refs = [run for _, _, run in self.replicas]
+        if not refs:
+            return None
+        ended, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        for r, ref in enumerate(refs, start=1):
+            if ref in ended:
+                try:
+                    ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - its process died or its loop raised
+                    self.rank_pids()
+                    self._why = f"learner rank {r} (pid {self._rank_pids.get(r)}): {_last_line(e)}"
+                    return r
+        return None
+
     def _fail(self, e: BaseException, prefix: str = "") -> None:
         import ray
 
-        self._exit, self._why = Exit.FAILED, prefix + _last_line(e)
-        ray.kill(self.handle)
+        self._exit = Exit.FAILED
+        # a replica's death ends rank 0 too (its collective breaks): the replica is blamed
+        self.failed_rank = self._replica_failed(wait_s=2.0) if self.replicas else None
+        if self.failed_rank is None:
+            self._why = prefix + _last_line(e)
+        self.kill()
+
+    def failure(self) -> dict[str, object]:
+        """What the supervisor's "failed" event adds with replicas: the rank that failed and its pid."""
+        if not self.replicas:
+            return {}
+        r = self.failed_rank or 0
+        return {"rank": r, "rank_pid": self._pid if r == 0 else self._rank_pids.get(r)}
 
     def poll(self) -> list[tuple[str, object]]:
         import ray
@@ -166,6 +264,22 @@ class _RayLearnerProc:
         out: list[tuple[str, object]] = []
         if self._exit is not None:
             return out
+        if self.open_ref is None:  # replicas: rank 0 picks the meeting point first
+            if _ready(self.rdv_ref):
+                try:
+                    addr, port = ray.get(self.rdv_ref)
+                except Exception as e:  # noqa: BLE001 - it could not start
+                    self._fail(e, "on Ray: ")
+                    return out
+                self._start_replicas(addr, port)
+                self.open_ref = self.handle.open.remote()
+            return out
+        if self.replicas:
+            r = self._replica_failed()
+            if r is not None:
+                self._exit, self.failed_rank = Exit.FAILED, r
+                self.kill()
+                return out
         if self.run_ref is None:
             if _ready(self.open_ref):
                 try:
@@ -181,7 +295,7 @@ class _RayLearnerProc:
             try:
                 out.append(("done", ray.get(self.run_ref)))
                 self._exit = Exit.CLEAN
-                ray.kill(self.handle)
+                self.kill()  # (rank 0 stopped its replicas before it returned)
             except Exception as e:  # noqa: BLE001 - its process died or its loop raised
                 self._fail(e)
             return out
@@ -209,7 +323,11 @@ class _RayLearnerProc:
     def kill(self) -> None:
         import ray
 
-        ray.kill(self.handle)
+        for handle in [self.handle, *(h for h, _, _ in self.replicas)]:
+            try:
+                ray.kill(handle)
+            except Exception as e:  # noqa: BLE001 - already gone
+                log.debug("ray.kill: %s", e)
 
     def terminate(self) -> None:
         self.kill()
@@ -301,7 +419,9 @@ class RayRunner:
     def close(self) -> None:
         import ray
 
-        for p in [*self.actors, *([self.learner] if self.learner else [])]:
+        if self.learner is not None:
+            self.learner.kill()  # and its replicas
+        for p in self.actors:
             try:
                 ray.kill(p.handle)
             except Exception as e:  # noqa: BLE001 - already gone

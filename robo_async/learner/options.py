@@ -22,7 +22,7 @@ class LearnerOptions:
     stale_embeddings: str = "refuse"
     precision: str = "auto"  # auto (bf16 mixed precision where the device computes bf16 fast: a CPU with AMX/AVX512-BF16, a GPU with bf16; else fp32) | fp32 | bf16; applies to qc, dsrl, filtered
     device: str = "auto"  # auto (a GPU when there is one, for algorithms that support it: qc, dsrl, filtered) | cpu | cuda | cuda:1
-    replicas: int = 1  # learner ranks, 1 to 64 (data parallelism, launcher=local): gradients averaged before every optimiser step; algo.batch_size is per rank; rank 0 ingests, publishes and checkpoints
+    replicas: int = 1  # learner ranks, 1 to 64 (data parallelism, launcher=local or ray): gradients averaged before every optimiser step; algo.batch_size is per rank; rank 0 ingests, publishes and checkpoints
 
 
 @dataclass(frozen=True)

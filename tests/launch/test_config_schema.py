@@ -110,7 +110,7 @@ def _stored(overrides: list[str], **changes: object) -> OmegaConf:
     ({"learner__replicas": 0}, "learner.replicas must be 1 to 64, not 0"),
     ({"learner__replicas": 65}, "learner.replicas must be 1 to 64, not 65"),
     ({"learner__replicas": 2, "launcher__name": "serial"},
-     "learner.replicas=2 runs its ranks as processes of launcher=local, not launcher=serial"),
+     "learner.replicas=2 runs its ranks as processes of launcher=local or as Ray actors (launcher=ray), not launcher=serial"),
 ])
 def test_wrong_type_or_unknown_key_is_one_line_at_plan_time(tmp_path, changes, want):
     with pytest.raises(ConfigError) as err:

@@ -84,3 +84,33 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     assert after["updates"] > before["updates"] and after["env_steps"] >= STEPS + 300
     assert set(pids_of(run_dir)) == {"learner", "learner rank 1", "actor 0"}
     assert assert_contiguous(run_dir, 0) >= STEPS + 300
+
+
+def test_on_ray_the_replicas_are_ray_actors_and_a_killed_one_restarts_the_group(tmp_path):
+    """launcher=ray with learner.replicas=2: rank 0 is the learner's Ray actor, rank 1 a Ray actor
+    of its own joining it (a local Ray here; on a cluster it goes wherever there is room). The
+    replica killed (-9): the group restarts from its checkpoint, the event names rank 1, and the
+    run finishes with every acked row once."""
+    from robo_async.launch.supervisor import read_events
+
+    run_dir = tmp_path / "ray-replicas"
+    proc, pids = start_training(run_dir, "launcher=ray", "launcher.num_cpus=4", "learner.replicas=2",
+                                f"budget.env_steps={STEPS}", "learner.checkpoint_every_s=2",
+                                "launcher.supervise.backoff_s=1")
+    assert set(pids) == {"learner", "learner rank 1", "actor 0"}, pids
+    assert pids["learner rank 1"] != pids["learner"]
+    wait_for_env_steps(run_dir, 500)
+    wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
+    os.kill(pids["learner rank 1"], signal.SIGKILL)
+    failed = group_comes_back(run_dir, 0)
+    assert failed["rank"] == 1 and failed["rank_pid"] == pids["learner rank 1"], failed
+    assert failed["why"].startswith(f"learner rank 1 (pid {pids['learner rank 1']}): "), failed
+    wait_for(lambda: pids_of(run_dir)["learner rank 1"] != pids["learner rank 1"], what="a new replica's pid")
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"env-step budget of {STEPS} reached" in out, out[-2000:]
+    assert [e["event"] for e in read_events(run_dir)] == ["failed", "restarted", "ready"]
+    rows = read_metrics(run_dir)
+    assert rows[-1]["supervisor/learner_restarts"] == 1
+    assert rows[-1]["time/updates"] > max(r["time/updates"] for r in rows if r["supervisor/learner_restarts"] < 1)
+    assert assert_contiguous(run_dir, 0) >= STEPS
