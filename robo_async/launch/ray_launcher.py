@@ -223,30 +223,39 @@ class _RayLearnerProc:
                     log.debug("replica pid unknown: %s", e)
         return {f"learner rank {r}": self._rank_pids.get(r) for r in range(1, len(self.replicas) + 1)}
 
-    def _replica_failed(self, wait_s: float = 0.0) -> int | None:
-        """The first replica whose run ended with an error (waiting up to `wait_s` for one): its rank."""
+    def _replica_failed(self, wait_s: float = 0.0, died_only: bool = False) -> int | None:
+        """The first replica whose run ended with an error, waiting up to `wait_s` for one: its rank.
+        `died_only`: only a replica whose process died counts (not one whose collective broke
+        because rank 0 went first)."""
         import ray
+        from ray.exceptions import RayActorError
 
         refs = [run for _, _, run in self.replicas]
-        if not refs:
-            return None
-        ended, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-        for r, ref in enumerate(refs, start=1):
-            if ref in ended:
-                try:
-                    ray.get(ref)
-                except Exception as e:  # noqa: BLE001 - its process died or its loop raised
-                    self.rank_pids()
-                    self._why = f"learner rank {r} (pid {self._rank_pids.get(r)}): {_last_line(e)}"
-                    return r
+        deadline = time.monotonic() + wait_s
+        while refs:
+            ended, refs = ray.wait(refs, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ended:
+                return None
+            r = 1 + [run for _, _, run in self.replicas].index(ended[0])
+            try:
+                ray.get(ended[0])
+            except Exception as e:  # noqa: BLE001 - its process died or its loop raised
+                if died_only and not isinstance(e, RayActorError):
+                    continue
+                self.rank_pids()
+                self._why = f"learner rank {r} (pid {self._rank_pids.get(r)}): {_last_line(e)}"
+                return r
         return None
 
     def _fail(self, e: BaseException, prefix: str = "") -> None:
-        import ray
+        from ray.exceptions import RayActorError
 
         self._exit = Exit.FAILED
-        # a replica's death ends rank 0 too (its collective breaks): the replica is blamed
-        self.failed_rank = self._replica_failed(wait_s=2.0) if self.replicas else None
+        # rank 0's loop raised (its collective broke): a replica whose process died is to blame;
+        # Ray reports that death a moment later, so wait for it. Rank 0's own process died: it is.
+        if self.replicas:
+            self.failed_rank = self._replica_failed(wait_s=0.0 if isinstance(e, RayActorError) else 10.0,
+                                                    died_only=True)
         if self.failed_rank is None:
             self._why = prefix + _last_line(e)
         self.kill()
