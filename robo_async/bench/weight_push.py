@@ -116,20 +116,21 @@ def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: 
     after 1% of the parameters (the head) changed. `declared`: the backbone is declared frozen,
     as an algorithm declares its untrained parameters (Algorithm.frozen_weights); else every
     array is compared with the keyframe."""
-    from robo_async.transport.channels import WeightPublisher
+    from robo_async.transport.channels import WeightPublisher, snapshot_bytes
     from robo_async.transport.curve import LearnerAuth
     from robo_async.transport.weights import PushConfig
     from robo_async.transport.wire import LearnerStatus, Weights
 
     auth = LearnerAuth(keys).start() if keys else None
     nbytes = sum(a.nbytes for a in arrays.values())
+    frozen = frozenset(k for k in arrays if k != "head.w") if delta and declared else frozenset()
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, auth=auth, weights_bytes=nbytes,
-                          push=PushConfig(precision=precision, delta=delta))
+                          push=PushConfig(precision=precision, delta=delta),  # as the learner builds it:
+                          snapshot_bytes=snapshot_bytes(arrays, frozen))
     try:
         cmds.put(("ours", pub.address, str(keys) if keys else None, (1, 2) if delta else (1,)))
         _await_ready(lambda: pub.publish_status(LearnerStatus(0, 0, 0, 0)), answers)
         t0 = time.monotonic()
-        frozen = frozenset(k for k in arrays if k != "head.w") if delta and declared else frozenset()
         pub.publish(Weights(1, arrays, "bench"), frozen=frozen)
         t = answers.get(timeout=900)[1] - t0
         if delta:

@@ -33,7 +33,7 @@ from robo_async.learner.figures import actor_figures, operator_figures
 from robo_async.learner.frames import LatestFrames
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
-from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+from robo_async.transport.channels import TransitionReceiver, WeightPublisher, snapshot_bytes
 from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
                                       Weights, WireError)
@@ -182,9 +182,11 @@ class Learner:
         c = self.config
         self._receiver = TransitionReceiver(c.data_address, max_message_mb=c.max_message_mb, auth=self._auth,
                                             queue_mb=c.queue_mb, message_bytes=c.message_bytes)
-        weights_bytes = sum(a.nbytes for a in self.algorithm.policy_weights().values())
+        weights = self.algorithm.policy_weights()
+        kept = self.algorithm.frozen_weights() | self._owned()
         self._publisher = WeightPublisher(c.weights_address, auth=self._auth, queue_mb=c.queue_mb,
-                                          weights_bytes=weights_bytes, push=c.push)
+                                          weights_bytes=sum(a.nbytes for a in weights.values()), push=c.push,
+                                          snapshot_bytes=snapshot_bytes(weights, kept))
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
@@ -354,10 +356,13 @@ class Learner:
 
     def publish(self) -> None:
         assert self._publisher is not None
-        policy = getattr(self.algorithm, "policy", None)  # arrays copied off a GPU are snapshots already
-        owned = policy.off_cpu() if hasattr(policy, "off_cpu") else frozenset()
         self._publisher.publish(Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture),
-                                frozen=self.algorithm.frozen_weights(), owned=owned)
+                                frozen=self.algorithm.frozen_weights(), owned=self._owned())
+
+    def _owned(self) -> frozenset[str]:
+        """The policy's arrays copied off a GPU by policy_weights(): snapshots already."""
+        policy = getattr(self.algorithm, "policy", None)
+        return policy.off_cpu() if hasattr(policy, "off_cpu") else frozenset()
 
     def status(self, stopping: bool = False) -> LearnerStatus:
         allowed = self.limiter.allowed_inserts() if self.config.algo_config.limit_to_data else 1 << 62

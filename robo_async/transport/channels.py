@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -22,7 +23,7 @@ import numpy as np
 import zmq
 
 from robo_async.transport.curve import LearnerAuth, actor_of, owns
-from robo_async.transport.weights import Assembler, PushConfig, encode_push, keyframe_of
+from robo_async.transport.weights import Assembler, PushConfig, keyframe_of, plan_push, seal
 from robo_async.transport.wire import (
     LearnerStatus,
     Message,
@@ -144,19 +145,69 @@ class TransitionSender:
         self._sock.close()
 
 
-def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+ALIGN = 64  # snapshot arrays start on cache-line boundaries (SIMD loads)
+
+
+class SnapshotBlocks:
+    """Memory for `publish()` snapshots, reused from push to push. Fresh memory costs its page
+    faults on first touch: a 2 GiB copy into fresh memory took 0.6-1.9 s here, into touched memory
+    0.18 s, and that copy runs on the learner's thread. A block is free again once nothing refers
+    to it: its push superseded and republished no more, and ZMQ done with its zero-copy frames
+    (pyzmq drops its references when a frame has gone). At most `keep` blocks are held (a
+    keyframe, the push being sent and the next one); when none is free a fresh one is taken.
+    `prefault` bytes are allocated and touched now (the learner knows its policy's size when it
+    starts), so even the first push copies into touched memory."""
+
+    def __init__(self, keep: int = 3, prefault: int = 0) -> None:
+        self.keep = keep
+        self._blocks: list[np.ndarray] = []
+        self.fresh = 0  # blocks allocated (and faulted in by their first copy)
+        self.reused = 0  # snapshots copied into a block that was free again
+        if prefault > 0:
+            raw = np.empty(prefault + ALIGN, np.uint8)
+            raw.fill(0)  # every page touched now, not on the learner's first publish()
+            self._blocks.append(raw)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An ALIGN-aligned uint8 block of `nbytes`, a view of a held block nothing else uses if
+        one is big enough, else fresh memory."""
+        for i in range(len(self._blocks)):
+            # a free block: referred to by this list and getrefcount's own argument only
+            if self._blocks[i].nbytes >= nbytes + ALIGN and sys.getrefcount(self._blocks[i]) == 2:
+                self.reused += 1
+                raw = self._blocks[i]
+                break
+        else:
+            raw = np.empty(nbytes + ALIGN, np.uint8)
+            self.fresh += 1
+            if len(self._blocks) < self.keep:
+                self._blocks.append(raw)
+        start = -raw.ctypes.data % ALIGN
+        return raw[start:start + nbytes]
+
+
+def snapshot_bytes(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset()) -> int:
+    """The size of snapshot()'s block for these arrays (each array's bytes rounded up to ALIGN)."""
+    return sum(-(-np.asarray(v).nbytes // ALIGN) * ALIGN for k, v in arrays.items() if k not in keep)
+
+
+def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(),
+             blocks: SnapshotBlocks | None = None) -> dict[str, np.ndarray]:
     """Copies of `arrays` (but those in `keep`, taken as they are), laid out in one block: one
     allocation instead of one per array, which at a few MiB took twice the copy's time in page
-    faults (17 arrays of 4 MiB in all: 1.5 ms apart, 0.6 ms in one block)."""
+    faults (17 arrays of 4 MiB in all: 1.5 ms apart, 0.6 ms in one block); from `blocks` when
+    given (memory already touched, reused from push to push)."""
     copy = {k: np.asarray(v) for k, v in arrays.items() if k not in keep}
-    align = 64
     offsets, total = {}, 0
     for k, v in copy.items():
         offsets[k] = total
-        total += -(-v.nbytes // align) * align
-    raw = np.empty(total + align, np.uint8)
-    start = -raw.ctypes.data % align
-    block = raw[start:start + total]  # every array on a 64-byte boundary (cache lines, SIMD loads)
+        total += -(-v.nbytes // ALIGN) * ALIGN  # as snapshot_bytes() counts it
+    if blocks is not None:
+        block = blocks.take(total)
+    else:
+        raw = np.empty(total + ALIGN, np.uint8)
+        start = -raw.ctypes.data % ALIGN
+        block = raw[start:start + total]  # every array on a 64-byte boundary (cache lines, SIMD loads)
     out = {}
     for k, v in arrays.items():
         if k not in copy:
@@ -169,18 +220,66 @@ def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(
     return out
 
 
+class _Stream:
+    """The publisher's newest push: its parts sealed (a keyframe's digests computed) and encoded
+    one at a time as they go, kept for repeats."""
+
+    def __init__(self, parts: list[WeightPart], tx: dict[str, np.ndarray], keyframe: tuple | None) -> None:
+        self.tx = tx
+        self.keyframe = keyframe  # (version, frozen names) for a keyframe, None for a delta
+        self.parts: list[WeightPart] = []  # sealed so far
+        self.frames: list[list[bytes | memoryview]] = []  # their messages, topic first
+        self._sealing = seal(parts, tx)
+        self._next: list[bytes | memoryview] | None = None  # sealed, not yet sent
+        self.done = False  # every part sealed and sent
+
+    def peek(self) -> list[bytes | memoryview] | None:
+        """The next part's message (sealed now if it was not), None once all were sent."""
+        if self._next is None and not self.done:
+            part = next(self._sealing, None)
+            if part is None:
+                self.done = True
+            else:
+                self.parts.append(part)
+                self._next = [WEIGHTS_TOPIC, *encode(part)]
+                self.frames.append(self._next)
+        return self._next
+
+    def sent(self) -> None:
+        """The message peek() gave went out."""
+        self._next = None
+        if self.peek() is None:
+            self.done = True
+
+    def key(self) -> tuple:
+        """What deltas are made against (a keyframe, all sealed): keyframe_of()."""
+        assert self.keyframe is not None and self.done
+        return keyframe_of(self.keyframe[0], self.parts, self.tx, self.keyframe[1])
+
+    def finish(self) -> None:
+        """Seal every part left (a superseded keyframe: repeats send it whole)."""
+        for part in self._sealing:
+            self.parts.append(part)
+            self.frames.append([WEIGHTS_TOPIC, *encode(part)])
+        self._next = None
+        self.done = True
+
+
 class WeightPublisher:
     """Learner side of weight sync (PUB, bound). Its own thread owns the socket: `publish()` hands
     over a snapshot of the newest weights and returns; the thread encodes the push (parts, fp16,
-    delta, crc32: transport/weights.py) and streams it with non-blocking sends, so a multi-GB
+    delta, digests: transport/weights.py) and streams it with non-blocking sends, so a multi-GB
     policy never stalls the learner; a newer push supersedes the rest of an older one. Every
     `republish_s` it repeats the newest keyframe and delta, so actors that (re)connect late or
     missed a part still get them. Statuses (`publish_status`) go out at the thread's next wake."""
 
     def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None,
                  auth: LearnerAuth | None = None, queue_mb: float = 64.0, weights_bytes: int = 1 << 20,
-                 push: PushConfig = PushConfig()) -> None:
+                 push: PushConfig = PushConfig(), snapshot_bytes: int = 0) -> None:
         self._ctx = ctx or zmq.Context.instance()
+        # publish()'s copies, in memory reused from push to push; `snapshot_bytes` (what publish()
+        # will copy: snapshot_bytes() of the policy's arrays but frozen and off-GPU ones) touched now
+        self.blocks = SnapshotBlocks(prefault=snapshot_bytes)
         self._sock = self._ctx.socket(zmq.PUB)
         if auth is not None:  # weights go only to admitted actor keys
             auth.secure(self._sock)
@@ -213,7 +312,7 @@ class WeightPublisher:
         """Hand over the newest weights: copied now (the learner's arrays change with the next
         update), except `frozen` ones (never trained: the thread reads them, a keyframe copies them)
         and `owned` ones (private snapshots already: copied off a GPU)."""
-        snap = Weights(weights.version, snapshot(weights.arrays, frozen | owned), weights.architecture)
+        snap = Weights(weights.version, snapshot(weights.arrays, frozen | owned, self.blocks), weights.architecture)
         with self._lock:
             self._frozen = frozen
             self._weights = snap
@@ -239,10 +338,10 @@ class WeightPublisher:
             log.error("weight publisher thread died: %s: %s", type(e).__name__, e)
 
     def _loop(self) -> None:
-        key: tuple[int, dict] | None = None  # the newest keyframe (version, transmitted arrays)
-        key_frames: list[list[bytes | memoryview]] = []
-        latest: list[list[bytes | memoryview]] = []  # the newest push's messages (keyframe or delta), topic first
-        queue: deque[list[bytes | memoryview]] = deque()
+        key: tuple[int, dict] | None = None  # the newest keyframe (version, transmitted arrays, digests)
+        key_frames: list[list[bytes | memoryview]] = []  # its messages, topic first
+        stream: _Stream | None = None  # the newest push (keyframe or delta), its parts sealed as they go
+        queue: deque[list[bytes | memoryview]] = deque()  # messages of a repeat
         started, last_sent = 0.0, 0.0
         while True:
             with self._lock:
@@ -254,29 +353,40 @@ class WeightPublisher:
             if self._stop.is_set():
                 return
             if weights is not None:
-                parts, tx, keyframe = encode_push(weights.version, weights.arrays, weights.architecture, self.push, key,
-                                                  frozen)
-                latest = [[WEIGHTS_TOPIC, *encode(p)] for p in parts]
+                if self.push.delta and stream is not None and stream.keyframe and not stream.done:
+                    stream.finish()  # superseded: the keyframe whole all the same (deltas and repeats need it)
+                    key = stream.key()
+                parts, tx, keyframe = plan_push(weights.version, weights.arrays, weights.architecture, self.push, key,
+                                                frozen)
+                stream = _Stream(parts, tx, (weights.version, frozen) if keyframe else None)
                 if keyframe:
-                    key, key_frames = keyframe_of(weights.version, parts, tx, frozen), latest
-                queue = deque(latest)
+                    key_frames = stream.frames
+                queue = deque()
                 started = t_pub
                 self.push_bytes = sum(a.nbytes for p in parts for a in p.arrays.values())
             sent = 0
-            while queue and sent < 8 * 2**20:  # a bounded slice per wake: statuses are not held up
-                frames = queue[0]
-                if not self._send(frames):
+            while sent < 8 * 2**20:  # a bounded slice per wake: statuses are not held up
+                frames = queue[0] if queue else stream.peek() if stream is not None else None
+                if frames is None or not self._send(frames):
                     break
-                queue.popleft()
+                if queue:
+                    queue.popleft()
+                else:
+                    assert stream is not None
+                    stream.sent()
+                    if stream.done and stream.keyframe:
+                        key = stream.key()
                 sent += sum(memoryview(f).nbytes for f in frames)
-                if not queue and started:
+                if started and stream is not None and stream.done:
                     self.last_push_s, started = time.monotonic() - started, 0.0
                     self.pushes += 1
                 last_sent = time.monotonic()
-            if not queue and latest and time.monotonic() - last_sent > self._republish_s:
-                queue = deque(latest if latest is key_frames else [*key_frames, *latest])
+            busy = bool(queue) or (stream is not None and not stream.done)
+            if not busy and stream is not None and time.monotonic() - last_sent > self._republish_s:
+                queue = deque(stream.frames if stream.frames is key_frames else [*key_frames, *stream.frames])
                 last_sent = time.monotonic()
-            self._wake.wait(0.002 if queue else 0.05)
+                busy = bool(queue)
+            self._wake.wait(0.002 if busy else 0.05)
             self._wake.clear()
 
     def _send(self, frames: list[bytes | memoryview]) -> bool:

@@ -142,7 +142,7 @@ _HEADER = {"schema", "kind", "arrays"}
 _KIND_FIELDS = {
     "transitions": {"actor_id", "seq"},
     "weights": {"version", "architecture"},
-    "wpart": {"version", "part", "parts", "base", "precision", "architecture", "manifest"},
+    "wpart": {"version", "part", "parts", "base", "precision", "architecture", "manifest", "sums"},
     "episode": {"actor_id", "episode", "episode_return", "length", "success", "policy_version", "evaluation",
                 "operator_ticks", "label"},
     "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors",
@@ -198,6 +198,11 @@ def _weight_part(header: Header, arrays: Arrays) -> WeightPart:
                 and m[2] in DTYPES and type(m[3]) is int and 0 <= m[3] < 1 << 64) or m[0] in names:
             raise WireError(f"wpart manifest entry {_show(m)}: expected [name, shape, dtype, digest], names unique")
         names.add(m[0])
+    sums = header.get("sums", [])
+    if not isinstance(sums, list) or len(sums) > MAX_ARRAYS["wpart"] or not all(
+            isinstance(m, list) and len(m) == 2 and type(m[0]) is str and 0 < len(m[0]) <= MAX_NAME
+            and type(m[1]) is int and 0 <= m[1] < 1 << 64 for m in sums) or len({m[0] for m in sums}) != len(sums):
+        raise WireError(f"wpart 'sums' must be a list of [array name, digest], names unique, got {_show(sums)}")
     for name, a in arrays.items():
         kind, _, rest = name.partition(":")
         key, _, off = rest.rpartition(":")
@@ -207,7 +212,8 @@ def _weight_part(header: Header, arrays: Arrays) -> WeightPart:
         if a.dtype.kind == "f" and a.size and not _all_finite(a):
             raise WireError(f"wpart piece '{name}' has NaN or infinite values")
     return WeightPart(version, part, parts, base, precision, _text(header, "architecture", ""),
-                      tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays)
+                      tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays,
+                      tuple((n, c) for n, c in sums))
 
 
 def _finite_array(kind: str, name: str, a: np.ndarray | Frames, ndim: int | None = None) -> np.ndarray:

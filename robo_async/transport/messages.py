@@ -183,7 +183,9 @@ class Weights:
 @dataclass(frozen=True)
 class WeightPart:
     """One part of a streamed weight push (transport/weights.py): pieces of arrays, and in part 0
-    the manifest `(name, shape, transmitted dtype, xxh3-64 digest)` of every array."""
+    the manifest `(name, shape, transmitted dtype, xxh3-64 digest)` of every array. A keyframe's
+    digests come as it goes: `sums` lists those of the arrays whose last piece this part carries
+    (their manifest digest is 0); a delta lists its digests in the manifest."""
 
     version: int
     part: int
@@ -193,6 +195,7 @@ class WeightPart:
     architecture: str
     manifest: tuple[tuple[str, tuple[int, ...], str, int], ...]
     arrays: Mapping[str, np.ndarray]
+    sums: tuple[tuple[str, int], ...] = ()  # (array, xxh3-64 digest) of arrays completed in this part
 
     kind = "wpart"
 

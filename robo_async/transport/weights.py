@@ -4,7 +4,10 @@ array checked (its xxh3-64 digest) before an actor swaps it in.
 A push of version v is `parts` messages of kind "wpart" (wire.WeightPart). Part 0 carries the
 manifest: every array's name, shape, transmitted dtype and the xxh3-64 digest of its transmitted
 bytes (xxh3 hashes at ~9 GB/s on these CPUs, crc32 at ~1.1: at 400 MiB crc32 alone was a full
-push's worth of time on each side).
+push's worth of time on each side). A keyframe's digests are computed as it goes (seal()): the
+manifest lists 0 and each array's digest travels in the part carrying its last piece, so the
+learner digests part k while ZMQ sends the parts before it and the actor checks each array as
+soon as it is whole, while the rest arrives.
 Each part carries pieces of arrays, named in the wire's array list:
 
     d:<name>:<offset>   dense values from flat element <offset> on
@@ -20,15 +23,15 @@ each keyframe takes a fresh copy. With `precision=fp16`, float32 arrays travel a
 turn them back into float32. The digest covers exactly what the actor ends up with, so a part lost,
 reordered, truncated or corrupted is never swapped in.
 
-    parts, tx = encode_push(version, arrays, arch, PushConfig(precision="fp16", delta=True), key)
+    parts, tx, keyframe = encode_push(version, arrays, arch, PushConfig(precision="fp16", delta=True), key)
     asm = Assembler(); weights = asm.feed(part) for each part  # -> Weights once complete and verified
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 import xxhash
@@ -47,7 +50,7 @@ class PushConfig:
     delta: bool = False  # send only the elements that changed since the last keyframe
     keyframe_every: int = 20  # versions between keyframes when delta is on
     part_mb: float = 4.0  # a push is streamed in parts of about this size (the learner never stalls on one) ...
-    whole_mb: float = 64.0  # ... but an array up to this size travels whole, so the actor keeps it as received (no copy)
+    whole_mb: float = 256.0  # ... but an array up to this size travels whole, so the actor keeps it as received (no copy)
     sparse_below: float = 0.25  # a changed array goes as (indices, values) below this changed fraction
 
     def __post_init__(self) -> None:
@@ -80,11 +83,38 @@ def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, n
 def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
                 key: tuple | None = None, frozen: frozenset[str] = frozenset()
                 ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
+    """(parts, transmitted arrays, is_keyframe): plan_push() with every part sealed now."""
+    parts, tx, keyframe = plan_push(version, arrays, architecture, cfg, key, frozen)
+    return list(seal(parts, tx)), tx, keyframe
+
+
+def _array_of(piece: str) -> str:
+    return piece.partition(":")[2].rpartition(":")[0]
+
+
+def seal(parts: list[WeightPart], tx: Mapping[str, np.ndarray]) -> Iterator[WeightPart]:
+    """A keyframe's parts as they go, each with the digests (`sums`) of the arrays whose last piece
+    it carries, computed when the part is taken: the publisher digests part k while ZMQ sends the
+    parts before it, and the actor checks each array the moment its last piece is in. A delta's
+    parts (digests in their manifest) come as they are."""
+    if not parts or parts[0].base >= 0:
+        yield from parts
+        return
+    last = {_array_of(name): i for i, p in enumerate(parts) for name in p.arrays}
+    for i, p in enumerate(parts):
+        done = dict.fromkeys(k for k in map(_array_of, p.arrays) if last[k] == i)
+        yield replace(p, sums=tuple((k, digest(tx[k])) for k in done))
+
+
+def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
+              key: tuple | None = None, frozen: frozenset[str] = frozenset()
+              ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
     """(parts, transmitted arrays, is_keyframe). `key` is (version, transmitted arrays[, digests]) of
     the last keyframe; a delta is made against it when cfg.delta and it is recent and has the same
     arrays. `frozen` names arrays that are unchanged since that keyframe by declaration (they may be
-    live views of the learner's tensors: a keyframe copies them). Use `keyframe_of(parts, tx)` for
-    the next call's `key` after a keyframe."""
+    live views of the learner's tensors: a keyframe copies them). A keyframe's parts go through
+    seal() (its digests are computed as it goes: the manifest lists 0); a delta's digests are in its
+    manifest. Use `keyframe_of(sealed parts, tx)` for the next call's `key` after a keyframe."""
     def spec(a: np.ndarray) -> tuple:
         return a.shape, (np.dtype(np.float16) if cfg.precision == "fp16" and a.dtype == np.float32 else a.dtype)
 
@@ -103,9 +133,10 @@ def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: st
         tx = {k: (np.array(a, copy=True) if k in frozen and a is arrays[k] else a) for k, a in tx.items()}
         same = set()
     sums = key[2] if delta and key is not None and len(key) > 2 else {}  # type: ignore[misc]
-    # the digest of every array as transmitted; an unchanged array keeps its keyframe's (not recomputed)
-    manifest = tuple((k, tuple(a.shape), a.dtype.name, sums[k] if k in same and k in sums else digest(a))
-                     for k, a in tx.items())
+    # a delta: the digest of every array as transmitted; an unchanged array keeps its keyframe's
+    # (not recomputed). A keyframe: 0, its digests come with its parts (seal())
+    manifest = tuple((k, tuple(a.shape), a.dtype.name,
+                      (sums[k] if k in same and k in sums else digest(a)) if delta else 0) for k, a in tx.items())
     pieces: list[tuple[str, np.ndarray]] = []
     step = max(1, int(cfg.part_mb * 2**20))
     for k, a in tx.items():
@@ -143,8 +174,9 @@ def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: st
 def keyframe_of(version: int, parts: list[WeightPart], tx: dict[str, np.ndarray],
                 frozen: frozenset[str] = frozenset()) -> tuple:
     """(version, transmitted arrays, digest per array, names frozen when it was taken): what deltas
-    are made against."""
-    return version, tx, {n: c for n, _, _, c in parts[0].manifest}, frozenset(frozen)
+    are made against. `parts`: the keyframe's parts as sealed (their sums)."""
+    sums = {n: c for n, _, _, c in parts[0].manifest} | {n: c for p in parts for n, c in p.sums}
+    return version, tx, sums, frozenset(frozen)
 
 
 @dataclass(frozen=True)
@@ -203,7 +235,7 @@ class Assembler:
                     bufs[name] = _Pending(tuple(shape), np.dtype(dtype))
             self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(), "touched": set(),
                                "manifest": p.manifest, "bufs": bufs, "precision": p.precision,
-                               "architecture": p.architecture}
+                               "architecture": p.architecture, "sums": {}, "verified": set(), "in_order": True}
         elif cur is None or cur["version"] != p.version or cur["base"] != p.base:
             return None  # its part 0 was not seen: wait for the repeat
         if p.parts != cur["parts"] or p.part in cur["got"]:
@@ -216,6 +248,7 @@ class Assembler:
                         cur["bufs"][k] = cur["bufs"][k].copy()
                         cur["touched"].add(k)
             self._apply(cur["bufs"], p.arrays)
+            self._check_as_it_goes(cur, p)
         except (ValueError, KeyError, IndexError) as e:
             self.bad += 1
             self._cur = None
@@ -229,8 +262,10 @@ class Assembler:
             self.bad += 1
             log.warning("weights v%d refused: arrays without pieces", p.version)
             return None
-        check = cur["touched"] if cur["base"] >= 0 else set(cur["bufs"])  # a keyframe: all; a delta: what changed
-        bad = [n for n, _, _, c in cur["manifest"] if n in check and digest(cur["bufs"][n]) != c]
+        # a keyframe: every array not checked as it came; a delta: what changed
+        check = (cur["touched"] if cur["base"] >= 0 else set(cur["bufs"])) - cur["verified"]
+        expected = {n: cur["sums"].get(n, c) for n, _, _, c in cur["manifest"]}
+        bad = [n for n in expected if n in check and digest(cur["bufs"][n]) != expected[n]]
         if cur["base"] >= 0 and self._key is not None:  # an untouched array must be the keyframe's as sent now
             key_sums = self._key[2]
             bad += [n for n, _, _, c in cur["manifest"] if n not in check and key_sums.get(n) != c]
@@ -241,10 +276,25 @@ class Assembler:
         for v in cur["bufs"].values():  # shared with the keyframe and the policy's loader: read-only
             v.flags.writeable = False
         if cur["base"] < 0:
-            self._key = (cur["version"], cur["bufs"], {n: c for n, _, _, c in cur["manifest"]})
+            self._key = (cur["version"], cur["bufs"], expected)
         self.completed += 1
         arrays = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in cur["bufs"].items()}
         return Weights(cur["version"], arrays, cur["architecture"])
+
+    @staticmethod
+    def _check_as_it_goes(cur: dict, p: WeightPart) -> None:
+        """A keyframe's arrays whose digest this part brings: checked now when every part before
+        it came first (so the array is whole), else at the end. Raises ValueError on a mismatch."""
+        cur["in_order"] = cur["in_order"] and p.part == len(cur["got"])
+        for name, c in p.sums:
+            if name not in cur["bufs"]:
+                raise ValueError(f"a digest for '{name}', which the manifest does not list")
+            cur["sums"][name] = c
+            buf = cur["bufs"][name]
+            if cur["base"] < 0 and cur["in_order"] and not isinstance(buf, _Pending):
+                if digest(buf) != c:
+                    raise ValueError(f"digest mismatch in '{name}'")
+                cur["verified"].add(name)
 
     @staticmethod
     def _apply(bufs: dict[str, np.ndarray], pieces: Mapping[str, np.ndarray]) -> None:

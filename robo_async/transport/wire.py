@@ -89,7 +89,8 @@ def encode(msg: Message) -> list[bytes | memoryview]:
     if isinstance(msg, WeightPart):
         return _pack(msg.kind, msg.arrays, version=msg.version, part=msg.part, parts=msg.parts, base=msg.base,
                      precision=msg.precision, architecture=msg.architecture,
-                     manifest=[[n, list(sh), dt, c] for n, sh, dt, c in msg.manifest])
+                     manifest=[[n, list(sh), dt, c] for n, sh, dt, c in msg.manifest],
+                     sums=[[n, c] for n, c in msg.sums])
     if isinstance(msg, (EpisodeStats, LearnerStatus)):
         return _pack(msg.kind, {}, **{k: getattr(msg, k) for k in msg.__dataclass_fields__})
     if isinstance(msg, Heartbeat):

@@ -299,3 +299,122 @@ def test_a_push_is_taken_at_once_while_statuses_are_throttled():
     finally:
         client.close()
         pub.close()
+
+
+def test_a_keyframe_brings_each_digest_with_its_array_and_a_bad_array_is_refused_as_it_comes():
+    """A keyframe's digests are computed as it goes: part 0's manifest lists 0, and each array's
+    digest comes in the part carrying its last piece. The actor checks an array the moment that
+    part is in (a corrupt one ends the push there, not after every other part); parts out of order
+    are checked at the end."""
+    from robo_async.transport.weights import digest
+
+    rng = np.random.default_rng(4)
+    w = {"a": rng.normal(size=50_000).astype(np.float32), "b": rng.normal(size=(500, 100)).astype(np.float32),
+         "c": np.arange(7, dtype=np.int64)}
+    parts, tx, _ = encode_push(1, w, "net", PushConfig(part_mb=0.05, whole_mb=0))
+    assert len(parts) > 3 and all(c == 0 for _, _, _, c in parts[0].manifest)
+    carried = [(n, c, i) for i, p in enumerate(parts) for n, c in p.sums]
+    assert sorted(n for n, _, _ in carried) == sorted(w)  # each array's digest once ...
+    for n, c, i in carried:  # ... in the part holding its last piece, the digest of what travels
+        assert c == digest(tx[n]) and max(j for j, p in enumerate(parts) for k in p.arrays if k.split(":")[1] == n) == i
+    first = next(i for i, p in enumerate(parts) if p.sums and i < len(parts) - 1)
+    hurt = dict(parts[first].arrays)
+    name = next(iter(hurt))
+    hurt[name] = hurt[name].copy()
+    hurt[name][-1] += 1.0  # well-formed, wrong
+    asm = Assembler()
+    for p in parts[:first]:
+        asm.feed(wire(p))
+    assert asm.feed(wire(WeightPart(**{**parts[first].__dict__, "arrays": hurt}))) is None
+    assert asm.bad == 1 and not asm.busy  # refused there and then
+    # out of order: checked once all are in, a corrupt one still refused, a clean one taken
+    shuffled = [parts[0], *parts[1:][::-1]]
+    asm = Assembler()
+    got = [asm.feed(wire(p)) for p in shuffled]
+    assert got[-1] is not None and all(np.array_equal(got[-1].arrays[k], w[k]) for k in w)
+    bad = [parts[0], *[WeightPart(**{**p.__dict__, "arrays": hurt}) if i == first else p
+                       for i, p in enumerate(parts) if i][::-1]]
+    assert [asm.feed(wire(p)) for p in bad][-1] is None and asm.bad == 1
+    # a digest for an array the manifest does not list, or no digest at all: refused
+    odd = [parts[0], *[WeightPart(**{**p.__dict__, "sums": (("ghost", 1),) if i == 1 else p.sums})
+                       for i, p in enumerate(parts) if i]]
+    asm = Assembler()
+    assert [asm.feed(wire(p)) for p in odd][-1] is None and asm.bad == 1
+    bare = [WeightPart(**{**p.__dict__, "sums": ()}) for p in parts]
+    assert [asm.feed(wire(p)) for p in bare][-1] is None and asm.bad == 2
+
+
+@pytest.mark.parametrize("sums", [[["a"]], [["a", -1]], [["", 3]], [["a", 1], ["a", 2]], "a", [["a", 1.5]]])
+def test_malformed_digests_in_a_weights_part_are_named(sums):
+    import msgpack
+
+    from robo_async.transport.wire import WireError
+
+    frames = encode(encode_push(1, policy(5, big=10), "net", PushConfig())[0][0])
+    header = msgpack.unpackb(bytes(frames[0]))
+    header["sums"] = sums
+    with pytest.raises(WireError, match="'sums'"):
+        decode([msgpack.packb(header), *[bytes(f) for f in frames[1:]]])
+
+
+def test_snapshot_blocks_are_reused_only_once_nothing_refers_to_them():
+    """publish()'s copies go into blocks reused from push to push (fresh memory costs page faults);
+    a block still referred to (a push being sent, its frames in ZMQ, a keyframe kept) is never
+    written over."""
+    from robo_async.transport.channels import SnapshotBlocks, snapshot, snapshot_bytes
+
+    arrays = {"w": np.arange(1000, dtype=np.float32), "b": np.ones(7, np.float64)}
+    blocks = SnapshotBlocks(keep=2, prefault=snapshot_bytes(arrays))
+    first = snapshot(arrays, blocks=blocks)
+    assert (blocks.fresh, blocks.reused) == (0, 1)  # the block touched at the start
+    arrays["w"] += 1.0
+    second = snapshot(arrays, blocks=blocks)  # the first is still held: a fresh block
+    assert (blocks.fresh, blocks.reused) == (1, 1)
+    assert first["w"][0] == 0.0 and second["w"][0] == 1.0
+    held = memoryview(second["w"])  # e.g. a zero-copy frame ZMQ has not sent yet
+    del first, second
+    arrays["w"] += 1.0
+    third = snapshot(arrays, blocks=blocks)  # the first's block is free again, the second's is not
+    assert (blocks.fresh, blocks.reused) == (1, 2)
+    assert np.frombuffer(held, np.float32)[0] == 1.0 and third["w"][0] == 2.0
+    arrays["w"] += 1.0
+    fourth = snapshot(arrays, blocks=blocks)  # both held blocks in use: fresh memory, not kept
+    assert (blocks.fresh, blocks.reused) == (2, 2) and third["w"][0] == 2.0 and fourth["w"][0] == 3.0
+    del held
+    arrays["w"] += 1.0
+    assert snapshot(arrays, blocks=blocks)["w"][0] == 4.0 and blocks.reused == 3
+
+
+def test_a_delta_published_while_its_keyframe_is_still_going_out_applies_to_the_whole_keyframe():
+    """Keyframe parts are sealed (digested, encoded) as they go. A delta published before the
+    keyframe's last part went out is made against the whole keyframe (its rest sealed then), and
+    a late actor gets that keyframe whole from the repeats, then the delta."""
+    from robo_async.transport.channels import WEIGHTS_TOPIC
+
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(delta=True, part_mb=0.05, whole_mb=0))
+    send, blocked = pub._send, [True]
+    pub._send = lambda frames: not (blocked[0] and frames[0] == WEIGHTS_TOPIC) and send(frames)  # a full queue
+    try:
+        w = policy(6, big=400_000)
+        pub.publish(Weights(1, w, "net"))
+        deadline = time.monotonic() + 30
+        while pub._weights is not None and time.monotonic() < deadline:  # the thread took v1: its part 0 waits
+            time.sleep(0.001)
+        w2 = {k: v.copy() for k, v in w.items()}
+        w2["head.b"] += 3.0
+        pub.publish(Weights(2, w2, "net"))  # before v1's parts could go
+        while pub._weights is not None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert pub.pushes == 0
+        blocked[0] = False
+        while pub.pushes < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert 0 < pub.push_bytes < 0.05 * sum(a.nbytes for a in w.values())  # v2: a delta against v1
+        client = WeightClient(pub.address, every_s=0.005).start()
+        try:
+            got = newest(client, 2)  # v1 whole from the repeats, then v2
+            assert all(np.array_equal(got.arrays[k], w2[k]) for k in w) and client.weights_refused == 0
+        finally:
+            client.close()
+    finally:
+        pub.close()
