@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import zmq
@@ -197,6 +197,16 @@ def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(
     allocation instead of one per array, which at a few MiB took twice the copy's time in page
     faults (17 arrays of 4 MiB in all: 1.5 ms apart, 0.6 ms in one block); from `blocks` when
     given (memory already touched, reused from push to push)."""
+    out, copies = _layout(arrays, keep, blocks)
+    for _, src, dst in copies:
+        np.copyto(dst, src)
+    return out
+
+
+def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: SnapshotBlocks | None
+            ) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
+    """snapshot()'s arrays before any copy (views of the block; `keep` ones as they are), and the
+    copies to make: (name, source, destination) in the arrays' order."""
     copy = {k: np.asarray(v) for k, v in arrays.items() if k not in keep}
     offsets, total = {}, 0
     for k, v in copy.items():
@@ -208,28 +218,52 @@ def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(
         raw = np.empty(total + ALIGN, np.uint8)
         start = -raw.ctypes.data % ALIGN
         block = raw[start:start + total]  # every array on a 64-byte boundary (cache lines, SIMD loads)
-    out = {}
+    out, copies = {}, []
     for k, v in arrays.items():
         if k not in copy:
             out[k] = v
             continue
         a = copy[k]
-        dst = block[offsets[k]:offsets[k] + a.nbytes].view(a.dtype).reshape(a.shape)
-        np.copyto(dst, a)
-        out[k] = dst
-    return out
+        out[k] = dst = block[offsets[k]:offsets[k] + a.nbytes].view(a.dtype).reshape(a.shape)
+        copies.append((k, a, dst))
+    return out, copies
+
+
+class _Copying:
+    """publish()'s copy, array by array, as the publisher thread sees it: a part goes out once
+    the arrays it holds pieces of are copied, so the first parts travel while the rest is copied."""
+
+    def __init__(self, names: Iterable[str], stop: threading.Event) -> None:
+        self._index = {n: i for i, n in enumerate(names)}
+        self._copied = 0
+        self._stop = stop
+        self._cv = threading.Condition()
+
+    def advance(self) -> None:
+        """One more array copied (in order)."""
+        with self._cv:
+            self._copied += 1
+            self._cv.notify_all()
+
+    def wait(self, names: Iterable[str] | None = None) -> None:
+        """Until `names` (all when None) are copied, or the publisher stops."""
+        need = len(self._index) if names is None else max((self._index.get(n, -1) for n in names), default=-1) + 1
+        with self._cv:
+            while self._copied < need and not self._stop.is_set():
+                self._cv.wait(0.1)
 
 
 class _Stream:
     """The publisher's newest push: its parts sealed (a keyframe's digests computed) and encoded
     one at a time as they go, kept for repeats."""
 
-    def __init__(self, parts: list[WeightPart], tx: dict[str, np.ndarray], keyframe: tuple | None) -> None:
+    def __init__(self, parts: list[WeightPart], tx: dict[str, np.ndarray], keyframe: tuple | None,
+                 ready: Callable[[Iterable[str]], object]) -> None:
         self.tx = tx
         self.keyframe = keyframe  # (version, frozen names) for a keyframe, None for a delta
         self.parts: list[WeightPart] = []  # sealed so far
         self.frames: list[list[bytes | memoryview]] = []  # their messages, topic first
-        self._sealing = seal(parts, tx)
+        self._sealing = seal(parts, tx, ready)  # each part once publish() copied its arrays
         self._next: list[bytes | memoryview] | None = None  # sealed, not yet sent
         self.done = False  # every part sealed and sent
 
@@ -299,6 +333,7 @@ class WeightPublisher:
         self._weights: Weights | None = None  # the newest weights not yet encoded
         self._weights_t = 0.0  # when they were handed over
         self._frozen: frozenset[str] = frozenset()  # their arrays the algorithm never trains
+        self._copying = _Copying((), self._stop)  # publish()'s copy of them, array by array
         self._status: LearnerStatus | None = None  # the newest status not yet sent
         self.pushes = 0  # pushes sent whole (every part once)
         self.push_bytes = 0  # payload bytes of the newest push
@@ -309,15 +344,22 @@ class WeightPublisher:
 
     def publish(self, weights: Weights, frozen: frozenset[str] = frozenset(),
                 owned: frozenset[str] = frozenset()) -> None:
-        """Hand over the newest weights: copied now (the learner's arrays change with the next
-        update), except `frozen` ones (never trained: the thread reads them, a keyframe copies them)
-        and `owned` ones (private snapshots already: copied off a GPU)."""
-        snap = Weights(weights.version, snapshot(weights.arrays, frozen | owned, self.blocks), weights.architecture)
+        """Hand over the newest weights: copied before this returns (the learner's arrays change
+        with the next update), except `frozen` ones (never trained: the thread reads them, a
+        keyframe copies them) and `owned` ones (private snapshots already: copied off a GPU). The
+        thread sends a full-precision keyframe's first parts while the rest is being copied.
+        Called from one thread (the learner's)."""
+        arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks)
+        copying = _Copying([k for k, _, _ in copies], self._stop)
         with self._lock:
             self._frozen = frozen
-            self._weights = snap
+            self._weights = Weights(weights.version, arrays, weights.architecture)
+            self._copying = copying
             self._weights_t = time.monotonic()
-        self._wake.set()
+        self._wake.set()  # the thread starts on the first parts while the rest is copied
+        for _, src, dst in copies:
+            np.copyto(dst, src)
+            copying.advance()
 
     def publish_status(self, status: LearnerStatus) -> None:
         """Hand over the newest status; the thread sends it at its next wake (a newer one supersedes it)."""
@@ -347,7 +389,7 @@ class WeightPublisher:
             with self._lock:
                 status, self._status = self._status, None
                 weights, self._weights = self._weights, None
-                frozen, t_pub = self._frozen, self._weights_t
+                frozen, t_pub, copying = self._frozen, self._weights_t, self._copying
             if status is not None:
                 self._send([STATUS_TOPIC, *encode(status)])
             if self._stop.is_set():
@@ -356,9 +398,11 @@ class WeightPublisher:
                 if self.push.delta and stream is not None and stream.keyframe and not stream.done:
                     stream.finish()  # superseded: the keyframe whole all the same (deltas and repeats need it)
                     key = stream.key()
+                if self.push.delta or self.push.precision != "fp32":
+                    copying.wait()  # a delta compares values, fp16 converts them: once all are copied
                 parts, tx, keyframe = plan_push(weights.version, weights.arrays, weights.architecture, self.push, key,
                                                 frozen)
-                stream = _Stream(parts, tx, (weights.version, frozen) if keyframe else None)
+                stream = _Stream(parts, tx, (weights.version, frozen) if keyframe else None, copying.wait)
                 if keyframe:
                     key_frames = stream.frames
                 queue = deque()

@@ -30,7 +30,7 @@ reordered, truncated or corrupted is never swapped in.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -92,16 +92,22 @@ def _array_of(piece: str) -> str:
     return piece.partition(":")[2].rpartition(":")[0]
 
 
-def seal(parts: list[WeightPart], tx: Mapping[str, np.ndarray]) -> Iterator[WeightPart]:
+def seal(parts: list[WeightPart], tx: Mapping[str, np.ndarray],
+         ready: Callable[[Iterable[str]], object] = lambda names: None) -> Iterator[WeightPart]:
     """A keyframe's parts as they go, each with the digests (`sums`) of the arrays whose last piece
     it carries, computed when the part is taken: the publisher digests part k while ZMQ sends the
     parts before it, and the actor checks each array the moment its last piece is in. A delta's
-    parts (digests in their manifest) come as they are."""
+    parts (digests in their manifest) come as they are. `ready(names)` is called before a part is
+    taken with the names of the arrays it holds pieces of (the publisher waits there until
+    publish() has copied them)."""
     if not parts or parts[0].base >= 0:
-        yield from parts
+        for p in parts:
+            ready(map(_array_of, p.arrays))
+            yield p
         return
     last = {_array_of(name): i for i, p in enumerate(parts) for name in p.arrays}
     for i, p in enumerate(parts):
+        ready(map(_array_of, p.arrays))
         done = dict.fromkeys(k for k in map(_array_of, p.arrays) if last[k] == i)
         yield replace(p, sums=tuple((k, digest(tx[k])) for k in done))
 

@@ -418,3 +418,63 @@ def test_a_delta_published_while_its_keyframe_is_still_going_out_applies_to_the_
             client.close()
     finally:
         pub.close()
+
+
+def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_arrays_are_copied(monkeypatch):
+    """publish() copies array by array; the publisher thread sends the parts of arrays already
+    copied meanwhile, and waits for the rest: no part leaves before the arrays it holds pieces of
+    were copied (else it would carry half-copied values)."""
+    import threading
+
+    import msgpack
+
+    from robo_async.transport import channels
+
+    events, cond, waiting = [], threading.Condition(), [False]
+    advance, wait = channels._Copying.advance, channels._Copying.wait
+
+    def advanced(self):
+        advance(self)
+        with cond:
+            events.append(("copied", self._copied))
+            cond.notify_all()
+            if self._copied == 1:  # "b" not copied yet: hold the copy until the thread waits for it (or sent it)
+                cond.wait_for(lambda: waiting[0] or any(e[0] == "sent" and "b" in e[1] for e in events), timeout=30)
+
+    def waited(self, names=None):
+        names = None if names is None else list(names)
+        if names is not None and "b" in names and self._copied < 2:
+            with cond:
+                waiting[0] = True
+                cond.notify_all()
+        wait(self, names)
+
+    monkeypatch.setattr(channels._Copying, "advance", advanced)
+    monkeypatch.setattr(channels._Copying, "wait", waited)
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(part_mb=0.25, whole_mb=0))
+    send = pub._send
+
+    def sent(frames):
+        ok = send(frames)
+        if ok and frames[0] == channels.WEIGHTS_TOPIC:
+            with cond:
+                events.append(("sent", {s[0].split(":")[1] for s in msgpack.unpackb(bytes(frames[1]))["arrays"]}))
+                cond.notify_all()
+        return ok
+
+    pub._send = sent
+    client = WeightClient(pub.address, every_s=0.005).start()
+    try:
+        rng = np.random.default_rng(7)
+        w = {"a": rng.normal(size=300_000).astype(np.float32), "b": rng.normal(size=300_000).astype(np.float32)}
+        pub.publish(Weights(1, w, "net"))
+        got = newest(client, 1)
+        assert all(np.array_equal(got.arrays[k], w[k]) for k in w) and client.weights_refused == 0
+        with cond:
+            order = list(events)
+        b_copied = order.index(("copied", 2))
+        assert waiting[0] and any(e[0] == "sent" for e in order[:b_copied])  # parts of "a" went meanwhile
+        assert not any(e[0] == "sent" and "b" in e[1] for e in order[:b_copied])  # none of "b" before its copy
+    finally:
+        client.close()
+        pub.close()
