@@ -1,6 +1,7 @@
 """Every `robo-async bench <name>` reaches its own entry function, which reads its arguments."""
 
 import inspect
+import json
 
 import pytest
 
@@ -55,3 +56,14 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
     assert got["no_hil_seconds_to_80"] is None and got["speedup"] == 3.0 and got["speedup_is_lower_bound"]
     runs["hil"] = [{"seconds_to_80": None}] * 2 + [{"seconds_to_80": 100.0}]
     assert summarize_task(runs, budget=600)["speedup"] is None  # the operator's arm did not get there
+
+
+def test_bench_weight_push_times_every_variant_against_raw_zmq(capsys):
+    """The bench's own path (a real publisher, a real client in another process) on a small
+    policy: every variant arrives, and the last line carries the best-of and median ratios."""
+    assert main(["bench", "weight-push", "sizes_mb=1", "repeats=2"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {r["variant"] for r in out["rows"]} == {"raw zmq", "full fp32", "fp16", "delta 1%", "delta 1% undeclared",
+                                                  "full fp32 CURVE", "delta 1% CURVE"}
+    assert all(0 < r["seconds"] <= r["median_s"] for r in out["rows"])
+    assert set(out["full_over_raw"]) == set(out["full_over_raw_median"]) == {"1.0"}

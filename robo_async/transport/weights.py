@@ -40,6 +40,7 @@ from robo_async.transport.wire import WeightPart, Weights, WireError
 
 log = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16")
+MIN_PARTS = 8  # a push smaller than MIN_PARTS * part_mb goes in about this many parts (each >= 256 KiB)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,10 @@ def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str,
     manifest = tuple((k, tuple(a.shape), a.dtype.name,
                       (sums[k] if k in same and k in sums else digest(a)) if delta else 0) for k, a in tx.items())
     pieces: list[tuple[str, np.ndarray]] = []
-    step = max(1, int(cfg.part_mb * 2**20))
+    # parts of part_mb, but a small push in about MIN_PARTS parts (of at least 256 KiB): digesting,
+    # sending, receiving and checking then overlap rather than run one after the other
+    total = sum(a.nbytes for a in tx.values())
+    step = max(1, min(int(cfg.part_mb * 2**20), max(1 << 18, total // MIN_PARTS)))
     for k, a in tx.items():
         flat = a.reshape(-1)
         if delta:
