@@ -35,6 +35,7 @@ def _policy(mb: float, seed: int = 0) -> dict[str, np.ndarray]:
 
 def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
     """The actor side: per trial, subscribe (ours or raw), report 'ready', then the arrival time."""
+    import torch  # noqa: F401 - loaded, as in an actor process (its policy's): fp16 arrays are converted with it
     import zmq
 
     from robo_async.transport.channels import WeightClient
@@ -126,7 +127,7 @@ def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: 
     frozen = frozenset(k for k in arrays if k != "head.w") if delta and declared else frozenset()
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, auth=auth, weights_bytes=nbytes,
                           push=PushConfig(precision=precision, delta=delta),  # as the learner builds it:
-                          snapshot_bytes=snapshot_bytes(arrays, frozen))
+                          snapshot_bytes=snapshot_bytes(arrays, frozen, precision))
     try:
         cmds.put(("ours", pub.address, str(keys) if keys else None, (1, 2) if delta else (1,)))
         _await_ready(lambda: pub.publish_status(LearnerStatus(0, 0, 0, 0)), answers)

@@ -186,7 +186,7 @@ class Learner:
         kept = self.algorithm.frozen_weights() | self._owned()
         self._publisher = WeightPublisher(c.weights_address, auth=self._auth, queue_mb=c.queue_mb,
                                           weights_bytes=sum(a.nbytes for a in weights.values()), push=c.push,
-                                          snapshot_bytes=snapshot_bytes(weights, kept))
+                                          snapshot_bytes=snapshot_bytes(weights, kept, c.push.precision))
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before

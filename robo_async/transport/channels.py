@@ -23,7 +23,7 @@ import numpy as np
 import zmq
 
 from robo_async.transport.curve import LearnerAuth, actor_of, owns
-from robo_async.transport.weights import Assembler, PushConfig, keyframe_of, plan_push, seal
+from robo_async.transport.weights import Assembler, PushConfig, cast_into, keyframe_of, plan_push, seal
 from robo_async.transport.wire import (
     LearnerStatus,
     Message,
@@ -186,9 +186,16 @@ class SnapshotBlocks:
         return raw[start:start + nbytes]
 
 
-def snapshot_bytes(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset()) -> int:
+def _held_as(a: np.ndarray, half: bool) -> np.dtype:
+    """The dtype a snapshot holds `a` in: float32 as float16 when the push travels in half precision."""
+    return np.dtype(np.float16) if half and a.dtype == np.float32 else a.dtype
+
+
+def snapshot_bytes(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(), precision: str = "fp32"
+                   ) -> int:
     """The size of snapshot()'s block for these arrays (each array's bytes rounded up to ALIGN)."""
-    return sum(-(-np.asarray(v).nbytes // ALIGN) * ALIGN for k, v in arrays.items() if k not in keep)
+    return sum(-(-np.asarray(v).size * _held_as(np.asarray(v), precision == "fp16").itemsize // ALIGN) * ALIGN
+               for k, v in arrays.items() if k not in keep)
 
 
 def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(),
@@ -203,15 +210,16 @@ def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(
     return out
 
 
-def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: SnapshotBlocks | None
-            ) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
+def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: SnapshotBlocks | None,
+            half: bool = False) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
     """snapshot()'s arrays before any copy (views of the block; `keep` ones as they are), and the
-    copies to make: (name, source, destination) in the arrays' order."""
+    copies to make: (name, source, destination) in the arrays' order. `half`: float32 arrays are
+    held as float16 (a push in half precision: the conversion is the copy)."""
     copy = {k: np.asarray(v) for k, v in arrays.items() if k not in keep}
     offsets, total = {}, 0
     for k, v in copy.items():
         offsets[k] = total
-        total += -(-v.nbytes // ALIGN) * ALIGN  # as snapshot_bytes() counts it
+        total += -(-v.size * _held_as(v, half).itemsize // ALIGN) * ALIGN  # as snapshot_bytes() counts it
     if blocks is not None:
         block = blocks.take(total)
     else:
@@ -224,7 +232,8 @@ def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: Snap
             out[k] = v
             continue
         a = copy[k]
-        out[k] = dst = block[offsets[k]:offsets[k] + a.nbytes].view(a.dtype).reshape(a.shape)
+        held = _held_as(a, half)
+        out[k] = dst = block[offsets[k]:offsets[k] + a.size * held.itemsize].view(held).reshape(a.shape)
         copies.append((k, a, dst))
     return out, copies
 
@@ -349,7 +358,7 @@ class WeightPublisher:
         keyframe copies them) and `owned` ones (private snapshots already: copied off a GPU). The
         thread sends a full-precision keyframe's first parts while the rest is being copied.
         Called from one thread (the learner's)."""
-        arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks)
+        arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks, half=self.push.precision == "fp16")
         copying = _Copying([k for k, _, _ in copies], self._stop)
         with self._lock:
             self._frozen = frozen
@@ -358,7 +367,7 @@ class WeightPublisher:
             self._weights_t = time.monotonic()
         self._wake.set()  # the thread starts on the first parts while the rest is copied
         for _, src, dst in copies:
-            np.copyto(dst, src)
+            cast_into(dst, src)  # (float32 -> float16 for a half-precision push)
             copying.advance()
 
     def publish_status(self, status: LearnerStatus) -> None:
@@ -398,8 +407,8 @@ class WeightPublisher:
                 if self.push.delta and stream is not None and stream.keyframe and not stream.done:
                     stream.finish()  # superseded: the keyframe whole all the same (deltas and repeats need it)
                     key = stream.key()
-                if self.push.delta or self.push.precision != "fp32":
-                    copying.wait()  # a delta compares values, fp16 converts them: once all are copied
+                if self.push.delta:
+                    copying.wait()  # a delta compares values: once all are copied (fp16: converted by publish())
                 parts, tx, keyframe = plan_push(weights.version, weights.arrays, weights.architecture, self.push, key,
                                                 frozen)
                 stream = _Stream(parts, tx, (weights.version, frozen) if keyframe else None, copying.wait)

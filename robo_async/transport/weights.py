@@ -30,6 +30,7 @@ reordered, truncated or corrupted is never swapped in.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
@@ -72,12 +73,33 @@ def _equal(a: np.ndarray, b: np.ndarray, block: int = 1 << 20) -> bool:
     return all(np.array_equal(fa[i:i + block], fb[i:i + block]) for i in range(0, fa.size, block))
 
 
+def cast_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src, converting float32 <-> float16 with torch's vectorised kernels (numpy's
+    conversion took 0.35 s per 512 MiB here, torch's 0.06); anything else with numpy."""
+    if {dst.dtype, src.dtype} == {np.dtype(np.float16), np.dtype(np.float32)} and dst.flags.c_contiguous \
+            and src.flags.c_contiguous and dst.shape == src.shape:
+        import torch
+
+        with warnings.catch_warnings():  # a received array is read-only: torch only reads it
+            warnings.simplefilter("ignore", UserWarning)
+            torch.from_numpy(dst).copy_(torch.from_numpy(src))
+    else:
+        np.copyto(dst, src, casting="same_kind")
+
+
+def as_dtype(a: np.ndarray, dtype: type) -> np.ndarray:
+    """`a` converted to `dtype` (cast_into a new array)."""
+    out = np.empty(a.shape, dtype)
+    cast_into(out, np.ascontiguousarray(a))
+    return out
+
+
 def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, np.ndarray]:
     """The arrays as they travel: float32 -> float16 for fp16, else as they are (contiguous)."""
     out = {}
     for k, a in arrays.items():
         a = np.ascontiguousarray(a)
-        out[k] = a.astype(np.float16) if precision == "fp16" and a.dtype == np.float32 else a
+        out[k] = as_dtype(a, np.float16) if precision == "fp16" and a.dtype == np.float32 else a
     return out
 
 
@@ -245,7 +267,8 @@ class Assembler:
                     bufs[name] = _Pending(tuple(shape), np.dtype(dtype))
             self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(), "touched": set(),
                                "manifest": p.manifest, "bufs": bufs, "precision": p.precision,
-                               "architecture": p.architecture, "sums": {}, "verified": set(), "in_order": True}
+                               "architecture": p.architecture, "sums": {}, "verified": set(), "in_order": True,
+                               "fp32": {}}
         elif cur is None or cur["version"] != p.version or cur["base"] != p.base:
             return None  # its part 0 was not seen: wait for the repeat
         if p.parts != cur["parts"] or p.part in cur["got"]:
@@ -288,7 +311,9 @@ class Assembler:
         if cur["base"] < 0:
             self._key = (cur["version"], cur["bufs"], expected)
         self.completed += 1
-        arrays = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in cur["bufs"].items()}
+        back = cur["fp32"]  # (float16 arrays turned back into float32 as they were checked)
+        arrays = {k: back[k] if k in back else (as_dtype(v, np.float32) if v.dtype == np.float16 else v)
+                  for k, v in cur["bufs"].items()}
         return Weights(cur["version"], arrays, cur["architecture"])
 
     @staticmethod
@@ -305,6 +330,8 @@ class Assembler:
                 if digest(buf) != c:
                     raise ValueError(f"digest mismatch in '{name}'")
                 cur["verified"].add(name)
+                if buf.dtype == np.float16:  # back to float32 now, while the rest arrives
+                    cur["fp32"][name] = as_dtype(buf, np.float32)
 
     @staticmethod
     def _apply(bufs: dict[str, np.ndarray], pieces: Mapping[str, np.ndarray]) -> None:

@@ -47,8 +47,8 @@ def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_pat
         return
     # No tick waited for an inference (a wait starts a tick >= 200 ms - 1 period = 167 ms late).
     # Not `missed == 0`: on a shared machine the OS alone may start a tick a few ms past half a
-    # period; the benchmark reports those.
-    assert late.max < 0.1, f"a tick started {late.max * 1000:.0f} ms late"
+    # period (or a GC pause a few tens of ms); the benchmark reports those.
+    assert late.max < 0.16, f"a tick started {late.max * 1000:.0f} ms late"
     runner = actor.loop.runner
     assert len(runner.versions) >= 3  # chunks kept arriving while the loop ran
     assert runner.holds < 45
@@ -95,13 +95,15 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     t = threading.Thread(target=learner, daemon=True)
     t.start()
     policy = DelayedPolicy(flow((32,)), delay_ms=60)
-    cfg = ActorConfig(0, rx.address, pub.address, LoopConfig(realtime=True, max_steps=45, eval_every=0,
+    # 150 ticks (5 s): the refused push and the new one make their round trip (actor -> store ->
+    # stand-in learner -> publisher -> weight client) well within the run, however loaded the machine
+    cfg = ActorConfig(0, rx.address, pub.address, LoopConfig(realtime=True, max_steps=150, eval_every=0,
                       inference="async_forward_rtc", episode_ticks=50), flush_every=4)
     actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     try:
         actor.run(threading.Event())
         deadline = __import__("time").monotonic() + 20
-        while len(store) < 45 and __import__("time").monotonic() < deadline:
+        while len(store) < 150 and __import__("time").monotonic() < deadline:
             __import__("time").sleep(0.01)
     finally:
         stop.set()
@@ -110,10 +112,10 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     store.close()
     rx.close()
     pub.close()
-    assert swapped.is_set() and actor.env_steps == 45
-    # the swap never held up a tick (OS jitter of a few ms on a shared machine is not a wait)
-    assert actor.loop.lateness.max < 0.1, f"a tick started {actor.loop.lateness.max * 1000:.0f} ms late"
-    assert len(versions) == 45
+    assert swapped.is_set() and actor.env_steps == 150
+    # the swap never held up a tick (OS jitter on a shared machine is not a wait)
+    assert actor.loop.lateness.max < 0.16, f"a tick started {actor.loop.lateness.max * 1000:.0f} ms late"
+    assert len(versions) == 150
     assert versions[0] == -1 and versions[-1] == 2  # the new version reached the robot mid-episode
     assert versions == sorted(versions)  # never back to older weights
     assert 1 not in versions and policy.version == 2  # the other architecture was refused

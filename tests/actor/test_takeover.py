@@ -86,7 +86,7 @@ def test_takeover_executes_the_teleops_actions_and_release_hands_back_without_a_
 def test_release_in_async_mode_asks_about_the_state_the_operator_left():
     # as fast as possible, the loop runs on while a chunk is computed: the latency measured in ticks
     # (and so how far ahead the first chunk after the release is placed) depends on the machine's load
-    loop, seen, target, robot = run([leader(events={5: "is_intervention", 15: "is_intervention"})], 150,
+    loop, seen, target, robot = run([leader(events={5: "is_intervention", 15: "is_intervention"})], 1500,
                                     inference="async_forward")
     # the first policy action after the release (tick 14) comes from an observation at or after it
     after = [s for s in seen[14:] if s.obs_tick >= 0]

@@ -124,6 +124,7 @@ def assert_contiguous(run_dir, actor):
     return len(seqs)
 
 
+@pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 def test_learner_killed_past_its_restart_budget_stops_then_resume_loses_nothing(tmp_path):
     demos = tmp_path / "demos"
     res = run(["buffer", "demos", f"out={demos}", "episodes=5"])
@@ -319,6 +320,7 @@ def test_port_in_use_fails_fast_with_message(tmp_path):
     assert f"tcp://127.0.0.1:{port} is already in use" in res.stderr
 
 
+@pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 @pytest.mark.parametrize("runner", ["local", "ray"])
 def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_themselves(tmp_path, runner):
     """One job per runner, three faults one after the other (a Ray start is the slow part):
@@ -331,7 +333,7 @@ def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_them
 
     local = runner == "local"
     run_dir = tmp_path / runner
-    proc, pids = start_training(run_dir, *([] if local else RAY), *HEAL, "launcher.supervise.liveness_s=6")
+    proc, pids = start_training(run_dir, *([] if local else RAY), *HEAL, "launcher.supervise.liveness_s=15")
     assert set(pids) == {"learner", "actor 0"}  # every runner records its processes' pids
     wait_for_env_steps(run_dir, 200)
     learner_killed_comes_back(run_dir, local)
@@ -425,6 +427,7 @@ def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
     assert f"robot:sim_so101/shared_arm is held by job 'someone-else' (pid {holder.pid}" in res.stderr
 
 
+@pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
     from robo_async.launch.supervisor import read_events
 

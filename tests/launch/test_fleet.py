@@ -1,5 +1,6 @@
 """The fleet: one lease authority per Ray cluster, jobs served first come first served."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -62,10 +63,36 @@ def ray_cluster():
     res = subprocess.run(start, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     yield f"127.0.0.1:{port}"
-    subprocess.run([f"{env_bin}/ray", "stop", "--force"], capture_output=True, timeout=120)
+    # only this cluster's processes: `ray stop` would stop every Ray process on the machine, and
+    # tests beside this one (pytest-xdist) run local Ray clusters of their own
+    _kill_processes_mentioning(temp)
     shutil.rmtree(temp, ignore_errors=True)
 
 
+def _kill_processes_mentioning(text: str, grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`, every process whose command line contains `text`
+    (a Ray cluster's processes all name its --temp-dir in theirs)."""
+    def matching() -> list[int]:
+        pids = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and int(d.name) != os.getpid():
+                try:
+                    if text.encode() in (d / "cmdline").read_bytes():
+                        pids.append(int(d.name))
+                except OSError:
+                    pass
+        return pids
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in matching():
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace_s
+        while matching() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+@pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 def test_two_jobs_on_a_ray_cluster_asking_for_the_same_robot_take_turns(tmp_path, ray_cluster):
     from robo_async.learner.metrics import read_metrics
 

@@ -5,6 +5,8 @@ restarts the group from its checkpoint, and the run finishes with nothing acked 
 import os
 import signal
 
+import pytest
+
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import read_metrics
 from tests.launch.test_e2e import (_no_run_outlives_its_test, assert_contiguous, pids_of, run,  # noqa: F401
@@ -24,6 +26,7 @@ def group_comes_back(run_dir, seen):
     return events[0]
 
 
+@pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_losing_nothing(tmp_path):
     """Three faults on one run (learner.replicas=2), each answered by restarting the whole group
     from its checkpoint on the same addresses while the actor keeps its process:
@@ -36,7 +39,7 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     run_dir = tmp_path / "replicas"
     proc, pids = start_training(run_dir, "learner.replicas=2", f"budget.env_steps={STEPS}",
                                 "learner.checkpoint_every_s=2", "launcher.supervise.backoff_s=1",
-                                "launcher.supervise.liveness_s=6")
+                                "launcher.supervise.liveness_s=15")
     assert set(pids) == {"learner", "learner rank 1", "actor 0"}, pids
     wait_for_env_steps(run_dir, 500)
     wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
@@ -86,6 +89,7 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     assert assert_contiguous(run_dir, 0) >= STEPS + 300
 
 
+@pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 def test_on_ray_the_replicas_are_ray_actors_and_a_killed_one_restarts_the_group(tmp_path):
     """launcher=ray with learner.replicas=2: rank 0 is the learner's Ray actor, rank 1 a Ray actor
     of its own joining it (a local Ray here; on a cluster it goes wherever there is room). The

@@ -157,6 +157,23 @@ def fresh_progress(status: mp.Queue) -> dict:
             return p
 
 
+def progress_when(status: mp.Queue, ready, timeout: float = 60.0) -> dict:  # noqa: ANN001 - a predicate
+    """The first progress report for which `ready(report)` holds (counters only grow: a report
+    still in the queue's feeder may predate the last message counted); the newest one at the
+    deadline otherwise, for the caller's assertion to name."""
+    deadline, p = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        try:
+            kind, got = status.get(timeout=1)
+        except queue.Empty:
+            continue
+        if kind == "progress":
+            p = got
+            if ready(p):
+                break
+    return p
+
+
 def test_every_field_mutation_reaching_a_learner_is_dropped_and_counted(learner_proc):
     proc, (data, weights), status = learner_proc
     ctx = zmq.Context.instance()
@@ -185,8 +202,7 @@ def test_every_field_mutation_reaching_a_learner_is_dropped_and_counted(learner_
         while (client.status is None or (client.status.acked_for(0) or 0) < 2 * N) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert client.status is not None and client.status.acked_for(0) == 2 * N
-        time.sleep(0.5)  # reports already in the queue's feeder predate the sentinel's ack
-        p = fresh_progress(status)
+        p = progress_when(status, lambda p: p["transport/malformed"] >= len(bad) and p["transport/refused"] >= 3)
         assert proc.is_alive()
         assert p["transport/malformed"] == len(bad)
         # ids 100..102 fill the cap with actor 0 (4); the other three are refused

@@ -478,3 +478,28 @@ def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_a
     finally:
         client.close()
         pub.close()
+
+
+def test_a_half_precision_push_converts_in_the_snapshot_and_the_actor_gets_float32_back():
+    """With precision=fp16 the publisher's copy is the conversion (float32 held as float16: half
+    the block, no second pass), and the actor turns each array back to float32 as it is checked."""
+    from robo_async.transport.channels import _layout, snapshot_bytes
+
+    w = policy(8, big=300_000)
+    assert snapshot_bytes(w, precision="fp16") < 0.6 * snapshot_bytes(w)
+    held, copies = _layout(w, frozenset(), None, half=True)
+    assert held["backbone.w"].dtype == np.float16 and held["steps"].dtype == np.int64 and len(copies) == len(w)
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(precision="fp16", part_mb=0.25),
+                          snapshot_bytes=snapshot_bytes(w, precision="fp16"))
+    client = WeightClient(pub.address, every_s=0.005).start()
+    try:
+        pub.publish(Weights(1, w, "net"))
+        got = newest(client, 1)
+        assert pub.blocks.reused == 1 and pub.blocks.fresh == 0  # into the block touched at the start
+        for k, a in w.items():
+            want = a.astype(np.float16).astype(np.float32) if a.dtype == np.float32 else a
+            assert got.arrays[k].dtype == want.dtype and np.array_equal(got.arrays[k], want)
+        assert client.weights_refused == 0
+    finally:
+        client.close()
+        pub.close()
