@@ -146,6 +146,7 @@ class TransitionSender:
 
 
 ALIGN = 64  # snapshot arrays start on cache-line boundaries (SIMD loads)
+PIPELINE_BYTES = 32 << 20  # publish() copies of at least this size overlap the push's first parts
 
 
 class SnapshotBlocks:
@@ -358,15 +359,22 @@ class WeightPublisher:
         keyframe copies them) and `owned` ones (private snapshots already: copied off a GPU). The
         thread sends a full-precision keyframe's first parts while the rest is being copied.
         Called from one thread (the learner's)."""
+        t = time.monotonic()
         arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks, half=self.push.precision == "fp16")
         copying = _Copying([k for k, _, _ in copies], self._stop)
+        # a big copy overlaps the first parts' sending; a small one is made first (a hand-off per
+        # array would cost more than it saves: the two threads take turns at the GIL)
+        overlap = sum(dst.nbytes for _, _, dst in copies) >= PIPELINE_BYTES
+        for _, src, dst in () if overlap else copies:
+            cast_into(dst, src)
+            copying.advance()
         with self._lock:
             self._frozen = frozen
             self._weights = Weights(weights.version, arrays, weights.architecture)
             self._copying = copying
-            self._weights_t = time.monotonic()
+            self._weights_t = t
         self._wake.set()  # the thread starts on the first parts while the rest is copied
-        for _, src, dst in copies:
+        for _, src, dst in copies if overlap else ():
             cast_into(dst, src)  # (float32 -> float16 for a half-precision push)
             copying.advance()
 
