@@ -35,8 +35,10 @@ def _policy(mb: float, seed: int = 0) -> dict[str, np.ndarray]:
 
 def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
     """The actor side: per trial, subscribe (ours or raw), report 'ready', then the arrival time."""
-    import torch  # noqa: F401 - loaded, as in an actor process (its policy's): fp16 arrays are converted with it
+    import torch
     import zmq
+
+    torch.set_num_threads(1)  # as in an actor process (its policy's torch, one thread): fp16 is converted with it
 
     from robo_async.transport.channels import WeightClient
     from robo_async.transport.curve import secure_client
@@ -149,7 +151,11 @@ def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: 
 
 @register("weight-push")
 def bench_weight_push(args: dict[str, str]) -> int:
+    import torch
+
     from robo_async.transport.curve import create_keys
+
+    torch.set_num_threads(1)  # the learner's default (learner.threads=1)
 
     sizes = [float(x) for x in args.get("sizes_mb", "4,40,400,2048").split(",")]
     repeats = int(args.get("repeats", 5))

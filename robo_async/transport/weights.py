@@ -75,9 +75,10 @@ def _equal(a: np.ndarray, b: np.ndarray, block: int = 1 << 20) -> bool:
 
 def cast_into(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src, converting float32 <-> float16 with torch's vectorised kernels (numpy's
-    conversion took 0.35 s per 512 MiB here, torch's 0.06); anything else with numpy."""
-    if {dst.dtype, src.dtype} == {np.dtype(np.float16), np.dtype(np.float32)} and dst.flags.c_contiguous \
-            and src.flags.c_contiguous and dst.shape == src.shape:
+    conversion took 0.35 s per 512 MiB here, torch's 0.06); small arrays and anything else with
+    numpy (a torch call costs tens of microseconds)."""
+    if {dst.dtype, src.dtype} == {np.dtype(np.float16), np.dtype(np.float32)} and dst.size >= 1 << 16 \
+            and dst.flags.c_contiguous and src.flags.c_contiguous and dst.shape == src.shape:
         import torch
 
         with warnings.catch_warnings():  # a received array is read-only: torch only reads it
