@@ -97,7 +97,7 @@ def test_qc_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
         "policy=flow", "policy.obs_keys=[state]", "policy.action_mode=absolute", "policy.horizon=4",
         "policy.hidden=[64,64]", "algo=qc", "algo.warmup_steps=300", "algo.batch_size=64",
         "algo.critic_hidden=[64,64]", "algo.actor_hidden=[64,64]", "algo.utd_ratio=0.5", "algo.max_version_lag=50",
-        f"run_dir={run_dir}", "budget.seconds=35", "stop_at_success=null", "eval_episodes=0",
+        f"run_dir={run_dir}", "budget.env_steps=2500", "budget.seconds=600", "stop_at_success=null", "eval_episodes=0",
         "learner.log_every_s=0.5"], capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "losses/qf1_values" in r]
