@@ -144,7 +144,6 @@ def bc(overrides: list[str]) -> int:
     b = bc_options(pol_cfg["bc"])
     targs = task_args(cfg.task)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, f"{targs.name}-bc")
-    run_dir.mkdir(parents=True, exist_ok=True)
     try:
         pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
         spec = make_robot(targs).spec
@@ -175,6 +174,7 @@ def bc(overrides: list[str]) -> int:
             raise UserError(f"{e}{' in ' + b.from_store if b.from_store else ''}") from None
         if steps:
             losses = _clone(policy, pargs.name, demos, b, int(cfg.seed), progress, "behaviour cloning")
+    run_dir.mkdir(parents=True, exist_ok=True)  # only now: a command refused above leaves no empty run
     if pol_cfg["name"] == "lerobot":  # LeRobot's own files (config, weights, processors, backbone/)
         policy.save(run_dir)
     else:

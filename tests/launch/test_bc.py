@@ -76,12 +76,14 @@ def test_bc_from_a_store_demos_table(tmp_path):
 
 
 def test_bc_bad_inputs_are_one_clear_line(tmp_path):
-    res = run(["bc", "policy=mlp"])
+    root = f"runs_root={tmp_path / 'runs'}"
+    res = run(["bc", "policy=mlp", root])
     assert res.returncode == 2 and "bc trains the flow chunk policy" in res.stderr
-    res = run(["bc", *SMALL, "policy.bc.steps=0"])
+    res = run(["bc", *SMALL, "policy.bc.steps=0", root])
     assert res.returncode == 2 and "give policy.path" in res.stderr
-    res = run(["bc", *SMALL, f"policy.bc.from_store={tmp_path}"])
+    res = run(["bc", *SMALL, f"policy.bc.from_store={tmp_path / 'empty'}", root])
     assert res.returncode == 2 and "not a replay store" in res.stderr
+    assert not (tmp_path / "runs").exists()  # a refused command leaves no empty run behind
     res = run(["train", "policy=flow"])
     assert res.returncode == 2 and "robo-async bc policy=flow" in res.stderr
 

@@ -36,11 +36,12 @@ def browser():
     driver.quit()
 
 
+@pytest.mark.timeout(900)  # four waits of up to 120 s each on a slow machine
 def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     run_dir = tmp_path / "dash"
-    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "task.realtime=true", "budget.seconds=120",
+    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "task.realtime=true", "budget.seconds=900",
                                    "task.cameras=[front]", "task.image_size=48",  # frames recorded (the policy reads state)
                                    "algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]",
                                    "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=0"],
@@ -85,6 +86,7 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
                 "return [...document.querySelectorAll(arguments[0])]"
                 ".reduce((n, e) => n + Number(e.dataset.points || 0), 0);", selector)
 
+        deadline = time.monotonic() + 120  # each condition its own wait (the run goes on until stopped)
         while (points("#chart-steps polyline") < 3 or points("#loss-charts polyline") < 3) \
                 and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -98,6 +100,7 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
                 "const i = document.getElementById('actor-0-frame-front');"
                 "return i !== null && i.complete && i.naturalWidth === 48;"))
 
+        deadline = time.monotonic() + 120
         while not frame_loaded() and time.monotonic() < deadline:
             time.sleep(0.3)
         assert frame_loaded()
