@@ -245,7 +245,9 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
         wpart_bad = {"version": [-1, "1", MISSING], "part": [-1, 99, MISSING], "parts": [0, "2", MISSING],
                      "base": [-2, 11, "k"], "precision": ["fp8", None, MISSING], "architecture": [5, "a" * 300],
                      "manifest": ["x", [], [["fc.bias", [4], "float32", -1]], [["fc.bias", [4], "float99", 1]],
-                                  [["a", [1], "float32", 1], ["a", [1], "float32", 1]], MISSING]}
+                                  [["a", [1], "float32", 1], ["a", [1], "float32", 1]], MISSING],
+                     "sums": ["x", [["fc.bias"]], [["fc.bias", -1]], [["fc.bias", 1.5]],
+                              [["", 1]], [[3, 1]], [["a" * 300, 1]], [["a", 1], ["a", 2]]]}
         bad += [with_header(p0, k, v) for k, vs in wpart_bad.items() for v in vs]
         bad += [with_header(p1, "manifest", [["fc.bias", [4], "float32", 1]])]  # a manifest outside part 0
         bad += [with_header(p0, "evil", 1)]
