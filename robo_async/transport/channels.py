@@ -310,11 +310,12 @@ class _Stream:
 
 
 class WeightPublisher:
-    """Learner side of weight sync (PUB, bound). Its own thread owns the socket: `publish()` hands
+    """Learner side of weight sync (XPUB, bound). Its own thread owns the socket: `publish()` hands
     over a snapshot of the newest weights and returns; the thread encodes the push (parts, fp16,
     delta, digests: transport/weights.py) and streams it with non-blocking sends, so a multi-GB
     policy never stalls the learner; a newer push supersedes the rest of an older one. Every
-    `republish_s` it repeats the newest keyframe and delta, so actors that (re)connect late or
+    `republish_s` (a big push: at most a tenth of the time) and whenever an actor subscribes
+    (XPUB) it repeats the newest keyframe and delta, so actors that (re)connect late or
     missed a part still get them. Statuses (`publish_status`) go out at the thread's next wake."""
 
     def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None,
@@ -324,7 +325,10 @@ class WeightPublisher:
         # publish()'s copies, in memory reused from push to push; `snapshot_bytes` (what publish()
         # will copy: snapshot_bytes() of the policy's arrays but frozen and off-GPU ones) touched now
         self.blocks = SnapshotBlocks(prefault=snapshot_bytes)
-        self._sock = self._ctx.socket(zmq.PUB)
+        # XPUB (verbose): every subscription reaches this side, so a newly (re)connected actor gets
+        # the newest keyframe and delta at once rather than at the next periodic repeat
+        self._sock = self._ctx.socket(zmq.XPUB)
+        self._sock.setsockopt(zmq.XPUB_VERBOSE, 1)
         if auth is not None:  # weights go only to admitted actor keys
             auth.secure(self._sock)
         # per subscriber: about queue_mb of parts (at least 2 messages); a slow one misses older ones
@@ -348,6 +352,7 @@ class WeightPublisher:
         self.pushes = 0  # pushes sent whole (every part once)
         self.push_bytes = 0  # payload bytes of the newest push
         self.last_push_s = 0.0  # publish() -> its last part handed to ZMQ, for the newest push
+        self.joins = 0  # weights subscriptions seen (actors connecting or reconnecting)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
@@ -402,6 +407,7 @@ class WeightPublisher:
         stream: _Stream | None = None  # the newest push (keyframe or delta), its parts sealed as they go
         queue: deque[list[bytes | memoryview]] = deque()  # messages of a repeat
         started, last_sent = 0.0, 0.0
+        joined = False  # an actor subscribed and has not had a repeat since
         while True:
             with self._lock:
                 status, self._status = self._status, None
@@ -443,12 +449,32 @@ class WeightPublisher:
                     self.pushes += 1
                 last_sent = time.monotonic()
             busy = bool(queue) or (stream is not None and not stream.done)
-            if not busy and stream is not None and time.monotonic() - last_sent > self._republish_s:
+            # (one that came mid-push is served once it is out; one before any push needs nothing)
+            joined = (self._joined() or joined) and stream is not None
+            # repeats: at once for an actor that just subscribed; else every republish_s, but a big
+            # push no more than a tenth of the time (a 2 GiB policy every second would keep a
+            # network link busy for nothing)
+            every = max(self._republish_s, 9.0 * self.last_push_s)
+            if not busy and stream is not None and (joined or time.monotonic() - last_sent > every):
+                joined = False
                 queue = deque(stream.frames if stream.frames is key_frames else [*key_frames, *stream.frames])
                 last_sent = time.monotonic()
                 busy = bool(queue)
             self._wake.wait(0.002 if busy else 0.05)
             self._wake.clear()
+
+    def _joined(self) -> bool:
+        """A weights subscription came in (an actor connected or reconnected) since the last look."""
+        joined = False
+        for _ in range(1000):  # bounded: (un)subscriptions are one small message each
+            try:
+                msg = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if msg[:1] == b"\x01" and msg[1:] == WEIGHTS_TOPIC:
+                self.joins += 1
+                joined = True
+        return joined
 
     def _send(self, frames: list[bytes | memoryview]) -> bool:
         try:

@@ -504,3 +504,24 @@ def test_a_half_precision_push_converts_in_the_snapshot_and_the_actor_gets_float
     finally:
         client.close()
         pub.close()
+
+
+def test_an_actor_that_subscribes_after_a_push_gets_it_at_once_without_periodic_repeats():
+    """The publisher sees subscriptions (XPUB): an actor that connects after the newest push got
+    it at once, not at the next periodic repeat (here an hour away)."""
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, push=PushConfig(part_mb=0.25))
+    try:
+        w = policy(9)
+        pub.publish(Weights(1, w, "net"))
+        deadline = time.monotonic() + 30
+        while pub.pushes < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pub.pushes == 1 and pub.joins == 0  # sent to nobody
+        client = WeightClient(pub.address, every_s=0.005).start()
+        try:
+            got = newest(client, 1)
+            assert all(np.array_equal(got.arrays[k], w[k]) for k in w) and pub.joins >= 1
+        finally:
+            client.close()
+    finally:
+        pub.close()
