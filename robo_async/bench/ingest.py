@@ -11,7 +11,8 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
 from robo_async.buffer.store import ReplayError
-from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+from robo_async.transport.channels import TransitionReceiver
+from robo_async.transport.publisher import WeightPublisher
 from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
 

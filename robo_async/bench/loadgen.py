@@ -26,7 +26,8 @@ from robo_async.actor.adder import Adder
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.store import ReplayError
-from robo_async.transport.channels import TransitionReceiver, WeightClient, WeightPublisher
+from robo_async.transport.channels import TransitionReceiver, WeightClient
+from robo_async.transport.publisher import WeightPublisher
 from robo_async.transport.wire import LearnerStatus, TransitionBatch
 
 

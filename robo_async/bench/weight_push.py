@@ -119,7 +119,7 @@ def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: 
     after 1% of the parameters (the head) changed. `declared`: the backbone is declared frozen,
     as an algorithm declares its untrained parameters (Algorithm.frozen_weights); else every
     array is compared with the keyframe."""
-    from robo_async.transport.channels import WeightPublisher, snapshot_bytes
+    from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
     from robo_async.transport.curve import LearnerAuth
     from robo_async.transport.weights import PushConfig
     from robo_async.transport.wire import LearnerStatus, Weights

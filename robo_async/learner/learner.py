@@ -33,7 +33,8 @@ from robo_async.learner.figures import actor_figures, operator_figures
 from robo_async.learner.frames import LatestFrames
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
-from robo_async.transport.channels import TransitionReceiver, WeightPublisher, snapshot_bytes
+from robo_async.transport.channels import TransitionReceiver
+from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
 from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
                                       Weights, WireError)

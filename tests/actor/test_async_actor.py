@@ -63,7 +63,8 @@ def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_pat
 def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path):
     """A stand-in learner (real ZMQ sockets, real store) publishes new weights while the
     real-time actor runs async inference; a set for another architecture is refused."""
-    from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+    from robo_async.transport.channels import TransitionReceiver
+    from robo_async.transport.publisher import WeightPublisher
     from robo_async.transport.wire import LearnerStatus, TransitionBatch, Weights
 
     spec = ReachTask().spec()

@@ -7,7 +7,8 @@ import pytest
 
 from robo_async.actor.uplink import Uplink, UplinkConfig
 from robo_async.buffer.codec import Column, decode_frames
-from robo_async.transport.channels import TransitionReceiver, WeightPublisher
+from robo_async.transport.channels import TransitionReceiver
+from robo_async.transport.publisher import WeightPublisher
 from robo_async.transport.wire import Frames, LearnerStatus, TransitionBatch
 from tests.buffer.test_lmdb_store import batch
 

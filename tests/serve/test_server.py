@@ -320,7 +320,7 @@ def test_malformed_requests_are_dropped_and_counted_and_the_server_goes_on(serve
 
 
 def test_the_server_follows_the_learners_weights():
-    from robo_async.transport.channels import WeightPublisher
+    from robo_async.transport.publisher import WeightPublisher
     from robo_async.transport.wire import Weights
 
     pub = WeightPublisher("tcp://127.0.0.1:0")

@@ -6,7 +6,8 @@ import time
 import numpy as np
 import pytest
 
-from robo_async.transport.channels import WeightClient, WeightPublisher
+from robo_async.transport.channels import WeightClient
+from robo_async.transport.publisher import WeightPublisher
 from robo_async.transport.weights import Assembler, PushConfig, encode_push, transmitted
 from robo_async.transport.wire import WeightPart, Weights, decode, encode
 
@@ -246,7 +247,7 @@ def test_the_publisher_copies_only_arrays_that_are_views_of_live_cpu_tensors():
 
 
 def test_a_snapshot_copies_every_array_into_one_block_and_keeps_what_it_is_told_to():
-    from robo_async.transport.channels import snapshot
+    from robo_async.transport.publisher import snapshot
 
     arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "t": np.arange(10, dtype=np.float64)[::2],
               "s": np.array(2.5), "e": np.zeros((0, 3), np.float32), "i": np.arange(5, dtype=np.int64),
@@ -361,7 +362,7 @@ def test_snapshot_blocks_are_reused_only_once_nothing_refers_to_them():
     """publish()'s copies go into blocks reused from push to push (fresh memory costs page faults);
     a block still referred to (a push being sent, its frames in ZMQ, a keyframe kept) is never
     written over."""
-    from robo_async.transport.channels import SnapshotBlocks, snapshot, snapshot_bytes
+    from robo_async.transport.publisher import SnapshotBlocks, snapshot, snapshot_bytes
 
     arrays = {"w": np.arange(1000, dtype=np.float32), "b": np.ones(7, np.float64)}
     blocks = SnapshotBlocks(keep=2, prefault=snapshot_bytes(arrays))
@@ -428,10 +429,10 @@ def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_a
 
     import msgpack
 
-    from robo_async.transport import channels
+    from robo_async.transport import channels, publisher
 
     events, cond, waiting = [], threading.Condition(), [False]
-    advance, wait = channels._Copying.advance, channels._Copying.wait
+    advance, wait = publisher._Copying.advance, publisher._Copying.wait
 
     def advanced(self):
         advance(self)
@@ -449,9 +450,9 @@ def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_a
                 cond.notify_all()
         wait(self, names)
 
-    monkeypatch.setattr(channels._Copying, "advance", advanced)
-    monkeypatch.setattr(channels._Copying, "wait", waited)
-    monkeypatch.setattr(channels, "PIPELINE_BYTES", 0)  # (a copy this small is otherwise made before the hand-off)
+    monkeypatch.setattr(publisher._Copying, "advance", advanced)
+    monkeypatch.setattr(publisher._Copying, "wait", waited)
+    monkeypatch.setattr(publisher, "PIPELINE_BYTES", 0)  # (a copy this small is otherwise made before the hand-off)
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(part_mb=0.25, whole_mb=0))
     send = pub._send
 
@@ -484,7 +485,7 @@ def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_a
 def test_a_half_precision_push_converts_in_the_snapshot_and_the_actor_gets_float32_back():
     """With precision=fp16 the publisher's copy is the conversion (float32 held as float16: half
     the block, no second pass), and the actor turns each array back to float32 as it is checked."""
-    from robo_async.transport.channels import _layout, snapshot_bytes
+    from robo_async.transport.publisher import _layout, snapshot_bytes
 
     w = policy(8, big=300_000)
     assert snapshot_bytes(w, precision="fp16") < 0.6 * snapshot_bytes(w)
