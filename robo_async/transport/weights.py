@@ -16,8 +16,8 @@ Each part carries pieces of arrays, named in the wire's array list:
 
 A keyframe (`base` = -1) holds every element. A delta (`base` = k) holds only elements that
 differ from keyframe k as transmitted: an actor that holds keyframe k applies it; one that does
-not waits for the next keyframe, which the publisher repeats (with the newest delta) every
-`republish_s`. Arrays named `frozen` (parameters the algorithm never trains: a frozen backbone)
+not waits for the keyframe, which the publisher repeats (with the newest delta) when an actor
+subscribes and periodically (publisher.py). Arrays named `frozen` (parameters the algorithm never trains: a frozen backbone)
 are neither copied, converted nor compared for a delta: the keyframe's copy stands for them, and
 each keyframe takes a fresh copy. With `precision=fp16`, float32 arrays travel as float16 (half the bytes); actors
 turn them back into float32. The digest covers exactly what the actor ends up with, so a part lost,
