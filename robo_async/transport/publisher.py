@@ -171,8 +171,7 @@ class _Stream:
     def sent(self) -> None:
         """The message peek() gave went out."""
         self._next = None
-        if self.peek() is None:
-            self.done = True
+        self.peek()  # the next part sealed now, while ZMQ sends this one (or done)
 
     def key(self) -> tuple:
         """What deltas are made against (a keyframe, all sealed): keyframe_of()."""

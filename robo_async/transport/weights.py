@@ -40,6 +40,9 @@ import xxhash
 from robo_async.transport.wire import WeightPart, Weights, WireError
 
 log = logging.getLogger(__name__)
+# cast_into() hands torch received arrays, read-only, that it only reads: its warning about them
+# says nothing (set once here: warnings.catch_warnings() per call is not thread-safe)
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
 PRECISIONS = ("fp32", "fp16")
 MIN_PARTS = 8  # a push smaller than MIN_PARTS * part_mb goes in about this many parts (each >= 256 KiB)
 
@@ -81,9 +84,7 @@ def cast_into(dst: np.ndarray, src: np.ndarray) -> None:
             and dst.flags.c_contiguous and src.flags.c_contiguous and dst.shape == src.shape:
         import torch
 
-        with warnings.catch_warnings():  # a received array is read-only: torch only reads it
-            warnings.simplefilter("ignore", UserWarning)
-            torch.from_numpy(dst).copy_(torch.from_numpy(src))
+        torch.from_numpy(dst).copy_(torch.from_numpy(src))  # (a received src is read-only: torch only reads it)
     else:
         np.copyto(dst, src, casting="same_kind")
 
