@@ -276,3 +276,35 @@ def test_lookback_never_takes_another_actors_row_from_a_reused_slot(tmp_path):
     check_lookback(w, 3)
     assert ((w["obs/state"][:, 0] == 0) & (w["obs/state"][:, 2] == 8)).any()
     s.close()
+
+
+def _rows(n: int, end: str | None = None, won: bool = False) -> dict[str, np.ndarray]:
+    """n rows of an episode (the last one ending it as `end`, a success if `won`)."""
+    last = np.zeros(n, bool)
+    last[-1] = True
+    return {"obs/state": np.zeros((n, 2), np.float32), "terminated": last & (end == "terminated"),
+            "truncated": last & (end == "truncated"), "success": last & won}
+
+
+def test_an_episode_longer_than_the_ring_marks_only_its_rows_still_held():
+    from robo_async.buffer.cache import TableCache
+    from robo_async.buffer.codec import Schema
+
+    cache = TableCache(Schema.of(_rows(1)), capacity=40)  # a ring of 20 rows
+    ring = cache._rec
+    seq = {0: 0, 1: 0}
+
+    def add(actor: int, n: int, end: str | None = None, won: bool = False) -> None:
+        cache.append(_rows(n, end, won), 0, actor, seq[actor])
+        seq[actor] += n
+
+    add(1, 5, "terminated", won=False)  # actor 1: a finished, failed episode
+    for _ in range(30):  # actor 0: an episode of 300 rows, 15 ring-fulls, still running
+        add(0, 10)
+        assert cache._open[0][3] <= 20 + 10  # the running episode's slots are bounded by the ring
+    add(1, 4)  # actor 1 starts another episode in the ring
+    add(0, 6, "terminated", won=True)
+    mine = ring.actor == 0
+    assert mine.sum() == 16 and (ring.outcome[mine] == 1).all()  # every row of it still held: a success
+    theirs = ring.actor == 1
+    assert theirs.sum() == 4 and (ring.outcome[theirs] == -1).all()  # actor 1's running episode: unknown
