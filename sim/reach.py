@@ -6,6 +6,7 @@ joint-position targets in rad for the six actuators (five arm joints plus the gr
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,8 @@ class ReachTask:
         self._ik_data = mujoco.MjData(model)
         self._ee = model.site("ee").id
         self._target_mocap = model.body("target").mocapid[0]
+        self._ctrl_lo = model.actuator_ctrlrange[:, 0].copy()  # read once: step runs per tick
+        self._ctrl_hi = model.actuator_ctrlrange[:, 1].copy()
         if self.config.cameras:
             self._renderer = mujoco.Renderer(model, self.config.image_size, self.config.image_size)
 
@@ -119,8 +122,7 @@ class ReachTask:
     def step(self, action: np.ndarray) -> np.ndarray:
         """Apply joint targets (clipped to limits) for one tick; returns what was applied."""
         assert self.model is not None and self.data is not None, "call build() first"
-        lo, hi = self.model.actuator_ctrlrange[:, 0], self.model.actuator_ctrlrange[:, 1]
-        applied = np.clip(action, lo, hi)
+        applied = np.minimum(np.maximum(action, self._ctrl_lo), self._ctrl_hi)  # np.clip's cost, a third
         self.data.ctrl[:] = applied
         mujoco.mj_step(self.model, self.data, nstep=self.config.substeps)
         self.tick += 1
@@ -141,14 +143,18 @@ class ReachTask:
         return self.data.site_xpos[self._ee].copy()
 
     def distance(self) -> float:
-        return float(np.linalg.norm(self.ee_pos - self.target))
+        """End effector to target (m), read in place (per tick: no copies, no numpy reduction)."""
+        assert self.data is not None
+        x, y, z = (self.data.mocap_pos[self._target_mocap] - self.data.site_xpos[self._ee]).tolist()
+        return math.sqrt(x * x + y * y + z * z)
 
     def state(self) -> np.ndarray:
         assert self.data is not None
         return self.data.qpos[: len(JOINTS)].astype(np.float32)
 
     def features(self) -> dict[str, np.ndarray]:
-        ee, target = self.ee_pos, self.target
+        assert self.data is not None
+        ee, target = self.data.site_xpos[self._ee], self.data.mocap_pos[self._target_mocap]  # views, cast once
         return {"ee_pos": ee.astype(np.float32), "target": target.astype(np.float32),
                 "ee_to_target": (target - ee).astype(np.float32)}
 
