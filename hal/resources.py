@@ -173,6 +173,13 @@ def parse_needs(specs: list[str]) -> list[Need]:
     return out
 
 
+def _some(ids: list[str], show: int = 3) -> str:
+    """Resource ids for a message: all of a few, the first and last of many (a 64-simulator job)."""
+    if len(ids) <= show + 1:
+        return ", ".join(ids)
+    return f"{', '.join(ids[:show])}, ... {ids[-1]} ({len(ids)} in all)"
+
+
 def acquire_needs(found: list[Resource], needs: list[Need], leases: LeaseManager, job: str,
                   wait_s: float = 0.0) -> list[tuple[Resource, Lease]]:
     """Lease everything a job needs, all or nothing. Waits up to `wait_s` for held resources,
@@ -185,7 +192,7 @@ def acquire_needs(found: list[Resource], needs: list[Need], leases: LeaseManager
     deadline = time.monotonic() + wait_s
     while True:
         taken: list[tuple[Resource, Lease]] = []
-        blocked: list[str] = []
+        blocked: dict[str, list[str]] = {}  # holder -> the resources it holds that we need
         for need in needs:
             got = 0
             for r in (r for r in found if need.matches(r) and r.health == "ok"):
@@ -196,13 +203,16 @@ def acquire_needs(found: list[Resource], needs: list[Need], leases: LeaseManager
                 try:
                     taken.append((r, leases.acquire(r.id, job)))
                     got += 1
-                except LeaseHeld as e:
-                    blocked.append(str(e))
+                except LeaseHeld:
+                    h = leases.holder(r.id) or {}
+                    who = f"job '{h.get('job', '?')}' (pid {h.get('pid')}, since {h.get('since', '?')})"
+                    blocked.setdefault(who, []).append(r.id)
             if got < need.count:
                 for _, lease in taken:
                     lease.release()
                 if time.monotonic() >= deadline:
-                    raise LeaseHeld(f"job '{job}' needs {need} but: " + "; ".join(blocked))
+                    raise LeaseHeld(f"job '{job}' needs {need} but: " + "; ".join(
+                        f"{_some(ids)} {'is' if len(ids) == 1 else 'are'} held by {who}" for who, ids in blocked.items()))
                 time.sleep(0.1)
                 break
         else:

@@ -72,6 +72,24 @@ def test_needs_are_all_or_nothing(tmp_path):
     p.wait()
 
 
+def test_a_refusal_names_each_holder_once_with_the_resources_it_holds(tmp_path):
+    leases = LeaseManager(tmp_path)
+    found = discover(sims={"reach": 10})
+    mine = acquire_needs(found, parse_needs(["sim:reach*8"]), LeaseManager(tmp_path), job="big")
+    p = hold(tmp_path, "sim:reach/8", job="small")
+    with pytest.raises(LeaseHeld) as e:
+        acquire_needs(found, parse_needs(["sim:reach*3"]), leases, job="third")
+    msg = str(e.value)
+    assert msg.count("held by job 'big'") == 1 and msg.count("held by job 'small'") == 1, msg
+    assert "sim:reach/0, sim:reach/1, sim:reach/2, ... sim:reach/7 (8 in all) are held by job 'big'" in msg, msg
+    assert f"sim:reach/8 is held by job 'small' (pid {p.pid}" in msg, msg
+    assert len(msg) < 400, msg
+    for _, lease in mine:
+        lease.release()
+    p.kill()
+    p.wait()
+
+
 def test_inventory_entries_and_their_errors(tmp_path):
     inv = tmp_path / "robots.yaml"
     inv.write_text("- {kind: robot, type: so101_follower, name: left, port: /dev/ttyACM77}\n"
