@@ -30,7 +30,7 @@ from policies.base import Policy
 
 from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
-from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkThread
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.curve import LANE_STRIDE
 from robo_async.transport.stats import ActorStats
@@ -232,12 +232,13 @@ class Actor:
             if status is None:  # stopped before the learner answered
                 return None
             adders = []
+            shared = UplinkThread(f"uplink-{cfg.actor_id}")  # one thread for all of this actor's streams
             for j, (i, u) in enumerate(zip(ids, self.uplinks)):
                 acked = status.acked_for(i) or 0
                 # Numbering resumes after everything the learner or our own journal already holds.
                 start_seq = max(cfg.start_seq if j == 0 else 0, acked, journal_next[j])
                 if group is None:
-                    u.start(acked)
+                    u.start(acked, thread=shared)
                 adders.append(Adder(i, u, cfg.flush_every, start_seq=start_seq))
             if group is not None:
                 group.start([status.acked_for(i) or 0 for i in ids])

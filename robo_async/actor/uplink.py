@@ -21,6 +21,11 @@ is the uplink thread's, which:
     uplink.start(acked=status.acked_for(actor_id) or 0)
     uplink.put(batch)                    # from the control loop
     uplink.close(drain_s=5)              # waits for acks (unless the learner is stopping)
+
+A vectorized actor's streams share one thread (`UplinkThread`): `u.start(acked, thread=shared)`
+for each. Its wakes are the actor's, not one set per stream (64 threads waking 20 times a second
+each took the GIL from the control loop ~1,300 times a second). If it dies, every stream it
+drives raises on its next `put()`.
 """
 
 from __future__ import annotations
@@ -87,6 +92,61 @@ def _key(seq: int) -> bytes:
     return seq.to_bytes(8, "big")
 
 
+class UplinkThread:
+    """The thread that drives one or more uplinks (a vectorized actor's streams): each round it
+    steps every uplink under its lock, commits their journals every `commit_ms`, and sleeps until a
+    `put()` leaves it work or `idle_s` passes. It ends when its last uplink is closed."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.wake = threading.Event()  # set by any member's put() when it left work
+        self._members: list[Uplink] = []
+        self._lock = threading.Lock()  # guards the members and the thread's start and end
+        self._thread: threading.Thread | None = None
+
+    def add(self, uplink: Uplink) -> None:
+        with self._lock:
+            self._members.append(uplink)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+        self.wake.set()
+
+    def _run(self) -> None:
+        members: list[Uplink] = []
+        try:
+            next_commit = time.monotonic()
+            while True:
+                with self._lock:
+                    for u in [u for u in self._members if u._stop.is_set()]:
+                        self._members.remove(u)
+                        u._detached.set()
+                    if not self._members:
+                        self._thread = None
+                        return
+                    members = list(self._members)
+                busy = False
+                for u in members:
+                    with u._lock:
+                        assert u._sock is not None
+                        busy |= u._step(u._sock)
+                now = time.monotonic()
+                if now >= next_commit:
+                    next_commit = now + members[0].config.commit_ms / 1000
+                    for u in members:
+                        u._commit_journal()
+                if not busy:  # sleep (acks may have moved, batches may wait), or until a put() leaves work
+                    self.wake.wait(members[0].config.idle_s)
+                    self.wake.clear()
+        except BaseException as e:  # watched: every member's next put() raises it on the control thread
+            with self._lock:
+                self._thread = None
+                for u in self._members:
+                    u.error = e
+                    u._detached.set()
+            log.error("%s: uplink thread died: %s: %s", self.name, type(e).__name__, e)
+
+
 class Uplink:
     """The actor's side of acknowledged delivery (see the module's docstring): `put()` from the
     control loop, a thread that sends in order, journals, resends and drops what the learner acked."""
@@ -116,13 +176,14 @@ class Uplink:
         self._to_delete: list[int] = []
         self._env: lmdb.Environment | None = None
         self._stop = threading.Event()
-        self._wake = threading.Event()  # set by put() when it left work: the thread sleeps until then
+        self._wake = threading.Event()  # set by put() when it left work (the driving thread's, once started)
+        self._detached = threading.Event()  # the driving thread has let go of this uplink (closed or died)
+        self._driver: UplinkThread | None = None
         # Guards the queues, counters and the socket (used by put() and the thread, one at a time;
         # the lock is the memory barrier ZMQ asks for). put() only ever try-acquires it.
         self._lock = threading.Lock()
         self._sock: zmq.Socket | None = None
         self.direct_sends = 0
-        self._thread: threading.Thread | None = None
         self._unacked_count = 0
         self._warned_ram = False
         self.resends = 0
@@ -239,7 +300,9 @@ class Uplink:
                 self._lock.release()
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def start(self, acked: int = 0) -> None:
+    def start(self, acked: int = 0, thread: UplinkThread | None = None) -> None:
+        """Connect and hand the uplink to `thread` (shared by a vectorized actor's streams; None:
+        a thread of its own). `acked`: what the learner's status says it holds of this stream."""
         self._apply_ack(acked)
         sock = self._ctx.socket(zmq.PUSH)
         from robo_async.transport.channels import hwm
@@ -252,8 +315,9 @@ class Uplink:
             self._secure(sock)
         sock.connect(self.address)
         self._sock = sock
-        self._thread = threading.Thread(target=self._run, name=f"uplink-{self.actor_id}", daemon=True)
-        self._thread.start()
+        self._driver = thread or UplinkThread(f"uplink-{self.actor_id}")
+        self._wake = self._driver.wake
+        self._driver.add(self)
 
     def put(self, msg: Message) -> None:
         """Hand a message over. Never blocks: a transition batch is sent here, now, when it is
@@ -291,7 +355,7 @@ class Uplink:
         """Stop after everything is acked, the learner says it is stopping, or `drain_s` passes.
         Whatever is still unacked stays in the journal for the next start."""
         deadline = time.monotonic() + drain_s
-        while self._thread is not None and time.monotonic() < deadline:
+        while self._driver is not None and not self._detached.is_set() and time.monotonic() < deadline:
             st = self._status()
             idle = not (self._inbox or self._unacked or self._other_in or self._other)
             if idle or (st is not None and st.stopping):
@@ -299,9 +363,9 @@ class Uplink:
             time.sleep(0.01)
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        if self._driver is not None:
+            self._detached.wait(timeout=10)  # the thread lets go of it between two rounds
+            self._driver = None
         with self._lock:
             if self._sock is not None:
                 self._sock.close()
@@ -368,27 +432,6 @@ class Uplink:
                 self._to_delete.append(e.seq)
             elif e in self._to_journal:
                 self._to_journal.remove(e)
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as e:  # watched: the next put() raises it on the control thread
-            self.error = e
-            log.error("actor %d: uplink thread died: %s: %s", self.actor_id, type(e).__name__, e)
-
-    def _loop(self) -> None:
-        next_commit = time.monotonic()
-        while not self._stop.is_set():
-            with self._lock:
-                assert self._sock is not None
-                busy = self._step(self._sock)
-            now = time.monotonic()
-            if now >= next_commit:
-                next_commit = now + self.config.commit_ms / 1000
-                self._commit_journal()
-            if not busy:  # sleep (acks may have moved, batches may wait), or until put() leaves work
-                self._wake.wait(self.config.idle_s)
-                self._wake.clear()
 
     def _step(self, sock: zmq.Socket) -> bool:
         """One round of the thread's work; the caller holds the lock."""

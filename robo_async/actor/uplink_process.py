@@ -353,7 +353,7 @@ class _Child:
     def __init__(self, args: ChildArgs) -> None:
         from functools import partial
 
-        from robo_async.actor.uplink import Uplink
+        from robo_async.actor.uplink import Uplink, UplinkThread
         from robo_async.transport.channels import WeightClient
 
         self.args = args
@@ -374,13 +374,14 @@ class _Child:
         self.client = WeightClient(args.weights_address, secure=secure, weights=False).start()
         self.uplinks = [Uplink(i, args.data_address, lambda: self.client.status, c, secure=secure)
                         for i, c in zip(args.lane_ids, args.configs)]
+        self.thread = UplinkThread(f"uplink-{args.actor_id}")  # one thread drives every lane's uplink
         self.next_seq = [u.open() for u in self.uplinks]  # journal entries are queued; the ring skips them
         self.read = self.ring.released
         self.held: deque[tuple[int, int, int]] = deque()  # (slot, lane, end seq): read, not yet released
         self.started = False
         if args.acked is not None:  # a replacement for a child that died: no start message comes
             for u, a in zip(self.uplinks, args.acked):
-                u.start(a)
+                u.start(a, thread=self.thread)
             self.started = True
         self.terminated = False  # SIGTERM (e.g. multiprocessing ending daemonic children): as if orphaned
         import signal
@@ -417,7 +418,7 @@ class _Child:
                             sum(u.unacked for u in self.uplinks))
                 if not self.started:
                     for u in self.uplinks:
-                        u.start(0)
+                        u.start(0, thread=self.thread)
                     self.started = True
                     self._take()
                 self._close(1.0)
@@ -434,7 +435,7 @@ class _Child:
         kind = head.get("k")
         if kind == "start":
             for u, a in zip(self.uplinks, head["acked"]):
-                u.start(int(a))
+                u.start(int(a), thread=self.thread)
             self.started = True
         elif kind in ("msg", "batch"):
             self.uplinks[int(head["lane"])].put(decode(frames[1:]))

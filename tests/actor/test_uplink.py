@@ -212,3 +212,55 @@ def test_numpy_scalars_in_summaries_are_sent_and_a_dead_uplink_thread_is_raised(
     finally:
         up.close(drain_s=0.1)
         pull.close(0)
+
+
+def test_streams_sharing_one_thread_each_deliver_and_close_on_their_own_and_die_together(tmp_path):
+    """A vectorized actor's streams share one uplink thread: each is delivered and resent in its
+    own order, closing one leaves the others running, the thread ends with the last, and a thread
+    that dies stops every stream's next put()."""
+    import threading
+
+    from robo_async.actor.uplink import UplinkError, UplinkThread
+
+    L = Learnerish()
+    shared = UplinkThread("uplink-test")
+    ups = [Uplink(a, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None, resend_s=0.3)) for a in (0, 1024)]
+    def drivers():
+        return [t for t in threading.enumerate() if t.name.startswith("uplink-")]
+
+    try:
+        L.publish()
+        for u in ups:
+            u.start(0, thread=shared)
+        assert [t.name for t in drivers()] == ["uplink-test"]  # one thread for both
+        for s in (0, 10):
+            for a, u in zip((0, 1024), ups):
+                u.put(batch(a, s, 10))
+        got = L.collect(lambda g: sum(m.actor_id == 1024 for m in g) >= 4)  # nothing acked: resent
+        for a in (0, 1024):
+            assert [m.seq for m in got if m.actor_id == a][:4] == [0, 10, 0, 10], a
+        ups[0].close(drain_s=0.0)
+        assert shared._thread is not None and shared._thread.is_alive()  # still driving stream 1024
+        ups[1].put(batch(1024, 20, 10))
+        assert 20 in [m.seq for m in L.collect(lambda g: 20 in [m.seq for m in g if m.actor_id == 1024])
+                      if m.actor_id == 1024]
+
+        def boom(*_):
+            raise RuntimeError("disk on fire")
+
+        late = Uplink(2048, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None))
+        late.start(0, thread=shared)
+        ups.append(late)
+        late._step = boom  # one stream's round fails: the shared thread dies
+        deadline = time.monotonic() + 60
+        while ups[1].error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for a, u in zip((1024, 2048), ups[1:]):
+            with pytest.raises(UplinkError, match="disk on fire"):
+                u.put(batch(a, 30, 10))
+        assert shared._thread is None
+    finally:
+        for u in ups:
+            u.close(drain_s=0.0)
+        L.close()
+    assert not drivers()  # the thread ended (it died with the failing stream)

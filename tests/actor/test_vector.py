@@ -197,3 +197,27 @@ def test_a_batch_of_rl_trained_chunk_policies_acts_as_each_one_alone():
         p.deterministic = True
         for r, b in zip(reqs, p.predict_chunks(reqs)):
             np.testing.assert_allclose(b.actions, p.predict_chunk(r.obs).actions, atol=1e-5)
+
+
+def test_a_vectorized_actors_streams_share_one_uplink_thread():
+    """Three simulators, three streams, one thread delivering them (not one thread each), and
+    every transition acked by a real receiving process."""
+    import threading
+
+    from robo_async.bench.ingest import IngestProcess
+
+    seen = []
+
+    def observe(info):
+        if info.tick == 20 and info.lane == 0:
+            seen.extend(t.name for t in threading.enumerate() if t.name.startswith("uplink-"))
+
+    sims = [SafeRobot(SimRobot(ReachTask())) for _ in range(3)]
+    ingest = IngestProcess()
+    with ingest as (data, weights):
+        actor = Actor(sims, Batched(sims[0].spec), ActorConfig(5, data, weights, LoopConfig(max_steps=300, eval_every=0)),
+                      observer=observe)
+        result = actor.run(threading.Event())
+    assert result is not None and result.ticks == 300
+    assert seen == ["uplink-5"]
+    assert ingest.received == 300  # every stream delivered and acked
