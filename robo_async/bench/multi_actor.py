@@ -5,7 +5,7 @@ per-actor and learner CPU use, and lease latency; then one vectorized actor step
 simulators with one batched policy call per tick (`actor.envs`), against the best
 process-per-simulator total of the same run (`vec_over_processes`).
 
-    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16] [utd=0.02] [uplink=thread] [learn=reach,pick_lift]
+    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16,64] [utd=0.02] [uplink=thread] [learn=reach,pick_lift]
                                  [learn_budget_s=600]
 """
 
@@ -125,7 +125,7 @@ def bench_multi_actor(args: dict[str, str]) -> int:
     counts = [int(x) for x in args.get("actors", "1,2,4").split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-multi-actor-"))
     acquire_ms, release_ms = lease_latency()
-    vec_counts = [int(x) for x in args.get("envs", "4,16").split(",") if x]
+    vec_counts = [int(x) for x in args.get("envs", "4,16,64").split(",") if x]
     uplink = args.get("uplink", "thread")  # actor.uplink of every run: thread | process
     results = {str(n): one_run(n, seconds, utd, root, uplink=uplink) for n in counts}
     vec = {str(n): one_run(1, seconds, utd, root, envs=n, uplink=uplink) for n in vec_counts}
