@@ -56,6 +56,8 @@ OBS_PREFIXES = ("obs/", "next_obs/", FINAL_OBS)
 # the dtype each known transition column must have
 COLUMN_DTYPES = {"reward": "float32", "terminated": "bool", "truncated": "bool", "policy_version": "int64",
                  "success": "bool", "intervention": "uint8", "action": "float32", "policy_action": "float32"}
+_ITEMSIZE = {d: np.dtype(d).itemsize for d in DTYPES}
+_COLUMN_NP = {k: np.dtype(v) for k, v in COLUMN_DTYPES.items()}  # compared per batch (a dtype's .name is slow)
 MAX_FIGURE = 1e15  # an actor's float figures (ms, rad/s^3): far above any real one
 _MISSING = object()
 Header = dict[str, object]  # a decoded msgpack header
@@ -159,9 +161,9 @@ def _check_transition_arrays(arrays: dict[str, np.ndarray | Frames]) -> None:
         if not (k in TRANSITION_COLUMNS or (k.startswith(OBS_PREFIXES) and len(k.split("/", 1)[1]) > 0)):
             raise WireError(f"transitions carry an unknown array '{k}'; known: {sorted(TRANSITION_COLUMNS)} "
                             f"and obs/<key>, next_obs/<key>, {FINAL_OBS}<key>")
-        want = COLUMN_DTYPES.get(k)
-        if want is not None and a.dtype.name != want:
-            raise WireError(f"transitions array '{k}' is {a.dtype.name}, expected {want}")
+        want = _COLUMN_NP.get(k)
+        if want is not None and a.dtype != want:
+            raise WireError(f"transitions array '{k}' is {a.dtype.name}, expected {want.name}")
         if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
             raise WireError(f"transitions array '{k}' has NaN or infinite values")
         tail = k.split("/", 1)[-1]
@@ -405,7 +407,7 @@ def _arrays(specs: list[object], frames: Sequence[bytes | memoryview]) -> dict[s
                 and all(type(d) is int and 0 <= d <= 1 << 40 for d in shape)):
             raise WireError(f"array '{name}' has bad shape {_show(shape)}")
         buf = memoryview(frame)
-        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        expected = math.prod(shape) * _ITEMSIZE[dtype]  # exact (Python ints), no numpy call per array
         if buf.nbytes != expected:
             raise WireError(
                 f"array '{name}' {dtype}{tuple(shape)} needs {expected} bytes, frame has {buf.nbytes}"
