@@ -225,8 +225,8 @@ def test_streams_sharing_one_thread_each_deliver_and_close_on_their_own_and_die_
     L = Learnerish()
     shared = UplinkThread("uplink-test")
     ups = [Uplink(a, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None, resend_s=0.3)) for a in (0, 1024)]
-    def drivers():
-        return [t for t in threading.enumerate() if t.name.startswith("uplink-")]
+    def drivers():  # this test's uplink threads (another test's may still be ending in this process)
+        return [t for t in threading.enumerate() if t.name in ("uplink-test", "uplink-0", "uplink-1024", "uplink-2048")]
 
     try:
         L.publish()
