@@ -144,6 +144,7 @@ class UplinkThread:
                 for u in self._members:
                     u.error = e
                     u._detached.set()
+                self._members.clear()  # a stream added later gets a fresh thread, not these
             log.error("%s: uplink thread died: %s: %s", self.name, type(e).__name__, e)
 
 
