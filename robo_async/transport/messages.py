@@ -5,7 +5,6 @@ what a received one must satisfy)."""
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
