@@ -25,6 +25,11 @@ class RobotError(RuntimeError):
     """A robot failed (disconnected, not connected, hardware fault)."""
 
 
+class RobotFault(RobotError):
+    """The robot reported a fault of its own (a servo overloaded or overheated): it must stop, and
+    the reason is in the message."""
+
+
 class Robot(abc.ABC):
     """A robot or simulator. Constructors do no I/O; `connect()` does."""
 
@@ -53,6 +58,10 @@ class Robot(abc.ABC):
         """`send_action` for an action the safety layer has already validated (float32, shape
         (action_dim,), finite, within limits): robots that check their input may skip it here."""
         return self.send_action(action)
+
+    def disable_torque(self) -> None:
+        """Let the motors go limp (the safety layer's last resort when holding is not enough).
+        Simulators and robots without motor torque control do nothing."""
 
     def reset(self, *, seed: int | None = None) -> Observation:
         """Start an episode. Real robots have no reset of their own: they report where they are."""

@@ -40,6 +40,7 @@ class TeleopEventKind(enum.Enum):
     FAILURE = "failure"
     RERECORD = "rerecord"  # discard the episode and record it again
     ESTOP = "estop"  # stop the robot now (latched until cleared)
+    READY = "ready"  # the scene is reset (between episodes on a real arm): start the next episode
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,11 @@ import inspect
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
-from hal.robot import Robot, RobotError
+from hal.robot import Robot, RobotError, RobotFault
 from hal.spec import CameraSpec, Observation, Outcome, RobotSpec
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 
@@ -69,6 +70,13 @@ def make_lerobot_device(options: Mapping[str, object]):
         opts["cameras"] = {n: CameraConfig.get_choice_class(c.pop("type", "opencv"))(**c) for n, c in dict(cams).items()}
     elif cams:
         opts["cameras"] = list(cams)
+    if opts.get("calibration_dir"):
+        opts["calibration_dir"] = Path(str(opts["calibration_dir"])).expanduser()
+    cap = opts.get("max_relative_target")
+    if isinstance(cap, int | float) and not isinstance(cap, bool):  # LeRobot takes a float only (an int from
+        opts["max_relative_target"] = float(cap)  # a YAML `15` raised TypeError on the first send_action)
+    elif isinstance(cap, Mapping):
+        opts["max_relative_target"] = {k: float(v) for k, v in cap.items()}
     try:
         return make_robot_from_config(cfg_cls(**opts))
     except TypeError as e:
@@ -91,27 +99,66 @@ class _Units:
         return {k: float(v) for k, v in zip(self.keys, (np.asarray(q, np.float64) - self.offset) / self.scale)}
 
 
+SO_ARMS = ("so100_follower", "so101_follower", "so_follower", "sim_so101")  # the arm our MJCF models
+HEALTH_REGISTERS = ("Status", "Present_Temperature")
+STATUS_BITS = {0: "input voltage out of range", 2: "overheating", 3: "overcurrent", 5: "overload"}
+
+
+class ArmKinematics:
+    """Forward kinematics of the SO-100/SO-101 (joint positions, rad -> the end effector, m) from
+    our MJCF of the arm (`sim/assets/so101_reach.xml`, its `ee` site): the workspace box and
+    end-effector teleop (inverse kinematics on its Jacobian) on a real arm."""
+
+    def __init__(self) -> None:
+        self._model = self._data = None
+
+    def __call__(self, q: np.ndarray) -> np.ndarray:
+        import mujoco
+
+        from sim.sim_robot import ee_fk
+
+        if self._model is None:
+            import sim
+
+            self._model = mujoco.MjModel.from_xml_path(str(Path(sim.__file__).parent / "assets" / "so101_reach.xml"))
+            self._data = mujoco.MjData(self._model)
+        return ee_fk(self._model, self._data, np.asarray(q, np.float64)[:6])
+
+
 class LeRobotRobot(Robot):
     """A LeRobot robot `device` as a `hal.Robot` (see the module's docstring): joint limits (rad) from the
-    arguments or the device, positions converted between LeRobot's degrees and gripper 0..100 and radians."""
+    arguments or the device, positions converted between LeRobot's degrees and gripper 0..100 and radians.
+    `limits`: the safety layer's motion limits for this arm (`max_step_rad`, `max_velocity_rad_s`,
+    `max_accel_rad_s2`), into its spec. A device with a Feetech/Dynamixel bus is checked every
+    `health_every` ticks: a servo reporting overload or overheating raises `RobotFault` naming it."""
 
     def __init__(self, device, joint_low: tuple[float, ...] | None = None,
-                 joint_high: tuple[float, ...] | None = None, hz: float = 30.0) -> None:
+                 joint_high: tuple[float, ...] | None = None, hz: float = 30.0,
+                 limits: Mapping[str, object] | None = None, kind: str = "", health_every: int = 10) -> None:
         self.device = device
         keys = [k for k, t in device.action_features.items() if t is float]
         if joint_low is None or joint_high is None:
-            limits = getattr(device, "joint_limits_rad", None) or SO_ARM_LIMITS
-            joint_low, joint_high = limits
+            limits_rad = getattr(device, "joint_limits_rad", None) or SO_ARM_LIMITS
+            joint_low, joint_high = limits_rad
         if len(joint_low) != len(keys):
             raise RobotError(f"{device.name} has {len(keys)} joints {keys}; {len(joint_low)} limits were given")
         self._units = _Units(keys, tuple(joint_low), tuple(joint_high))
         cams = tuple(CameraSpec(k, v[0], v[1]) for k, v in device.observation_features.items()
                      if isinstance(v, tuple) and len(v) == 3 and v[2] == 3)
+        motion = {k: (tuple(v) if isinstance(v, list | tuple) else float(v)) for k, v in dict(limits or {}).items()}
+        unknown = set(motion) - {"max_step_rad", "max_velocity_rad_s", "max_accel_rad_s2"}
+        if unknown:
+            raise RobotError(f"robot {device.name}: unknown limits {sorted(unknown)}; known: max_step_rad, "
+                             "max_velocity_rad_s, max_accel_rad_s2")
         self._spec = RobotSpec(name=f"lerobot_{device.name}", joint_names=tuple(k.removesuffix(".pos") for k in keys),
                                joint_low=tuple(joint_low), joint_high=tuple(joint_high), hz=hz, cameras=cams,
-                               features=tuple(getattr(device, "feature_spec", ())))
+                               features=tuple(getattr(device, "feature_spec", ())), **motion)  # type: ignore[arg-type]
         if callable(getattr(device, "ee_position", None)):  # forward kinematics (rad -> m), where the device has it
             self.ee_position = device.ee_position
+        elif kind in SO_ARMS and len(keys) == 6:
+            self.ee_position = ArmKinematics()
+        self.health_every = health_every
+        self._ticks = 0
 
     @property
     def spec(self) -> RobotSpec:
@@ -126,8 +173,49 @@ class LeRobotRobot(Robot):
             return
         try:
             self.device.connect(calibrate=False)
+            calibrated = self.device.is_calibrated
         except (ConnectionError, OSError, RuntimeError, ValueError) as e:
             raise RobotError(f"{self._where()} cannot connect: {' '.join(str(e).split())}") from None
+        if not calibrated:  # LeRobot goes on with calibrate=False; positions would be wrong: refuse
+            where = getattr(self.device, "calibration_fpath", "its calibration file")
+            self.close()
+            raise RobotError(f"{self._where()} is not calibrated (its servos do not match {where}): run "
+                             f"lerobot-calibrate --robot.type={getattr(self.device.config, 'type', self.device.name)} "
+                             f"--robot.port=... --robot.id={self.device.id}")
+        self._ticks = 0
+
+    def _bus(self):  # noqa: ANN202 - LeRobot's motors bus, where the device has one
+        return getattr(self.device, "bus", None)
+
+    def disable_torque(self) -> None:
+        """Torque off on every servo (LeRobot's bus), so the arm goes limp; a bus already gone is
+        logged (there is nothing left to turn off)."""
+        bus = self._bus()
+        if bus is None or not self.device.is_connected:
+            return
+        try:
+            bus.disable_torque(num_retry=2)
+        except (ConnectionError, OSError, RuntimeError) as e:
+            log.error("%s: torque off failed: %s", self._where(), e)
+
+    def check_health(self) -> None:
+        """Read each servo's `Status` and temperature; raise `RobotFault` naming the servo and the
+        fault when one reports overload, overheating, overcurrent or a voltage out of range."""
+        bus = self._bus()
+        if bus is None or not hasattr(bus, "sync_read"):
+            return
+        try:
+            status = bus.sync_read("Status", normalize=False)
+            temps = bus.sync_read("Present_Temperature", normalize=False)
+        except (ConnectionError, OSError) as e:
+            raise RobotError(f"{self._where()}: {e}") from None
+        except (KeyError, NotImplementedError):  # a bus without these registers
+            return
+        for motor, bits in status.items():
+            faults = [why for bit, why in STATUS_BITS.items() if int(bits) & (1 << bit)]
+            if faults:
+                raise RobotFault(f"{self._where()}: servo '{motor}' reports {' and '.join(faults)} "
+                                 f"(status {int(bits):#04x}, {temps.get(motor, '?')} degC); the arm is stopped")
 
     def close(self) -> None:
         try:
@@ -147,6 +235,9 @@ class LeRobotRobot(Robot):
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         a = self._spec.check_action(action)
+        self._ticks += 1
+        if self.health_every and self._ticks % self.health_every == 0:
+            self.check_health()
         try:
             sent = self.device.send_action(self._units.to_lerobot(a))
         except (ConnectionError, OSError) as e:
@@ -164,9 +255,13 @@ class LeRobotRobot(Robot):
 
 # LeRobot's TeleopEvents (and our `estop`, which LeRobot has no event for: sim_leader's scripted one;
 # LeRobot's gamepad and keyboard have no e-stop button)
+ESTOP_KEYS = (" ", "e")  # the keyboard's space bar (or e): e-stop; LeRobot's keyboards ignore both
+READY_KEYS = ("n",)  # the scene is reset: start the next episode
+ESTOP_BUTTON, READY_BUTTON = 2, 4  # pygame buttons: B/circle (LeRobot's gamepad leaves it unused), LB
 _EVENT_MAP = {"success": TeleopEventKind.SUCCESS, "failure": TeleopEventKind.FAILURE,
               "terminate_episode": TeleopEventKind.FAILURE,
-              "rerecord_episode": TeleopEventKind.RERECORD, "estop": TeleopEventKind.ESTOP}
+              "rerecord_episode": TeleopEventKind.RERECORD, "estop": TeleopEventKind.ESTOP,
+              "ready": TeleopEventKind.READY}
 
 
 def make_lerobot_teleop_device(options: Mapping[str, object]):
@@ -176,7 +271,12 @@ def make_lerobot_teleop_device(options: Mapping[str, object]):
     from lerobot.teleoperators.utils import make_teleoperator_from_config
 
     cfg_cls, opts = _choice(TeleoperatorConfig, "teleoperator", options)
-    return make_teleoperator_from_config(cfg_cls(**opts))
+    if opts.get("calibration_dir"):
+        opts["calibration_dir"] = Path(str(opts["calibration_dir"])).expanduser()
+    try:
+        return make_teleoperator_from_config(cfg_cls(**opts))
+    except TypeError as e:
+        raise RobotError(f"teleop {options['type']}: bad options {sorted(opts)}: {e}") from None
 
 
 class LeRobotTeleop(Teleop):
@@ -257,6 +357,7 @@ class LeRobotTeleop(Teleop):
         except (ConnectionError, OSError, RuntimeError) as e:  # a gamepad unplugged raises pygame.error
             raise self._lost(e) from None
         raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}
+        raw.update(self._stop_and_ready())
         if raw.get("rerecord_episode"):  # LeRobot's keyboard sets terminate_episode with it: a re-record
             raw["terminate_episode"] = False
         out = [TeleopEvent(kind) for key, kind in _EVENT_MAP.items() if raw.get(key)]
@@ -264,6 +365,38 @@ class LeRobotTeleop(Teleop):
         if now != self._intervening:
             out.append(TeleopEvent(TeleopEventKind.INTERVENTION_ON if now else TeleopEventKind.INTERVENTION_OFF))
             self._intervening = now
+        return out
+
+    def _stop_and_ready(self) -> dict[str, bool]:
+        """Our keys and buttons beside LeRobot's events: the e-stop (space or e; the gamepad's B)
+        and "scene reset, go on" (n; the gamepad's LB). LeRobot's keyboards queue other keys for
+        their own events, so ours are taken out of that queue and the rest put back."""
+        out: dict[str, bool] = {}
+        queue = getattr(self.device, "misc_keys_queue", None) or getattr(self.device, "event_queue", None)
+        if queue is not None:
+            kept = []
+            while not queue.empty():
+                item = queue.get_nowait()
+                key = item[0] if isinstance(item, tuple) else item
+                char = getattr(key, "char", key)
+                name = getattr(key, "name", None)
+                pressed = item[1] if isinstance(item, tuple) else True
+                if pressed and (char in ESTOP_KEYS or name == "space"):
+                    out["estop"] = True
+                elif pressed and char in READY_KEYS:
+                    out["ready"] = True
+                kept.append(item)
+            for item in kept:
+                queue.put(item)
+        pad = getattr(getattr(self.device, "gamepad", None), "joystick", None)
+        if pad is not None:
+            try:
+                if pad.get_button(ESTOP_BUTTON):
+                    out["estop"] = True
+                if pad.get_button(READY_BUTTON):
+                    out["ready"] = True
+            except Exception as e:  # noqa: BLE001 - pygame.error: unplugged
+                raise self._lost(e) from None
         return out
 
     def close(self) -> None:

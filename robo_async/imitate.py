@@ -287,7 +287,7 @@ def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed
         robot.connect()
         try:
             loop = ControlLoop(robot, policy, LoopConfig(
-                episode_ticks=int(t.options.get("episode_ticks", 50)), realtime=mode != "inline", seed=seed,
+                episode_ticks=t.episode_ticks(), realtime=mode != "inline", seed=seed,
                 eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False))
             res = loop.run()
         finally:

@@ -79,7 +79,7 @@ def teleop_session(targs: TaskArgs, out: Path, episodes: int, table: str = "demo
         try:
             from policies.scripted import HoldPolicy
 
-            ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 100)), seed=seed,
+            ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=targs.episode_ticks(100), seed=seed,
                                                 realtime=realtime, eval_every=0, inference="inline",
                                                 teleop_drives=True, warmup_inference=False),
                         sink=recorder, teleops=tuple(teleops)).run(done)

@@ -36,8 +36,11 @@ class ActorOptions:
 
 @dataclass(frozen=True)
 class SafetyOptions:
-    """`safety`: the `SafeRobot` layer every actor drives through."""
+    """`safety`: the `SafeRobot` layer every actor drives through. null keys take the robot's own
+    (`robot.safety` in `configs/robot/<name>.yaml`: on a real arm every guard is on by default);
+    a value here overrides the robot's."""
 
-    watchdog_s: float | None = None  # hold position when the control loop sends nothing for this long (s; null: off)
+    watchdog_s: float | None = None  # hold position when the control loop sends nothing for this long (s; null: the robot's; sims: off)
+    torque_off_s: float | None = None  # ... and turn the torque off (latching the e-stop) after this long (s; null: the robot's)
     workspace_low: tuple[float, ...] | None = None  # end-effector box (m), e.g. [-0.4, -0.4, 0.0]; needs forward kinematics
     workspace_high: tuple[float, ...] | None = None  # ... its upper corner (m)

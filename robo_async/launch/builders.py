@@ -361,7 +361,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         ActorConfig(
             actor_id=i, data_address="", weights_address="", envs=envs,
             loop=LoopConfig(
-                actor_id=i, episode_ticks=task.options.get("episode_ticks", 50), realtime=plan_task(i).realtime,
+                actor_id=i, episode_ticks=plan_task(i).episode_ticks(), realtime=plan_task(i).realtime,
                 seed=c.seed * 1000 + i, start_episode=episodes_of(i), eval_every=a.eval_every,
                 heartbeat_s=a.heartbeat_s, inference=resolve_inference(a.inference, plan_task(i), server),
                 replan=replan, success_reward=a.success_reward,

@@ -70,7 +70,7 @@ def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str 
             frames.append(render(video_size))
 
     loop = ControlLoop(robot, policy, LoopConfig(
-        episode_ticks=int(src.task.options.get("episode_ticks", 50)), realtime=mode != "inline" or src.task.realtime,
+        episode_ticks=src.task.episode_ticks(), realtime=mode != "inline" or src.task.realtime,
         seed=seed, eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False),
         observer=on_tick if video is not None else None)
     robot.connect()

@@ -88,7 +88,7 @@ def record_expert(targs: TaskArgs, episodes: int, seed: int = 0, max_step: float
     robot.connect()
     try:
         loop = ControlLoop(robot, expert_policy(targs, robot, max_step),
-                           LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 50)), seed=seed,
+                           LoopConfig(episode_ticks=targs.episode_ticks(), seed=seed,
                                       eval_every=1, max_episodes=episodes, inference="inline",
                                       end_on_terminated=until_terminated),
                            sink=sink)
@@ -142,7 +142,7 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     sink = _Tee(Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start), progress)
     try:
         ControlLoop(robot, policy,
-                    LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 50)), seed=seed,
+                    LoopConfig(episode_ticks=targs.episode_ticks(), seed=seed,
                                eval_every=1, max_episodes=episodes, inference="inline",
                                end_on_terminated=until_terminated),
                     sink=sink).run()

@@ -35,6 +35,19 @@ class TaskArgs:
             return f"robot:{self.robot['type']}"
         return f"sim:{self.name}"
 
+    @property
+    def hz(self) -> float:
+        """The control rate (ticks/s): the robot config's `hz`, else the task's."""
+        return float((self.robot or {}).get("hz") or self.options.get("hz", 30.0))
+
+    def episode_ticks(self, default: int = 50) -> int:
+        """Ticks per episode: a robot's `episode.seconds` at its rate, else the task's
+        `episode_ticks` (else `default`)."""
+        seconds = ((self.robot or {}).get("episode") or {}).get("seconds")
+        if seconds is not None:
+            return max(1, int(round(float(seconds) * self.hz)))
+        return int(self.options.get("episode_ticks", default))
+
     def resource_id(self, index: int) -> str:
         if self.robot is not None:
             return f"robot:{self.robot['type']}/{self.robot.get('id') or self.robot.get('port') or index}"
@@ -72,15 +85,47 @@ def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict |
                     dict(teleop) if teleop and teleop.get("type") else None)
 
 
+MOTION_LIMITS = ("max_step_rad", "max_velocity_rad_s", "max_accel_rad_s2")  # into the robot's spec
+SAFETY_KEYS = (*MOTION_LIMITS, "watchdog_s", "torque_off_s", "workspace_low", "workspace_high")
+OUR_ROBOT_KEYS = ("joint_low", "joint_high", "hz", "safety", "episode")  # robot.* keys that are ours, not LeRobot's
+# A real arm without a `safety` block of its own still gets every guard (SO-100/SO-101 sizes):
+# 0.05 rad per tick, 1.5 rad/s, 12 rad/s^2, the watchdog holding after 0.25 s and turning the torque
+# off after 2 s, and the end effector inside a box around the base (m)
+REAL_ARM_SAFETY = {"max_step_rad": 0.05, "max_velocity_rad_s": 1.5, "max_accel_rad_s2": 12.0,
+                   "watchdog_s": 0.25, "torque_off_s": 2.0,
+                   "workspace_low": (-0.4, -0.4, 0.01), "workspace_high": (0.4, 0.4, 0.5)}
+SIMULATED_DEVICES = ("sim_so101",)
+
+
+def robot_safety(args: TaskArgs) -> dict:
+    """The safety settings for this actor's robot: the robot config's `safety` block (or, on a real
+    arm without one, `REAL_ARM_SAFETY`), then every key the run's `safety` sets. A simulator gets
+    the run's keys only."""
+    merged: dict = {}
+    if args.robot is not None:
+        own = args.robot.get("safety")
+        if own is None and args.robot.get("type") not in SIMULATED_DEVICES:
+            own = REAL_ARM_SAFETY
+        merged.update(own or {})
+        unknown = set(merged) - set(SAFETY_KEYS)
+        if unknown:
+            raise ConfigError(f"robot.safety: unknown keys {sorted(unknown)}; known: {list(SAFETY_KEYS)}")
+    merged.update({k: v for k, v in args.safety.items() if v is not None})
+    return merged
+
+
 def make_robot(args: TaskArgs) -> Robot:
     """The robot an actor drives: a LeRobot device through the adapter, or a simulator."""
     if args.robot is not None:
         from hardware.lerobot_adapter import LeRobotRobot, make_lerobot_device
 
-        opts = dict(args.robot)
-        limits = opts.pop("joint_low", None), opts.pop("joint_high", None)
-        hz = float(opts.pop("hz", args.options.get("hz", 30.0)))
-        return LeRobotRobot(make_lerobot_device(opts), *(tuple(x) if x else None for x in limits), hz=hz)
+        opts = {k: v for k, v in args.robot.items() if k not in OUR_ROBOT_KEYS}
+        limits = args.robot.get("joint_low"), args.robot.get("joint_high")
+        hz = args.hz
+        safety = robot_safety(args)
+        motion = {k: safety[k] for k in MOTION_LIMITS if k in safety and safety[k] is not None}
+        return LeRobotRobot(make_lerobot_device(opts), *(tuple(x) if x else None for x in limits), hz=hz,
+                            limits=motion, kind=str(args.robot["type"]))
     task_cls, cfg_cls = TASKS[args.name]
     made = task_cls(cfg_cls(**args.options))
     if isinstance(made, Robot):
@@ -150,14 +195,16 @@ def make_safe_robot(args: TaskArgs) -> SafeRobot:
             robot = ClassifierReward(robot, SuccessClassifier.load(args.reward_classifier))
         except RewardError as e:
             raise ConfigError(str(e)) from None
+    safety = robot_safety(args)
     workspace = None
-    low, high = args.safety.get("workspace_low"), args.safety.get("workspace_high")
+    low, high = safety.get("workspace_low"), safety.get("workspace_high")
     if low is not None and high is not None:
         fk = getattr(robot, "ee_position", None)
         if fk is None:
             raise ConfigError(f"safety.workspace_* needs forward kinematics; {robot.spec.name} has none")
         workspace = WorkspaceBox(fk, tuple(low), tuple(high))
-    return SafeRobot(robot, workspace=workspace, watchdog_s=args.safety.get("watchdog_s"))
+    return SafeRobot(robot, workspace=workspace, watchdog_s=safety.get("watchdog_s"),
+                     torque_off_s=safety.get("torque_off_s"))
 
 
 def task_spec(args: TaskArgs) -> RobotSpec:

@@ -1,0 +1,294 @@
+"""A twin of an SO-101 (follower, and optionally a leader arm) on pseudo-terminals.
+
+`robo-async twin so101 [dir=...] [leader=true]` (or `python -m hardware.twin`) starts one; LeRobot's
+own `so101_follower` / `so101_leader` connect to it unchanged with `port=<dir>/follower.tty` and
+`calibration_dir=<dir>/calibration/<role>`, where the twin wrote the calibration files
+`lerobot-calibrate` would have written for its servos. `<dir>/twin.json` lists the ports and the
+control address. The control socket (ZMQ REP on loopback, msgpack maps) takes:
+
+    {"cmd": "state"}                         -> joints (rad, truth), torque, faults, max goal step
+    {"cmd": "hand", "role": "leader", "q": [...]}   a hand moves that arm's joints (None lets go)
+    {"cmd": "fault", "role": ..., "motor": ..., "kind": "overload|overheat|clear"}
+    {"cmd": "unplug", "role": ...} / {"cmd": "replug", "role": ...}   the USB cable
+    {"cmd": "set_joints", "role": ..., "q": [...]}   place an arm (a person moving it before a test)
+    {"cmd": "reset_stats"}
+
+A pulled cable closes the pseudo-terminal and removes the port's link (the host's next read or
+write fails, as with a real USB adapter); a replug opens a new one behind the same link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import tempfile
+import threading
+import tty
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import zmq
+
+from hardware.twin.arm import MOTORS, TwinArm
+from hardware.twin.protocol import ServoBus
+
+log = logging.getLogger(__name__)
+CALIBRATION_SUBDIR = {"follower": "robots/so_follower", "leader": "teleoperators/so_leader"}
+
+
+class PtyPort:
+    """A servo bus on a pseudo-terminal, reachable at `link` (a symlink to the terminal)."""
+
+    def __init__(self, bus: ServoBus, link: Path, lock: threading.RLock) -> None:
+        self.bus, self.link, self.lock = bus, link, lock
+        self._fds: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.plugged = False
+
+    def open(self) -> None:
+        """Plug the cable: a new terminal behind `link`, answered by a thread."""
+        master, slave = os.openpty()
+        tty.setraw(slave)
+        self._fds = (master, slave)  # the slave stays open here: reads on the master never see EOF
+        tmp = self.link.with_suffix(".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(os.ttyname(slave), tmp)
+        os.replace(tmp, self.link)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, args=(master,), name=f"twin-{self.link.stem}", daemon=True)
+        self._thread.start()
+        self.plugged = True
+
+    def _serve(self, master: int) -> None:
+        while not self._stop.is_set():
+            try:
+                ready, _, _ = select.select([master], [], [], 0.1)
+                if not ready:
+                    continue
+                data = os.read(master, 4096)
+            except OSError:  # unplugged under us
+                return
+            with self.lock:
+                out = self.bus.feed(data)
+            if out:
+                try:
+                    os.write(master, out)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        """Pull the cable: the terminal goes away and so does the link."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            self._thread = None
+        if self._fds is not None:
+            for fd in self._fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds = None
+        with contextlib.suppress(FileNotFoundError):
+            self.link.unlink()
+        self.plugged = False
+
+
+def write_calibration(arm: TwinArm, path: Path) -> None:
+    """LeRobot's calibration file (`MotorCalibration` fields per motor) for `arm`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(arm.calibration(), indent=4))
+
+
+class Twin:
+    """A follower (and a leader when `leader`) with their ports, calibration files and control
+    socket, under `root`. `start()` runs them; `close()` stops them."""
+
+    def __init__(self, root: Path, *, leader: bool = False, seed: int = 0,
+                 follower_id: str = "twin_follower", leader_id: str = "twin_leader") -> None:
+        self.root = root
+        self.ids = {"follower": follower_id, "leader": leader_id}
+        self.arms = {"follower": TwinArm(seed=seed)}
+        if leader:
+            self.arms["leader"] = TwinArm(seed=seed + 1)
+        self.ports = {role: PtyPort(ServoBus(arm.servos), root / f"{role}.tty", arm.lock)
+                      for role, arm in self.arms.items()}
+        self._ctx: zmq.Context | None = None
+        self._sock: zmq.Socket | None = None
+        self.control = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def calibration_dir(self, role: str) -> Path:
+        """The `calibration_dir` LeRobot's device config takes for `role`."""
+        return self.root / "calibration" / role
+
+    def start(self) -> dict:
+        """Open the ports, write the calibration files, serve the control socket; the twin's
+        description (also in `<root>/twin.json`)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for role, arm in self.arms.items():
+            write_calibration(arm, self.calibration_dir(role) / f"{self.ids[role]}.json")
+            arm.start()
+            self.ports[role].open()
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self.control = f"tcp://127.0.0.1:{port}"
+        self._thread = threading.Thread(target=self._serve, name="twin-control", daemon=True)
+        self._thread.start()
+        info = self.describe()
+        (self.root / "twin.json").write_text(json.dumps(info, indent=2))
+        return info
+
+    def describe(self) -> dict:
+        """Ports, ids, calibration dirs, control address and pid."""
+        return {"pid": os.getpid(), "control": self.control,
+                "arms": {role: {"port": str(self.ports[role].link), "id": self.ids[role],
+                                "calibration_dir": str(self.calibration_dir(role)), "motors": list(MOTORS)}
+                         for role in self.arms}}
+
+    def _serve(self) -> None:
+        assert self._sock is not None
+        while not self._stop.is_set():
+            if not self._sock.poll(100):
+                continue
+            try:
+                req = msgpack.unpackb(self._sock.recv(), raw=False)
+                reply = self.handle(req if isinstance(req, dict) else {})
+            except Exception as e:  # noqa: BLE001 - any bad request gets its error back, the twin goes on
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            self._sock.send(msgpack.packb(reply))
+
+    def handle(self, req: dict) -> dict:
+        """One control request (see the module's docstring)."""
+        cmd = req.get("cmd")
+        role = str(req.get("role", "follower"))
+        if cmd == "state":
+            return {r: self._state(r) for r in self.arms}
+        if role not in self.arms:
+            raise ValueError(f"no {role} arm in this twin; it has {sorted(self.arms)}")
+        arm = self.arms[role]
+        if cmd == "hand":
+            arm.hand(None if req.get("q") is None else np.asarray(req["q"], float))
+        elif cmd == "set_joints":
+            arm.set_joints(np.asarray(req["q"], float))
+        elif cmd == "fault":
+            arm.fault(str(req["motor"]), str(req["kind"]))
+        elif cmd == "unplug":
+            self.ports[role].close()
+        elif cmd == "replug":
+            if not self.ports[role].plugged:
+                self.ports[role].open()
+        elif cmd == "reset_stats":
+            with arm.lock:
+                arm.max_goal_step[:] = 0
+                arm.goal_writes = 0
+                arm.torque_off_events = 0
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+        return {"ok": True}
+
+    def _state(self, role: str) -> dict:
+        arm = self.arms[role]
+        with arm.lock:
+            return {"q": arm.joints().tolist(), "torque": arm.torque.tolist(),
+                    "errors": [s.error for s in arm.servos], "max_goal_step": arm.max_goal_step.tolist(),
+                    "goal_writes": arm.goal_writes, "torque_off_events": arm.torque_off_events,
+                    "plugged": self.ports[role].plugged, "malformed": self.ports[role].bus.malformed}
+
+    def close(self) -> None:
+        """Stop everything; the ports disappear."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        for port in self.ports.values():
+            port.close()
+        for arm in self.arms.values():
+            arm.stop()
+        if self._sock is not None:
+            self._sock.close()
+        if self._ctx is not None:
+            self._ctx.term()
+
+
+class TwinControl:
+    """A client of a twin's control socket (tests, benchmarks, the virtual operator)."""
+
+    def __init__(self, address: str, timeout_ms: int = 5000) -> None:
+        self._ctx = zmq.Context.instance()
+        self.address, self.timeout_ms = address, timeout_ms
+        self._sock = self._connect()
+
+    def _connect(self) -> zmq.Socket:
+        s = self._ctx.socket(zmq.REQ)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
+        s.connect(self.address)
+        return s
+
+    def __call__(self, cmd: str, **fields: object) -> dict:
+        """Send one command; its reply (raises RuntimeError on the twin's error or a timeout)."""
+        for k, v in fields.items():
+            if isinstance(v, np.ndarray):
+                fields[k] = v.tolist()
+        self._sock.send(msgpack.packb({"cmd": cmd, **fields}))
+        try:
+            reply = msgpack.unpackb(self._sock.recv(), raw=False)
+        except zmq.Again:
+            self._sock.close()
+            self._sock = self._connect()
+            raise RuntimeError(f"twin at {self.address} did not answer {cmd!r}") from None
+        if "error" in reply:
+            raise RuntimeError(f"twin: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._sock.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`robo-async twin so101 [dir=<dir>] [leader=true] [seed=0]`: run a twin until Ctrl-C."""
+    import signal
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "so101":
+        print("usage: robo-async twin so101 [dir=<dir>] [leader=true|false] [seed=0]", file=sys.stderr)
+        return 2
+    opts = dict(a.split("=", 1) for a in args[1:] if "=" in a)
+    unknown = set(opts) - {"dir", "leader", "seed"}
+    if unknown or any("=" not in a for a in args[1:]):
+        print(f"twin: unknown arguments {sorted(unknown) or args[1:]}; known: dir, leader, seed", file=sys.stderr)
+        return 2
+    root = Path(opts["dir"]) if "dir" in opts else Path(tempfile.mkdtemp(prefix="robo-twin-"))
+    twin = Twin(root, leader=opts.get("leader", "false").lower() in ("1", "true", "yes"), seed=int(opts.get("seed", 0)))
+    info = twin.start()
+    f = info["arms"]["follower"]
+    print(f"twin so101 follower on {f['port']} (servo ids 1-6, calibrated as id {f['id']})")
+    if "leader" in info["arms"]:
+        print(f"twin so101 leader   on {info['arms']['leader']['port']}")
+    print(f"control: {info['control']}   description: {root / 'twin.json'}")
+    extra = (f" teleop=so101_leader teleop.port={info['arms']['leader']['port']} teleop.id=twin_leader "
+             f"teleop.calibration_dir={info['arms']['leader']['calibration_dir']}") if "leader" in info["arms"] else ""
+    print(f"use:  robot=so101 robot.port={f['port']} robot.id={f['id']} robot.calibration_dir={f['calibration_dir']}{extra}")
+    sys.stdout.flush()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    twin.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
