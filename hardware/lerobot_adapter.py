@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import termios
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -99,9 +100,32 @@ class _Units:
         return {k: float(v) for k, v in zip(self.keys, (np.asarray(q, np.float64) - self.offset) / self.scale)}
 
 
+# what a device's I/O raises when it is gone: LeRobot's DeviceNotConnectedError (a ConnectionError),
+# pyserial's SerialException (an OSError), and termios.error, which is neither: a pulled USB cable
+# makes pyserial's flush() raise it (seen on the twin: an unplugged port ended the run)
+BUS_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, OSError, termios.error)
 SO_ARMS = ("so100_follower", "so101_follower", "so_follower", "sim_so101")  # the arm our MJCF models
 HEALTH_REGISTERS = ("Status", "Present_Temperature")
 STATUS_BITS = {0: "input voltage out of range", 2: "overheating", 3: "overcurrent", 5: "overload"}
+
+
+def set_bus_timeout(device, floor_ms: float | None) -> None:  # noqa: ANN001 - a LeRobot robot or teleoperator
+    """Let the device's serial bus wait at least `floor_ms` for a servo's answer. A servo answers
+    within microseconds and LeRobot's SDK waits ~50 ms; the twin answers from a process that a
+    loaded machine may not schedule that soon, so tests and benchmarks on it give a floor."""
+    port = getattr(getattr(device, "bus", None), "port_handler", None)
+    if floor_ms is None or port is None:
+        return
+    set_packet, set_millis = port.setPacketTimeout, port.setPacketTimeoutMillis
+
+    def patient(packet_length: int) -> None:
+        set_packet(packet_length)
+        port.packet_timeout = max(port.packet_timeout, float(floor_ms))
+
+    def patient_ms(msec: float) -> None:
+        set_millis(max(float(msec), float(floor_ms)))
+
+    port.setPacketTimeout, port.setPacketTimeoutMillis = patient, patient_ms
 
 
 class ArmKinematics:
@@ -174,7 +198,7 @@ class LeRobotRobot(Robot):
         try:
             self.device.connect(calibrate=False)
             calibrated = self.device.is_calibrated
-        except (ConnectionError, OSError, RuntimeError, ValueError) as e:
+        except (*BUS_ERRORS, RuntimeError, ValueError) as e:
             raise RobotError(f"{self._where()} cannot connect: {' '.join(str(e).split())}") from None
         if not calibrated:  # LeRobot goes on with calibrate=False; positions would be wrong: refuse
             where = getattr(self.device, "calibration_fpath", "its calibration file")
@@ -195,7 +219,7 @@ class LeRobotRobot(Robot):
             return
         try:
             bus.disable_torque(num_retry=2)
-        except (ConnectionError, OSError, RuntimeError) as e:
+        except (*BUS_ERRORS, RuntimeError) as e:
             log.error("%s: torque off failed: %s", self._where(), e)
 
     def check_health(self) -> None:
@@ -207,7 +231,7 @@ class LeRobotRobot(Robot):
         try:
             status = bus.sync_read("Status", normalize=False)
             temps = bus.sync_read("Present_Temperature", normalize=False)
-        except (ConnectionError, OSError) as e:
+        except BUS_ERRORS as e:
             raise RobotError(f"{self._where()}: {e}") from None
         except (KeyError, NotImplementedError):  # a bus without these registers
             return
@@ -218,16 +242,24 @@ class LeRobotRobot(Robot):
                                  f"(status {int(bits):#04x}, {temps.get(motor, '?')} degC); the arm is stopped")
 
     def close(self) -> None:
+        # best effort: a device that is gone (cable pulled) or faulted (a servo answering with an
+        # error byte) cannot be told to let go; the port is closed all the same
         try:
             if self.device.is_connected:
                 self.device.disconnect()
-        except (ConnectionError, OSError) as e:
-            raise RobotError(f"{self._where()}: disconnect failed: {e}") from None
+        except (*BUS_ERRORS, RuntimeError) as e:
+            log.warning("%s: disconnect failed (%s); closing the port", self._where(), " ".join(str(e).split()))
+            port = getattr(self._bus(), "port_handler", None)
+            if port is not None and getattr(port, "is_open", False):
+                try:
+                    port.closePort()
+                except BUS_ERRORS:
+                    port.is_open = False
 
     def get_observation(self) -> Observation:
         try:
             raw = self.device.get_observation()
-        except (ConnectionError, OSError) as e:  # DeviceNotConnectedError is a ConnectionError
+        except BUS_ERRORS as e:  # DeviceNotConnectedError is a ConnectionError
             raise RobotError(f"{self._where()}: {e}") from None
         feats = self.device.features() if hasattr(self.device, "features") else {}
         images = {c.name: np.asarray(raw[c.name]) for c in self._spec.cameras}
@@ -240,7 +272,7 @@ class LeRobotRobot(Robot):
             self.check_health()
         try:
             sent = self.device.send_action(self._units.to_lerobot(a))
-        except (ConnectionError, OSError) as e:
+        except BUS_ERRORS as e:
             raise RobotError(f"{self._where()}: {e}") from None
         return self._units.to_hal(sent)
 
@@ -306,7 +338,7 @@ class LeRobotTeleop(Teleop):
             takes = "calibrate" in inspect.signature(self.device.connect).parameters
             try:
                 self.device.connect(calibrate=False) if takes else self.device.connect()
-            except (ConnectionError, OSError, RuntimeError) as e:
+            except (*BUS_ERRORS, RuntimeError) as e:
                 raise RobotError(f"teleop {self.name} cannot connect: {' '.join(str(e).split())}") from None
             pad = getattr(self.device, "gamepad", None)  # LeRobot's gamepad logs "no gamepad" and goes on
             if pad is not None and getattr(pad, "running", True) is False:
@@ -325,7 +357,7 @@ class LeRobotTeleop(Teleop):
             return None
         try:
             return self._units.to_hal(self.device.get_action())
-        except (ConnectionError, OSError, KeyError, ValueError) as e:  # unplugged, bus error, bad reading
+        except (*BUS_ERRORS, KeyError, ValueError) as e:  # unplugged, bus error, bad reading
             raise self._lost(e) from None
 
     def get_ee(self) -> np.ndarray | None:
@@ -344,7 +376,7 @@ class LeRobotTeleop(Teleop):
             a = self.device.get_action()
             return np.array([float(a["delta_x"]), float(a["delta_y"]), float(a["delta_z"]),
                              float(a.get("gripper", 1.0))], np.float32)
-        except (ConnectionError, OSError, RuntimeError, KeyError, ValueError, TypeError) as e:  # pygame.error: unplugged
+        except (*BUS_ERRORS, RuntimeError, KeyError, ValueError, TypeError) as e:  # pygame.error: unplugged
             raise self._lost(e) from None
 
     def events(self) -> list[TeleopEvent]:
@@ -354,7 +386,7 @@ class LeRobotTeleop(Teleop):
             self._ee_tick = self._read_ee()
         try:
             polled = self.device.get_teleop_events()
-        except (ConnectionError, OSError, RuntimeError) as e:  # a gamepad unplugged raises pygame.error
+        except (*BUS_ERRORS, RuntimeError) as e:  # a gamepad unplugged raises pygame.error
             raise self._lost(e) from None
         raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}
         raw.update(self._stop_and_ready())
@@ -403,5 +435,5 @@ class LeRobotTeleop(Teleop):
         if self.device.is_connected:
             try:
                 self.device.disconnect()
-            except (ConnectionError, OSError) as e:  # already gone: nothing left to close
+            except BUS_ERRORS as e:  # already gone: nothing left to close
                 log.warning("teleop %s: disconnect failed: %s", self.name, e)

@@ -25,6 +25,8 @@ commands:
                                        policy.path=, serve.weights=tcp://learner:<weights_port>); actors use
                                        actor.inference_server=tcp://<host>:5560
   keys dir=<keys dir> actors=2         CURVE key pairs: the learner's and one per actor id (transport.keys=<dir>)
+  twin so101 [dir=<dir>] [leader=true]  a twin of an SO-101's servo bus on pseudo-terminals: LeRobot's own
+                                       so101_follower/so101_leader drive it; prints the robot.* overrides
   resources [inventory=robots.yaml] [sims=reach:4] [ray=true]
                                        robots, buses, cameras, GPUs, sims; who holds them
   bench learn-reach [budget_s=300]     time and env steps to 90% success, actor overhead
@@ -34,6 +36,7 @@ commands:
   bench soak [minutes=20] [actors=4]   a job under chaos (kill -9, cut links): lost/duplicated rows, recovery, RSS
   bench async-inference [episodes=5]   sync vs async chunk inference at 0-300 ms latency: speed, reaction, jitter
   bench remote-inference [episodes=4]  the policy behind a server through a delay/loss proxy; batching gain
+  bench twin [seconds=20]              safety on the SO-101 twin: largest step vs the cap, e-stop, watchdog, jitter, HIL
   bench envs [rows=gym_hil,metaworld]  peer environments: bare vs actor steps/s, seconds to 80% from 20 demos
 """
 
@@ -120,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             from robo_async.reward import main as reward_main
 
             return reward_main(rest)
+        if cmd == "twin":
+            from hardware.twin.server import main as twin_main
+
+            return twin_main(rest)
         if cmd == "bench":
             from robo_async.bench import run_bench
 

@@ -189,6 +189,7 @@ class ControlLoop:
         self.sink = self.lanes[0].sink  # heartbeats go here (the actor's)
         self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
         self.teleops = teleops
+        self._stop_event: Event | ThreadEvent | None = None
         self.operators = Operators(teleops, robot, config.teleop_drives) if teleops else None  # who drives, per tick
         self.tick = 0
         self.env_steps = 0
@@ -324,6 +325,10 @@ class ControlLoop:
         """A new episode on this lane's robot, seeded by its number, and its bookkeeping."""
         lane.chunk = self._guide_chunk = None  # an inline chunk never runs into the next episode
         lane.episode, self._next_episode = self._next_episode, self._next_episode + 1
+        reset = getattr(lane.robot, "episode_reset", None)  # a real arm: home, then the scene's reset
+        if reset is not None:
+            stop = self._stop_event
+            reset.run(lane.robot, self.teleops, stop=(lambda: stop is not None and stop.is_set()))
         lane.obs = lane.robot.reset(seed=self.config.seed * 100_003 + lane.episode).as_dict()
         lane.ret, lane.length, lane.success, lane.operator = 0.0, 0, False, 0
         lane.last_applied = None
@@ -367,6 +372,7 @@ class ControlLoop:
 
     def _run(self, stop: Event | ThreadEvent | None) -> LoopResult:
         cfg, robot, runner, lanes = self.config, self.robot, self.runner, self.lanes
+        self._stop_event = stop
         result = LoopResult()
         for ln in lanes:
             self._reset(ln)

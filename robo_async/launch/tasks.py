@@ -80,6 +80,8 @@ def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict |
     realtime = bool(values.pop("realtime", False))
     imperfections = {k: values.pop(k) for k in IMPERFECTIONS if k in values}
     robot = dict(robot) if robot and robot.get("type") else None
+    # a LeRobot device runs at its rate: the per-tick limits are velocities only at that rate
+    realtime = realtime or robot is not None
     return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime,
                     {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}),
                     dict(teleop) if teleop and teleop.get("type") else None)
@@ -87,7 +89,7 @@ def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict |
 
 MOTION_LIMITS = ("max_step_rad", "max_velocity_rad_s", "max_accel_rad_s2")  # into the robot's spec
 SAFETY_KEYS = (*MOTION_LIMITS, "watchdog_s", "torque_off_s", "workspace_low", "workspace_high")
-OUR_ROBOT_KEYS = ("joint_low", "joint_high", "hz", "safety", "episode")  # robot.* keys that are ours, not LeRobot's
+OUR_ROBOT_KEYS = ("joint_low", "joint_high", "hz", "safety", "episode", "bus_timeout_ms")  # robot.* keys that are ours, not LeRobot's
 # A real arm without a `safety` block of its own still gets every guard (SO-100/SO-101 sizes):
 # 0.05 rad per tick, 1.5 rad/s, 12 rad/s^2, the watchdog holding after 0.25 s and turning the torque
 # off after 2 s, and the end effector inside a box around the base (m)
@@ -117,14 +119,16 @@ def robot_safety(args: TaskArgs) -> dict:
 def make_robot(args: TaskArgs) -> Robot:
     """The robot an actor drives: a LeRobot device through the adapter, or a simulator."""
     if args.robot is not None:
-        from hardware.lerobot_adapter import LeRobotRobot, make_lerobot_device
+        from hardware.lerobot_adapter import LeRobotRobot, make_lerobot_device, set_bus_timeout
 
         opts = {k: v for k, v in args.robot.items() if k not in OUR_ROBOT_KEYS}
         limits = args.robot.get("joint_low"), args.robot.get("joint_high")
         hz = args.hz
         safety = robot_safety(args)
         motion = {k: safety[k] for k in MOTION_LIMITS if k in safety and safety[k] is not None}
-        return LeRobotRobot(make_lerobot_device(opts), *(tuple(x) if x else None for x in limits), hz=hz,
+        device = make_lerobot_device(opts)
+        set_bus_timeout(device, args.robot.get("bus_timeout_ms"))
+        return LeRobotRobot(device, *(tuple(x) if x else None for x in limits), hz=hz,
                             limits=motion, kind=str(args.robot["type"]))
     task_cls, cfg_cls = TASKS[args.name]
     made = task_cls(cfg_cls(**args.options))
@@ -149,9 +153,14 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
     else:
         from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
 
+        from hardware.lerobot_adapter import set_bus_timeout
+
         opts = dict(args.teleop)
         buttons = opts.pop("events_from", None)  # a second device for the buttons: {type: keyboard_ee} ...
-        main = LeRobotTeleop(make_lerobot_teleop_device(opts))
+        timeout_ms = opts.pop("bus_timeout_ms", None)
+        device = make_lerobot_teleop_device(opts)
+        set_bus_timeout(device, timeout_ms)
+        main = LeRobotTeleop(device)
         teleops = (end_effector_teleop(main, robot) if main.gives_ee else main,)
         if buttons:  # its events only (its takeover hands control to the leader arm)
             teleops += (LeRobotTeleop(make_lerobot_teleop_device(dict(buttons))),)
@@ -203,8 +212,16 @@ def make_safe_robot(args: TaskArgs) -> SafeRobot:
         if fk is None:
             raise ConfigError(f"safety.workspace_* needs forward kinematics; {robot.spec.name} has none")
         workspace = WorkspaceBox(fk, tuple(low), tuple(high))
-    return SafeRobot(robot, workspace=workspace, watchdog_s=safety.get("watchdog_s"),
+    safe = SafeRobot(robot, workspace=workspace, watchdog_s=safety.get("watchdog_s"),
                      torque_off_s=safety.get("torque_off_s"))
+    if args.robot is not None:  # a real arm: home and the scene's reset between episodes
+        from hal.episodes import EpisodeReset
+
+        try:
+            safe.episode_reset = EpisodeReset.from_config(args.robot.get("episode"))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"robot.episode: {e}") from None
+    return safe
 
 
 def task_spec(args: TaskArgs) -> RobotSpec:

@@ -13,6 +13,9 @@ import pytest
 from hardware.twin import TwinControl
 
 ROOT = Path(__file__).resolve().parents[2]
+# the twin answers from another process, which a loaded 2-core machine may not run within the 50 ms
+# LeRobot's SDK waits: the tests give the bus a floor (robot.bus_timeout_ms)
+BUS_TIMEOUT_MS = 2000
 
 
 class RunningTwin:
@@ -36,13 +39,13 @@ class RunningTwin:
         """`robot.*` for LeRobot's so101_follower on this twin."""
         f = self.info["arms"]["follower"]
         return {"type": "so101_follower", "port": f["port"], "id": f["id"], "calibration_dir": f["calibration_dir"],
-                "use_degrees": True, "max_relative_target": 15, "cameras": {}, **extra}
+                "use_degrees": True, "max_relative_target": 15, "cameras": {}, "bus_timeout_ms": BUS_TIMEOUT_MS, **extra}
 
     def leader(self, **extra: object) -> dict:
         """`teleop.*` for LeRobot's so101_leader on this twin."""
         a = self.info["arms"]["leader"]
         return {"type": "so101_leader", "port": a["port"], "id": a["id"], "calibration_dir": a["calibration_dir"],
-                **extra}
+                "bus_timeout_ms": BUS_TIMEOUT_MS, **extra}
 
     def state(self, role: str = "follower") -> dict:
         return self.control("state")[role]

@@ -1,0 +1,237 @@
+"""LeRobot's own `so101_follower` and `so101_leader` (their calibration, degrees, gripper 0..100,
+`max_relative_target`, bus reads and writes) on the servo-bus twin, through our adapter and safety
+layer: units, the per-tick cap, the e-stop, the watchdog, faults, and the commands users run."""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hal.robot import RobotError, RobotFault
+from hal.teleop import Teleop, TeleopEvent, TeleopEventKind, poll_events
+from robo_async.launch.tasks import make_safe_robot, task_args
+from tests.hardware.conftest import BUS_TIMEOUT_MS
+
+TICK = 2 * np.pi / 4096  # one encoder tick (rad): LeRobot sends goals as whole ticks
+EXE = [sys.executable, "-m", "robo_async.cli"]
+
+
+def _safe(twin, **safety):
+    robot = twin.robot(safety={"max_step_rad": 0.05, "watchdog_s": None, "torque_off_s": None, **safety})
+    return make_safe_robot(task_args({"name": "reach"}, robot))
+
+
+def _wait(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_units_both_ways_through_lerobots_follower(twin):
+    robot = _safe(twin)
+    robot.connect()
+    try:
+        q = np.array([0.3, -0.2, 0.4, 0.1, -0.5, 0.8])
+        twin.control("set_joints", q=q)
+        state = robot.get_observation().state
+        assert np.allclose(state, q, atol=3 * TICK), (state, q)  # degrees and gripper 0..100 back to rad
+        target = q + np.array([0.04, -0.04, 0.04, -0.04, 0.04, -0.04])
+        robot.send_action(target.astype(np.float32))
+        _wait(lambda: np.allclose(twin.state()["q"], target, atol=0.01), "the arm at the target")
+        # the gripper's joint low is LeRobot's 0 (not ~9, which a degrees reading of it would give)
+        assert robot.inner._units.to_lerobot(robot.spec.low)["gripper.pos"] == pytest.approx(0.0, abs=1e-6)
+    finally:
+        robot.close()
+
+
+def test_an_arm_whose_servos_do_not_match_its_calibration_file_is_refused(twin):
+    path = next((twin.root / "calibration" / "follower").glob("*.json"))
+    cal = json.loads(path.read_text())
+    cal["elbow_flex"]["homing_offset"] += 100
+    path.write_text(json.dumps(cal))
+    robot = _safe(twin)
+    with pytest.raises(RobotError, match="not calibrated.*lerobot-calibrate"):
+        robot.connect()
+
+
+def test_a_full_range_jump_moves_at_most_the_cap_per_tick(twin):
+    robot = _safe(twin)
+    robot.connect()
+    try:
+        twin.control("reset_stats")
+        far = np.asarray(robot.spec.high) * 0.8
+        for k in range(25):
+            robot.send_action((far if k % 10 < 5 else -far).astype(np.float32))
+            time.sleep(robot.spec.dt)
+        seen = np.asarray(twin.state()["max_goal_step"])
+        assert seen.max() > 0.04  # it did move, at the cap
+        assert seen.max() <= 0.05 + TICK, seen  # measured at the servos
+        assert robot.stats.clipped_step > 0
+    finally:
+        robot.close()
+
+
+class _StopButton(Teleop):
+    """A device whose e-stop is pressed (its one event)."""
+
+    name = "stop-button"
+    action_dim = None
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def connect(self) -> None:
+        pass
+
+    def get_action(self):
+        return None
+
+    def events(self):
+        return [TeleopEvent(TeleopEventKind.ESTOP)] if self.pressed else []
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_estop_stops_the_arm_within_one_tick(twin):
+    robot = _safe(twin)
+    robot.connect()
+    button = _StopButton()
+    try:
+        far = (np.asarray(robot.spec.high) * 0.8).astype(np.float32)
+        for _ in range(10):
+            robot.send_action(far)
+            time.sleep(robot.spec.dt)
+        button.pressed = True
+        poll_events([button], robot)  # the tick's poll: latched and the hold sent now
+        held = np.asarray(twin.state()["q"])
+        writes = twin.state()["goal_writes"]
+        for _ in range(10):  # the policy goes on asking for the far target
+            robot.send_action(far)
+            time.sleep(robot.spec.dt)
+        after = twin.state()
+        assert robot.estopped and robot.stats.estopped >= 10
+        assert np.abs(np.asarray(after["q"]) - held).max() < 0.03, (after["q"], held)  # it stopped there
+        assert after["goal_writes"] > writes  # holds were written (not a silent bus)
+    finally:
+        robot.close()
+
+
+def test_a_stalled_loop_holds_then_the_torque_goes_off(twin):
+    robot = _safe(twin, watchdog_s=0.1, torque_off_s=0.6)
+    robot.connect()
+    try:
+        q = robot.get_observation().state
+        for _ in range(3):
+            robot.send_action(q)
+            time.sleep(robot.spec.dt)
+        # the loop stalls: nothing more is sent
+        _wait(lambda: robot.stats.watchdog_holds > 0, "a hold by the watchdog")
+        assert all(twin.state()["torque"])  # holding, torque still on
+        _wait(lambda: not any(twin.state()["torque"]), "torque off at the servos")
+        assert robot.stats.torque_offs == 1 and robot.estopped
+    finally:
+        robot.close()
+
+
+def test_a_killed_actor_leaves_the_arm_held(twin, tmp_path):
+    script = tmp_path / "actor.py"
+    script.write_text("\n".join([
+        "import time, numpy as np",
+        "from robo_async.launch.tasks import make_safe_robot, task_args",
+        f"robot = make_safe_robot(task_args({{'name': 'reach'}}, {twin.robot()!r}))",
+        "robot.connect()",
+        "target = np.array([0.2, -0.15, 0.2, 0.1, 0.0, 0.5], np.float32)",
+        "for q in robot.approach(target):",
+        "    robot.send_action(q); time.sleep(robot.spec.dt)",
+        "print('there', flush=True)",
+        "while True:",
+        "    robot.send_action(target); time.sleep(robot.spec.dt)", ""]))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "there"
+        time.sleep(0.3)
+        proc.kill()
+        proc.wait()
+        before = np.asarray(twin.state()["q"])
+        time.sleep(0.5)
+        after = twin.state()
+        assert all(after["torque"])  # the servos keep their last goal
+        assert np.abs(np.asarray(after["q"]) - before).max() < 0.01
+        assert np.allclose(before, [0.2, -0.15, 0.2, 0.1, 0.0, 0.5], atol=0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_pulled_cable_is_a_robot_error_and_the_arm_comes_back_on_replug(twin):
+    robot = _safe(twin)
+    robot.connect()
+    twin.control("unplug")
+    with pytest.raises(RobotError, match="follower.tty"):
+        for _ in range(5):
+            robot.get_observation()
+    robot.close()
+    twin.control("replug")
+    again = _safe(twin)
+    again.connect()
+    try:
+        assert again.get_observation().state.shape == (6,)
+    finally:
+        again.close()
+
+
+def test_an_overloaded_servo_stops_the_arm_with_its_name(twin):
+    robot = _safe(twin)
+    robot.connect()
+    try:
+        q = robot.get_observation().state
+        twin.control("fault", motor="elbow_flex", kind="overload")
+        with pytest.raises(RobotFault, match="elbow_flex.*overload"):
+            for _ in range(30):  # read every `health_every` ticks
+                robot.send_action(q)
+    finally:
+        robot.close()
+
+
+def _cli(args, cwd, timeout=240):
+    return subprocess.run([*EXE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _robot_args(twin, **episode):
+    f = twin.info["arms"]["follower"]
+    ep = {"seconds": 1.0, "reset": "none", **episode}
+    return ["robot=so101", f"robot.port={f['port']}", f"robot.id={f['id']}",
+            f"robot.calibration_dir={f['calibration_dir']}", f"+robot.bus_timeout_ms={BUS_TIMEOUT_MS}",
+            *[f"+robot.episode.{k}={v}" if k not in ("seconds", "reset") else f"robot.episode.{k}={v}"
+              for k, v in ep.items()]]
+
+
+def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path):
+    far = [0.6, -0.5, 0.7, 0.4, -0.8, 1.2]
+    twin.control("set_joints", role="leader", q=far)
+    a = twin.info["arms"]["leader"]
+    twin.control("reset_stats")
+    res = _cli(["teleop", f"out={tmp_path / 'demos'}", "episodes=2", *_robot_args(twin, seconds=1.5),
+                "teleop=so101_leader", f"teleop.port={a['port']}", f"teleop.id={a['id']}",
+                f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
+                f"teleop.calibration_dir={a['calibration_dir']}"], tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    state = twin.state()
+    assert max(state["max_goal_step"]) <= 0.05 + TICK  # no jump at the takeover
+    assert np.allclose(state["q"], far, atol=0.05), state["q"]  # and it got there
+
+
+def test_train_then_eval_on_the_twin(twin, tmp_path):
+    run = tmp_path / "run"
+    res = _cli(["train", *_robot_args(twin), "policy.obs_keys=[state]", "budget.env_steps=90",
+                "launcher=serial", "eval_episodes=0", f"run_dir={run}"], tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = _cli(["buffer", "inspect", str(run)], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "online" in out.stdout
+    assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK
