@@ -206,8 +206,8 @@ class TwinArm:
     def step(self, seconds: float) -> None:
         """Advance the physics by `seconds` (the hand included)."""
         dt = self.model.opt.timestep
-        with self.lock:
-            for _ in range(max(1, int(round(seconds / dt)))):
+        for _ in range(max(1, int(round(seconds / dt)))):
+            with self.lock:  # per physics step: a bus request waits for one step at most
                 if self._hand is not None:
                     d = np.clip(self._hand - self.data.qpos[: len(MOTORS)], -self.hand_speed * dt, self.hand_speed * dt)
                     self.data.qpos[: len(MOTORS)] += d

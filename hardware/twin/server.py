@@ -72,15 +72,19 @@ class PtyPort:
                 if not ready:
                     continue
                 data = os.read(master, 4096)
-            except OSError:  # unplugged under us
+                with self.lock:
+                    out = self.bus.feed(data)
+                while out:
+                    out = out[os.write(master, out):]
+            except InterruptedError:
+                continue
+            except OSError as e:
+                if not self._stop.is_set():  # not unplugged by us: say so (the host sees a dead bus)
+                    log.error("twin port %s stopped answering: %s", self.link, e)
                 return
-            with self.lock:
-                out = self.bus.feed(data)
-            if out:
-                try:
-                    os.write(master, out)
-                except OSError:
-                    return
+            except Exception:  # a bug in the twin: said, and the port stops as a dead bus would
+                log.exception("twin port %s failed", self.link)
+                return
 
     def close(self) -> None:
         """Pull the cable: the terminal goes away and so does the link."""
