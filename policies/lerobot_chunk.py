@@ -8,7 +8,10 @@ own pre/post-processor pipelines (normalization, batching, device, tokenization 
   `observation.environment_state`; camera frames (uint8 HxWx3) -> `observation.images.<name>`
   (float CxHxW in [0, 1]); the language instruction -> `task`;
 - `predict_action_chunk` -> post-processor -> actions [H, A] in robot units, clipped to the joint
-  limits, `units: deg` converting from LeRobot's degree convention;
+  limits; `units: deg` is LeRobot's arm convention (arm joints in degrees, the gripper 0..100 onto its
+  joint range), converted both ways (state in, actions out) by `hal.units.LeRobotUnits`, the one
+  place those conversions live. The gripper is the joint named `gripper...` in `joint_names`, or,
+  without names, the last joint (LeRobot's arms list it last);
 - a committed prefix (RTC): policies with LeRobot's RTC enabled get `inference_delay` and the
   normalized `prev_chunk_left_over`; in every case the prefix is returned exactly.
 
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hal.units import LeRobotUnits
 from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, register
 
 
@@ -38,6 +42,31 @@ _NO_HUB = {  # policy types whose construction needs files from the Hugging Face
     "pi0": (None, "the PaliGemma tokenizer (google/paligemma-3b-pt-224) for its processor"),
     "pi05": (None, "the PaliGemma tokenizer (google/paligemma-3b-pt-224) for its processor"),
 }
+
+
+def _units(units: str, joint_names: Sequence[str] | None, low: Sequence[float],
+           high: Sequence[float]) -> LeRobotUnits | None:
+    """`units: deg`: LeRobot's arm convention for the robot's joints (the gripper named `gripper...`, or
+    the last joint without names); None for rad."""
+    if units == "rad":
+        return None
+    names = list(joint_names) if joint_names else [f"joint{i}" for i in range(len(low) - 1)] + ["gripper"]
+    if len(names) != len(low):
+        raise ValueError(f"lerobot policy units=deg: {len(names)} joint names {names} for {len(low)} joint limits")
+    return LeRobotUnits([f"{n}.pos" for n in names], tuple(low), tuple(high))
+
+
+def _check_units(units: LeRobotUnits | None, config) -> None:  # noqa: ANN001
+    """`units: deg` converts joint positions: refused where the model's state or action is not one
+    value per joint (there is nothing to convert the other entries with)."""
+    if units is None:
+        return
+    for feature in ("observation.state", "action"):
+        f = (config.input_features or {}).get(feature) or (config.output_features or {}).get(feature)
+        if f is not None and tuple(f.shape) != (len(units.keys),):
+            raise ValueError(f"lerobot policy units=deg converts joint positions (degrees, gripper 0..100): its "
+                             f"{feature} has shape {tuple(f.shape)}, the robot has {len(units.keys)} joints "
+                             f"{units.keys}")
 
 
 def _features(state_dim: int, env_dim: int, action_dim: int, cameras: Sequence[tuple[str, int, int]]):
@@ -75,12 +104,14 @@ def _stats(state_dim: int, env_dim: int, action_low: np.ndarray, action_high: np
 @register("lerobot")
 class LeRobotChunkPolicy(Policy):
     """The `lerobot` policy: a LeRobot pretrained policy with its pre/post-processors behind `Policy` (see the
-    module's docstring). `units` says whether the LeRobot model works in degrees or radians; `task` is the
-    instruction given to VLAs."""
+    module's docstring). `units` says whether the LeRobot model works in rad (ours) or in LeRobot's arm
+    convention `deg` (degrees, gripper 0..100); `joint_names` (the robot's, rad limits `action_low/high`)
+    find the gripper for `deg`; `task` is the instruction given to VLAs."""
 
     def __init__(self, policy, preprocessor, postprocessor, *, state_key: str = "state",
                  env_keys: Sequence[str] = (), cameras: Sequence[str] = (), action_low: Sequence[float],
-                 action_high: Sequence[float], dt: float = 1 / 30, units: str = "rad", task: str = "") -> None:
+                 action_high: Sequence[float], dt: float = 1 / 30, units: str = "rad", task: str = "",
+                 joint_names: Sequence[str] | None = None) -> None:
         if units not in ("rad", "deg"):
             raise ValueError(f"lerobot policy units must be 'rad' or 'deg', not '{units}'")
         self.policy, self.pre, self.post = policy, preprocessor, postprocessor
@@ -92,6 +123,8 @@ class LeRobotChunkPolicy(Policy):
         self.horizon = int(getattr(policy.config, "chunk_size", getattr(policy.config, "n_action_steps", 1)))
         self.action_dim = int(policy.config.output_features["action"].shape[0])
         self.type = policy.config.type
+        self.lerobot_units = _units(units, joint_names, action_low, action_high)
+        _check_units(self.lerobot_units, policy.config)
 
     @property
     def instruction(self) -> str:  # type: ignore[override]
@@ -121,12 +154,14 @@ class LeRobotChunkPolicy(Policy):
         if hasattr(self.policy, "reset"):
             self.policy.reset()
 
-    # --- conversions ---------------------------------------------------------------------------
+    # --- conversions (hal.units: LeRobot's degrees and gripper 0..100 <-> rad) -------------------
     def _to_robot(self, a: np.ndarray) -> np.ndarray:
-        return np.deg2rad(a) if self.units == "deg" else a
+        """The model's joint values [..., A] -> the robot's (rad)."""
+        return a if self.lerobot_units is None else self.lerobot_units.to_hal_array(a)
 
     def _from_robot(self, a: np.ndarray) -> np.ndarray:
-        return np.rad2deg(a) if self.units == "deg" else a
+        """The robot's joint values (rad) [..., A] -> the model's."""
+        return a if self.lerobot_units is None else self.lerobot_units.to_lerobot_array(a)
 
     def batch(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> dict:
         """One observation as a LeRobot batch: `observation.state` (the forwarded state when given, in the
@@ -236,8 +271,9 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
                          env_keys: Sequence[str] = (), env_dim: int = 0, env_scale: float = 1.0,
                          cameras: Sequence[tuple[str, int, int]] = (), chunk_size: int = 10, dt: float = 1 / 30,
                          units: str = "rad", task: str = "", device: str = "cpu",
-                         **overrides: object) -> LeRobotChunkPolicy:
-    """A LeRobot policy of type `kind` with random initialisation, for our robot's shapes."""
+                         joint_names: Sequence[str] | None = None, **overrides: object) -> LeRobotChunkPolicy:
+    """A LeRobot policy of type `kind` with random initialisation, for our robot's shapes (`joint_names`
+    find the gripper for `units="deg"`, see `LeRobotChunkPolicy`)."""
     from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
 
     if kind in _NO_HUB:
@@ -265,10 +301,14 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
     except (ValueError, KeyError, TypeError) as e:
         raise LeRobotPolicyUnavailable(f"cannot configure LeRobot policy '{kind}': {e}") from e
     policy = get_policy_class(kind)(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(state_dim, env_dim, np.asarray(action_low),
-                                                                   np.asarray(action_high), env_scale, cameras))
+    lo, hi = np.asarray(action_low), np.asarray(action_high)
+    lerobot_units = _units(units, joint_names, action_low, action_high)
+    if lerobot_units is not None:  # the model normalizes in its own units (degrees, gripper 0..100)
+        lo, hi = lerobot_units.to_lerobot_array(lo), lerobot_units.to_lerobot_array(hi)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(state_dim, env_dim, lo, hi, env_scale, cameras))
     return LeRobotChunkPolicy(policy, pre, post, env_keys=env_keys, cameras=[c[0] for c in cameras],
-                              action_low=action_low, action_high=action_high, dt=dt, units=units, task=task)
+                              action_low=action_low, action_high=action_high, dt=dt, units=units, task=task,
+                              joint_names=joint_names)
 
 
 def check_features(cfg, path: Path, *, state_dim: int | None, env_dim: int | None, action_dim: int,  # noqa: ANN001
@@ -301,10 +341,10 @@ def check_features(cfg, path: Path, *, state_dim: int | None, env_dim: int | Non
 def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action_high: Sequence[float],
                         env_keys: Sequence[str] = (), cameras: Sequence[str] = (), dt: float = 1 / 30,
                         units: str = "rad", task: str = "", device: str = "cpu", state_dim: int | None = None,
-                        env_dim: int | None = None) -> LeRobotChunkPolicy:
+                        env_dim: int | None = None, joint_names: Sequence[str] | None = None) -> LeRobotChunkPolicy:
     """A LeRobot policy saved in a local directory (`save`, or LeRobot's own `save_pretrained`).
     With `state_dim`/`env_dim` (the robot's), a checkpoint whose features do not fit is refused
-    (`check_features`) before any weight is loaded."""
+    (`check_features`) before any weight is loaded. `joint_names` find the gripper for `units="deg"`."""
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
@@ -334,7 +374,7 @@ def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action
     policy = get_policy_class(cfg.type).from_pretrained(str(path), config=cfg)
     pre, post = make_pre_post_processors(cfg, pretrained_path=str(path), preprocessor_overrides=overrides)
     return LeRobotChunkPolicy(policy, pre, post, env_keys=env_keys, cameras=cameras, action_low=action_low,
-                              action_high=action_high, dt=dt, units=units, task=task)
+                              action_high=action_high, dt=dt, units=units, task=task, joint_names=joint_names)
 
 
 def _deterministic_sampler(policy: LeRobotChunkPolicy) -> None:

@@ -138,3 +138,32 @@ def test_a_checkpoint_whose_features_do_not_fit_the_robot_is_refused_naming_the_
                                                r"cameras \['wrist'\]")):
         with pytest.raises(LeRobotPolicyUnavailable, match=why):
             load(**kw)
+
+
+def test_units_deg_is_lerobots_arm_convention_with_the_gripper_on_its_joint_range(observation):
+    """units=deg: arm joints in degrees, the gripper 0..100 onto [low, high] (hal.units.LeRobotUnits),
+    both ways; the gripper is found by name, or is the last joint without names."""
+    import torch
+
+    low, high = np.asarray(SPEC.joint_low), np.asarray(SPEC.joint_high)
+    for names in (SPEC.joint_names, None):
+        p = act(cameras=(), units="deg", joint_names=names)
+        out = np.array([[30.0, -45.0, 0.0, 10.0, 90.0, 0.0]] * p.horizon, np.float32)  # the model's units
+        p.post = lambda chunk, out=out: torch.as_tensor(out)[None]  # what LeRobot's post-processor gives
+        a = p.predict_chunk(observation).actions
+        np.testing.assert_allclose(a[0, :5], np.deg2rad(out[0, :5]), rtol=1e-5)
+        assert a[0, 5] == pytest.approx(low[5], abs=1e-6)  # LeRobot's gripper 0 is the joint's low end
+        out[:, 5] = 100.0
+        assert p.predict_chunk(observation).actions[0, 5] == pytest.approx(high[5], abs=1e-6)
+        state = np.array([0.5, -0.5, 0.0, 0.1, 1.0, low[5]], np.float32)
+        s = p.batch(observation, forwarded_state=state)["observation.state"].numpy()
+        np.testing.assert_allclose(s[:5], np.rad2deg(state[:5]), rtol=1e-5)
+        assert s[5] == pytest.approx(0.0, abs=1e-4)  # the joint's low end is LeRobot's gripper 0
+        state[5] = high[5]
+        assert p.batch(observation, forwarded_state=state)["observation.state"].numpy()[5] == pytest.approx(100.0, abs=1e-3)
+
+
+def test_units_deg_refuses_a_state_that_is_not_one_value_per_joint():
+    with pytest.raises(ValueError, match=r"observation.state has shape \(9,\)"):
+        build_lerobot_policy("act", state_dim=9, action_low=SPEC.joint_low, action_high=SPEC.joint_high,
+                             env_dim=3, chunk_size=4, units="deg", **SMALL_ACT)
