@@ -127,7 +127,7 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
     another encoder embedded is refused here, in one line naming both versions."""
     from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore, StoreError
     from robo_async.buffer.store import ReplayError
-    from robo_async.buffer.tools import import_source
+    from robo_async.buffer.tools import import_source, is_lerobot
 
     entries = [dict(e) for e in typed(cfg).buffer.imports]
     for e in entries:
@@ -156,17 +156,29 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
                                        skip=plan is not None and plan.learner.stale_embeddings == "skip")
         if problem:
             raise UserError(problem)
+        target = import_target(plan) if plan is not None and any(is_lerobot(Path(e["path"])) for e in entries) else None
         for e in entries:
             table = e.get("table", "demos")
             try:
                 n = import_source(store, Path(e["path"]), table, embed=plan is not None, encoder=encoder,
-                                  classifier=classifier)
+                                  classifier=classifier, target=target)
             except (StoreError, ReplayError, ValueError, FileNotFoundError) as err:
                 raise UserError(f"buffer.imports {e['path']}: {err}") from None
             print(f"imported {n:,} transitions from {e['path']} into '{table}' "
                   f"(table now {store.counts[table]:,})", flush=True)
     finally:
         store.close()
+
+
+def import_target(plan):  # type: ignore[no-untyped-def]
+    """What a LeRobotDataset imported into this run must fit (its units converted to, or refused):
+    the run's task, its robot's spec and the ranges the task declares (`dataset_rescales`)."""
+    from robo_async.buffer.lerobot_io import ImportTarget
+    from robo_async.launch.tasks import make_robot
+
+    task = plan.task
+    return ImportTarget.of(task.name if task.robot is None else f"{task.name} on {task.robot['type']}",
+                           make_robot(task))
 
 
 def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 
 from hal.ee_teleop import EndEffectorSpace
 from hal.spec import Observation
+from hal.units import Rescale
 from sim.gym_robot import GymConfig, GymRobot
 
 PICK_CUBE = "gym_hil/PandaPickCube-v0"
@@ -28,6 +29,9 @@ STEP_M = 0.025  # metres per unit of the xyz action (gym_hil's DEFAULT_EE_STEP_S
 AGENT_POS_DIM = 18  # agent_pos: 7 joint positions, 7 joint velocities, the gripper command, the pinch point
 GRIPPER_INDEX = 14
 MAX_GRIPPER_COMMAND = 255.0  # gym_hil's gripper actuator range
+# the state's gripper command: gym_hil's agent_pos gives the actuator's 0..255, this task 0..1 (see
+# `get_observation`); datasets recorded from the raw env (LeRobot's gym_manipulator) are converted on import
+GRIPPER_STATE = Rescale("state", GRIPPER_INDEX, "gripper command", (0.0, MAX_GRIPPER_COMMAND), (0.0, 1.0))
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class GymHilRobot(GymRobot):
 
     config: GymHilConfig
     ee_action_space = EndEffectorSpace(scale=1.0, grip_close=2.0, grip_stay=1.0, grip_open=0.0)
+    dataset_rescales = (GRIPPER_STATE,)  # entries the raw env reports in another range (dataset imports)
 
     def __init__(self, config: GymHilConfig = GymHilConfig()) -> None:
         if config.image_obs and "image_obs" not in dict(config.kwargs):

@@ -13,6 +13,7 @@ from policies.embedding import FrozenEncoder, show_version
 from policies.reward import SuccessClassifier
 from robo_async.buffer.codec import decode_batch_frames
 from robo_async.buffer.embeddings import embed_batch
+from robo_async.buffer.lerobot_io import ImportTarget
 from robo_async.buffer.lmdb_store import TABLES, PersistentReplayStore
 from robo_async.transport.wire import Frames, TransitionBatch
 
@@ -111,12 +112,16 @@ def classifier_outcomes(batch: TransitionBatch, classifier: SuccessClassifier) -
 
 def import_source(store: PersistentReplayStore, source: Path, table: str,
                   progress: Callable[[int], None] | None = None, embed: bool = False,
-                  encoder: FrozenEncoder | None = None, classifier: SuccessClassifier | None = None) -> int:
+                  encoder: FrozenEncoder | None = None, classifier: SuccessClassifier | None = None,
+                  target: ImportTarget | None = None) -> int:
     """Copy an earlier run's store or a LeRobotDataset into `table`. Idempotent: importing the
     same source again adds nothing (its transitions keep stable ids). Returns transitions added.
     `embed`: the rows get the embeddings of `encoder` (re-encoded where another version made
     them; `encoder` None: embedding columns are left out), as a run with that encoder stores them.
-    `classifier`: rewards and successes are the classifier's (`classifier_outcomes`)."""
+    `classifier`: rewards and successes are the classifier's (`classifier_outcomes`).
+    `target`: the task the rows are for; a LeRobotDataset is converted to its units or refused
+    (`ImportMismatch`, before anything is stored; see `lerobot_io`). Without one, a dataset in
+    LeRobot's motor units is refused (no joint limits to convert with)."""
     from robo_async.buffer.lerobot_io import read_lerobot
 
     source = store_path(Path(source))
@@ -127,7 +132,7 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
         rows = ((tag + a % 256, row) for t in TABLES for _, a, _, row in src.records(t))
     elif is_lerobot(source):
         src = None
-        rows = ((tag, row) for row in read_lerobot(source, store.schema))
+        rows = ((tag, row) for row in read_lerobot(source, store.schema, target))
     else:
         raise FileNotFoundError(f"{source} is neither a replay store (data.mdb) nor a LeRobot dataset (meta/info.json)")
     added = 0
