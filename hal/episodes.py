@@ -62,8 +62,13 @@ class EpisodeReset:
         if not episode:
             return None
         home = episode.get("home")
-        return cls(home=tuple(float(x) for x in home) if home is not None else None,  # type: ignore[union-attr]
-                   wait=str(episode.get("reset", "operator")), wait_s=float(episode.get("reset_s", 5.0)))  # type: ignore[arg-type]
+        if home is not None and not isinstance(home, Sequence):
+            raise ValueError(f"episode.home must be a list of joint positions (rad), got {home!r}")
+        wait_s = episode.get("reset_s", 5.0)
+        if not isinstance(wait_s, int | float | str):
+            raise ValueError(f"episode.reset_s must be a number of seconds, got {wait_s!r}")
+        return cls(home=tuple(float(x) for x in home) if home is not None else None,
+                   wait=str(episode.get("reset", "operator")), wait_s=float(wait_s))
 
     def run(self, robot, teleops: Sequence[Teleop] = (), stop: Callable[[], bool] = lambda: False,  # noqa: ANN001
             sleep: Callable[[float], None] = time.sleep) -> None:

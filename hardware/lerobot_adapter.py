@@ -23,6 +23,7 @@ import numpy as np
 from hal.robot import Robot, RobotError, RobotFault
 from hal.spec import CameraSpec, Observation, Outcome, RobotSpec
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
+from hal.units import LeRobotUnits
 
 # Joint limits (rad) of the SO-100/SO-101 arm family (from our MJCF of the same arm).
 log = logging.getLogger(__name__)
@@ -82,22 +83,6 @@ def make_lerobot_device(options: Mapping[str, object]):
         return make_robot_from_config(cfg_cls(**opts))
     except TypeError as e:
         raise RobotError(f"robot {kind}: bad options {sorted(opts)}: {e}") from None
-
-
-class _Units:
-    """LeRobot `<motor>.pos` values <-> radians (gripper 0..100 <-> its joint range)."""
-
-    def __init__(self, keys: list[str], low: tuple[float, ...], high: tuple[float, ...]) -> None:
-        self.keys = keys
-        self.scale = np.array([(h - lo) / 100 if k.startswith("gripper") else np.pi / 180
-                               for k, lo, h in zip(keys, low, high)], np.float64)
-        self.offset = np.array([lo if k.startswith("gripper") else 0.0 for k, lo in zip(keys, low)], np.float64)
-
-    def to_hal(self, values: Mapping[str, float]) -> np.ndarray:
-        return (np.array([float(values[k]) for k in self.keys]) * self.scale + self.offset).astype(np.float32)
-
-    def to_lerobot(self, q: np.ndarray) -> dict[str, float]:
-        return {k: float(v) for k, v in zip(self.keys, (np.asarray(q, np.float64) - self.offset) / self.scale)}
 
 
 # what a device's I/O raises when it is gone: LeRobot's DeviceNotConnectedError (a ConnectionError),
@@ -166,7 +151,7 @@ class LeRobotRobot(Robot):
             joint_low, joint_high = limits_rad
         if len(joint_low) != len(keys):
             raise RobotError(f"{device.name} has {len(keys)} joints {keys}; {len(joint_low)} limits were given")
-        self._units = _Units(keys, tuple(joint_low), tuple(joint_high))
+        self._units = LeRobotUnits(keys, tuple(joint_low), tuple(joint_high))
         cams = tuple(CameraSpec(k, v[0], v[1]) for k, v in device.observation_features.items()
                      if isinstance(v, tuple) and len(v) == 3 and v[2] == 3)
         motion = {k: (tuple(v) if isinstance(v, list | tuple) else float(v)) for k, v in dict(limits or {}).items()}
@@ -322,7 +307,7 @@ class LeRobotTeleop(Teleop):
         self.device = device
         feats = device.action_features
         keys = [k for k, t in feats.items() if t is float and k.endswith(".pos")]
-        self._units = _Units(keys, joint_low, joint_high) if keys else None
+        self._units = LeRobotUnits(keys, joint_low, joint_high) if keys else None
         names = feats.get("names") if isinstance(feats.get("names"), dict) else feats
         self.gives_ee = {"delta_x", "delta_y", "delta_z"} <= set(names)
         self._ee_tick: np.ndarray | None = None
