@@ -28,7 +28,9 @@ class RobotSpec:
 
     Joint angles are in rad; `hz` is the control rate in ticks per second. Actions are absolute
     joint-position targets, one per joint, clipped to `[joint_low, joint_high]` before they
-    reach the hardware. `features` names extra vector observations (task state such as a target
+    reach the hardware, and by `hal.SafeRobot` to the motion limits (`max_step_rad`,
+    `max_velocity_rad_s`, `max_accel_rad_s2`; infinite, i.e. off, by default, as suits a
+    simulator). `features` names extra vector observations (task state such as a target
     position, in metres) with their lengths.
     """
 
@@ -42,6 +44,11 @@ class RobotSpec:
     max_step_rad: float = float("inf")  # largest change of a joint target per tick, rad
     control_mode: str = "joint_position"  # or e.g. "gym": actions are not joint targets
     state_size: int | None = None  # length of Observation.state when it is not one value per joint
+    # motion limits on the joint targets, one value for every joint or a tuple with one per joint:
+    # velocity in rad/s (a change per tick of at most max_velocity_rad_s * dt, with max_step_rad),
+    # acceleration in rad/s^2 (the change per tick grows by at most max_accel_rad_s2 * dt^2 a tick)
+    max_velocity_rad_s: float | tuple[float, ...] = float("inf")
+    max_accel_rad_s2: float | tuple[float, ...] = float("inf")
 
     def __post_init__(self) -> None:
         n = len(self.joint_names)
@@ -54,6 +61,16 @@ class RobotSpec:
             raise SpecMismatch(f"robot {self.name}: every joint_low must be below joint_high")
         if self.hz <= 0:
             raise SpecMismatch(f"robot {self.name}: hz must be positive, got {self.hz}")
+        for name in ("max_velocity_rad_s", "max_accel_rad_s2"):
+            value = getattr(self, name)
+            if isinstance(value, list):  # from a YAML config: kept as a tuple, hashable like the rest
+                object.__setattr__(self, name, value := tuple(value))
+            values = value if isinstance(value, tuple) else (value,)
+            if isinstance(value, tuple) and len(value) != n:
+                raise SpecMismatch(f"robot {self.name}: {name} has {len(value)} values for {n} joints "
+                                   "(give one per joint, or one number for all)")
+            if not all(v > 0 for v in values):  # also refuses NaN
+                raise SpecMismatch(f"robot {self.name}: {name} must be positive (inf: no limit), got {value}")
 
     @property
     def action_dim(self) -> int:
@@ -89,6 +106,14 @@ class RobotSpec:
             out[: self.action_dim] += np.sum(committed, axis=0)[: self.action_dim] * self.dt
             return out.astype(np.float32)
         return state.copy()
+
+    def velocity_limits(self) -> tuple[float, ...]:
+        """`max_velocity_rad_s` for each joint (rad/s; inf where there is no limit)."""
+        return _per_joint(self.max_velocity_rad_s, len(self.joint_names))
+
+    def accel_limits(self) -> tuple[float, ...]:
+        """`max_accel_rad_s2` for each joint (rad/s^2; inf where there is no limit)."""
+        return _per_joint(self.max_accel_rad_s2, len(self.joint_names))
 
     @property
     def dt(self) -> float:
@@ -128,6 +153,10 @@ class RobotSpec:
         if not np.all(np.isfinite(a)):
             raise SpecMismatch(f"action for robot {self.name} contains NaN/Inf: {a.tolist()}")
         return a
+
+
+def _per_joint(value: float | tuple[float, ...], n: int) -> tuple[float, ...]:
+    return tuple(float(v) for v in value) if isinstance(value, tuple) else (float(value),) * n
 
 
 @functools.lru_cache(maxsize=256)
