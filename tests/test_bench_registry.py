@@ -67,3 +67,16 @@ def test_bench_weight_push_times_every_variant_against_raw_zmq(capsys):
                                                   "full fp32 CURVE", "delta 1% CURVE"}
     assert all(0 < r["seconds"] <= r["median_s"] for r in out["rows"])
     assert set(out["full_over_raw"]) == set(out["full_over_raw_median"]) == {"1.0"}
+
+
+def test_bench_twin_measures_the_cap_at_the_servos_of_the_so101_twin(capsys, tmp_path):
+    """The bench's own path on the twin (its own process, LeRobot's so101_follower and leader), with
+    tiny budgets: every figure is there and no servo saw a goal change above the safety layer's cap
+    (plus the one encoder tick LeRobot's whole-tick goals add)."""
+    from robo_async.bench import twin  # noqa: F401  (registers `twin`)
+
+    rc = main(["bench", "twin", "seconds=1", "episodes=1", "episode_s=2", f"dir={tmp_path}"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["errors"] == [], out["errors"]
+    assert {"max_step_seen_over_cap", "estop_ticks", "watchdog_ms", "jitter_p99_ms", "hil_success"} <= set(out)
+    assert 0 < out["max_step_seen_over_cap"] <= 1.0
