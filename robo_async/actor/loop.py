@@ -290,6 +290,11 @@ class ControlLoop:
         parts = [ActorStats(
             clipped=sum(st.clipped for st in sts), rejected=sum(st.rejected for st in sts),
             workspace=sum(st.workspace for st in sts), estopped=sum(st.estopped for st in sts),
+            clipped_step=sum(st.clipped_step + st.clipped_velocity for st in sts),
+            clipped_accel=sum(st.clipped_accel for st in sts),
+            max_step_rad=round(max(min(st.max_step_seen, 1e6) for st in sts), 6),
+            watchdog_holds=sum(st.watchdog_holds for st in sts), torque_offs=sum(st.torque_offs for st in sts),
+            stops=sum(st.stops for st in sts),
             late_p99_ms=round(self.lateness.percentile_ms(99), 3), missed_ticks=self.lateness.missed,
             late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist") if self.lateness.samples else None,
             guide_ticks=self.guide_ticks if self.guide is not None else None,

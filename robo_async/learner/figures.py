@@ -19,6 +19,13 @@ def actor_figures(stats: Sequence[ActorStats]) -> dict[str, float]:
         "actors/resends": sum(s.resends or 0 for s in stats),
         "actors/clipped": sum(s.clipped or 0 for s in stats),
         "actors/estopped": sum(s.estopped or 0 for s in stats),  # held ticks
+        # the safety layer on every robot: what it clipped, held, stopped (docs/guides/real-robot.md)
+        "safety/clipped_step": sum(s.clipped_step or 0 for s in stats),
+        "safety/clipped_accel": sum(s.clipped_accel or 0 for s in stats),
+        "safety/max_step_rad": max((s.max_step_rad or 0.0 for s in stats), default=0.0),
+        "safety/watchdog_holds": sum(s.watchdog_holds or 0 for s in stats),
+        "safety/torque_offs": sum(s.torque_offs or 0 for s in stats),
+        "safety/stops": sum(s.stops or 0 for s in stats),
         "actors/missed_ticks": sum(s.missed_ticks or 0 for s in stats),
         # real-time actors kept executing while the learner was away (restarts, network)
         "actors/ticks_learner_away": sum(s.ticks_learner_away or 0 for s in stats),

@@ -44,6 +44,12 @@ class ActorStats:
     rejected: int | None = None  # NaN/Inf or wrong-shape actions replaced by holding position
     workspace: int | None = None  # targets outside the workspace replaced by holding position
     estopped: int | None = None  # ticks held while the e-stop was latched
+    clipped_step: int | None = None  # actions clipped by the per-tick change or the velocity limit
+    clipped_accel: int | None = None  # actions clipped by the acceleration limit (a ramp)
+    max_step_rad: float | None = None  # the largest per-tick change of a joint target sent, rad
+    watchdog_holds: int | None = None  # holds the watchdog commanded (the loop sent nothing in time)
+    torque_offs: int | None = None  # times the torque was turned off (watchdog, request)
+    stops: int | None = None  # e-stops that stopped the arm within the tick
     # the control loop's timing
     late_p99_ms: float | None = None  # p99 of how late ticks started against their schedule, ms (recent ticks)
     late_hist: tuple[int, ...] | None = None  # tick lateness of recent ticks per bin of HIST_EDGES_MS (ms)

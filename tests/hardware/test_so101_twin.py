@@ -236,6 +236,10 @@ def test_train_then_eval_on_the_twin(twin, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     online = next(ln.split() for ln in out.stdout.splitlines() if ln.startswith("online"))
     assert int(online[1]) >= 90, out.stdout  # the transitions reached the store
+    # the safety layer's figures reach the learner's metrics (and the dashboard) in heartbeats
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = [r["safety/max_step_rad"] for r in rows if "safety/max_step_rad" in r]
+    assert steps and 0 < max(steps) <= 0.05 + 1e-6, steps
     ev = _cli(["eval", f"checkpoint={run}", "episodes=1"], tmp_path)
     assert ev.returncode == 0, ev.stderr[-3000:]
     assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK
