@@ -5,7 +5,8 @@ A learner that dies (any exit but a clean one after "done") or stops reporting f
 (its progress reports are the heartbeat: a hung loop is caught, not only a dead process) is killed
 and started again from its last checkpoint and the store, on the same addresses, so actors
 reconnect by themselves and resend what was not acked. Actors that crash are restarted too (a lost
-robot is not: that robot is held and closed). Each process has a restart budget: at most
+robot is not: that robot is held and closed; one whose port went away, a pulled cable, rejoins when
+the port is back). Each process has a restart budget: at most
 `restarts` within `window_s`, waiting `backoff_s`, doubled per recent restart up to
 `max_backoff_s`; past the budget the run stops and says what failed and how often.
 
@@ -205,6 +206,7 @@ class Supervisor:
         self.learner_heard = self.learner_ready_at = time.monotonic()  # any report is a heartbeat
         self.actors: dict[int, Proc] = {}
         self.pending: dict[str, float] = {}  # "learner" / "actor N" waiting to be restarted -> when
+        self.lost_ports: dict[int, str] = {}  # actors whose robot's port went away -> that port (rejoin on return)
         self.started_at: dict[int, float] = {}
         self.heard_at: dict[int, float] = {}  # actor id -> when the learner last heard it (this clock)
         self.rows_at = 0.0  # when the learner last reported its actors: silence is judged as of then
@@ -296,7 +298,8 @@ class Supervisor:
         all_done_at: float | None = None  # when the last actor ended cleanly
         while self.done is None:
             now = time.monotonic()
-            if all_done_at is None and not self.actors and not any(w != "learner" for w in self.pending):
+            if all_done_at is None and not self.actors and not self.lost_ports \
+                    and not any(w != "learner" for w in self.pending):
                 all_done_at = now
             if all_done_at is not None and now - all_done_at > self.plan.shutdown_timeout_s:
                 return  # every actor ended and the learner has not said "done": stop it (shutdown)
@@ -306,6 +309,7 @@ class Supervisor:
             if self.learner is not None and self.learner_ready and self.done is None and not self.stopping:
                 self._kill_hung()
             self._check_actors()
+            self._rejoin_returned()
             self._restart_due()
             self._write_pids()
             time.sleep(TICK_S)
@@ -409,8 +413,13 @@ class Supervisor:
             self.events.write("failed", who, pid=p.pid(), why=why)
             if ended is Exit.ROBOT_LOST:  # that robot is stopped and held; the others carry on
                 left = len(self.actors) + sum(w != "learner" for w in self.pending)
-                self.display.message(f"[red]{who} (pid {p.pid()}) stopped: {why}; continuing with {left} actor(s)[/]")
-                if not left and not self.stopping:  # (once the learner is stopping, its result follows)
+                port = self._port_of(aid)
+                if port is not None and not os.path.exists(port):  # unplugged: taken back when it returns
+                    self.lost_ports[aid] = port
+                    self.events.write("robot_lost", who, port=port, why=why)
+                self.display.message(f"[red]{who} (pid {p.pid()}) stopped: {why}; continuing with {left} actor(s)"
+                                     + (f"; it rejoins when {port} is back" if aid in self.lost_ports else "") + "[/]")
+                if not left and not self.lost_ports and not self.stopping:  # (once stopping, its result follows)
                     raise RunFailed(f"{who} (pid {p.pid()}): {why}; no robots left, stopping the run")
                 continue
             if self.stopping:
@@ -420,6 +429,21 @@ class Supervisor:
             self.display.message(f"[red]{who} (pid {p.pid()}) died: {why}; restarting it in {delay:.0f} s "
                                  f"(restart {budget.total}); it resends what it journaled[/]")
             self.pending[who] = time.monotonic() + delay
+
+    def _port_of(self, aid: int) -> str | None:
+        robot = self.plan.task_of(aid).robot
+        port = robot.get("port") if robot else None
+        return str(port) if port else None
+
+    def _rejoin_returned(self) -> None:
+        """An arm whose port went away (a pulled cable) is taken back once the port is there again:
+        its actor starts anew (it leases the robot, connects, and its journal resends)."""
+        for aid, port in list(self.lost_ports.items()):
+            if os.path.exists(port) and not self.stopping:
+                del self.lost_ports[aid]
+                self.events.write("robot_back", f"actor {aid}", port=port)
+                self.display.message(f"[green]{port} is back: actor {aid} rejoins[/]")
+                self.pending[f"actor {aid}"] = time.monotonic()
 
     def _restart_due(self) -> None:
         now = time.monotonic()

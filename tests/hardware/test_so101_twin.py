@@ -266,3 +266,31 @@ def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin,
     assert int(counts["interventions"][0]) >= 20, out.stdout  # the operator's ~30 ticks stored as corrections
     assert counts["online"][2] != "-" and float(counts["online"][2].rstrip("%")) > 0, out.stdout  # the label counted
     assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK  # takeover, hand-back and homing: no jump
+
+
+def test_a_pulled_cable_mid_run_loses_the_arm_and_the_job_takes_it_back_when_the_port_returns(twin, tmp_path):
+    """The arm's port goes away mid-run (the cable): its actor stops (the robot held, closed, its
+    lease dropped with the process), the run goes on waiting, and once the port is back the arm's
+    actor starts again and the run finishes its budget, nothing acked lost."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([*EXE, "train", *_robot_args(twin), "policy.obs_keys=[state]", "budget.env_steps=240",
+                             "launcher=local", "eval_episodes=0", f"run_dir={run}", "dashboard.port=null"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait(lambda: proc.poll() is not None or twin.state()["goal_writes"] > 60, "the arm moving", timeout=180)
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        twin.control("unplug")
+        events = run / "supervisor.jsonl"
+        _wait(lambda: events.exists() and "robot_lost" in events.read_text(), "the arm marked lost", timeout=60)
+        assert proc.poll() is None  # the run goes on, waiting for the arm
+        twin.control("replug")
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    text = events.read_text()
+    assert "robot_back" in text and "restarted" in text, text[-2000:]
+    inspect = _cli(["buffer", "inspect", str(run)], tmp_path)
+    online = next(ln.split() for ln in inspect.stdout.splitlines() if ln.startswith("online"))
+    assert int(online[1]) >= 240, inspect.stdout
