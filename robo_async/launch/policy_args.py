@@ -159,7 +159,8 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
             return load_lerobot_policy(str(opts["path"]), action_low=spec.joint_low, action_high=spec.joint_high,
                                        env_keys=env_keys, cameras=cams, dt=spec.dt, units=units,
                                        task=str(opts.get("instruction", "")), state_dim=spec.state_dim,
-                                       env_dim=int(sum(obs_dims(spec, env_keys))) if env_keys else 0)
+                                       env_dim=int(sum(obs_dims(spec, env_keys))) if env_keys else 0,
+                                       joint_names=spec.joint_names)
         sizes = {c.name: (c.height, c.width) for c in spec.cameras}
         missing = [c for c in cams if c not in sizes]
         if missing:
@@ -173,7 +174,7 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
                                     env_dim=int(sum(dims)), env_scale=float(opts.get("env_scale", 1.0)),
                                     cameras=tuple((c, *sizes[c]) for c in cams),
                                     chunk_size=int(opts.get("chunk_size", 10)), dt=spec.dt, units=units,
-                                    task=str(opts.get("instruction", "")), **overrides)
+                                    task=str(opts.get("instruction", "")), joint_names=spec.joint_names, **overrides)
     except LeRobotPolicyUnavailable as e:
         raise ConfigError(str(e)) from None
 
