@@ -65,6 +65,13 @@ def make_lerobot_device(options: Mapping[str, object]):
     from lerobot.robots.config import RobotConfig
     from lerobot.robots.utils import make_robot_from_config
 
+    import importlib
+
+    for cams_module in ("opencv", "zmq"):  # register LeRobot's camera config types
+        try:
+            importlib.import_module(f"lerobot.cameras.{cams_module}")
+        except ImportError:
+            pass
     cfg_cls, opts = _choice(RobotConfig, "robot", options)
     kind = str(options["type"])
     cams = opts.pop("cameras", None)
@@ -81,7 +88,7 @@ def make_lerobot_device(options: Mapping[str, object]):
         opts["max_relative_target"] = {k: float(v) for k, v in cap.items()}
     try:
         return make_robot_from_config(cfg_cls(**opts))
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise RobotError(f"robot {kind}: bad options {sorted(opts)}: {e}") from None
 
 
@@ -143,7 +150,8 @@ class LeRobotRobot(Robot):
 
     def __init__(self, device, joint_low: tuple[float, ...] | None = None,
                  joint_high: tuple[float, ...] | None = None, hz: float = 30.0,
-                 limits: Mapping[str, object] | None = None, kind: str = "", health_every: int = 10) -> None:
+                 limits: Mapping[str, object] | None = None, kind: str = "", health_every: int = 10,
+                 camera_wait_s: float = 30.0) -> None:
         self.device = device
         keys = [k for k, t in device.action_features.items() if t is float]
         if joint_low is None or joint_high is None:
@@ -168,6 +176,10 @@ class LeRobotRobot(Robot):
             self.ee_position = ArmKinematics()
         self.health_every = health_every
         self._ticks = 0
+        self.camera_wait_s = camera_wait_s
+        self.camera_stalls = 0  # observations made without fresh camera frames
+        self._camera_stall: str | None = None  # why the cameras stopped, until they deliver again
+        self._last_images: dict[str, np.ndarray] = {}
 
     @property
     def spec(self) -> RobotSpec:
@@ -241,14 +253,43 @@ class LeRobotRobot(Robot):
                 except BUS_ERRORS:
                     port.is_open = False
 
+    def _camera_fault(self, e: BaseException) -> bool:
+        """Whether `e` came from one of the device's cameras (LeRobot's messages start with the camera)."""
+        cams = getattr(self.device, "cameras", None) or {}
+        return any(str(cam) in str(e) for cam in cams.values())
+
     def get_observation(self) -> Observation:
         try:
             raw = self.device.get_observation()
+        except (TimeoutError, RuntimeError) as e:
+            if not self._camera_fault(e):
+                if isinstance(e, TimeoutError):
+                    raise RobotError(f"{self._where()}: {e}") from None
+                raise
+            raw = self._joints_without_cameras(e)
         except BUS_ERRORS as e:  # DeviceNotConnectedError is a ConnectionError
             raise RobotError(f"{self._where()}: {e}") from None
         feats = self.device.features() if hasattr(self.device, "features") else {}
         images = {c.name: np.asarray(raw[c.name]) for c in self._spec.cameras}
+        if self._camera_stall is None:
+            self._last_images = images
         return Observation(time.monotonic(), self._units.to_hal(raw), feats, images)
+
+    def _joints_without_cameras(self, e: BaseException) -> dict:
+        """A camera stopped delivering: the joints read on their own, the cameras' last frames
+        kept, and the episode ends there (`outcome().truncated`; `reset()` waits for the camera)."""
+        bus = self._bus()
+        if bus is None or not self._last_images:
+            raise RobotError(f"{self._where()}: a camera stopped delivering: {e}") from None
+        if self._camera_stall is None:
+            log.error("%s: a camera stopped delivering (%s): the episode ends here", self._where(), e)
+        self._camera_stall = " ".join(str(e).split())
+        self.camera_stalls += 1
+        try:
+            joints = bus.sync_read("Present_Position", num_retry=2)
+        except BUS_ERRORS as err:
+            raise RobotError(f"{self._where()}: {err}") from None
+        return {**{f"{m}.pos": v for m, v in joints.items()}, **self._last_images}
 
     def send_action(self, action: np.ndarray) -> np.ndarray:
         a = self._spec.check_action(action)
@@ -264,10 +305,34 @@ class LeRobotRobot(Robot):
     def reset(self, *, seed: int | None = None) -> Observation:
         if hasattr(self.device, "reset_episode"):  # a simulator can; a real arm stays where it is
             self.device.reset_episode(seed)
+        if self._camera_stall is not None:
+            self._wait_for_cameras()
         return self.get_observation()
 
+    def _wait_for_cameras(self) -> None:
+        """After a camera stopped delivering: wait up to `camera_wait_s` for fresh frames (the arm
+        holds its last goal meanwhile); still none: the arm is lost, named."""
+        deadline = time.monotonic() + self.camera_wait_s
+        log.warning("%s: waiting up to %.0f s for the camera (%s)", self._where(), self.camera_wait_s, self._camera_stall)
+        while True:
+            try:
+                self.device.get_observation()
+                self._camera_stall = None
+                log.warning("%s: the camera delivers again", self._where())
+                return
+            except (TimeoutError, RuntimeError) as e:
+                if not self._camera_fault(e) or time.monotonic() > deadline:
+                    raise RobotError(f"{self._where()}: a camera stopped delivering and did not come back "
+                                     f"within {self.camera_wait_s:.0f} s: {e}") from None
+            except BUS_ERRORS as e:
+                raise RobotError(f"{self._where()}: {e}") from None
+            time.sleep(0.2)
+
     def outcome(self) -> Outcome:
-        return self.device.outcome() if hasattr(self.device, "outcome") else Outcome()
+        out = self.device.outcome() if hasattr(self.device, "outcome") else Outcome()
+        if self._camera_stall is not None:  # the episode ends where the camera stopped (a cut, not a failure)
+            return Outcome(out.reward, out.success, out.terminated, truncated=True)
+        return out
 
 
 # LeRobot's TeleopEvents (and our `estop`, which LeRobot has no event for: sim_leader's scripted one;

@@ -26,6 +26,7 @@ import os
 import select
 import tempfile
 import threading
+import time
 import tty
 from pathlib import Path
 
@@ -108,11 +109,65 @@ def write_calibration(arm: TwinArm, path: Path) -> None:
     path.write_text(json.dumps(arm.calibration(), indent=4))
 
 
+class CameraFeed:
+    """The follower's `front` camera as LeRobot's `ZMQCamera` receives one: JPEG frames of the
+    simulated arm, base64 in a JSON message (`{"timestamps": {name: t}, "images": {name: b64}}`),
+    published on a ZMQ PUB socket at `fps`. `delivering = False` stops the frames (a camera that
+    hangs: LeRobot's reader then finds its latest frame too old)."""
+
+    def __init__(self, arm: TwinArm, ctx: zmq.Context, *, fps: float = 10.0, size: int = 96, name: str = "front") -> None:
+        self.arm, self.fps, self.size, self.name = arm, fps, size, name
+        self.sock = ctx.socket(zmq.PUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.delivering = True
+        self.frames = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="twin-camera", daemon=True)
+
+    def start(self) -> None:
+        """Publish until `close()`."""
+        self._thread.start()
+
+    def _run(self) -> None:
+        import base64
+
+        import cv2
+        import mujoco
+
+        try:
+            renderer = mujoco.Renderer(self.arm.model, self.size, self.size)
+        except Exception:  # no GL here: the camera is absent, said once
+            log.exception("twin camera: cannot render (set MUJOCO_GL=egl or osmesa)")
+            return
+        while not self._stop.wait(1.0 / self.fps):
+            if not self.delivering:
+                continue
+            with self.arm.lock:
+                renderer.update_scene(self.arm.data, camera=self.name)
+            rgb = renderer.render()
+            ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+            if ok:
+                msg = {"timestamps": {self.name: time.time()},
+                       "images": {self.name: base64.b64encode(jpeg.tobytes()).decode()}}
+                self.sock.send_string(json.dumps(msg))
+                self.frames += 1
+        renderer.close()
+
+    def close(self) -> None:
+        """Stop publishing and close the socket."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        self.sock.close()
+
+
 class Twin:
     """A follower (and a leader when `leader`) with their ports, calibration files and control
-    socket, under `root`. `start()` runs them; `close()` stops them."""
+    socket, under `root`; with `camera`, the follower's front camera on a ZMQ feed (LeRobot's
+    `zmq` camera type). `start()` runs them; `close()` stops them."""
 
-    def __init__(self, root: Path, *, leader: bool = False, seed: int = 0,
+    def __init__(self, root: Path, *, leader: bool = False, seed: int = 0, camera: bool = False,
                  follower_id: str = "twin_follower", leader_id: str = "twin_leader") -> None:
         self.root = root
         self.ids = {"follower": follower_id, "leader": leader_id}
@@ -123,6 +178,8 @@ class Twin:
                       for role, arm in self.arms.items()}
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
+        self.camera_wanted = camera
+        self.camera: CameraFeed | None = None
         self.control = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,6 +197,9 @@ class Twin:
             arm.start()
             self.ports[role].open()
         self._ctx = zmq.Context()
+        if self.camera_wanted:
+            self.camera = CameraFeed(self.arms["follower"], self._ctx)
+            self.camera.start()
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
         port = self._sock.bind_to_random_port("tcp://127.0.0.1")
@@ -152,7 +212,10 @@ class Twin:
 
     def describe(self) -> dict:
         """Ports, ids, calibration dirs, control address and pid."""
-        return {"pid": os.getpid(), "control": self.control,
+        cam = {"camera": {"type": "zmq", "server_address": "127.0.0.1", "port": self.camera.port,
+                          "camera_name": self.camera.name, "width": self.camera.size, "height": self.camera.size,
+                          "fps": int(self.camera.fps)}} if self.camera is not None else {}
+        return {"pid": os.getpid(), "control": self.control, **cam,
                 "arms": {role: {"port": str(self.ports[role].link), "id": self.ids[role],
                                 "calibration_dir": str(self.calibration_dir(role)), "motors": list(MOTORS)}
                          for role in self.arms}}
@@ -175,6 +238,11 @@ class Twin:
         role = str(req.get("role", "follower"))
         if cmd == "state":
             return {r: self._state(r) for r in self.arms}
+        if cmd == "camera":  # {"on": false}: the camera stops delivering; true: it comes back
+            if self.camera is None:
+                raise ValueError("this twin has no camera (start it with camera=true)")
+            self.camera.delivering = bool(req.get("on", True))
+            return {"ok": True, "frames": self.camera.frames}
         if role not in self.arms:
             raise ValueError(f"no {role} arm in this twin; it has {sorted(self.arms)}")
         arm = self.arms[role]
@@ -213,6 +281,8 @@ class Twin:
             self._thread.join(timeout=2)
         for port in self.ports.values():
             port.close()
+        if self.camera is not None:
+            self.camera.close()
         for arm in self.arms.values():
             arm.stop()
         if self._sock is not None:
@@ -264,21 +334,28 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "so101":
-        print("usage: robo-async twin so101 [dir=<dir>] [leader=true|false] [seed=0]", file=sys.stderr)
+        print("usage: robo-async twin so101 [dir=<dir>] [leader=true|false] [camera=true|false] [seed=0]", file=sys.stderr)
         return 2
     opts = dict(a.split("=", 1) for a in args[1:] if "=" in a)
-    unknown = set(opts) - {"dir", "leader", "seed"}
+    unknown = set(opts) - {"dir", "leader", "seed", "camera"}
     if unknown or any("=" not in a for a in args[1:]):
-        print(f"twin: unknown arguments {sorted(unknown) or args[1:]}; known: dir, leader, seed", file=sys.stderr)
+        print(f"twin: unknown arguments {sorted(unknown) or args[1:]}; known: dir, leader, seed, camera", file=sys.stderr)
         return 2
     root = Path(opts["dir"]) if "dir" in opts else Path(tempfile.mkdtemp(prefix="robo-twin-"))
-    twin = Twin(root, leader=opts.get("leader", "false").lower() in ("1", "true", "yes"), seed=int(opts.get("seed", 0)))
+    yes = ("1", "true", "yes")
+    twin = Twin(root, leader=opts.get("leader", "false").lower() in yes, seed=int(opts.get("seed", 0)),
+                camera=opts.get("camera", "false").lower() in yes)
     info = twin.start()
     f = info["arms"]["follower"]
     print(f"twin so101 follower on {f['port']} (servo ids 1-6, calibrated as id {f['id']})")
     if "leader" in info["arms"]:
         print(f"twin so101 leader   on {info['arms']['leader']['port']}")
     print(f"control: {info['control']}   description: {root / 'twin.json'}")
+    if "camera" in info:
+        c = info["camera"]
+        print(f"camera front (LeRobot zmq camera): robot.cameras='{{front: {{type: zmq, server_address: "
+              f"{c['server_address']}, port: {c['port']}, camera_name: front, width: {c['width']}, "
+              f"height: {c['height']}, fps: {c['fps']}}}}}'")
     extra = (f" teleop=so101_leader teleop.port={info['arms']['leader']['port']} teleop.id=twin_leader "
              f"teleop.calibration_dir={info['arms']['leader']['calibration_dir']}") if "leader" in info["arms"] else ""
     print(f"use:  robot=so101 robot.port={f['port']} robot.id={f['id']} robot.calibration_dir={f['calibration_dir']}{extra}")

@@ -21,10 +21,12 @@ BUS_TIMEOUT_MS = 2000
 class RunningTwin:
     """The twin's process, its description (`twin.json`) and a control client."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, camera: bool = False) -> None:
         self.root = root
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "hardware.twin", "so101", f"dir={root}", "leader=true"],
+        env.setdefault("MUJOCO_GL", "egl")
+        self.proc = subprocess.Popen([sys.executable, "-m", "hardware.twin", "so101", f"dir={root}", "leader=true",
+                                      f"camera={str(camera).lower()}"],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         deadline = time.monotonic() + 60
         while not (root / "twin.json").exists():

@@ -294,3 +294,44 @@ def test_a_pulled_cable_mid_run_loses_the_arm_and_the_job_takes_it_back_when_the
     inspect = _cli(["buffer", "inspect", str(run)], tmp_path)
     online = next(ln.split() for ln in inspect.stdout.splitlines() if ln.startswith("online"))
     assert int(online[1]) >= 240, inspect.stdout
+
+
+def test_a_camera_that_stops_delivering_ends_the_episode_and_the_next_waits_for_it(tmp_path):
+    """The follower's front camera is LeRobot's own `zmq` camera on the twin's frames; when the
+    frames stop, the episode ends there (truncated, named in the log) with the last frames kept,
+    and the next episode starts once the camera delivers again."""
+    from policies.scripted import HoldPolicy
+    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from tests.hardware.conftest import RunningTwin
+
+    t = RunningTwin(tmp_path / "twin", camera=True)
+    robot = None
+    try:
+        robot = make_safe_robot(task_args({"name": "reach"}, t.robot(
+            cameras={"front": t.info["camera"]}, safety={"watchdog_s": None, "torque_off_s": None})))
+        robot.connect()
+        assert robot.get_observation().images["front"].shape == (96, 96, 3)
+        loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=45, realtime=True, max_episodes=2,
+                                                                     inference="sync", eval_every=0))
+
+        def fault() -> None:
+            _wait(lambda: loop.tick >= 10, "the first ticks")
+            t.control("camera", on=False)  # the camera hangs
+            _wait(lambda: robot.inner.camera_stalls > 0, "the stall seen")
+            time.sleep(1.0)
+            t.control("camera", on=True)
+
+        import threading
+
+        th = threading.Thread(target=fault)
+        th.start()
+        result = loop.run()
+        th.join()
+        first, second = result.episodes[0], result.episodes[1]
+        assert first.length < 45  # it ended where the camera stopped, not at its time limit
+        assert second.length == 45  # the next one ran whole, with the camera back
+        assert robot.inner.camera_stalls > 0
+    finally:
+        if robot is not None:
+            robot.close()
+        t.close()
