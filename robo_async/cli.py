@@ -36,7 +36,7 @@ commands:
   bench soak [minutes=20] [actors=4]   a job under chaos (kill -9, cut links): lost/duplicated rows, recovery, RSS
   bench async-inference [episodes=5]   sync vs async chunk inference at 0-300 ms latency: speed, reaction, jitter
   bench remote-inference [episodes=4]  the policy behind a server through a delay/loss proxy; batching gain
-  bench twin [seconds=20]              safety on the SO-101 twin: largest step vs the cap, e-stop, watchdog, jitter, HIL
+  bench twin [seconds=10]              safety on the SO-101 twin: largest step vs the cap, e-stop, watchdog, jitter, HIL
   bench envs [rows=gym_hil,metaworld]  peer environments: bare vs actor steps/s, seconds to 80% from 20 demos
 """
 

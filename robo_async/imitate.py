@@ -142,7 +142,10 @@ def bc(overrides: list[str]) -> int:
     if "bc" not in pol_cfg:
         raise UserError(f"policy={pol_cfg.get('type', pol_cfg['name'])} has no bc: section (demos, steps, batch, lr)")
     b = bc_options(pol_cfg["bc"])
-    targs = task_args(cfg.task)
+    robot_cfg = OmegaConf.to_container(cfg.robot, resolve=True) if cfg.get("robot") else None
+    safety_cfg = OmegaConf.to_container(cfg.safety, resolve=True) if cfg.get("safety") else None
+    # with robot=<device> the policy is shaped for that robot and evaluated on it (e.g. a twin)
+    targs = task_args(cfg.task, robot_cfg, safety_cfg)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else new_run_dir(cfg.runs_root, f"{targs.name}-bc")
     try:
         pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
@@ -183,6 +186,7 @@ def bc(overrides: list[str]) -> int:
         save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
     (run_dir / "policy.yaml").write_text(yaml.safe_dump(
         {"policy": pol_cfg, "task": OmegaConf.to_container(cfg.task, resolve=True),
+         **({"robot": robot_cfg, "safety": safety_cfg} if targs.robot is not None else {}),
          "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)}, sort_keys=False))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if losses:

@@ -45,7 +45,7 @@ def policy_source(path: Path, task: str | None = None, delay_ms: float | list | 
     path = Path(path)
     if path.is_dir() and (path / "policy.yaml").exists():
         meta = yaml.safe_load((path / "policy.yaml").read_text())
-        return PolicySource("policy directory", task_args(meta["task"]),
+        return PolicySource("policy directory", task_args(meta["task"], meta.get("robot"), meta.get("safety")),
                             PolicyArgs.from_config({**meta["policy"], "path": str(path), "inference_delay_ms": delay_ms or 0}),
                             meta.get("spec"))
     if path.is_dir() and (path / "config.json").exists():  # LeRobot save_pretrained

@@ -225,6 +225,14 @@ def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path
     state = twin.state()
     assert max(state["max_goal_step"]) <= 0.05 + TICK  # no jump at the takeover
     assert np.allclose(state["q"], far, atol=0.05), state["q"]  # and it got there
+    # bc from those demonstrations, evaluated on the twin (the policy shaped for the arm)
+    bc = _cli(["bc", "policy=flow", f"policy.bc.from_store={tmp_path / 'demos'}", "policy.bc.steps=30",
+               "policy.obs_keys=[state]", *_robot_args(twin, seconds=1.0), "eval_episodes=1",
+               f"run_dir={tmp_path / 'bc'}"], tmp_path)
+    assert bc.returncode == 0, bc.stderr[-3000:]
+    result = json.loads((tmp_path / "bc" / "eval.json").read_text())
+    assert result["episodes"] == 1 and result["mean_ticks"] == 30, result  # one 1 s episode at 30 Hz on the arm
+    assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK
 
 
 def test_train_then_eval_on_the_twin(twin, tmp_path):
