@@ -18,6 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 BUS_TIMEOUT_MS = 2000
 
 
+def _ping_until_answered(port: str, timeout_s: float = 30.0) -> None:
+    import serial
+
+    from hardware.twin.protocol import PING, instruction_packet, status_packet
+
+    want = status_packet(1, 0)
+    deadline = time.monotonic() + timeout_s
+    with serial.Serial(port, 1_000_000, timeout=1.0) as ser:
+        while time.monotonic() < deadline:
+            ser.reset_input_buffer()
+            ser.write(instruction_packet(1, PING))
+            if ser.read(len(want)) == want:
+                return
+    raise RuntimeError(f"the twin's bus on {port} does not answer a ping")
+
+
 class RunningTwin:
     """The twin's process, its description (`twin.json`) and a control client."""
 
@@ -36,6 +52,8 @@ class RunningTwin:
             time.sleep(0.05)
         self.info = json.loads((root / "twin.json").read_text())
         self.control = TwinControl(self.info["control"])
+        for arm in self.info["arms"].values():  # each bus answers before a test starts on it
+            _ping_until_answered(arm["port"])
 
     def robot(self, **extra: object) -> dict:
         """`robot.*` for LeRobot's so101_follower on this twin."""
