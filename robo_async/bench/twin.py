@@ -28,8 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,15 +41,14 @@ from rich.table import Table
 
 from hal.safety import SafeRobot, SafetyStats
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
+from hardware.twin.process import TwinProcess
 from robo_async.bench import register
 
 if TYPE_CHECKING:
     from hal.spec import RobotSpec
-    from hardware.twin import TwinControl
     from policies.base import Policy
     from robo_async.actor.loop import ControlLoop, LoopResult, TickInfo
 
-ROOT = Path(__file__).resolve().parents[2]
 ARGS = ("seconds", "episodes", "episode_s", "reach_s", "tolerance_m", "seed", "dir")
 TICK_RAD = 2 * math.pi / 4096  # one encoder tick of the STS3215, rad
 # the jump policy's two poses (rad): shoulder_pan, wrist_roll and gripper over their full range;
@@ -66,73 +63,6 @@ TARGET_LOW = (-1.5, -0.6, -1.0, -1.2, -1.5, 0.0)
 TARGET_HIGH = (1.5, 0.6, 1.0, 1.2, 1.5, 1.0)
 ESTOP_AFTER_TICKS, ESTOP_WATCH_TICKS = 20, 15  # the e-stop comes while moving; ticks watched after it
 STALL_AFTER_TICKS = 15  # the loop stalls while moving
-# the twin answers from another process, which a loaded 2-core machine may not run within the ~50 ms
-# LeRobot's SDK waits (a late answer is then taken as the next read's: garbage positions); the bench
-# gives the bus a floor, as the twin's tests do
-BUS_TIMEOUT_MS = 2000
-
-
-class TwinProcess:
-    """`python -m hardware.twin so101 dir=<root> leader=true` in its own process, as a user starts
-    one (`robo-async twin so101`); `start()` waits for its `twin.json`, `close()` stops it."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.proc: subprocess.Popen | None = None
-        self.info: dict = {}
-        self._control: TwinControl | None = None
-
-    @property
-    def control(self) -> TwinControl:
-        """The twin's control socket (`state`, `hand`, `reset_stats`, ...)."""
-        if self._control is None:
-            raise RuntimeError("the twin is not started: call start() first")
-        return self._control
-
-    def start(self, timeout_s: float = 60.0) -> None:
-        """Start the process and wait (up to `timeout_s`) for its description and control socket."""
-        from hardware.twin import TwinControl
-
-        self.root.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        with open(self.root / "twin.log", "w") as log_file:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen([sys.executable, "-m", "hardware.twin", "so101", f"dir={self.root}",
-                                          "leader=true"], stdout=log_file, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout_s
-        while not (self.root / "twin.json").exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the twin did not start: {(self.root / 'twin.log').read_text()}")
-            time.sleep(0.05)
-        self.info = json.loads((self.root / "twin.json").read_text())
-        self._control = TwinControl(self.info["control"])
-
-    def robot(self) -> dict:
-        """`robot.*` for LeRobot's so101_follower on the twin (LeRobot's own 15 degree cap kept)."""
-        f = self.info["arms"]["follower"]
-        return {"type": "so101_follower", "port": f["port"], "id": f["id"], "calibration_dir": f["calibration_dir"],
-                "use_degrees": True, "max_relative_target": 15, "cameras": {}, "bus_timeout_ms": BUS_TIMEOUT_MS}
-
-    def leader(self) -> dict:
-        """`teleop.*` for LeRobot's so101_leader on the twin."""
-        a = self.info["arms"]["leader"]
-        return {"type": "so101_leader", "port": a["port"], "id": a["id"], "calibration_dir": a["calibration_dir"],
-                "bus_timeout_ms": BUS_TIMEOUT_MS}
-
-    def state(self, role: str = "follower") -> dict:
-        """One arm's truth: q (rad), torque flags, max_goal_step (rad), goal_writes, ..."""
-        return self.control("state")[role]
-
-    def close(self) -> None:
-        """Stop the process (its ports disappear)."""
-        if self._control is not None:
-            self._control.close()
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class Buttons(Teleop):
