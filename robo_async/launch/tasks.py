@@ -209,9 +209,17 @@ def make_safe_robot(args: TaskArgs) -> SafeRobot:
     low, high = safety.get("workspace_low"), safety.get("workspace_high")
     if low is not None and high is not None:
         fk = getattr(robot, "ee_position", None)
-        if fk is None:
+        asked = args.safety.get("workspace_low") is not None or bool((args.robot or {}).get("safety"))
+        if fk is None and asked:
             raise ConfigError(f"safety.workspace_* needs forward kinematics; {robot.spec.name} has none")
-        workspace = WorkspaceBox(fk, tuple(low), tuple(high))
+        if fk is None:  # only the built-in default asked for a box: a robot we have no kinematics for
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "robot %s: no forward kinematics here, so no workspace box (the joint limits, the per-tick, "
+                "velocity and acceleration caps, the watchdog and the e-stop still apply)", robot.spec.name)
+        else:
+            workspace = WorkspaceBox(fk, tuple(low), tuple(high))
     safe = SafeRobot(robot, workspace=workspace, watchdog_s=safety.get("watchdog_s"),
                      torque_off_s=safety.get("torque_off_s"))
     if args.robot is not None:  # a real arm: home and the scene's reset between episodes

@@ -343,3 +343,28 @@ def test_a_camera_that_stops_delivering_ends_the_episode_and_the_next_waits_for_
         if robot is not None:
             robot.close()
         t.close()
+
+
+def test_a_real_arm_config_without_a_safety_block_gets_every_guard(twin):
+    """`robot.safety` left out: the built-in real-arm defaults (cap, velocity, acceleration, watchdog
+    with torque off, the workspace box from the SO arm's kinematics) still apply."""
+    from robo_async.launch.tasks import REAL_ARM_SAFETY
+
+    robot = make_safe_robot(task_args({"name": "reach"}, twin.robot()))
+    spec = robot.spec
+    assert spec.max_step_rad == REAL_ARM_SAFETY["max_step_rad"]
+    assert spec.max_velocity_rad_s == REAL_ARM_SAFETY["max_velocity_rad_s"]
+    assert spec.max_accel_rad_s2 == REAL_ARM_SAFETY["max_accel_rad_s2"]
+    assert robot._watchdog_s == REAL_ARM_SAFETY["watchdog_s"] and robot._torque_off_s == REAL_ARM_SAFETY["torque_off_s"]
+    assert robot._workspace is not None
+    # the box holds a target that would put the end effector under the table
+    robot.connect()
+    try:
+        q = robot.get_observation().state
+        down = q.copy()
+        down[1], down[2] = 1.5, 1.5  # shoulder and elbow folded forward and down
+        robot._set_last(down)  # as if the arm were already a step from it: only the box can refuse
+        robot.send_action(down)
+        assert robot.stats.workspace >= 1
+    finally:
+        robot.close()
