@@ -346,6 +346,10 @@ def bench_twin(args: dict[str, str]) -> int:
         errors.append(f"setup: {type(e).__name__}: {' '.join(str(e).split())}")
     finally:
         twin.close()
+        if not args.get("dir") and not errors:  # a scratch twin: nothing there to keep (kept on errors: twin.log)
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
     figures = {**dict.fromkeys(k for k, _ in ROWS), **figures, "errors": errors,
                "seconds": opts["seconds"], "episodes": int(opts["episodes"]), "episode_s": opts["episode_s"],
                "tolerance_m": opts["tolerance_m"], "bench_s": round(time.monotonic() - t_start, 1),
