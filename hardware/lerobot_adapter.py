@@ -175,6 +175,7 @@ class LeRobotRobot(Robot):
         elif kind in SO_ARMS and len(keys) == 6:
             self.ee_position = ArmKinematics()
         self.health_every = health_every
+        self.kind = kind  # the LeRobot type asked for (so101_follower; LeRobot's config may name it so100_follower)
         self._ticks = 0
         self.camera_wait_s = camera_wait_s
         self.camera_stalls = 0  # observations made without fresh camera frames
@@ -201,7 +202,7 @@ class LeRobotRobot(Robot):
             where = getattr(self.device, "calibration_fpath", "its calibration file")
             self.close()
             raise RobotError(f"{self._where()} is not calibrated (its servos do not match {where}): run "
-                             f"lerobot-calibrate --robot.type={getattr(self.device.config, 'type', self.device.name)} "
+                             f"lerobot-calibrate --robot.type={self.kind or getattr(self.device.config, 'type', self.device.name)} "
                              f"--robot.port=... --robot.id={self.device.id}")
         self._ticks = 0
 
@@ -368,8 +369,9 @@ class LeRobotTeleop(Teleop):
     `hal.ee_teleop.EndEffectorTeleop` turns into the robot's actions."""
 
     def __init__(self, device, joint_low: tuple[float, ...] = SO_ARM_LIMITS[0],
-                 joint_high: tuple[float, ...] = SO_ARM_LIMITS[1]) -> None:
+                 joint_high: tuple[float, ...] = SO_ARM_LIMITS[1], kind: str = "") -> None:
         self.device = device
+        self.kind = kind  # the LeRobot type asked for (its config may carry another registered name)
         feats = device.action_features
         keys = [k for k, t in feats.items() if t is float and k.endswith(".pos")]
         self._units = LeRobotUnits(keys, joint_low, joint_high) if keys else None
@@ -390,6 +392,12 @@ class LeRobotTeleop(Teleop):
                 self.device.connect(calibrate=False) if takes else self.device.connect()
             except (*BUS_ERRORS, RuntimeError) as e:
                 raise RobotError(f"teleop {self.name} cannot connect: {' '.join(str(e).split())}") from None
+            if takes and getattr(self.device, "bus", None) is not None and not self.device.is_calibrated:
+                self.close()  # a leader read through the wrong calibration would steer the follower wrong
+                raise RobotError(f"teleop {self.name} is not calibrated (its servos do not match "
+                                 f"{getattr(self.device, 'calibration_fpath', 'its calibration file')}): run "
+                                 f"lerobot-calibrate --teleop.type={self.kind or getattr(self.device.config, 'type', self.name)} "
+                                 f"--teleop.port=... --teleop.id={self.device.id}")
             pad = getattr(self.device, "gamepad", None)  # LeRobot's gamepad logs "no gamepad" and goes on
             if pad is not None and getattr(pad, "running", True) is False:
                 self.device.disconnect()

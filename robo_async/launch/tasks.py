@@ -160,7 +160,7 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
         timeout_ms = opts.pop("bus_timeout_ms", None)
         device = make_lerobot_teleop_device(opts)
         set_bus_timeout(device, timeout_ms)
-        main = LeRobotTeleop(device)
+        main = LeRobotTeleop(device, kind=str(opts["type"]))
         teleops = (end_effector_teleop(main, robot) if main.gives_ee else main,)
         if buttons:  # its events only (its takeover hands control to the leader arm)
             teleops += (LeRobotTeleop(make_lerobot_teleop_device(dict(buttons))),)

@@ -368,3 +368,16 @@ def test_a_real_arm_config_without_a_safety_block_gets_every_guard(twin):
         assert robot.stats.workspace >= 1
     finally:
         robot.close()
+
+
+def test_a_leader_whose_servos_do_not_match_its_calibration_file_is_refused(twin):
+    from robo_async.launch.tasks import make_teleops
+
+    path = next((twin.root / "calibration" / "leader").glob("*.json"))
+    cal = json.loads(path.read_text())
+    cal["shoulder_pan"]["range_min"] -= 50
+    path.write_text(json.dumps(cal))
+    args = task_args({"name": "reach"}, twin.robot(), teleop=twin.leader())
+    (leader,) = make_teleops(args, make_safe_robot(args))
+    with pytest.raises(RobotError, match="teleop .*not calibrated.*lerobot-calibrate --teleop.type=so101_leader"):
+        leader.connect()
