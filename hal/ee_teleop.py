@@ -3,10 +3,14 @@
 2 open) drives any robot, whatever its action space:
 
 - a joint-space arm (`control_mode` joint_position, with forward kinematics `fk(q) -> xyz`):
-  through inverse kinematics, damped least squares on the Jacobian of `fk` (finite differences,
-  so any robot with forward kinematics works: MuJoCo models, the sim SO-101 twin), the joint step
-  capped at `max_joint_step` per tick; the gripper joint (the last, when named `gripper`) moves
-  `gripper_step` per tick toward its open (upper) or closed (lower) limit;
+  through inverse kinematics, damped least squares on the Jacobian of `fk` toward a goal the
+  operator moves (closed loop, so lines stay straight), the joint step capped at
+  `max_joint_step` per tick; the gripper joint (the last, when named `gripper`) moves
+  `gripper_step` per tick toward its open (upper) or closed (lower) limit. The Jacobian is the
+  kinematics' own where it has one (`fk.jacobian(q) -> [3, n]`: a real SO-100/SO-101's
+  `hardware.lerobot_adapter.ArmKinematics`, MuJoCo's analytic `mj_jacSite` on the arm's MJCF),
+  else finite differences of `fk` (so any robot with forward kinematics works: MuJoCo models,
+  the sim SO-101 twin);
 - an end-effector action space (gym_hil's `[dx, dy, dz, grip]`, `EndEffectorSpace`): the deltas
   scaled to it, the gripper command mapped to its convention.
 
@@ -14,6 +18,11 @@ The target is integrated from the last command, which starts, at each takeover, 
 measured state: taking over moves the arm by at most one step, and handing back leaves it where
 the operator left it (the control loop holds the operator's last target until the policy's next
 chunk). Events (takeover, success, failure, re-record, e-stop) pass through from the device.
+
+Why not an IK library: `mink` (differential IK on MuJoCo) needs mujoco>=3.3.6 from its 1.0 on
+(we pin mujoco==3.3.0), and its 0.0.x line would add a QP solver (qpsolvers, daqp) for what is
+a 3 x 5 position-only problem; MuJoCo's Jacobian with damped least squares, capped per tick,
+is that problem's standard solution, and the safety layer still enforces every joint limit.
 """
 
 from __future__ import annotations
@@ -56,10 +65,12 @@ class EndEffectorSpace:
 class EndEffectorTeleop(Teleop):
     """`device` (end-effector deltas) driving a robot with `spec` (see the module's docstring).
     `fk`: forward kinematics (joint positions -> end-effector position, m), for joint-space arms;
-    `ee_space`: for robots whose actions are end-effector deltas. `step_m`: metres per unit of
-    delta per tick."""
+    `jacobian`: its Jacobian (joint positions -> `[3, n]`, m/rad, n >= the arm's joints), default
+    `fk.jacobian` where `fk` has one, else finite differences of `fk`; `ee_space`: for robots whose
+    actions are end-effector deltas. `step_m`: metres per unit of delta per tick."""
 
     def __init__(self, device: EndEffectorDevice, spec: RobotSpec, *, fk: Callable[[np.ndarray], np.ndarray] | None = None,
+                 jacobian: Callable[[np.ndarray], np.ndarray] | None = None,
                  ee_space: EndEffectorSpace | None = None, step_m: float = 0.01, max_joint_step: float = 0.05,
                  gripper_step: float = 0.2, damping: float = 0.02) -> None:
         if ee_space is None and fk is None:
@@ -68,12 +79,14 @@ class EndEffectorTeleop(Teleop):
         if ee_space is not None and spec.action_dim != 4:
             raise RobotError(f"{device.name} gives [dx, dy, dz, grip]; {spec.name} takes {spec.action_dim} actions")
         self.device, self.spec, self.fk, self.ee_space = device, spec, fk, ee_space
+        self.jacobian = jacobian if jacobian is not None else getattr(fk, "jacobian", None)
         self.step_m, self.max_joint_step, self.gripper_step, self.damping = step_m, max_joint_step, gripper_step, damping
         n = spec.action_dim
         self._grip = n - 1 if spec.joint_names and spec.joint_names[-1] == "gripper" else None
         self._arm = np.arange(n if self._grip is None else n - 1)
         self._state: np.ndarray | None = None
         self._target: np.ndarray | None = None
+        self._goal: np.ndarray | None = None  # where the operator has moved the end effector to (m)
 
     @property
     def name(self) -> str:
@@ -96,7 +109,7 @@ class EndEffectorTeleop(Teleop):
     def events(self) -> list[TeleopEvent]:
         out = self.device.events()
         if any(e.kind in (TeleopEventKind.INTERVENTION_ON, TeleopEventKind.INTERVENTION_OFF) for e in out):
-            self._target = None  # each takeover starts from where the robot is
+            self._target = self._goal = None  # each takeover starts from where the robot is
         return out
 
     def get_action(self) -> np.ndarray | None:
@@ -120,8 +133,9 @@ class EndEffectorTeleop(Teleop):
             self._target = self._state.copy()
         q = self._target.copy()
         if np.any(d):
-            dq = self._ik_step(q, d * self.step_m)
-            q[self._arm] += dq
+            q[self._arm] += self._ik_step(q, d * self.step_m)
+        else:
+            self._goal = None  # let go: the next move starts from where the target is
         if self._grip is not None and grip != GRIP_STAY:
             goal = self.spec.low[self._grip] if grip < 0.5 else self.spec.high[self._grip] if grip > 1.5 else q[self._grip]
             q[self._grip] += np.clip(goal - q[self._grip], -self.gripper_step, self.gripper_step)
@@ -129,17 +143,43 @@ class EndEffectorTeleop(Teleop):
         return self._target.astype(np.float32)
 
     def _ik_step(self, q: np.ndarray, dx: np.ndarray) -> np.ndarray:
-        """Joint step for end-effector step `dx` (m): damped least squares on the numerical
-        Jacobian of `fk` at `q`, scaled down so no joint moves more than `max_joint_step`."""
+        """Joint step from `q` toward the end-effector goal moved by `dx` (m) this tick: damped least
+        squares on the Jacobian at `q`, on the goal's error (closed loop: on the SO-101 a line of 10-20
+        cm stays within 0.5 mm of straight, where summed open-loop steps drift 2-6 mm off it), scaled
+        down so no joint moves more than `max_joint_step`. The goal stays at most one step ahead of
+        where `q` puts the end effector along the motion, so an arm slowed by the cap, a joint limit
+        or a singularity does not wind it up (the arm stops when the operator lets go)."""
+        assert self.fk is not None  # (a joint-space arm: the constructor refused one without)
+        x = np.asarray(self.fk(q.astype(np.float32)), np.float64)
+        behind = np.zeros(3) if self._goal is None else self._goal - x  # what the last ticks left undone
+        u = dx / np.linalg.norm(dx)
+        along = float(behind @ u)  # lag along this tick's motion, at most one step (off the line: all of it)
+        behind += (min(along, self.step_m) - along) * u
+        reach = float(np.linalg.norm(behind))
+        if reach > 2 * self.step_m:  # (the direction changed while behind, a limit holds the arm)
+            behind *= 2 * self.step_m / reach
+        self._goal = x + behind + dx
+        jac = self._arm_jacobian(q, x)
+        lam2 = self.damping ** 2
+        dq = jac.T @ np.linalg.solve(jac @ jac.T + lam2 * np.eye(3), behind + dx)
+        biggest = float(np.max(np.abs(dq))) if len(dq) else 0.0
+        return dq * (self.max_joint_step / biggest) if biggest > self.max_joint_step else dq
+
+    def _arm_jacobian(self, q: np.ndarray, x0: np.ndarray) -> np.ndarray:
+        """`[3, arm joints]` at `q` (rad, where the end effector is at `x0`, m): the kinematics'
+        own, else forward differences of `fk`."""
+        n = len(self._arm)
+        if self.jacobian is not None:
+            jac = np.asarray(self.jacobian(q), np.float64)
+            if jac.ndim != 2 or jac.shape[0] != 3 or jac.shape[1] < n or not np.all(np.isfinite(jac)):
+                raise RobotError(f"teleop {self.name}: the Jacobian of {self.spec.name}'s kinematics is {jac.shape}; "
+                                 f"[3, >= {n}] finite expected")
+            return jac[:, self._arm]
         assert self.fk is not None
         eps = 1e-4
-        x0 = np.asarray(self.fk(q.astype(np.float32)), np.float64)
-        jac = np.zeros((3, len(self._arm)))
+        jac = np.zeros((3, n))
         for c, j in enumerate(self._arm):
             qq = q.copy()
             qq[j] += eps
             jac[:, c] = (np.asarray(self.fk(qq.astype(np.float32)), np.float64) - x0) / eps
-        lam2 = self.damping ** 2
-        dq = jac.T @ np.linalg.solve(jac @ jac.T + lam2 * np.eye(3), dx)
-        biggest = float(np.max(np.abs(dq))) if len(dq) else 0.0
-        return dq * (self.max_joint_step / biggest) if biggest > self.max_joint_step else dq
+        return jac

@@ -103,8 +103,10 @@ def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot"
             on_lost(t, e)
     stops = [t.name for t, e in out if e.kind is TeleopEventKind.ESTOP]
     if stops:
-        # stop within this tick: latch and command the measured position now (a SafeRobot)
-        getattr(robot, "stop", robot.estop)(f"e-stop from {stops[0]}")
+        # stop within this tick: latch and command the measured position now (a SafeRobot); a
+        # button held down (or a key repeating) is one stop, not a new hold measured every tick
+        if not getattr(robot, "estopped", False):
+            getattr(robot, "stop", robot.estop)(f"e-stop from {stops[0]}")
         dropped = [e.kind.value for _, e in out if e.kind is not TeleopEventKind.ESTOP]
         if dropped:
             log.warning("e-stop from %s wins the tick; ignored %s", stops[0], dropped)

@@ -121,24 +121,35 @@ def set_bus_timeout(device, floor_ms: float | None) -> None:  # noqa: ANN001 - a
 
 
 class ArmKinematics:
-    """Forward kinematics of the SO-100/SO-101 (joint positions, rad -> the end effector, m) from
-    our MJCF of the arm (`sim/assets/so101_reach.xml`, its `ee` site): the workspace box and
-    end-effector teleop (inverse kinematics on its Jacobian) on a real arm."""
+    """Kinematics of the SO-100/SO-101 from our MJCF of the arm (`sim/assets/so101_reach.xml`, its
+    `ee` site): called, forward kinematics (joint positions, rad -> the end effector, m), for the
+    workspace box; `jacobian`, MuJoCo's analytic Jacobian, for end-effector teleop's inverse
+    kinematics on a real arm. The model loads on first use (constructing does no I/O)."""
 
     def __init__(self) -> None:
         self._model = self._data = None
 
-    def __call__(self, q: np.ndarray) -> np.ndarray:
-        import mujoco
-
-        from sim.sim_robot import ee_fk
-
+    def _loaded(self):  # noqa: ANN202 - (mujoco.MjModel, a scratch mujoco.MjData)
         if self._model is None:
+            import mujoco
+
             import sim
 
             self._model = mujoco.MjModel.from_xml_path(str(Path(sim.__file__).parent / "assets" / "so101_reach.xml"))
             self._data = mujoco.MjData(self._model)
-        return ee_fk(self._model, self._data, np.asarray(q, np.float64)[:6])
+        return self._model, self._data
+
+    def __call__(self, q: np.ndarray) -> np.ndarray:
+        from sim.sim_robot import ee_fk
+
+        return ee_fk(*self._loaded(), np.asarray(q, np.float64)[:6])
+
+    def jacobian(self, q: np.ndarray) -> np.ndarray:
+        """d(end effector, m)/d(joint, rad) at `q` (rad): `[3, n]` for the first n = min(len(q), 6)
+        joints (the gripper's column is zero: the `ee` site is on the hand)."""
+        from sim.sim_robot import ee_jacobian
+
+        return ee_jacobian(*self._loaded(), np.asarray(q, np.float64)[:6])
 
 
 class LeRobotRobot(Robot):
@@ -440,14 +451,20 @@ class LeRobotTeleop(Teleop):
     def events(self) -> list[TeleopEvent]:
         if not hasattr(self.device, "get_teleop_events"):
             return []
+        # our keys: a tap (pressed and released since the last tick) is only in the listener's queue,
+        # which get_action drains; a held key reaches the queue of "other keys", which LeRobot's
+        # events empty: look in both, before each is drained
+        ours = self._keys_in(getattr(self.device, "event_queue", None))
         if self.gives_ee:  # LeRobot's end-effector devices read their keys/axes in get_action
             self._ee_tick = self._read_ee()
+        ours.update(self._keys_in(getattr(self.device, "misc_keys_queue", None)))
+        ours.update(self._pad_buttons())
         try:
             polled = self.device.get_teleop_events()
         except (*BUS_ERRORS, RuntimeError) as e:  # a gamepad unplugged raises pygame.error
             raise self._lost(e) from None
         raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}
-        raw.update(self._stop_and_ready())
+        raw.update(ours)
         if raw.get("rerecord_episode"):  # LeRobot's keyboard sets terminate_episode with it: a re-record
             raw["terminate_episode"] = False
         out = [TeleopEvent(kind) for key, kind in _EVENT_MAP.items() if raw.get(key)]
@@ -457,27 +474,32 @@ class LeRobotTeleop(Teleop):
             self._intervening = now
         return out
 
-    def _stop_and_ready(self) -> dict[str, bool]:
-        """Our keys and buttons beside LeRobot's events: the e-stop (space or e; the gamepad's B)
-        and "scene reset, go on" (n; the gamepad's LB). LeRobot's keyboards queue other keys for
-        their own events, so ours are taken out of that queue and the rest put back."""
+    @staticmethod
+    def _keys_in(queue) -> dict[str, bool]:  # noqa: ANN001 - a queue.Queue of LeRobot's keyboard
+        """Our keys in one of LeRobot's keyboard queues: the e-stop (space or e) and "scene reset, go
+        on" (n). Items are keys, or (key, pressed) as pynput's listener queued them; every item is
+        put back, in order, for LeRobot's own events."""
         out: dict[str, bool] = {}
-        queue = getattr(self.device, "misc_keys_queue", None) or getattr(self.device, "event_queue", None)
-        if queue is not None:
-            kept = []
-            while not queue.empty():
-                item = queue.get_nowait()
-                key = item[0] if isinstance(item, tuple) else item
-                char = getattr(key, "char", key)
-                name = getattr(key, "name", None)
-                pressed = item[1] if isinstance(item, tuple) else True
-                if pressed and (char in ESTOP_KEYS or name == "space"):
-                    out["estop"] = True
-                elif pressed and char in READY_KEYS:
-                    out["ready"] = True
-                kept.append(item)
-            for item in kept:
-                queue.put(item)
+        if queue is None:
+            return out
+        kept = []
+        while not queue.empty():
+            item = queue.get_nowait()
+            key = item[0] if isinstance(item, tuple) else item
+            char = getattr(key, "char", key)
+            pressed = item[1] if isinstance(item, tuple) else True
+            if pressed and (char in ESTOP_KEYS or getattr(key, "name", None) == "space"):
+                out["estop"] = True
+            elif pressed and char in READY_KEYS:
+                out["ready"] = True
+            kept.append(item)
+        for item in kept:
+            queue.put(item)
+        return out
+
+    def _pad_buttons(self) -> dict[str, bool]:
+        """The gamepad's e-stop (B) and "scene reset" (LB) buttons, read from its joystick."""
+        out: dict[str, bool] = {}
         pad = getattr(getattr(self.device, "gamepad", None), "joystick", None)
         if pad is not None:
             try:

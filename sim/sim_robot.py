@@ -152,3 +152,15 @@ def ee_fk(model: mujoco.MjModel, scratch: mujoco.MjData, q: np.ndarray) -> np.nd
     scratch.qpos[: len(q)] = q
     mujoco.mj_kinematics(model, scratch)
     return scratch.site_xpos[model.site("ee").id].copy()
+
+
+def ee_jacobian(model: mujoco.MjModel, scratch: mujoco.MjData, q: np.ndarray) -> np.ndarray:
+    """d(`ee` site position, m)/d(joint position, rad) at `q`: `[3, len(q)]`, MuJoCo's analytic
+    Jacobian (`mj_jacSite`), computed in `scratch`. Column j is joint j's (the model's hinges
+    in order, one dof each, as in our arm MJCFs)."""
+    scratch.qpos[: len(q)] = q
+    mujoco.mj_kinematics(model, scratch)
+    mujoco.mj_comPos(model, scratch)  # the dofs' motion axes (cdof), which mj_jac reads
+    jacp = np.zeros((3, model.nv))
+    mujoco.mj_jacSite(model, scratch, jacp, None, model.site("ee").id)
+    return jacp[:, : len(q)].copy()
