@@ -197,7 +197,8 @@ def test_the_keyboards_estop_keys_latch_the_estop_within_the_tick(twin, keyboard
             if how == "space tapped":  # pressed and released within the tick: pynput's two calls
                 device._on_press(keyboard.Key.space)
                 device._on_release(keyboard.Key.space)
-            else:  # held down to the end, repeating
+            else:  # pressed, then held down to the end, repeating
+                device._on_press(Char("e"))
                 held_keys.add(Char("e"))
 
         seen, _ = drive(robot, teleop, {2: lambda: held_keys.add(keyboard.Key.shift_r), 12: press}, 25,
