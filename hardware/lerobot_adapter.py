@@ -477,14 +477,14 @@ class LeRobotTeleop(Teleop):
     @staticmethod
     def _keys_in(queue) -> dict[str, bool]:  # noqa: ANN001 - a queue.Queue of LeRobot's keyboard
         """Our keys in one of LeRobot's keyboard queues: the e-stop (space or e) and "scene reset, go
-        on" (n). Items are keys, or (key, pressed) as pynput's listener queued them; every item is
-        put back, in order, for LeRobot's own events."""
+        on" (n). Items are keys, or (key, pressed) as pynput's listener queued them. Read in place
+        under the queue's own lock (nothing taken out: the listener thread may be adding to it)."""
         out: dict[str, bool] = {}
         if queue is None:
             return out
-        kept = []
-        while not queue.empty():
-            item = queue.get_nowait()
+        with queue.mutex:
+            items = list(queue.queue)
+        for item in items:
             key = item[0] if isinstance(item, tuple) else item
             char = getattr(key, "char", key)
             pressed = item[1] if isinstance(item, tuple) else True
@@ -492,9 +492,6 @@ class LeRobotTeleop(Teleop):
                 out["estop"] = True
             elif pressed and char in READY_KEYS:
                 out["ready"] = True
-            kept.append(item)
-        for item in kept:
-            queue.put(item)
         return out
 
     def _pad_buttons(self) -> dict[str, bool]:
