@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from robo_async.config import UserError
+
+if TYPE_CHECKING:
+    from robo_async.buffer.lerobot_io import ImportTarget
 
 USAGE = """usage:
   robo-async buffer inspect <run dir | store dir>
   robo-async buffer export <run dir | store dir> --format lerobot out=<new dir> [table=online] [task=NAME] [fps=30]
                           [videos=true]   (cameras as LeRobot's AV1 videos instead of PNG images)
-  robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos]
+                          (a run's task, or task=NAME: joints as LeRobot's <motor>.pos, degrees, gripper 0..100)
+  robo-async buffer import <run dir | store dir> from=<store | LeRobot dataset> [table=demos] [task=NAME]
+                          (task=NAME: a dataset in LeRobot's motor units is converted to that task's rad)
   robo-async buffer demos out=<store dir> [episodes=50] [task=reach] [seed=0] [max_step=<rad per tick>]
                           [hold=false]   (true: on to episode_ticks, holding the goal after success)
                           [miss=false]   (true: the scripted near miss, pick_lift: failure episodes)
@@ -51,6 +58,16 @@ class _Ticker:
         if time.monotonic() >= self.next:
             self.next = time.monotonic() + 1.0
             print(f"  {self.what}: {n:,}", flush=True)
+
+
+def _target(resolve: Callable[[], ImportTarget | None]) -> ImportTarget | None:
+    """A task's units target (`resolve()`), its config errors as one line."""
+    from robo_async.launch.tasks import ConfigError
+
+    try:
+        return resolve()
+    except ConfigError as e:
+        raise UserError(str(e)) from None
 
 
 def main(args: list[str]) -> int:
@@ -111,21 +128,30 @@ def main(args: list[str]) -> int:
                 raise UserError(f"export format '{kv['format']}' unknown; formats: lerobot")
             if "out" not in kv:
                 raise UserError("buffer export needs out=<new directory>")
+            target = _target(lambda: tools.export_target(path, kv.get("task")))
             eps, frames = tools.export(path, Path(kv["out"]), kv.get("table", "online"), kv.get("task"),
                                        int(kv["fps"]) if "fps" in kv else None,
-                                       videos=kv.get("videos", "false").lower() in ("1", "true", "yes"))
-            print(f"wrote a LeRobotDataset v3 with {eps:,} episodes, {frames:,} frames to {kv['out']}")
+                                       videos=kv.get("videos", "false").lower() in ("1", "true", "yes"),
+                                       target=target)
+            if target is None:
+                units = "values as stored (task=<name>: joints in LeRobot's motor names and units)"
+            elif target.spec.control_mode == "joint_position":
+                units = f"joints as LeRobot's <motor>.pos (degrees, gripper 0..100) of task {target.task}"
+            else:
+                units = "values as stored"
+            print(f"wrote a LeRobotDataset v3 with {eps:,} episodes, {frames:,} frames to {kv['out']}; {units}")
             return 0
         if cmd == "import":
-            _allow(kv, {"from", "table"})
+            _allow(kv, {"from", "table", "task"})
             table = kv.get("table", "demos")
             if table not in TABLES:
                 raise UserError(f"unknown table '{table}'; tables: {list(TABLES)}")
             if "from" not in kv:
                 raise UserError("buffer import needs from=<store or LeRobot dataset>")
+            target = _target(lambda: tools.named_task_target(kv["task"])) if kv.get("task") else None
             store = PersistentReplayStore(tools.store_path(path)).open()
             try:
-                n = tools.import_source(store, Path(kv["from"]), table, _Ticker("transitions"))
+                n = tools.import_source(store, Path(kv["from"]), table, _Ticker("transitions"), target=target)
             finally:
                 store.close()
             print(f"imported {n:,} new transitions into table '{table}' of {store.path}")

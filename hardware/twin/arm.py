@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import mujoco
@@ -32,7 +33,8 @@ from hardware.twin.protocol import (ERR_OVERHEAT, ERR_OVERLOAD, REG, RESOLUTION,
 MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 TICKS_PER_RAD = RESOLUTION / (2 * math.pi)
 STATUS_OVERHEAT, STATUS_OVERLOAD = 1 << 2, 1 << 5
-_GOAL, _TORQUE = REG["Goal_Position"][0], REG["Torque_Enable"][0]
+_GOAL, _TORQUE, _PRESENT = REG["Goal_Position"][0], REG["Torque_Enable"][0], REG["Present_Position"][0]
+READINGS_KEPT = 20_000  # the last whole-arm position readings the bus served (`readings`)
 
 
 def _model_xml() -> Path:
@@ -70,6 +72,11 @@ class TwinArm:
         self.max_goal_step = np.zeros(len(MOTORS))  # the largest change between two goals per servo, rad
         self._last_goal = np.full(len(MOTORS), np.nan)  # per servo, since its torque came on
         self.torque_off_events = 0
+        # what the host was told: the joint angle (rad) each servo's last Present_Position reading
+        # stands for, and every SYNC READ of all six positions as one vector (bounded)
+        self._read_q = np.full(len(MOTORS), np.nan)
+        self.readings: deque[tuple[float, ...]] = deque(maxlen=READINGS_KEPT)
+        self.readings_total = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if calibrated:
@@ -146,11 +153,20 @@ class TwinArm:
             q, v = float(self.data.qpos[i]), float(self.data.qvel[i])
             present = (self.actual_ticks(i, q) - self._homing(i)) % RESOLUTION
             s.set("Present_Position", encode_sign_magnitude(present, 15))
+            self._read_q[i] = self._angle(i, present + self._homing(i))
             s.set("Present_Velocity", encode_sign_magnitude(int(round(v * TICKS_PER_RAD)), 15))
             rng = self.model.actuator_forcerange[i]
             load = int(round(1000 * float(self.data.actuator_force[i]) / max(abs(rng[1]), 1e-9)))
             s.set("Present_Load", encode_sign_magnitude(max(-1000, min(1000, load)), 10))
             s.set("Moving", int(abs(v) > 0.05))
+
+    def note_sync_read(self, addr: int, n: int, ids: list[int]) -> None:
+        """After a SYNC READ (`ServoBus.on_sync_read`): one of all six positions is kept in
+        `readings`, as the angles the host's ticks stand for (quantized, not the physics' truth)."""
+        if addr <= _PRESENT < addr + n and sorted(ids) == list(range(1, len(MOTORS) + 1)):
+            with self.lock:
+                self.readings.append(tuple(float(x) for x in self._read_q))
+                self.readings_total += 1
 
     def _apply_torque(self) -> None:
         on = self.torque.astype(float)

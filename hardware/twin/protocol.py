@@ -132,6 +132,8 @@ class ServoBus:
         self.malformed = 0
         self.packets = 0
         self._pending: dict[int, tuple[int, bytes]] = {}  # REG_WRITE, run by ACTION
+        # called after each SYNC READ is answered: (addr, n, the ids answered)
+        self.on_sync_read: Callable[[int, int, list[int]], None] | None = None
 
     def _by_id(self, servo_id: int) -> ServoRegisters | None:
         for s in self.servos:
@@ -191,11 +193,14 @@ class ServoBus:
                 self.malformed += 1
                 return b""
             addr, n = params[0], params[1]
-            out = b""
+            out, answered = b"", []
             for sid in params[2:]:
                 servo = self._by_id(sid)
                 if servo is not None:
                     out += status_packet(servo.id, servo.error, servo.read(addr, n))
+                    answered.append(servo.id)
+            if self.on_sync_read is not None:
+                self.on_sync_read(addr, n, answered)
             return out
         if instr == ACTION:
             for sid, (addr, data) in list(self._pending.items()):

@@ -12,6 +12,8 @@ control address. The control socket (ZMQ REP on loopback, msgpack maps) takes:
     {"cmd": "unplug", "role": ...} / {"cmd": "replug", "role": ...}   the USB cable
     {"cmd": "set_joints", "role": ..., "q": [...]}   place an arm (a person moving it before a test)
     {"cmd": "reset_stats"}
+    {"cmd": "readings", "role": ..., "since": k} -> the whole-arm position readings the bus served
+                                             (rad, as the ticks sent stand for them), from the k-th on
 
 A pulled cable closes the pseudo-terminal and removes the port's link (the host's next read or
 write fails, as with a real USB adapter); a replug opens a new one behind the same link.
@@ -176,6 +178,8 @@ class Twin:
             self.arms["leader"] = TwinArm(seed=seed + 1)
         self.ports = {role: PtyPort(ServoBus(arm.servos), root / f"{role}.tty", arm.lock)
                       for role, arm in self.arms.items()}
+        for role, arm in self.arms.items():
+            self.ports[role].bus.on_sync_read = arm.note_sync_read
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self.camera_wanted = camera
@@ -257,6 +261,11 @@ class Twin:
         elif cmd == "replug":
             if not self.ports[role].plugged:
                 self.ports[role].open()
+        elif cmd == "readings":
+            with arm.lock:
+                total, kept = arm.readings_total, list(arm.readings)
+            since = max(int(req.get("since", 0)), total - len(kept))
+            return {"total": total, "first": since, "q": [list(v) for v in kept[len(kept) - (total - since):]]}
         elif cmd == "reset_stats":
             with arm.lock:
                 arm.max_goal_step[:] = 0

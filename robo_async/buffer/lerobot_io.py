@@ -10,7 +10,17 @@ Field mapping (ours <-> LeRobot):
     reward, terminated         <-> next.reward, next.done
     truncated, success         <-> next.truncated, next.success
     policy_version             <-> complementary_info.policy_version
-Episodes are cut per actor at `terminated or truncated`. A dataset recorded elsewhere needs only
+Episodes are cut per actor at `terminated or truncated`.
+
+Units on export (`export_lerobot(..., target=)`, the task the rows are of): where the task's actions
+are joint positions (an SO-10x arm, sim or real), `action`, `complementary_info.policy_action` and a
+joint state (`observation.state`, `next.observation.state`) are written as LeRobot writes an arm:
+names `<joint>.pos`, arm joints in degrees, the gripper 0..100 of its joint's range (`LeRobotUnits`),
+so that `lerobot-train` learns, and a LeRobot robot replays, in the units LeRobot's robots read and
+take. `meta/robo_async.json` keeps the task's joints and limits: importing the export without a task
+(`robo-async buffer import`) converts it back to rad. Without a target rows are written as stored.
+
+A dataset recorded elsewhere needs only
 observation.*, action and (optionally) next.reward / next.done; missing flags default to False,
 missing rewards to 0 and policy versions to -1.
 
@@ -39,6 +49,7 @@ the data where a feature has none. Conversions apply to the feature's `next.` tw
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -54,13 +65,14 @@ from robo_async.buffer.codec import Column, Schema
 log = logging.getLogger(__name__)
 _FLAGS = {"terminated": "next.done", "truncated": "next.truncated", "success": "next.success"}
 _VECTORS = (("action", "action"), ("state", "observation.state"))  # (our vector, LeRobot feature)
+EXPORT_META = "robo_async.json"  # in meta/: the units an export was written in (see the module's docstring)
 _MARGIN = 0.1  # a dataset may pass a task's range by this fraction of its width (readings past a limit)
 Convert = Callable[[np.ndarray], np.ndarray]
 
 
 class ImportMismatch(ValueError):
     """A LeRobotDataset's feature does not fit the task or store it is imported into (names, shape or
-    range): one line naming the feature and both sides."""
+    range), or a store's action not the task it is exported for: one line naming both sides."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +108,11 @@ def _lerobot_name(col: Column) -> str:
     return base if prefix == "obs" else "next." + base
 
 
-def lerobot_features(schema: Schema, videos: bool = False) -> dict[str, dict]:
+def lerobot_features(schema: Schema, videos: bool = False, units: LeRobotUnits | None = None,
+                     converted: frozenset[str] = frozenset()) -> dict[str, dict]:
     """The LeRobotDataset feature spec (`{name: {dtype, shape, names}}`) for our columns; next_obs images are
-    left out (they are the next frame's), images as `video` when `videos`."""
+    left out (they are the next frame's), images as `video` when `videos`; the `converted` columns named
+    by `units`' keys (`shoulder_pan.pos`, ...)."""
     feats: dict[str, dict] = {}
     for c in schema.columns:
         if c.name.startswith("next_obs/") and c.is_image:
@@ -108,21 +122,43 @@ def lerobot_features(schema: Schema, videos: bool = False) -> dict[str, dict]:
             feats[_lerobot_name(c)] = {"dtype": "video" if videos else "image", "shape": shape,
                                        "names": ["height", "width", "channels"]}
         else:
-            feats[_lerobot_name(c)] = {"dtype": c.dtype, "shape": shape, "names": None}
+            names = list(units.keys) if units is not None and c.name in converted else None
+            feats[_lerobot_name(c)] = {"dtype": c.dtype, "shape": shape, "names": names}
     return feats
+
+
+def export_units(schema: Schema, target: ImportTarget | None) -> tuple[LeRobotUnits | None, frozenset[str]]:
+    """LeRobot's units for rows of `target`'s task and the columns written in them (see the module's
+    docstring): (None, {}) without a target or where the task's actions are not joint positions;
+    `ImportMismatch` where the store's action is not the task's."""
+    if target is None or target.spec.control_mode != "joint_position":
+        return None, frozenset()
+    spec, cols = target.spec, {c.name: c for c in schema.columns}
+    size = {name: int(np.prod(c.shape or (1,))) for name, c in cols.items()}
+    if size.get("action") != spec.action_dim:
+        raise ImportMismatch(f"the store's action has {size.get('action')} values; task {target.task} takes "
+                             f"{spec.action_dim} (joints {list(spec.joint_names)}): export it with its own task")
+    converted = {"action", "policy_action"}
+    if spec.state_dim == spec.action_dim:  # the state is the joints' positions
+        converted |= {"obs/state", "next_obs/state"}
+    keys = [f"{j}.pos" for j in spec.joint_names]
+    return (LeRobotUnits(keys, spec.joint_low, spec.joint_high),
+            frozenset(k for k in converted if size.get(k) == spec.action_dim))
 
 
 def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Schema, out: Path, *,
                    task: str = "task", fps: int = 30, repo_id: str = "local/robo_async_export",
-                   videos: bool = False) -> tuple[int, int]:
+                   videos: bool = False, target: ImportTarget | None = None) -> tuple[int, int]:
     """Write `rows` ((actor_id, transition) in table order) as a LeRobotDataset at `out`, camera
-    frames as PNG images (lossless) or, with `videos`, as LeRobot's AV1 videos (lossy, small).
-    Returns (episodes, frames)."""
+    frames as PNG images (lossless) or, with `videos`, as LeRobot's AV1 videos (lossy, small); the
+    joints in LeRobot's units where `target` (the rows' task) drives joint positions (see the module's
+    docstring). Returns (episodes, frames)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     if out.exists():
         raise FileExistsError(f"{out} already exists; choose a new directory")
-    feats = lerobot_features(schema, videos)
+    units, converted = export_units(schema, target)
+    feats = lerobot_features(schema, videos, units, converted)
     ds = LeRobotDataset.create(repo_id, fps=fps, features=feats, root=out, use_videos=videos,
                                video_backend="pyav")
     open_eps: dict[int, list[dict]] = {}
@@ -136,6 +172,8 @@ def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Sc
                 if c.name.startswith("next_obs/") and c.is_image:
                     continue
                 v = row[c.name]
+                if units is not None and c.name in converted:
+                    v = units.to_lerobot_array(v)
                 frame[_lerobot_name(c)] = v if c.is_image or c.shape else np.asarray([v], dtype=c.dtype)
             ds.add_frame(frame)
             frames += 1
@@ -149,7 +187,26 @@ def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Sc
     for actor in list(open_eps):  # unfinished episodes at the end of the data
         flush(actor)
     ds.finalize()
+    if units is not None and target is not None:
+        spec = target.spec
+        (out / "meta" / EXPORT_META).write_text(json.dumps({
+            "units": "lerobot", "task": target.task, "joints": list(spec.joint_names),
+            "joint_low": list(spec.joint_low), "joint_high": list(spec.joint_high), "state_size": spec.state_dim,
+            "features": sorted(_lerobot_name(c) for c in schema.columns if c.name in converted)}, indent=2))
     return episodes, frames
+
+
+def exported_target(root: Path, fps: float = 30.0) -> ImportTarget | None:
+    """The target an export of ours was written for (`meta/robo_async.json`: its task's joints and
+    limits), which converts it back to rad; None for other datasets."""
+    path = root / "meta" / EXPORT_META
+    if not path.exists():
+        return None
+    meta = json.loads(path.read_text())
+    spec = RobotSpec(name=f"export of {meta['task']}", joint_names=tuple(meta["joints"]),
+                     joint_low=tuple(meta["joint_low"]), joint_high=tuple(meta["joint_high"]), hz=fps,
+                     state_size=int(meta["state_size"]))
+    return ImportTarget(str(meta["task"]), spec)
 
 
 def _names(feat: Mapping) -> list[str] | None:
@@ -233,15 +290,16 @@ def plan_conversions(features: Mapping[str, Mapping], span: Callable[[str], tupl
     return out
 
 
-def _check_shapes(features: Mapping[str, Mapping], schema: Schema | None, root: Path) -> None:
+def _check_shapes(features: Mapping[str, Mapping], schema: Schema | None, root: Path, motors: bool = False) -> None:
     """Without a task: `action` and `observation.state` against the store's columns, and no LeRobot
-    motor units (there are no joint limits to convert them with)."""
+    motor units (there are no joint limits to convert them with) unless `motors` (our own export,
+    which keeps them)."""
     cols = {c.name: c for c in schema.columns} if schema is not None else {}
     for ours, lr in (("action", "action"), ("obs/state", "observation.state")):
         if lr not in features:
             continue
         names = _names(features[lr])
-        if names and all(k.endswith(".pos") for k in names):
+        if names and all(k.endswith(".pos") for k in names) and not motors:
             raise ImportMismatch(f"{lr} of {root} holds LeRobot motors {names} (degrees, gripper 0..100); import it "
                                  f"into a run (buffer.imports) so that it is converted with the task's joint limits")
         n = int(np.prod(features[lr]["shape"]))
@@ -275,10 +333,9 @@ def read_lerobot(root: Path, schema: Schema | None = None,
     ds = LeRobotDataset("local/import", root=root, video_backend="pyav")
     feats = ds.features
     if target is None:
-        _check_shapes(feats, schema, root)
-        convert = {}
-    else:
-        convert = plan_conversions(feats, lambda lr: _span_of(ds, lr), target)
+        target = exported_target(root, ds.fps)  # an export of ours in LeRobot's units: back to rad
+        _check_shapes(feats, schema, root, motors=target is not None)
+    convert = {} if target is None else plan_conversions(feats, lambda lr: _span_of(ds, lr), target)
     for lr in list(convert):  # the same conversion for the next observation and the policy's action
         twin = "complementary_info.policy_action" if lr == "action" else "next." + lr
         convert[twin] = convert[lr]

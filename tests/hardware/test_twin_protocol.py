@@ -74,3 +74,17 @@ def test_calibration_reads_the_middle_pose_as_2047_and_ranges_cover_the_joints()
         assert present == 2047
         assert cal[m]["range_min"] < cal[m]["range_max"]
     assert len({c["homing_offset"] for c in cal.values()}) > 1  # the horns sit differently: calibration matters
+
+
+def test_whole_arm_position_reads_are_kept_as_the_angles_their_ticks_stand_for():
+    arm, bus = _arm_bus()
+    bus.on_sync_read = arm.note_sync_read
+    q = np.array([0.4, -0.3, 0.2, 0.1, -1.0, 0.5])
+    arm.set_joints(q)
+    addr, n = REG["Present_Position"]
+    bus.feed(instruction_packet(0xFE, SYNC_READ, bytes([addr, n, 1, 2, 3, 4, 5, 6])))
+    bus.feed(instruction_packet(0xFE, SYNC_READ, bytes([addr, n, 1, 2, 3])))  # not the whole arm
+    addr_t, n_t = REG["Present_Temperature"]
+    bus.feed(instruction_packet(0xFE, SYNC_READ, bytes([addr_t, n_t, 1, 2, 3, 4, 5, 6])))  # not positions
+    assert arm.readings_total == 1
+    np.testing.assert_allclose(arm.readings[0], q, atol=0.5 * 2 * np.pi / 4096)  # within half a tick
