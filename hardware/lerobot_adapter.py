@@ -76,7 +76,8 @@ def make_lerobot_device(options: Mapping[str, object]):
     kind = str(options["type"])
     cams = opts.pop("cameras", None)
     if cams and kind != "sim_so101":
-        opts["cameras"] = {n: CameraConfig.get_choice_class(c.pop("type", "opencv"))(**c) for n, c in dict(cams).items()}
+        opts["cameras"] = {n: CameraConfig.get_choice_class(c.get("type", "opencv"))(
+            **{k: v for k, v in dict(c).items() if k != "type"}) for n, c in dict(cams).items()}  # the caller's kept
     elif cams:
         opts["cameras"] = list(cams)
     if opts.get("calibration_dir"):

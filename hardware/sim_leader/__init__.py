@@ -2,7 +2,8 @@
 positions follow a scripted sway (degrees, gripper 0..100, like `so101_leader`), and events fire
 at scripted poll numbers (`get_teleop_events` calls: the control loop polls once per tick, so
 `events={300: estop}` fires on the run's 300th tick). It lets takeovers, labels and the e-stop
-path run end to end here."""
+path run end to end here. With `buttons_only=true` it has no joint positions (its action features
+are empty): the buttons beside a leader arm, whose takeover hands control to that arm."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class SimLeader(NoCalibration, Teleoperator):
 
     @property
     def action_features(self) -> dict:
-        return {f"{m}.pos": float for m in MOTORS}
+        return {} if self.config.buttons_only else {f"{m}.pos": float for m in MOTORS}
 
     @property
     def feedback_features(self) -> dict:
@@ -48,6 +49,8 @@ class SimLeader(NoCalibration, Teleoperator):
     def get_action(self) -> dict[str, float]:
         if not self._connected:
             raise ConnectionError("sim_leader is not connected")
+        if self.config.buttons_only:
+            return {}
         self._calls += 1
         s = math.sin(2 * math.pi * self._calls / self.config.period_calls) * self.config.amplitude_deg
         out = {f"{m}.pos": h + s for m, h in zip(MOTORS[:-1], HOME_DEG)}

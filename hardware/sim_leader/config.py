@@ -18,3 +18,6 @@ class SimLeaderConfig(TeleoperatorConfig):
     # rerecord_episode, estop
     events: dict[int, str] = field(default_factory=dict)
     disconnect_at: int = 0  # > 0: unplugged at this poll (later calls raise ConnectionError)
+    # true: buttons only, no joint positions (as a gamepad's or keyboard's buttons beside a leader
+    # arm, `teleop.events_from`): its takeover hands control to the session's leader arm
+    buttons_only: bool = False

@@ -53,15 +53,23 @@ class TwinProcess:
                                           "leader=true", f"camera={str(self.camera).lower()}"],
                                          stdout=log_file, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout_s
-        while not (self.root / "twin.json").exists():
+        while (info := self._description()) is None:  # this child's (a twin.json left in `root` is not)
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the twin did not start: {(self.root / 'twin.log').read_text()}")
             time.sleep(0.05)
-        self.info = json.loads((self.root / "twin.json").read_text())
+        self.info = info
         self._control = TwinControl(self.info["control"])
         for arm in self.info["arms"].values():
             ping_until_answered(arm["port"], max(1.0, deadline - time.monotonic()))
         return self
+
+    def _description(self) -> dict | None:
+        """The child's `twin.json`, once it has written it (None before)."""
+        try:
+            info = json.loads((self.root / "twin.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return info if self.proc is not None and info.get("pid") == self.proc.pid else None
 
     def robot(self, **extra: object) -> dict:
         """`robot.*` for LeRobot's so101_follower on this twin (LeRobot's own 15 degree cap kept)."""

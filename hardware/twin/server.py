@@ -211,7 +211,9 @@ class Twin:
         self._thread = threading.Thread(target=self._serve, name="twin-control", daemon=True)
         self._thread.start()
         info = self.describe()
-        (self.root / "twin.json").write_text(json.dumps(info, indent=2))
+        tmp = self.root / "twin.json.tmp"  # whole or not at all: a reader polls for it
+        tmp.write_text(json.dumps(info, indent=2))
+        os.replace(tmp, self.root / "twin.json")
         return info
 
     def describe(self) -> dict:
@@ -290,6 +292,8 @@ class Twin:
             self._thread.join(timeout=2)
         for port in self.ports.values():
             port.close()
+        with contextlib.suppress(FileNotFoundError):  # its ports are gone: so is the description
+            (self.root / "twin.json").unlink()
         if self.camera is not None:
             self.camera.close()
         for arm in self.arms.values():
@@ -336,6 +340,14 @@ class TwinControl:
         self._sock.close()
 
 
+def camera_override(info: dict) -> str:
+    """The value of `robot.cameras=` that gives LeRobot's arm the twin's front camera (Hydra syntax)."""
+    c = info["camera"]
+    fields = ", ".join(f"{k}: {c[k]}" for k in ("type", "server_address", "port", "camera_name", "width", "height",
+                                                  "fps"))
+    return f"{{front: {{{fields}}}}}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """`robo-async twin so101 [dir=<dir>] [leader=true] [seed=0]`: run a twin until Ctrl-C."""
     import signal
@@ -361,10 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"twin so101 leader   on {info['arms']['leader']['port']}")
     print(f"control: {info['control']}   description: {root / 'twin.json'}")
     if "camera" in info:
-        c = info["camera"]
-        print(f"camera front (LeRobot zmq camera): robot.cameras='{{front: {{type: zmq, server_address: "
-              f"{c['server_address']}, port: {c['port']}, camera_name: front, width: {c['width']}, "
-              f"height: {c['height']}, fps: {c['fps']}}}}}'")
+        print(f"camera front (LeRobot zmq camera): robot.cameras='{camera_override(info)}'")
     extra = (f" teleop=so101_leader teleop.port={info['arms']['leader']['port']} teleop.id=twin_leader "
              f"teleop.calibration_dir={info['arms']['leader']['calibration_dir']}") if "leader" in info["arms"] else ""
     print(f"use:  robot=so101 robot.port={f['port']} robot.id={f['id']} robot.calibration_dir={f['calibration_dir']}{extra}")

@@ -256,8 +256,10 @@ def test_train_then_eval_on_the_twin(twin, tmp_path):
 def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin, tmp_path):
     """A HIL session on the twin: the leader arm (far from the follower) takes over when the
     button device says so, hands back, labels the episode; between episodes the follower goes
-    home along the capped path and waits for the (scripted) scene reset."""
-    twin.control("set_joints", role="leader", q=[0.5, -0.4, 0.5, 0.3, -0.6, 1.0])
+    home along the capped path and waits for the (scripted) scene reset. The buttons
+    (`sim_leader buttons_only`) give no joint targets: the correction is the leader arm's."""
+    leader_q = [0.5, -0.4, 0.5, 0.3, -0.6, 1.0]
+    twin.control("hand", role="leader", q=leader_q)  # a hand holds the leader there
     a = twin.info["arms"]["leader"]
     run = tmp_path / "hil"
     events = "{10: is_intervention, 40: is_intervention, 45: success}"
@@ -266,7 +268,7 @@ def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin,
                 "budget.env_steps=100", "launcher=serial", "eval_episodes=0", f"run_dir={run}",
                 "teleop=so101_leader", f"teleop.port={a['port']}", f"teleop.id={a['id']}",
                 f"teleop.calibration_dir={a['calibration_dir']}", f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
-                f"teleop.events_from={{type: sim_leader, events: {events}}}"], tmp_path)
+                f"teleop.events_from={{type: sim_leader, buttons_only: true, events: {events}}}"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     out = _cli(["buffer", "inspect", str(run)], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -274,6 +276,15 @@ def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin,
     assert int(counts["interventions"][0]) >= 20, out.stdout  # the operator's ~30 ticks stored as corrections
     assert counts["online"][2] != "-" and float(counts["online"][2].rstrip("%")) > 0, out.stdout  # the label counted
     assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK  # takeover, hand-back and homing: no jump
+    from robo_async.buffer.lmdb_store import PersistentReplayStore
+
+    store = PersistentReplayStore(run / "replay").open(readonly=True)
+    try:
+        corrections = np.stack([r["action"] for _, r in store.rows("interventions")])
+    finally:
+        store.close()
+    # the corrections are the leader arm's pose (the buttons' device would sway around its home)
+    assert np.abs(corrections - leader_q).max(-1).min() < 0.02, corrections[-3:]
 
 
 def test_a_pulled_cable_mid_run_loses_the_arm_and_the_job_takes_it_back_when_the_port_returns(twin, tmp_path):
@@ -381,3 +392,22 @@ def test_a_leader_whose_servos_do_not_match_its_calibration_file_is_refused(twin
     (leader,) = make_teleops(args, make_safe_robot(args))
     with pytest.raises(RobotError, match="teleop .*not calibrated.*lerobot-calibrate --teleop.type=so101_leader"):
         leader.connect()
+
+
+def test_a_twin_started_again_in_the_same_directory_is_found_by_its_own_description(tmp_path):
+    """A twin's `twin.json` names its process; a second twin in the same directory (the first one's
+    description left behind, as a killed twin leaves it) is waited for, not mistaken for the first."""
+    from tests.hardware.conftest import RunningTwin
+
+    first = RunningTwin(tmp_path / "twin")
+    first_info = first.info
+    first.proc.kill()  # no clean close: its description stays
+    first.proc.wait()
+    assert (tmp_path / "twin" / "twin.json").exists()
+    second = RunningTwin(tmp_path / "twin")
+    try:
+        assert second.info["pid"] == second.proc.pid != first_info["pid"]
+        assert second.state()["plugged"]  # its control socket answers, its bus answered a ping
+    finally:
+        second.close()
+    assert not (tmp_path / "twin" / "twin.json").exists()  # a clean close takes it away
