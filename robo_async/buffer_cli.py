@@ -60,6 +60,28 @@ class _Ticker:
             print(f"  {self.what}: {n:,}", flush=True)
 
 
+def export_target(path: Path, task: str | None = None) -> ImportTarget | None:
+    """What an export of the store at `path` is written for: a run directory's task and robot
+    (its config.yaml), else the task named `task` (its configs/task defaults), else None (rows as stored)."""
+    run_cfg = Path(path) / "config.yaml"
+    if run_cfg.exists():
+        import yaml
+
+        from robo_async.launch.tasks import import_target, task_args
+
+        cfg = yaml.safe_load(run_cfg.read_text())
+        return import_target(task_args(dict(cfg["task"]), dict(cfg["robot"]) if cfg.get("robot") else None))
+    return named_task_target(task) if task is not None else None
+
+
+def named_task_target(name: str) -> ImportTarget:
+    """The units target of the task `name` as configured (configs/task/<name>.yaml), in the simulator."""
+    from robo_async.config import compose_config
+    from robo_async.launch.tasks import import_target, task_args
+
+    return import_target(task_args(dict(compose_config([f"task={name}"]).task)))
+
+
 def _target(resolve: Callable[[], ImportTarget | None]) -> ImportTarget | None:
     """A task's units target (`resolve()`), its config errors as one line."""
     from robo_async.launch.tasks import ConfigError
@@ -128,7 +150,7 @@ def main(args: list[str]) -> int:
                 raise UserError(f"export format '{kv['format']}' unknown; formats: lerobot")
             if "out" not in kv:
                 raise UserError("buffer export needs out=<new directory>")
-            target = _target(lambda: tools.export_target(path, kv.get("task")))
+            target = _target(lambda: export_target(path, kv.get("task")))
             eps, frames = tools.export(path, Path(kv["out"]), kv.get("table", "online"), kv.get("task"),
                                        int(kv["fps"]) if "fps" in kv else None,
                                        videos=kv.get("videos", "false").lower() in ("1", "true", "yes"),
@@ -148,7 +170,7 @@ def main(args: list[str]) -> int:
                 raise UserError(f"unknown table '{table}'; tables: {list(TABLES)}")
             if "from" not in kv:
                 raise UserError("buffer import needs from=<store or LeRobot dataset>")
-            target = _target(lambda: tools.named_task_target(kv["task"])) if kv.get("task") else None
+            target = _target(lambda: named_task_target(kv["task"])) if kv.get("task") else None
             store = PersistentReplayStore(tools.store_path(path)).open()
             try:
                 n = tools.import_source(store, Path(kv["from"]), table, _Ticker("transitions"), target=target)

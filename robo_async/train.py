@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
+from robo_async.launch.tasks import import_target
 from robo_async.launch.local import RunFailed, RunResult, launch_local
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.schema import TrainConfig, as_dict, typed_config
@@ -156,7 +157,7 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
                                        skip=plan is not None and plan.learner.stale_embeddings == "skip")
         if problem:
             raise UserError(problem)
-        target = import_target(plan) if plan is not None and any(is_lerobot(Path(e["path"])) for e in entries) else None
+        target = import_target(plan.task) if plan is not None and any(is_lerobot(Path(e["path"])) for e in entries) else None
         for e in entries:
             table = e.get("table", "demos")
             try:
@@ -168,17 +169,6 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
                   f"(table now {store.counts[table]:,})", flush=True)
     finally:
         store.close()
-
-
-def import_target(plan):  # type: ignore[no-untyped-def]
-    """What a LeRobotDataset imported into this run must fit (its units converted to, or refused):
-    the run's task, its robot's spec and the ranges the task declares (`dataset_rescales`)."""
-    from robo_async.buffer.lerobot_io import ImportTarget
-    from robo_async.launch.tasks import make_robot
-
-    task = plan.task
-    return ImportTarget.of(task.name if task.robot is None else f"{task.name} on {task.robot['type']}",
-                           make_robot(task))
 
 
 def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:

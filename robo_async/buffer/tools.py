@@ -152,44 +152,10 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
     return added
 
 
-def task_target(task: Mapping[str, object], robot: Mapping[str, object] | None = None) -> ImportTarget:
-    """The units target of a task config (`{name: reach, ...}`) on `robot` (a `robot.*` config, None:
-    the simulator): its robot's spec, as a run's imports get it (`robo_async.train.import_target`).
-    The robot is built, not connected."""
-    from robo_async.launch.tasks import make_robot, task_args
-
-    targs = task_args(dict(task), dict(robot) if robot else None)
-    name = targs.name if targs.robot is None else f"{targs.name} on {targs.robot['type']}"
-    robot_obj = make_robot(targs)
-    try:
-        return ImportTarget.of(name, robot_obj)
-    finally:
-        robot_obj.close()
-
-
-def export_target(path: Path, task: str | None = None) -> ImportTarget | None:
-    """What an export of the store at `path` is written for: a run directory's task and robot
-    (its config.yaml), else the task named `task` (its configs/task defaults), else None (rows as stored)."""
-    run_cfg = Path(path) / "config.yaml"
-    if run_cfg.exists():
-        import yaml
-
-        cfg = yaml.safe_load(run_cfg.read_text())
-        return task_target(cfg["task"], cfg.get("robot"))
-    return named_task_target(task) if task is not None else None
-
-
-def named_task_target(name: str) -> ImportTarget:
-    """The units target of the task `name` as configured (configs/task/<name>.yaml), in the simulator."""
-    from robo_async.config import compose_config
-
-    return task_target(dict(compose_config([f"task={name}"]).task))
-
-
 def export(path: Path, out: Path, table: str = "online", task: str | None = None, fps: int | None = None,
            videos: bool = False, target: ImportTarget | None = None) -> tuple[int, int]:
     """Write `table` of the store at `path` as a LeRobotDataset at `out` (`task` and `fps` from the run's
-    config.yaml when not given); with `target` (the rows' task, e.g. `export_target`) joint positions in
+    config.yaml when not given); with `target` (the rows' task: `robo_async.launch.tasks.import_target`) joint positions in
     LeRobot's names and units (see `lerobot_io`). Returns (episodes, frames)."""
     from robo_async.buffer.lerobot_io import export_lerobot
 

@@ -151,7 +151,7 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
         except (TypeError, ValueError) as e:
             raise ConfigError(str(e)) from None
     else:
-        from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+        from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
 
         from hardware.lerobot_adapter import set_bus_timeout
 
@@ -243,3 +243,16 @@ def obs_dims(spec: RobotSpec, keys: tuple[str, ...]) -> tuple[int, ...]:
         raise ConfigError(f"policy.obs_keys {missing} are not observations of {spec.name}; "
                           f"it has {sorted(dims)}")
     return tuple(dims[k] for k in keys)
+
+
+def import_target(args: TaskArgs):  # noqa: ANN201 - robo_async.buffer.lerobot_io.ImportTarget
+    """What a LeRobotDataset imported for this task must fit, and what an export of its rows is
+    written for (LeRobot's units converted to and from, or refused): the task's name, its robot's
+    spec and the ranges the task declares (`dataset_rescales`). The robot is built, not connected."""
+    from robo_async.buffer.lerobot_io import ImportTarget
+
+    robot = make_robot(args)
+    try:
+        return ImportTarget.of(args.name if args.robot is None else f"{args.name} on {args.robot['type']}", robot)
+    finally:
+        robot.close()

@@ -6,7 +6,7 @@ import pytest
 
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
-from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
 from policies.scripted import ScriptedPolicy
 from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig

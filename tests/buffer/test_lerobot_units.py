@@ -2,7 +2,6 @@
 motor names) or the task declares the mapping (gym_hil's gripper command), refused in one line
 where they do not fit; never imported as they are."""
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -164,7 +163,7 @@ def test_degrees_without_a_task_or_without_names_are_refused(tmp_path, reach):
 def test_a_run_imports_into_its_tasks_target():
     """`buffer.imports` of a run: the run's task, its spec and its declared ranges (robo_async.train)."""
     from robo_async.launch.tasks import task_args
-    from robo_async.train import import_target
+    from robo_async.launch.tasks import import_target
 
-    target = import_target(SimpleNamespace(task=task_args({"name": "gym_hil"})))
+    target = import_target(task_args({"name": "gym_hil"}))
     assert target.task == "gym_hil" and target.rescales == (GRIPPER_STATE,) and target.spec.action_dim == 4

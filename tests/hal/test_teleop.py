@@ -4,7 +4,7 @@ import numpy as np
 
 from hal.safety import SafeRobot
 from hal.teleop import TeleopEventKind, poll_events
-from hardware.lerobot_adapter import LeRobotTeleop, make_lerobot_teleop_device
+from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
 from sim import ReachTask, SimRobot
 
 

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -138,9 +137,9 @@ def lerobot_record(twin, root: Path, fps: int = 20, episodes: int = 2, seconds: 
 def reach_target():
     """What `robo-async train task=reach buffer.imports=[...]` converts a LeRobotDataset to."""
     from robo_async.launch.tasks import task_args
-    from robo_async.train import import_target
+    from robo_async.launch.tasks import import_target
 
-    return import_target(SimpleNamespace(task=task_args({"name": "reach"})))
+    return import_target(task_args({"name": "reach"}))
 
 
 @pytest.mark.timeout(300)  # LeRobot's start under a loaded suite

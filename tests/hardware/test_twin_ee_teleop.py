@@ -19,7 +19,7 @@ from tests.hal.test_gamepad import INTERVENE, Pad, pygame
 TICK = 2 * np.pi / 4096  # one encoder tick (rad): LeRobot sends goals as whole ticks
 CAP = 0.05  # rad per tick at the servos: the safety layer's cap (and the IK's own, `max_joint_step`)
 BENT = [0.0, 0.3, 1.2, 1.2, 0.0, 0.5]  # rad: the end effector ~(0.22, 0, 0.10) m, well inside its reach
-ESTOP_BUTTON = 2  # B (hardware.lerobot_adapter's binding)
+ESTOP_BUTTON = 2  # B (hardware.lerobot_teleop's binding)
 
 
 class Key(enum.Enum):
