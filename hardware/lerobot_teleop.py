@@ -60,7 +60,10 @@ class LeRobotTeleop(Teleop):
                  joint_high: tuple[float, ...] = SO_ARM_LIMITS[1], kind: str = "") -> None:
         self.device = device
         self.kind = kind  # the LeRobot type asked for (its config may carry another registered name)
-        feats = device.action_features
+        try:
+            feats = device.action_features
+        except AttributeError:  # LeRobot 0.6's plain `keyboard` names an arm it does not have: keys only
+            feats = {}
         keys = [k for k, t in feats.items() if t is float and k.endswith(".pos")]
         self._units = LeRobotUnits(keys, joint_low, joint_high) if keys else None
         names = feats.get("names") if isinstance(feats.get("names"), dict) else feats
@@ -126,8 +129,6 @@ class LeRobotTeleop(Teleop):
             raise self._lost(e) from None
 
     def events(self) -> list[TeleopEvent]:
-        if not hasattr(self.device, "get_teleop_events"):
-            return []
         # our keys: a tap (pressed and released since the last tick) is only in the listener's queue,
         # which get_action drains; a held key reaches the queue of "other keys", which LeRobot's
         # events empty: look in both, before each is drained
@@ -136,8 +137,8 @@ class LeRobotTeleop(Teleop):
             self._ee_tick = self._read_ee()
         ours.update(self._keys_in(getattr(self.device, "misc_keys_queue", None)))
         ours.update(self._pad_buttons())
-        try:
-            polled = self.device.get_teleop_events()
+        try:  # (LeRobot's plain `keyboard` has no events of its own: our keys still count)
+            polled = self.device.get_teleop_events() if hasattr(self.device, "get_teleop_events") else {}
         except (*BUS_ERRORS, RuntimeError) as e:  # a gamepad unplugged raises pygame.error
             raise self._lost(e) from None
         raw = {str(getattr(k, "value", k)): v for k, v in polled.items()}

@@ -206,3 +206,32 @@ def test_the_keyboards_estop_keys_latch_the_estop_within_the_tick(twin, keyboard
         assert_stopped_in_tick_13(robot, seen)
     finally:
         robot.close()
+
+
+def test_lerobots_plain_keyboard_has_the_estop_and_ready_keys_too(keyboard):
+    """LeRobot's plain `keyboard` teleop has no events of its own (no get_teleop_events) and, in
+    LeRobot 0.6, action features that fail (they name an arm it lacks): it is a keys-only device
+    here, the e-stop (space, e) and the scene-reset key (n) read from its listener's queue."""
+    from hal.teleop import TeleopEventKind
+    from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
+
+    device = make_lerobot_teleop_device({"type": "keyboard", "id": "k"})
+    assert not hasattr(device, "get_teleop_events")
+    teleop = LeRobotTeleop(device, kind="keyboard")
+    assert teleop.action_dim is None
+    device.listener = keyboard.Listener()  # connected (pynput's listener needs a desktop session)
+    try:
+        assert teleop.events() == []
+        device._on_press(types_key(" "))
+        assert [e.kind for e in teleop.events()] == [TeleopEventKind.ESTOP]
+        device.get_action()  # drains the listener's queue, as each tick does
+        device._on_press(types_key("n"))
+        assert [e.kind for e in teleop.events()] == [TeleopEventKind.READY]
+    finally:
+        teleop.close()
+
+
+def types_key(char: str):  # noqa: ANN201 - a pynput KeyCode stand-in
+    import types
+
+    return types.SimpleNamespace(char=char)
