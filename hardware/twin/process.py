@@ -52,15 +52,19 @@ class TwinProcess:
             self.proc = subprocess.Popen([sys.executable, "-m", "hardware.twin", "so101", f"dir={self.root}",
                                           "leader=true", f"camera={str(self.camera).lower()}"],
                                          stdout=log_file, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout_s
-        while (info := self._description()) is None:  # this child's (a twin.json left in `root` is not)
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the twin did not start: {(self.root / 'twin.log').read_text()}")
-            time.sleep(0.05)
-        self.info = info
-        self._control = TwinControl(self.info["control"])
-        for arm in self.info["arms"].values():
-            ping_until_answered(arm["port"], max(1.0, deadline - time.monotonic()))
+        try:
+            deadline = time.monotonic() + timeout_s
+            while (info := self._description()) is None:  # this child's (a twin.json left in `root` is not)
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the twin did not start: {(self.root / 'twin.log').read_text()}")
+                time.sleep(0.05)
+            self.info = info
+            self._control = TwinControl(self.info["control"])
+            for arm in self.info["arms"].values():
+                ping_until_answered(arm["port"], max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.close()  # no twin left running behind a failed start
+            raise
         return self
 
     def _description(self) -> dict | None:
