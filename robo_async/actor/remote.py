@@ -39,7 +39,8 @@ from robo_async.actor.inference import LatencyTracker
 from robo_async.buffer.codec import encode_image
 from robo_async.transport.robot_spec import spec_difference, spec_json
 from robo_async.transport.stats import ActorStats
-from robo_async.transport.wire import ChunkReply, Frames, InferRequest, WireError, decode, encode
+from robo_async.transport.wire import (MAX_FRAMES, ChunkReply, Frames, InferRequest, WireError, decode, encode,
+                                       recv_frames)
 
 log = logging.getLogger(__name__)
 Secure = Callable[[zmq.Socket], None]
@@ -212,7 +213,7 @@ class RemotePolicy(Policy):
             while (left := retry_at - time.monotonic()) > 0:
                 if not sock.poll(int(left * 1000) + 1):
                     break
-                reply = self._read(sock.recv_multipart(copy=False))
+                reply = self._read_one(sock)
                 if reply is None:
                     continue
                 if reply.req != req.req:  # a late duplicate, or the answer to a request given up on
@@ -224,6 +225,20 @@ class RemotePolicy(Policy):
                 return reply
         raise ServerUnavailable(f"policy server {self.address}: no answer in {give_up_s:.1f} s ({tries} tries)")
 
+    def _read_one(self, sock: zmq.Socket) -> ChunkReply | None:
+        """The next reply from `sock` (at most MAX_FRAMES parts), or None for a malformed one."""
+        try:
+            frames = recv_frames(sock, max_frames=MAX_FRAMES + 1)
+        except WireError as e:
+            return self._bad(e)
+        return self._read(frames)
+
+    def _bad(self, e: Exception) -> None:
+        self.malformed += 1
+        if self.malformed <= 20 or self.malformed % 1000 == 0:
+            log.warning("actor %d: dropped a malformed reply from the policy server (%d so far): %s",
+                        self.actor_id, self.malformed, e)
+
     def _read(self, frames: list[zmq.Frame]) -> ChunkReply | None:
         try:
             if not frames or len(frames[0].buffer) != 0:
@@ -233,11 +248,7 @@ class RemotePolicy(Policy):
                 raise WireError(f"a {msg.kind} message where a chunk was expected")
             return msg
         except WireError as e:
-            self.malformed += 1
-            if self.malformed <= 20 or self.malformed % 1000 == 0:
-                log.warning("actor %d: dropped a malformed reply from the policy server (%d so far): %s",
-                            self.actor_id, self.malformed, e)
-            return None
+            return self._bad(e)
 
     def stats(self) -> ActorStats:
         """The heartbeat's policy-server figures: round trips, re-requests, dropped and refused replies."""

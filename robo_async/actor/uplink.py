@@ -226,7 +226,10 @@ class Uplink:
 
     @staticmethod
     def _decode(value: bytes) -> TransitionBatch:
-        frames = msgpack.unpackb(value, raw=False)
+        try:
+            frames = msgpack.unpackb(value, raw=False)
+        except Exception as e:  # noqa: BLE001 - msgpack raises several types for a damaged entry
+            raise WireError(f"journal entry is not msgpack: {type(e).__name__}") from None
         msg = decode(frames) if isinstance(frames, list) else None
         if not isinstance(msg, TransitionBatch):
             raise WireError("journal entry is not a transition batch")

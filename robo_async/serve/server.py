@@ -35,9 +35,11 @@ from policies.base import ChunkRequest, Policy, WeightsMismatch, check_architect
 from robo_async.transport.channels import WeightClient, bind
 from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
 from robo_async.transport.robot_spec import spec_difference, spec_json
-from robo_async.transport.wire import ChunkReply, Frames, InferRequest, WireError, decode, encode
+from robo_async.transport.wire import (MAX_FRAMES, ChunkReply, Frames, InferRequest, WireError, decode, encode,
+                                       recv_frames)
 
 log = logging.getLogger(__name__)
+ENVELOPE_FRAMES = 8  # a ROUTER's routing frames before the empty delimiter (one per hop: proxies)
 
 
 def _decoded(msg: InferRequest) -> InferRequest:
@@ -184,7 +186,7 @@ class PolicyServer:
                     asked = {m.actor_id for _, m in batch}
                     if left <= 0 or not batch or self._active.keys() <= asked or not sock.poll(int(left * 1000) + 1):
                         break
-                item = self._receive(sock.recv_multipart(copy=False))
+                item = self._receive_one(sock)
                 if item is not None:
                     batch.append(item)
             if len(self._active) > len(batch):  # forget actors silent for a second
@@ -192,6 +194,20 @@ class PolicyServer:
                 self._active = {a: t for a, t in self._active.items() if t >= cutoff}
             if batch:
                 self._answer(batch)
+
+    def _receive_one(self, sock: zmq.Socket) -> tuple[list, InferRequest] | None:
+        """The next message from `sock`, taken whole (at most MAX_FRAMES parts past the envelope);
+        whatever it makes fail here is a malformed message, counted with its reason, never the end
+        of the server."""
+        try:
+            return self._receive(recv_frames(sock, max_frames=MAX_FRAMES + ENVELOPE_FRAMES))
+        except WireError as e:
+            return self._malformed(str(e))
+        except zmq.ZMQError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a request our checks let through and the code below did not take
+            log.exception("policy server: a request failed in its handling")
+            return self._malformed(f"{type(e).__name__}: {str(e)[:200]}")
 
     def _receive(self, frames: list[zmq.Frame]) -> tuple[list, InferRequest] | None:
         """(routing envelope, request) for an inference request; hellos are answered here;

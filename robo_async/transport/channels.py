@@ -22,6 +22,7 @@ import zmq
 from robo_async.transport.curve import LearnerAuth, actor_of, owns
 from robo_async.transport.weights import Assembler
 from robo_async.transport.wire import (
+    MAX_FRAMES,
     LearnerStatus,
     Message,
     WeightPart,
@@ -29,6 +30,7 @@ from robo_async.transport.wire import (
     WireError,
     decode,
     encode,
+    recv_frames,
 )
 
 Secure = Callable[[zmq.Socket], None]  # sets a socket's CURVE keys before it binds or connects
@@ -80,6 +82,7 @@ class TransitionReceiver:
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.dropped = 0
+        self.last_dropped = ""  # why the last one was dropped
         self.id_mismatch = 0  # messages under another actor's id than the key they came with
 
     def poll(self, timeout_ms: int = 0, max_messages: int = 64) -> list[Message]:
@@ -90,9 +93,12 @@ class TransitionReceiver:
             return out
         while len(out) < max_messages:
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(self._sock, zmq.NOBLOCK)
             except zmq.Again:
                 break
+            except WireError as e:
+                self._drop(e)
+                continue
             try:
                 msg = decode([f.buffer for f in frames])
                 if self._auth is not None:
@@ -106,10 +112,17 @@ class TransitionReceiver:
                         continue
                 out.append(msg)
             except WireError as e:
-                self.dropped += 1
-                if self.dropped <= 20 or self.dropped % 1000 == 0:  # a flood does not flood the log
-                    log.warning("dropped a malformed message from an actor (%d so far): %s", self.dropped, e)
+                self._drop(e)
+            except Exception as e:  # noqa: BLE001 - a case the checks missed: a refusal, not the learner's end
+                log.exception("a message from an actor failed in its checks")
+                self._drop(WireError(f"{type(e).__name__}: {str(e)[:200]}"))
         return out
+
+    def _drop(self, e: WireError) -> None:
+        self.dropped += 1
+        self.last_dropped = str(e)[:300]
+        if self.dropped <= 20 or self.dropped % 1000 == 0:  # a flood does not flood the log
+            log.warning("dropped a malformed message from an actor (%d so far): %s", self.dropped, e)
 
     def close(self) -> None:
         """Close the socket (what is queued in it is dropped)."""
@@ -208,15 +221,33 @@ class WeightClient:
                 ready = dict((only_weights if wait > 0 else both).poll(timeout_ms))
                 if weights is not None and weights in ready:
                     while weights.poll(0):  # a push's parts: every one now
-                        self._take(weights.recv_multipart(copy=False))
+                        self._take_one(weights)
                 if status in ready:
                     while status.poll(0):
-                        self._take(status.recv_multipart(copy=False))
+                        self._take_one(status)
                     next_status = time.monotonic() + self._every_s
         finally:
             status.close(linger=0)
             if weights is not None:
                 weights.close(linger=0)
+
+    def _take_one(self, sock: zmq.Socket) -> None:
+        """The next message from `sock` (at most MAX_FRAMES parts after the topic); whatever it
+        makes fail is a dropped message with its reason, never the end of this thread."""
+        try:
+            self._take(recv_frames(sock, max_frames=MAX_FRAMES + 1))
+        except WireError as e:
+            self._dropped(e)
+        except zmq.ZMQError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a case the checks missed
+            log.exception("a message from the learner failed in its handling")
+            self._dropped(WireError(f"{type(e).__name__}: {str(e)[:200]}"))
+
+    def _dropped(self, e: WireError) -> None:
+        self.dropped += 1
+        if self.dropped <= 20 or self.dropped % 1000 == 0:
+            log.warning("dropped a malformed message from the learner (%d so far): %s", self.dropped, e)
 
     def _take(self, frames: list[zmq.Frame]) -> None:
         topic = bytes(frames[0].buffer) if frames else b""
@@ -230,9 +261,7 @@ class WeightClient:
             if msg.kind not in kinds:
                 raise WireError(f"a {msg.kind} message under the topic {topic!r}")
         except WireError as e:
-            self.dropped += 1
-            if self.dropped <= 20 or self.dropped % 1000 == 0:
-                log.warning("dropped a malformed message from the learner (%d so far): %s", self.dropped, e)
+            self._dropped(e)
             return
         if isinstance(msg, WeightPart):
             try:

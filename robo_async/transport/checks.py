@@ -8,6 +8,7 @@ finite floats, weight pieces, chunk shapes, an actor's figures).
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -50,6 +51,10 @@ MAX_SPEC = 16_384  # a robot spec's signature (JSON) in a hello
 MAX_HORIZON = 4096  # actions per chunk, ticks of delay
 MAX_ACTION_DIM = 1024
 MAX_NDIM = 8
+MAX_ELEMENTS = 1 << 34  # elements of one array, every dimension counted (a 0 among them too)
+# data frames of one message: the most arrays any kind may list, plus the header (receivers stop
+# reading a message's parts past it, before any is kept: `robo_async.transport.wire.recv_frames`)
+MAX_FRAMES = 1 + max(MAX_ARRAYS.values())
 TRANSITION_COLUMNS = frozenset({"action", "reward", "terminated", "truncated", "policy_version", "success",
                                 "intervention", "policy_action"})
 OBS_PREFIXES = ("obs/", "next_obs/", FINAL_OBS)
@@ -102,10 +107,17 @@ def _all_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))  # finite float32/16 cannot overflow float64
 
 
+_REPR = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, maxstring=40, maxlong=40, maxother=40)
+
+
 def _show(value: object) -> str:
+    """An untrusted value in an error message: bounded in size and depth (never its whole repr)."""
     if value is _MISSING:
         return "missing"
-    text = repr(value)
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - whatever a hostile value does in repr
+        return f"<a {type(value).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -349,10 +361,24 @@ _PLAIN: dict[str, Callable[[Header, Arrays], Message]] = {
 
 
 def decode(frames: Sequence[bytes | memoryview]) -> Message:
-    """Parse and validate a multipart message; raises WireError on anything malformed: the header
-    (msgpack, at most MAX_HEADER_BYTES, only the kind's known keys, every field's type and range),
-    the array specs (names, dtypes, shapes, byte sizes, counts) and, for transitions, the columns
-    (known names, dtypes, finite floats)."""
+    """Parse and validate a multipart message; raises WireError on anything malformed (and only
+    WireError: any other exception a hostile message provokes in the checks is one too, named): the
+    header (msgpack, at most MAX_HEADER_BYTES, only the kind's known keys, every field's type and
+    range), the array specs (names, dtypes, shapes, byte sizes, counts) and, for transitions, the
+    columns (known names, dtypes, finite floats)."""
+    try:
+        return _decode(frames)
+    except WireError:
+        raise
+    except (RecursionError, MemoryError) as e:
+        raise WireError(f"message refused: {type(e).__name__}") from None
+    except Exception as e:  # noqa: BLE001 - a case the checks above missed: still only a refusal
+        raise WireError(f"malformed message ({type(e).__name__}: {_show(str(e))})") from None
+
+
+def _decode(frames: Sequence[bytes | memoryview]) -> Message:
+    if len(frames) > MAX_FRAMES:
+        raise WireError(f"message of {len(frames)} frames; at most {MAX_FRAMES}")
     if not frames:
         raise WireError("empty message")
     head = memoryview(frames[0])
@@ -404,8 +430,10 @@ def _arrays(specs: list[object], frames: Sequence[bytes | memoryview]) -> dict[s
         if type(dtype) is not str or dtype not in DTYPES:
             raise WireError(f"array '{name}' has dtype {_show(dtype)}; allowed: {sorted(DTYPES)}")
         if not (isinstance(shape, list) and len(shape) <= MAX_NDIM
-                and all(type(d) is int and 0 <= d <= 1 << 40 for d in shape)):
-            raise WireError(f"array '{name}' has bad shape {_show(shape)}")
+                and all(type(d) is int and 0 <= d <= MAX_ELEMENTS for d in shape)
+                and math.prod(max(d, 1) for d in shape) <= MAX_ELEMENTS):
+            raise WireError(f"array '{name}' has bad shape {_show(shape)} (at most {MAX_NDIM} dimensions, "
+                            f"{MAX_ELEMENTS} elements counting each dimension)")
         buf = memoryview(frame)
         expected = math.prod(shape) * _ITEMSIZE[dtype]  # exact (Python ints), no numpy call per array
         if buf.nbytes != expected:

@@ -18,12 +18,14 @@ from collections.abc import Mapping
 
 import msgpack
 import numpy as np
+import zmq
 
 from robo_async.transport.checks import (
     EPISODE_LABELS,
     MAX_ACTOR_ID,
     MAX_COUNT,
     MAX_FIGURE,
+    MAX_FRAMES,
     actor_stats,
     decode,
 )
@@ -56,7 +58,8 @@ __all__ = [
     "DTYPES", "EPISODE_LABELS", "FINAL_OBS", "KINDS", "MAX_ACTOR_ID", "MAX_COUNT", "MAX_FIGURE", "OPERATOR",
     "POLICY", "SCHEMA", "TAKEOVER", "ActorStats", "ChunkReply", "EpisodeStats", "Frames", "Heartbeat",
     "InferRequest", "LearnerStatus", "Message", "TransitionBatch", "WeightPart", "Weights", "WireError",
-    "actor_stats", "decode", "encode", "expand_next_obs", "is_image_column", "standard_columns",
+    "MAX_FRAMES", "actor_stats", "decode", "encode", "expand_next_obs", "is_image_column", "recv_frames",
+    "standard_columns",
 ]
 
 _DTYPE_NAMES = {np.dtype(n): n for n in DTYPES}
@@ -112,3 +115,20 @@ def encode(msg: Message) -> list[bytes | memoryview]:
                      version=msg.version, architecture=msg.architecture, error=msg.error, horizon=msg.horizon,
                      spec=msg.spec, infer_us=msg.infer_us, batch=msg.batch)
     raise WireError(f"cannot encode {type(msg).__name__}")
+
+
+def recv_frames(sock: zmq.Socket, flags: int = 0, max_frames: int = MAX_FRAMES) -> list[zmq.Frame]:
+    """One multipart message from `sock` (zero-copy frames), its parts taken one at a time: a
+    message of more than `max_frames` parts is read to its end and refused (`WireError`) without
+    its parts being kept (a hostile peer's millions of empty frames are never a Python list).
+    `zmq.Again` as `recv` raises it (flags=zmq.NOBLOCK and nothing queued)."""
+    frames = [sock.recv(flags, copy=False)]
+    while frames[-1].more:
+        if len(frames) >= max_frames:
+            n = len(frames)
+            while sock.getsockopt(zmq.RCVMORE):
+                sock.recv()  # the rest of the message, dropped part by part
+                n += 1
+            raise WireError(f"message of {n} frames; at most {max_frames}")
+        frames.append(sock.recv(copy=False))
+    return frames

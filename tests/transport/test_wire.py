@@ -21,9 +21,9 @@ from robo_async.transport import (
 from robo_async.transport.stats import FIELD_TYPES, HIST_EDGES_MS, ActorStats, histogram
 
 
-def batch(n=4, seq=10):
+def batch(n=4, seq=10, actor=3):
     rng = np.random.default_rng(0)
-    return TransitionBatch(3, seq, {
+    return TransitionBatch(actor, seq, {
         "obs/state": rng.normal(size=(n, 6)).astype(np.float32),
         "next_obs/state": rng.normal(size=(n, 6)).astype(np.float32),
         "obs/front": rng.integers(0, 255, size=(n, 8, 8, 3), dtype=np.uint8),
@@ -165,21 +165,83 @@ def test_object_dtype_cannot_be_sent():
         encode(Weights(1, {"x": np.array([object()])}))
 
 
+def _poll_until(rx, n):  # noqa: ANN001, ANN202
+    got = []
+    for _ in range(400):
+        got += rx.poll(timeout_ms=50)
+        if len(got) >= n:
+            break
+    return got
+
+
 def test_socket_roundtrip_and_bad_message_dropped():
     rx = TransitionReceiver("tcp://127.0.0.1:0")
     tx = TransitionSender(rx.address)
     raw = zmq.Context.instance().socket(zmq.PUSH)
     raw.connect(rx.address)
     raw.send_multipart([b"not msgpack \xc1"])
+    raw.send_multipart([bytes(f) for f in encode(batch(2, seq=0, actor=1))])  # after the bad one, on its socket
     assert tx.send(batch(5, seq=0))
-    got = []
-    for _ in range(100):
-        got += rx.poll(timeout_ms=50)
-        if got:
-            break
-    assert len(got) == 1 and got[0].count == 5
-    assert rx.dropped == 1
+    got = _poll_until(rx, 2)
+    assert sorted(b.count for b in got) == [2, 5]
+    assert rx.dropped == 1  # the sentinel behind it on the same connection arrived: it was processed
     raw.close(0)
+    tx.close()
+    rx.close()
+
+
+def test_recv_frames_reads_a_message_of_too_many_parts_to_its_end_and_refuses_it():
+    from robo_async.transport.wire import recv_frames
+
+    ctx = zmq.Context.instance()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://too-many")
+    b.connect("inproc://too-many")
+    a.send_multipart([b"h"] + [b"x"] * 9)  # 10 parts
+    a.send_multipart([b"next", b"1"])
+    with pytest.raises(WireError, match="message of 10 frames; at most 4"):
+        recv_frames(b, max_frames=4)
+    assert [bytes(f.buffer) for f in recv_frames(b, max_frames=4)] == [b"next", b"1"]  # nothing left over
+    a.close(0)
+    b.close(0)
+
+
+def test_a_message_of_too_many_parts_is_refused_and_the_next_arrives():
+    from robo_async.transport.wire import MAX_FRAMES
+
+    rx = TransitionReceiver("tcp://127.0.0.1:0")
+    raw = zmq.Context.instance().socket(zmq.PUSH)
+    raw.connect(rx.address)
+    good = [bytes(f) for f in encode(batch(3, seq=0))]
+    raw.send_multipart([good[0]] + [b""] * (MAX_FRAMES + 5))
+    raw.send_multipart(good)
+    got = _poll_until(rx, 1)
+    assert [b.count for b in got] == [3] and rx.dropped == 1
+    assert f"{MAX_FRAMES + 6} frames" in rx.last_dropped
+    raw.close(0)
+    rx.close()
+
+
+def test_anything_a_receivers_checks_raise_is_a_dropped_message(monkeypatch):
+    """Containment behind `decode`: an exception other than WireError (a case the checks missed)
+    drops that message, counted with its reason; the receiver goes on."""
+    import robo_async.transport.channels as channels
+
+    rx = TransitionReceiver("tcp://127.0.0.1:0")
+    tx = TransitionSender(rx.address)
+    real = channels.decode
+    calls = []
+
+    def flaky(frames):  # noqa: ANN001, ANN202
+        calls.append(1)
+        if len(calls) == 1:
+            raise IndexError("a check that was missed")
+        return real(frames)
+
+    monkeypatch.setattr(channels, "decode", flaky)
+    assert tx.send(batch(2, seq=0)) and tx.send(batch(3, seq=2))
+    got = _poll_until(rx, 1)
+    assert [b.count for b in got] == [3] and rx.dropped == 1 and "IndexError" in rx.last_dropped
     tx.close()
     rx.close()
 
