@@ -45,6 +45,22 @@ from robo_async.transport.stats import ActorStats, Figure, histogram
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
+
+
+def _nonfinite(obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], reward: float,
+               applied: np.ndarray) -> str | None:
+    """The first part of a row that is not finite (NaN or infinity), named; None when all are.
+    Integer columns (camera frames) cannot be."""
+    if not math.isfinite(reward):
+        return "the reward"
+    if not np.all(np.isfinite(applied)):
+        return "the action"
+    for prefix, o in (("observation", obs), ("next observation", next_obs)):
+        for k, v in o.items():
+            a = np.asarray(v)
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                return f"the {prefix} '{k}'"
+    return None
 REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (see ControlLoop.run)
 
 
@@ -194,6 +210,7 @@ class ControlLoop:
         self.tick = 0
         self.env_steps = 0
         self.episodes = config.start_episode  # finished (and skipped) episodes, numbered on from start_episode
+        self.nonfinite = 0  # rows not kept (and policy actions replaced) for a NaN or infinity
         self._next_episode = config.start_episode  # the number the next reset gives its episode
         self.versions_seen: list[int] = []
         self._rng = np.random.default_rng(config.seed)
@@ -294,7 +311,7 @@ class ControlLoop:
             clipped_accel=sum(st.clipped_accel for st in sts),
             max_step_rad=round(max(min(st.max_step_seen, 1e6) for st in sts), 6),
             watchdog_holds=sum(st.watchdog_holds for st in sts), torque_offs=sum(st.torque_offs for st in sts),
-            stops=sum(st.stops for st in sts),
+            stops=sum(st.stops for st in sts), nonfinite=self.nonfinite,
             late_p99_ms=round(self.lateness.percentile_ms(99), 3), missed_ticks=self.lateness.missed,
             late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist") if self.lateness.samples else None,
             guide_ticks=self.guide_ticks if self.guide is not None else None,
@@ -455,8 +472,20 @@ class ControlLoop:
                 truncated = (ln.length >= cfg.episode_ticks or label is not None or out.truncated) and not terminated
                 if policy_action is not None:  # what the policy would have done, inside the robot's limits
                     policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
-                ln.sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,
-                            intervention=intervention, policy_action=policy_action)
+                    if not np.all(np.isfinite(policy_action)):  # a policy's NaN: not what the row keeps
+                        policy_action = applied
+                        self.nonfinite += 1
+                cut = _nonfinite(obs, next_obs, reward, applied)
+                if cut is None:
+                    ln.sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,
+                                intervention=intervention, policy_action=policy_action)
+                else:  # nothing non-finite is sent (the learner would refuse it): the episode ends here
+                    self.nonfinite += 1
+                    if self.nonfinite <= 20 or self.nonfinite % 1000 == 0:
+                        log.warning("actor %d: %s is not finite (NaN or inf) at tick %d of episode %d: the row is "
+                                    "not kept and the episode ends (%d so far)", ln.actor_id, cut, ln.length - 1,
+                                    ln.episode, self.nonfinite)
+                    reward, truncated = 0.0, True
                 if self._observer is not None:
                     self._observer(TickInfo(self.tick, ln.length - 1, ln.episode, action, applied, chosen_at, lateness,
                                             runner.schedule.popped_obs_tick if runner is not None else -1,

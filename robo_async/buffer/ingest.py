@@ -39,6 +39,9 @@ class Pending:
     nbytes: int = 0  # its size in the queue (backpressure)
     enqueued: float = field(default_factory=time.monotonic)
     decoded: dict[str, np.ndarray] = field(default_factory=dict)  # frames that came encoded, for the cache
+    # > 0: not rows but a refused range (`PersistentReplayStore.refuse`): seqs batch.seq ..
+    # batch.seq + refused - 1 are passed over (counted, never stored) once all before them are
+    refused: int = 0
 
 
 class Prepared(NamedTuple):
@@ -160,7 +163,7 @@ def next_group(item: Pending, pending: queue.Queue[Pending | None], prepare: Cal
     return group, taken, nbytes, last
 
 
-def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema, group: list[Prepared], counts: dict[str, int],
+def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema | None, group: list[Prepared], counts: dict[str, int],
                 committed_hw: Mapping[int, int]) -> tuple[dict[int, int], list[tuple[Pending, int]], int]:
     """Write a group's frames and records (online rows an operator drove mirrored into
     interventions), the new counts (updated in `counts`) and high-water marks, in `txn`.
@@ -176,6 +179,13 @@ def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema, group: list[P
         if b.seq + skip != hw.get(b.actor_id, committed_hw.get(b.actor_id, 0)):
             gaps += 1
             continue
+        if item.refused:  # a refused range: the stream goes on after it (kept for a rebuild, below)
+            hw[b.actor_id] = b.seq + item.refused
+            txn.put(f"refused:{b.actor_id}".encode(), index_key(b.seq + item.refused), db=h.dbs["meta"])
+            key = b"rows_refused"
+            txn.put(key, index_key(read_int(txn.get(key, db=h.dbs["meta"])) + item.refused), db=h.dbs["meta"])
+            continue
+        assert schema is not None  # rows come after the store took its schema from the first batch
         kept.append((item, skip))
         for k, fut in futures.items():
             txn.put(k, fut.result(), db=h.dbs["img"])

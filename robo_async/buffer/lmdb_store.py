@@ -69,6 +69,7 @@ class PersistentReplayStore(ReplayStore):
         self.write_errors = 0
         self.last_error: str | None = None
         self.out_of_order = 0  # batches that skipped ahead of an actor's high-water mark (resent later)
+        self.rows_refused = 0  # transitions refused and passed over (`refuse`), over the store's life
         self.corrupt_records = 0
         self.thread_error: str | None = None  # what killed a writer/committer/pager thread
         self.repaired: list[str] = []  # what recovery fixed, for logs and `buffer inspect`
@@ -174,7 +175,7 @@ class PersistentReplayStore(ReplayStore):
     def recover(self) -> None:
         """Read the schema and counts, repair a damaged tail, rebuild the high-water marks (recovery.py)."""
         assert self._h is not None
-        schema, hw = read_meta(self._h, self.path, on_other=self.retention.load)  # first:, ev:, pm:
+        schema, hw = read_meta(self._h, self.path, on_other=self._meta_entry)  # first:, ev:, pm:, rows_refused
         if schema is not None:
             self._set_schema(schema, write=False)
         self._committed_hw = dict(hw)
@@ -190,6 +191,12 @@ class PersistentReplayStore(ReplayStore):
         if self.repaired:
             self._committed_hw = rebuild_high_water(self._h, not self._readonly)
         self._accepted_hw = dict(self._committed_hw)
+
+    def _meta_entry(self, key: bytes, value: bytes) -> None:
+        if key == b"rows_refused":
+            self.rows_refused = read_int(value)
+        else:
+            self.retention.load(key, value)
 
     def _set_schema(self, schema: Schema, write: bool = True) -> None:
         self.schema = schema
@@ -248,6 +255,28 @@ class PersistentReplayStore(ReplayStore):
             self._queued_bytes += nbytes
         self._queue.put(Pending(table, batch, nbytes, decoded=decoded))
         return new
+
+    def refuse(self, actor_id: int, seq: int, count: int, reason: str) -> int:
+        """Pass over seqs `seq .. seq+count-1` of `actor_id`'s stream, which this store will never
+        take (a batch refused for what it holds): its stream goes on after them instead of waiting
+        for them forever. Only the next range the stream expects is passed over (a later one comes
+        round again once the batches before it arrive). The rows are counted (`rows_refused`,
+        durable) and named in the log; once committed, the ack moves past them and the actor lets
+        the batch go. Returns the rows passed over (0: not the next range)."""
+        if self._readonly:
+            raise ReplayError(f"replay store {self.path} is open read-only")
+        self.check()
+        with self._lock:
+            if self._accepted_hw.get(actor_id, 0) != seq or count <= 0:
+                return 0
+            self._accepted_hw[actor_id] = seq + count
+            self._outstanding += 1
+        marker = TransitionBatch(actor_id, seq, {"reward": np.zeros(0, np.float32)})
+        self._queue.put(Pending("online", marker, 0, refused=count))
+        self.rows_refused += count
+        log.error("replay store %s: actor %d's transitions %d..%d refused and passed over (%s); %d rows refused "
+                  "so far", self.path, actor_id, seq, seq + count - 1, reason[:300], self.rows_refused)
+        return count
 
     def ack(self, actor_id: int) -> int:
         """Next seq expected from `actor_id`: everything below it is committed (durable)."""
@@ -337,6 +366,11 @@ class PersistentReplayStore(ReplayStore):
         """Trim what is already stored or grouped; encode the frames that are new. None if nothing is new."""
         group_hw = self._writer_hw
         b = item.batch
+        if item.refused:  # a refused range: it follows what is grouped, or it is moot
+            if group_hw.get(b.actor_id, 0) != b.seq:
+                return None
+            group_hw[b.actor_id] = b.seq + item.refused
+            return Prepared(item, 0, {}, {})
         skip = group_hw.get(b.actor_id, 0) - b.seq
         if skip < 0 or skip >= b.count:
             if skip < 0:
@@ -351,7 +385,7 @@ class PersistentReplayStore(ReplayStore):
                         | {k: Encoders.ready(blob) for k, blob in blobs.items()})
 
     def _commit(self, group: list[Prepared]) -> None:
-        assert self._h is not None and self.schema is not None
+        assert self._h is not None  # (no schema yet when all the store has seen is a refused range)
         counts = dict(self.counts)
         try:
             with self._h.env.begin(write=True) as txn:

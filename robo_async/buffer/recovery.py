@@ -86,6 +86,13 @@ def rebuild_high_water(h: Handles, writable: bool) -> dict[int, int]:
                 except Exception:
                     continue
                 hw[a] = max(hw.get(a, 0), s + 1)
+        cur = txn.cursor(db=h.dbs["meta"])  # ranges refused and passed over (no rows of theirs)
+        if cur.set_range(b"refused:"):
+            for k, v in cur:
+                if not k.startswith(b"refused:"):
+                    break
+                a = int(k[len(b"refused:"):])
+                hw[a] = max(hw.get(a, 0), read_int(v))
         if writable:
             with h.env.begin(write=True) as w:
                 for a, s in hw.items():

@@ -11,12 +11,15 @@ The learner uses it like this::
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from robo_async.transport.wire import Frames, TransitionBatch, WireError, expand_next_obs, standard_columns
+
+log = logging.getLogger(__name__)
 
 
 class ReplayError(ValueError):
@@ -44,6 +47,12 @@ class ReplayStore(abc.ABC):
         `TableCache.sample_windows`, less the `exclude`d observation columns); None while no complete window is held, and always None for
         a store that keeps no episode order (the default)."""
         return None
+
+    @abc.abstractmethod
+    def refuse(self, actor_id: int, seq: int, count: int, reason: str) -> int:
+        """Pass over seqs `seq .. seq+count-1` of `actor_id`'s stream (a batch refused for what it
+        holds) if they are the next it expects: the stream goes on after them, the rows counted
+        (`rows_refused`) and named in the log. Returns the rows passed over (0: not the next range)."""
 
     @abc.abstractmethod
     def ack(self, actor_id: int) -> int:
@@ -78,6 +87,7 @@ class InMemoryReplayStore(ReplayStore):
         self._size = 0
         self._next = 0
         self._hw: dict[int, int] = {}
+        self.rows_refused = 0
 
     def _allocate(self, arrays: Mapping[str, np.ndarray]) -> None:
         self._cols = {k: np.zeros((self.capacity, *a.shape[1:]), a.dtype) for k, a in arrays.items()}
@@ -135,6 +145,15 @@ class InMemoryReplayStore(ReplayStore):
     def can_sample(self, table: str = "online") -> bool:
         """Whether the store holds rows (it has only the `online` table)."""
         return table == "online" and self._size > 0
+
+    def refuse(self, actor_id: int, seq: int, count: int, reason: str) -> int:
+        if self._hw.get(actor_id, 0) != seq or count <= 0:
+            return 0
+        self._hw[actor_id] = seq + count
+        self.rows_refused += count
+        log.error("actor %d's transitions %d..%d refused and passed over (%s)", actor_id, seq, seq + count - 1,
+                  reason[:300])
+        return count
 
     def ack(self, actor_id: int) -> int:
         return self._hw.get(actor_id, 0)

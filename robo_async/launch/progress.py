@@ -27,7 +27,14 @@ def _fmt(p: dict[str, float]) -> dict[str, str]:
         **({"control": "operator" if p.get("hil/in_control", 0) else "policy",
             "operator": f"{p.get('hil/intervention_rate', 0):.0%} ({int(p.get('hil/operator_ticks', 0)):,} ticks)"}
            if "hil/operator_ticks" in p else {}),
+        # what was not kept, shown once there is any: a robot's or policy's NaN, malformed messages,
+        # rows the learner refused (each named in the learner's log)
+        **{label: f"{int(p[key]):,}" for key, label in _TROUBLE if p.get(key)},
     }
+
+
+_TROUBLE = (("actors/nonfinite", "non-finite rows"), ("transport/malformed", "malformed msgs"),
+            ("buffer/rows_refused", "rows refused"))
 
 
 class ProgressDisplay:

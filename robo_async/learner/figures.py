@@ -19,6 +19,8 @@ def actor_figures(stats: Sequence[ActorStats]) -> dict[str, float]:
         "actors/resends": sum(s.resends or 0 for s in stats),
         "actors/clipped": sum(s.clipped or 0 for s in stats),
         "actors/estopped": sum(s.estopped or 0 for s in stats),  # held ticks
+        # rows not kept for a NaN or infinity (robot or policy), each ending its episode
+        "actors/nonfinite": sum(s.nonfinite or 0 for s in stats),
         # the safety layer on every robot: what it clipped, held, stopped (docs/guides/real-robot.md)
         "safety/clipped_step": sum(s.clipped_step or 0 for s in stats),
         "safety/clipped_accel": sum(s.clipped_accel or 0 for s in stats),

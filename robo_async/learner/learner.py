@@ -33,7 +33,7 @@ from robo_async.learner.figures import actor_figures, operator_figures
 from robo_async.learner.frames import LatestFrames
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
-from robo_async.transport.channels import TransitionReceiver
+from robo_async.transport.channels import RefusedBatch, TransitionReceiver
 from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
 from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
@@ -312,6 +312,9 @@ class Learner:
                 self.rejected_batches += 1
                 if self.rejected_batches <= 10 or self.rejected_batches % 1000 == 0:
                     log.error("rejected transitions from actor %d (seq %d): %s", msg.actor_id, msg.seq, e)
+                # resent, it would be refused again, and the stream would wait for it forever: passed
+                # over (counted, named), the actor's journal lets it go once the ack moves past it
+                self.store.refuse(msg.actor_id, msg.seq, msg.count, str(e))
                 return
             if n:
                 operated = msg.arrays["intervention"][-n:] > 0
@@ -322,6 +325,9 @@ class Learner:
                 self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
                 while self._pending_corrections and self._pending_corrections[0][1] <= self.newest_actor_version:
                     self.correction_s.append(time.monotonic() - self._pending_corrections.popleft()[0])
+        elif isinstance(msg, RefusedBatch):  # refused for what it holds: its range is passed over
+            self.rejected_batches += 1
+            self.store.refuse(msg.actor_id, msg.seq, msg.count, msg.reason)
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1
@@ -426,6 +432,7 @@ class Learner:
             "buffer/frames_as_sent": self.store.frames_as_sent,  # encoded by actors, stored as they came
             "buffer/frames_encoded": self.store.frames_encoded,  # encoded by the store (raw pixels arrived)
             "buffer/rejected_batches": self.rejected_batches,
+            "buffer/rows_refused": getattr(self.store, "rows_refused", 0),  # passed over, never stored
             "transport/malformed": self._receiver.dropped if self._receiver is not None else 0,
             "transport/refused": self.refused_messages,
             "weights/push_ms": (self._publisher.last_push_s * 1000) if self._publisher is not None else 0.0,

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import zmq
 
@@ -85,10 +86,11 @@ class TransitionReceiver:
         self.last_dropped = ""  # why the last one was dropped
         self.id_mismatch = 0  # messages under another actor's id than the key they came with
 
-    def poll(self, timeout_ms: int = 0, max_messages: int = 64) -> list[Message]:
+    def poll(self, timeout_ms: int = 0, max_messages: int = 64) -> list[Message | RefusedBatch]:
         """The messages that arrived (waiting up to `timeout_ms` for the first), checked; malformed
-        ones (`dropped`) and, with CURVE, ones under another actor's id (`id_mismatch`) left out."""
-        out: list[Message] = []
+        ones (`dropped`) and, with CURVE, ones under another actor's id (`id_mismatch`) left out;
+        transitions refused for their contents as a `RefusedBatch` (their range, for the store)."""
+        out: list[Message | RefusedBatch] = []
         if not self._sock.poll(timeout_ms):
             return out
         while len(out) < max_messages:
@@ -113,6 +115,8 @@ class TransitionReceiver:
                 out.append(msg)
             except WireError as e:
                 self._drop(e)
+                if e.stream is not None and (self._auth is None or owns(actor_of(frames[0]), e.stream[0])):
+                    out.append(RefusedBatch(*e.stream, reason=str(e)))  # its range is passed over
             except Exception as e:  # noqa: BLE001 - a case the checks missed: a refusal, not the learner's end
                 log.exception("a message from an actor failed in its checks")
                 self._drop(WireError(f"{type(e).__name__}: {str(e)[:200]}"))
@@ -127,6 +131,19 @@ class TransitionReceiver:
     def close(self) -> None:
         """Close the socket (what is queued in it is dropped)."""
         self._sock.close(linger=0)
+
+
+@dataclass(frozen=True)
+class RefusedBatch:
+    """Transitions the checks refused for what they hold (a NaN, a column of the wrong type), from
+    a readable header: resent, they would be refused again and their stream would wait for them
+    forever, so the learner passes over their range (`ReplayStore.refuse`), counted and named."""
+
+    actor_id: int
+    seq: int
+    count: int
+    reason: str
+    kind = "refused"
 
 
 class TransitionSender:

@@ -304,11 +304,14 @@ def _transitions(header: Header, arrays: dict[str, np.ndarray | Frames]) -> Tran
     bad = [k for k, a in arrays.items() if a.ndim == 0 or (a.shape[0] != n and not k.startswith(FINAL_OBS))]
     if n <= 0 or bad:
         raise WireError(f"transitions arrays disagree on batch size {n}: {bad}")
-    _check_transition_arrays(arrays)
     actor, seq = _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "seq", 0, MAX_COUNT - n)
-    # camera columns stay encoded (`Frames`, array-like by rows) for the store to keep as they came
-    columns = cast(Arrays, arrays)
-    return TransitionBatch(actor, seq, standard_columns(expand_next_obs(columns)))
+    try:
+        _check_transition_arrays(arrays)
+        # camera columns stay encoded (`Frames`, array-like by rows) for the store to keep as they came
+        columns = cast(Arrays, arrays)
+        return TransitionBatch(actor, seq, standard_columns(expand_next_obs(columns)))
+    except WireError as e:  # the stream's range is known: the learner can pass over it
+        raise WireError(str(e), stream=(actor, seq, n)) from None
 
 
 def _weights(header: Header, arrays: Arrays) -> Weights:

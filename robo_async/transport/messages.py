@@ -17,7 +17,13 @@ DTYPES = frozenset({"float32", "float64", "float16", "int64", "int32", "uint8", 
 
 
 class WireError(ValueError):
-    """A message that cannot be decoded or does not match the schema."""
+    """A message that cannot be decoded or does not match the schema. `stream`: for transitions
+    whose header and batch size were readable, (actor_id, seq, count) of what was refused (the
+    learner passes over that range of the stream rather than wait for it forever)."""
+
+    def __init__(self, message: str, stream: tuple[int, int, int] | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
 
 
 FRAME_TAGS = frozenset(b"QPJ")  # first byte of an encoded image: QOI, PNG, JPEG (see buffer/codec.py)

@@ -50,6 +50,7 @@ class ActorStats:
     watchdog_holds: int | None = None  # holds the watchdog commanded (the loop sent nothing in time)
     torque_offs: int | None = None  # times the torque was turned off (watchdog, request)
     stops: int | None = None  # e-stops that stopped the arm within the tick
+    nonfinite: int | None = None  # rows not kept for a NaN or infinity (the episode ended there)
     # the control loop's timing
     late_p99_ms: float | None = None  # p99 of how late ticks started against their schedule, ms (recent ticks)
     late_hist: tuple[int, ...] | None = None  # tick lateness of recent ticks per bin of HIST_EDGES_MS (ms)

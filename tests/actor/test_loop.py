@@ -162,3 +162,50 @@ def test_jsrl_guide_acts_first_in_training_episodes_and_hands_over_earlier_as_su
     assert [sum(guided[e]) for e in range(6)] == [7, 4, 0, 1, 0, 0]
     assert all(g == sorted(g, reverse=True) for g in guided.values())  # the guide always starts the episode
     assert loop.stats()["guide_ticks"] == 0
+
+
+def test_a_non_finite_reading_or_reward_ends_the_episode_and_nothing_non_finite_is_sent():
+    """A robot's NaN (a sensor, a reward) and a policy's NaN are never sent to the learner (which
+    refuses such a batch): the row is not kept, the episode ends there, `nonfinite` counts it."""
+    from policies.scripted import HoldPolicy
+    from robo_async.actor.adder import Adder
+    from robo_async.transport.wire import TransitionBatch, decode, encode
+
+    class FaultyReach(SimRobot):
+        def __init__(self) -> None:
+            super().__init__(ReachTask())
+            self.steps, self.faulted = 0, False
+
+        def get_observation(self):
+            obs = super().get_observation()
+            if self.steps == 4 and not self.faulted:  # the reading after the 4th action: a NaN in the state
+                obs.state[1] = np.nan
+                self.faulted = True
+            return obs
+
+        def send_checked_action(self, action):
+            self.steps += 1
+            return super().send_checked_action(action)
+
+    class Outlet:
+        def __init__(self) -> None:
+            self.sent = []
+
+        def put(self, msg) -> None:
+            self.sent.append(decode([bytes(f) for f in encode(msg)]))  # as the learner checks it
+
+    robot = SafeRobot(FaultyReach())
+    robot.connect()
+    outlet = Outlet()
+    loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=10, max_episodes=2,
+                                                                inference="inline", eval_every=0),
+                       sink=Adder(0, outlet, flush_every=4))
+    try:
+        result = loop.run()
+    finally:
+        robot.close()
+    assert loop.nonfinite == 1 and loop.actor_stats().nonfinite == 1
+    assert [e.length for e in result.episodes] == [4, 10]  # the first ended at the NaN, the second ran whole
+    rows = [b for b in outlet.sent if isinstance(b, TransitionBatch)]
+    assert sum(b.count for b in rows) == 3 + 10  # the NaN's row was not kept
+    assert all(np.all(np.isfinite(a)) for b in rows for a in b.arrays.values() if a.dtype.kind == "f")

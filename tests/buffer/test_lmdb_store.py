@@ -34,6 +34,35 @@ def opened(path, **kw):
     return PersistentReplayStore(path, StoreConfig(commit_ms=5, **kw)).open()
 
 
+def test_a_refused_range_is_passed_over_durably_and_the_stream_goes_on(tmp_path):
+    """A batch the learner refuses for what it holds would be resent and refused forever, its
+    stream waiting for it: `refuse` passes over its range (only the next one the stream expects),
+    counted; the ack moves past it, later batches are taken, and all of it survives a reopen and a
+    rebuild of the high-water marks from the rows."""
+    s = opened(tmp_path / "r")
+    assert s.refuse(0, 0, 4, "before any row") == 4  # a store whose first news is a refusal
+    assert s.insert(batch(0, 4, 6)) == 6
+    assert s.refuse(0, 20, 5, "not the next range") == 0  # a later range comes round again in order
+    assert s.refuse(0, 10, 5, "NaN in obs/state") == 5
+    assert s.insert(batch(0, 10, 5)) == 0  # the refused range, resent: already passed over
+    assert s.insert(batch(0, 15, 3)) == 3
+    assert s.flush()
+    assert s.ack(0) == 18 and len(s) == 9 and s.rows_refused == 9
+    assert [r["reward"] for _, r in s.rows("online")] == [*range(4, 10), 15, 16, 17]
+    s.close()
+    s = opened(tmp_path / "r")
+    assert s.ack(0) == 18 and s.rows_refused == 9
+    s.close()
+    from robo_async.buffer.recovery import rebuild_high_water
+
+    s = opened(tmp_path / "r")
+    assert rebuild_high_water(s._h, writable=False)[0] == 18  # rows end at 18; a refused tail would be kept too
+    assert s.refuse(0, 18, 2, "a refused tail") == 2
+    assert s.flush()
+    assert rebuild_high_water(s._h, writable=False)[0] == 20  # from the refused mark, no row past 18
+    s.close()
+
+
 def test_duplicates_and_gaps_are_dropped_and_acks_follow_commits(tmp_path):
     s = opened(tmp_path / "r")
     assert s.insert(batch(0, 0, 10)) == 10

@@ -193,7 +193,7 @@ def test_every_field_mutation_reaching_a_learner_is_dropped_and_counted(learner_
     try:
         good = batch(0)
         bad = (mutations_for("transitions", frames_of(good)) + array_mutations(frames_of(good))
-               + column_mutations(good)
+               + column_mutations(batch(0, actor=1))  # (another stream: passed over, below)
                + mutations_for("episode", frames_of(EpisodeStats(0, 0, 1.0, 50, False, 0)))
                + mutations_for("heartbeat", frames_of(Heartbeat(0, 10, 0, ActorStats(unacked=0))))
                + garbage())
@@ -212,12 +212,16 @@ def test_every_field_mutation_reaching_a_learner_is_dropped_and_counted(learner_
         while (client.status is None or (client.status.acked_for(0) or 0) < 2 * N) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert client.status is not None and client.status.acked_for(0) == 2 * N
-        p = progress_when(status, lambda p: p["transport/malformed"] >= len(bad) and p["transport/refused"] >= 3)
+        p = progress_when(status, lambda p: p["transport/malformed"] >= len(bad) and p["transport/refused"] >= 4)
         assert proc.is_alive()
         assert p["transport/malformed"] == len(bad)
-        # ids 100..102 fill the cap with actor 0 (4); the other three are refused
-        assert p["transport/refused"] == 3
-        assert p["buffer/rejected_batches"] == 0
+        # ids 100 and 101 fill the cap with actors 0 and 1 (4: actor 1's refused batches made it a
+        # peer); the other four are refused
+        assert p["transport/refused"] == 4
+        # well-formed batches of actor 1 refused for what they hold: the first's range is passed over
+        # (its stream would wait for it forever), the others are then moot; nothing of them stored
+        assert p["buffer/rejected_batches"] == len(column_mutations(good)) - 1  # (one lacks 'reward': no range)
+        assert p["buffer/rows_refused"] == N
     finally:
         push.close(linger=0)
         client.close()
@@ -312,3 +316,30 @@ def test_an_oversized_message_is_refused_by_the_socket_and_others_still_arrive()
         big.close(linger=0)
         ok.close(linger=0)
         rx.close()
+
+
+def test_a_batch_refused_mid_stream_is_passed_over_and_the_stream_is_not_wedged(learner_proc):
+    """Actor 0 sends rows 0..3, then rows 4..7 with a NaN (an old or broken actor: ours never sends
+    one), then rows 8..11. Before, the refused batch was resent and refused forever and every later
+    batch was a gap; now its range is passed over (counted, named) and the stream goes on."""
+    proc, (data, weights), status = learner_proc
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(data)
+    client = WeightClient(weights, every_s=0.01).start()
+    try:
+        nan = batch(N)
+        bad = dict(nan.arrays)
+        bad["reward"] = bad["reward"].copy()
+        bad["reward"][2] = np.nan
+        for msg in (batch(0), TransitionBatch(0, N, bad), batch(2 * N)):
+            push.send_multipart(frames_of(msg))
+        deadline = time.monotonic() + 60
+        while (client.status is None or (client.status.acked_for(0) or 0) < 3 * N) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.status is not None and client.status.acked_for(0) == 3 * N
+        p = progress_when(status, lambda p: p["buffer/rows_refused"] >= N)
+        assert p["buffer/rows_refused"] == N and p["transport/malformed"] == 1
+        assert proc.is_alive()
+    finally:
+        push.close(linger=0)
+        client.close()
