@@ -179,7 +179,11 @@ def test_a_non_finite_reading_or_reward_ends_the_episode_and_nothing_non_finite_
         def get_observation(self):
             obs = super().get_observation()
             if self.steps == 4 and not self.faulted:  # the reading after the 4th action: a NaN in the state
-                obs.state[1] = np.nan
+                import dataclasses
+
+                state = np.array(obs.state, copy=True)  # (the sim's own joints stay as they are)
+                state[1] = np.nan
+                obs = dataclasses.replace(obs, state=state)
                 self.faulted = True
             return obs
 
