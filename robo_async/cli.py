@@ -38,6 +38,7 @@ commands:
   bench remote-inference [episodes=4]  the policy behind a server through a delay/loss proxy; batching gain
   bench twin [seconds=10]              safety on the SO-101 twin: largest step vs the cap, e-stop, watchdog, jitter, HIL
   bench envs [rows=gym_hil,metaworld]  peer environments: bare vs actor steps/s, seconds to 80% from 20 demos
+  bench fuzz [messages=100000]         mutated messages of every kind against a live learner, server, weight client
 """
 
 
@@ -54,19 +55,27 @@ def _kv(args: list[str]) -> dict[str, str]:
 def _keys(args: dict[str, str]) -> int:
     from robo_async.transport.curve import create_keys
 
-    unknown = set(args) - {"dir", "actors", "ids"}
+    from robo_async.transport.curve import MAX_LANES, KeysError
+
+    unknown = set(args) - {"dir", "actors", "ids", "lanes"}
     if unknown or "dir" not in args:
-        raise UserError("usage: robo-async keys dir=<keys dir> actors=N (ids 0..N-1) | ids=[3,7]")
+        raise UserError("usage: robo-async keys dir=<keys dir> actors=N (ids 0..N-1) | ids=[3,7] "
+                        f"[lanes=1]   (lanes: the robots each actor steps, actor.envs; 1 to {MAX_LANES})")
     try:
         ids = ([int(x) for x in args["ids"].strip("[]").split(",") if x.strip()] if "ids" in args
                else list(range(int(args.get("actors", "1")))))
+        lanes = int(args.get("lanes", "1"))
     except ValueError:
-        raise UserError(f"keys: actors must be a count and ids a list of integers, got {args}") from None
+        raise UserError(f"keys: actors and lanes must be counts and ids a list of integers, got {args}") from None
     if any(i < 0 for i in ids):
         raise UserError("keys: actor ids are >= 0")
     d = Path(args["dir"])
-    written = create_keys(d, ids)
-    print(f"{len(written)} key files written under {d} (existing ones kept); actor ids {ids}")
+    try:
+        written = create_keys(d, ids, lanes)
+    except KeysError as e:
+        raise UserError(f"keys: {e}") from None
+    print(f"{len(written)} key files written under {d} (existing ones kept); actor ids {ids}, each issued for "
+          f"{lanes} robot stream(s) (actor.envs <= {lanes})")
     print(f"  learner machine: {d}/learner.key_secret, {d}/learner.key and {d}/authorized/ (the allow-list)")
     print(f"  actor <id> machine: {d}/learner.key and {d}/actors/actor-<id>.key_secret, nothing else")
     print(f"  train with: robo-async train transport.keys={d} transport.host=0.0.0.0 ...")

@@ -189,6 +189,24 @@ def transport_keys(t: TransportOptions | DictConfig, actors: int) -> str | None:
 
 
 
+def check_key_lanes(keys_dir: str | None, actors: int, envs: int) -> None:
+    """With CURVE, each actor's key must be issued for its robots' streams (`robo-async keys
+    lanes=`): a key owns exactly the lanes it was issued for."""
+    if keys_dir is None:
+        return
+    from robo_async.transport.curve import KeysError, authorized
+
+    try:
+        issued = {actor: lanes for actor, lanes in authorized(Path(keys_dir)).values()}
+    except KeysError as e:
+        raise ConfigError(str(e)) from None
+    short = [i for i in range(actors) if issued.get(i, 0) < envs]
+    if short:
+        raise ConfigError(f"the keys in {keys_dir} do not cover actors {short[:8]} with {envs} env(s) each "
+                          f"(issued: {[issued.get(i, 0) for i in short[:8]]}); run `robo-async keys dir={keys_dir} "
+                          f"actors={actors} lanes={envs}`")
+
+
 def check_envs(a, c, plan_task, server: str | None) -> int:  # noqa: ANN001 - actor options, config, task of actor i
     """`actor.envs`: how many simulators each actor steps in one loop; more than one only where the
     loop steps as fast as it can with inline inference (simulators, no teleop, guide or server)."""
@@ -353,6 +371,10 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
     envs = check_envs(a, c, plan_task, server)
+    if c.actors * envs > learner.max_actors:  # each robot is a stream the learner keeps state for
+        raise ConfigError(f"{c.actors} actors x {envs} envs = {c.actors * envs} streams; the learner keeps "
+                          f"{learner.max_actors} (the rest would be refused): use fewer actors or envs")
+    check_key_lanes(keys_dir, c.actors, envs)
     from robo_async.actor.actor import lane_actor_id
 
     def episodes_of(i: int) -> int:  # all the episodes actor i's robots made (their numbers seed resets)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from robo_async.transport.curve import LearnerAuth, actor_of, owns
+from robo_async.transport.curve import LearnerAuth, admitted, owns
 from robo_async.transport.weights import Assembler
 from robo_async.transport.wire import (
     MAX_FRAMES,
@@ -104,7 +104,7 @@ class TransitionReceiver:
             try:
                 msg = decode([f.buffer for f in frames])
                 if self._auth is not None:
-                    owner = actor_of(frames[0])
+                    owner = admitted(frames[0])
                     claimed = getattr(msg, "actor_id", None)
                     if not owns(owner, claimed):
                         self.id_mismatch += 1
@@ -115,7 +115,7 @@ class TransitionReceiver:
                 out.append(msg)
             except WireError as e:
                 self._drop(e)
-                if e.stream is not None and (self._auth is None or owns(actor_of(frames[0]), e.stream[0])):
+                if e.stream is not None and (self._auth is None or owns(admitted(frames[0]), e.stream[0])):
                     out.append(RefusedBatch(*e.stream, reason=str(e)))  # its range is passed over
             except Exception as e:  # noqa: BLE001 - a case the checks missed: a refusal, not the learner's end
                 log.exception("a message from an actor failed in its checks")

@@ -6,15 +6,18 @@
     keys/learner.key_secret     the learner's secret key: stays on the learner machine
     keys/actors/actor-<id>.key_secret   actor <id>'s key pair: copy it to that actor's machine only
     keys/authorized/actor-<id>.key      the learner's allow-list: public keys, one file per actor id
+    keys/authorized/actor-<id>.lanes    how many robots' streams that key may send (`lanes=`, default 1)
 
 The learner's sockets are CURVE servers; a ZAP handler (pyzmq's ThreadAuthenticator) admits only
 keys in `authorized/`, so a stranger can neither insert data nor subscribe to weights. Each
-admitted connection carries its actor id as ZMQ's User-Id, and the learner refuses data under any
-other id. Remove a file from `authorized/` to revoke an actor (read when the learner starts).
+admitted connection carries its actor id and lanes as ZMQ's User-Id (`<id>:<lanes>`), and the
+learner refuses data under any id but the streams that key was issued for: its own id and, for a
+vectorized actor (`actor.envs`), id + j * LANE_STRIDE for j below its lanes. Remove a file from `authorized/` to revoke an actor (read when the learner starts).
 
     auth = LearnerAuth(keys_dir).start()         # in the learner process, before binding
     auth.secure(sock)                            # server side, before bind
     actor_of(frame) -> int | None                # the admitted actor id of a received frame
+    admitted(frame) -> (id, lanes) | None        # ... and the lanes its key was issued for
     secure_client(sock, keys_dir, actor_id)      # actor side, before connect
 """
 
@@ -40,9 +43,11 @@ class KeysError(ValueError):
     """Missing or unusable key files (named)."""
 
 
-def create_keys(keys_dir: Path, actor_ids: list[int]) -> list[Path]:
-    """The learner's key pair (kept if it exists) and one per actor id (kept if it exists);
-    returns the files written."""
+def create_keys(keys_dir: Path, actor_ids: list[int], lanes: int = 1) -> list[Path]:
+    """The learner's key pair (kept if it exists) and one per actor id (kept if it exists), each
+    issued for `lanes` robots' streams (written again); returns the files written."""
+    if not 1 <= lanes <= MAX_LANES:
+        raise KeysError(f"lanes must be 1 to {MAX_LANES}, not {lanes}")
     keys_dir.mkdir(parents=True, exist_ok=True)
     (keys_dir / "actors").mkdir(exist_ok=True)
     (keys_dir / "authorized").mkdir(exist_ok=True)
@@ -56,6 +61,7 @@ def create_keys(keys_dir: Path, actor_ids: list[int]) -> list[Path]:
             pub, sec = zmq.auth.create_certificates(keys_dir / "actors", name)
             written += [Path(pub), Path(sec)]
         shutil.copy(keys_dir / "actors" / f"{name}.key", keys_dir / "authorized" / f"{name}.key")
+        (keys_dir / "authorized" / f"{name}.lanes").write_text(f"{lanes}\n")
     for p in [*keys_dir.glob("*.key_secret"), *(keys_dir / "actors").glob("*.key_secret")]:
         p.chmod(0o600)
     return written
@@ -73,29 +79,39 @@ def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:
     return pub, sec
 
 
-def authorized(keys_dir: Path) -> dict[bytes, int]:
-    """Z85 public key -> actor id, from `authorized/actor-<id>.key`."""
+def authorized(keys_dir: Path) -> dict[bytes, tuple[int, int]]:
+    """Z85 public key -> (actor id, lanes), from `authorized/actor-<id>.key` and `.lanes` (1 if absent)."""
     out = {}
     for p in sorted((keys_dir / "authorized").glob("actor-*.key")):
         m = ACTOR_FILE.search(p.name)
         if m:
-            out[_load(p, secret=False)[0]] = int(m.group(1))
+            out[_load(p, secret=False)[0]] = (int(m.group(1)), _lanes(p.with_suffix(".lanes")))
     if not out:
         raise KeysError(f"{keys_dir / 'authorized'} lists no actor keys; create them with "
                         f"`robo-async keys dir={keys_dir} actors=N`")
     return out
 
 
+def _lanes(path: Path) -> int:
+    if not path.exists():
+        return 1
+    text = path.read_text().strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LANES:
+        raise KeysError(f"{path} must hold a lane count 1 to {MAX_LANES}, not {text[:20]!r}")
+    return int(text)
+
+
 class _Authenticator(ThreadAuthenticator):
     """Admits listed keys; the User-Id of a connection is its actor id; counts refusals."""
 
-    def __init__(self, context: zmq.Context, allowed: dict[bytes, int]) -> None:
+    def __init__(self, context: zmq.Context, allowed: dict[bytes, tuple[int, int]]) -> None:
         super().__init__(context, log=logging.getLogger("robo_async.transport.zap"))
         self.allowed = allowed
         self.denied = 0
 
     def curve_user_id(self, client_public_key: bytes) -> str:
-        return str(self.allowed[z85.encode(client_public_key)])
+        actor, lanes = self.allowed[z85.encode(client_public_key)]
+        return f"{actor}:{lanes}"
 
     def callback(self, domain: str, key: bytes) -> bool:  # the credentials provider
         return key in self.allowed
@@ -157,24 +173,35 @@ class LearnerAuth:
             self._auth = None
 
 
-def actor_of(frame: zmq.Frame) -> int | None:
-    """The actor id ZAP admitted for the connection `frame` came on (None on a clear socket)."""
+def admitted(frame: zmq.Frame) -> tuple[int, int] | None:
+    """(actor id, lanes) ZAP admitted for the connection `frame` came on (None on a clear socket)."""
     try:
         uid = frame.get("User-Id")
     except zmq.ZMQError:
         return None
-    return int(uid) if isinstance(uid, str) and uid.isdigit() else None
+    actor, _, lanes = uid.partition(":") if isinstance(uid, str) else ("", "", "")
+    return (int(actor), int(lanes)) if actor.isdigit() and lanes.isdigit() else None
+
+
+def actor_of(frame: zmq.Frame) -> int | None:
+    """The actor id ZAP admitted for the connection `frame` came on (None on a clear socket)."""
+    key = admitted(frame)
+    return None if key is None else key[0]
 
 
 LANE_STRIDE = 1024  # a vectorized actor's robot j streams as its actor id + j * LANE_STRIDE
+MAX_LANES = 64  # robots' streams one key may be issued for (actor.envs' own limit, MAX_ENVS)
 
 
-def owns(owner: int | None, claimed: int | None) -> bool:
-    """Whether the key of actor `owner` may send under actor id `claimed`: its own id, or one of its
-    robots' streams (a vectorized actor: owner + j * LANE_STRIDE)."""
+def owns(owner: tuple[int, int] | None, claimed: int | None) -> bool:
+    """Whether the key admitted as `owner` = (actor id, lanes) may send under actor id `claimed`:
+    exactly the streams it was issued for, its own id + j * LANE_STRIDE for 0 <= j < lanes."""
     if owner is None or claimed is None:
         return False
-    return claimed == owner or (owner < LANE_STRIDE and claimed % LANE_STRIDE == owner)
+    actor, lanes = owner
+    j, rest = divmod(claimed - actor, LANE_STRIDE)
+    # (an id from LANE_STRIDE on has its own id only: its lanes would be other actors' ids)
+    return claimed == actor or (actor < LANE_STRIDE and rest == 0 and 0 <= j < lanes)
 
 
 def secure_client(sock: zmq.Socket, keys_dir: str | Path, actor_id: int) -> None:

@@ -124,8 +124,11 @@ def test_what_a_vectorized_loop_cannot_do_is_refused_in_one_line():
 def test_a_vectorized_actors_streams_and_keys():
     assert [lane_actor_id(3, j) for j in range(3)] == [3, 3 + LANE_STRIDE, 3 + 2 * LANE_STRIDE]
     # under CURVE an actor's key may send its own robots' streams, no other actor's
-    assert owns(3, 3) and owns(3, 3 + LANE_STRIDE) and not owns(3, 4 + LANE_STRIDE) and not owns(4, 3)
-    assert owns(2000, 2000) and not owns(None, 3) and not owns(3, None)
+    assert owns((3, 2), 3) and owns((3, 2), 3 + LANE_STRIDE) and not owns((3, 2), 4 + LANE_STRIDE)
+    assert not owns((4, 1), 3) and not owns((3, 1), 3 + LANE_STRIDE)  # exactly the lanes it was issued for
+    assert not owns((3, 2), 3 + 2 * LANE_STRIDE) and not owns((3, 2), 3 - LANE_STRIDE)
+    assert owns((2000, 1), 2000) and not owns((2000, 2), 2000 + LANE_STRIDE)
+    assert not owns(None, 3) and not owns((3, 1), None)
 
 
 def store_streams(run_dir):

@@ -17,7 +17,7 @@ from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.learner import LearnerConfig
 from robo_async.transport.channels import WeightClient
-from robo_async.transport.curve import secure_client
+from robo_async.transport.curve import LANE_STRIDE, secure_client
 from robo_async.transport.wire import TransitionBatch, encode
 from tests.transport.test_fuzz import batch, progress_when
 
@@ -40,6 +40,7 @@ def test_keys_writes_the_learner_pair_one_pair_per_actor_and_the_allow_list(keys
         assert (keys / p).exists(), p
     assert stat.S_IMODE((keys / "learner.key_secret").stat().st_mode) == 0o600
     assert stat.S_IMODE((keys / "actors/actor-1.key_secret").stat().st_mode) == 0o600
+    assert (keys / "authorized/actor-0.lanes").read_text().strip() == "1"  # one robot's stream (lanes=1)
     pub, sec = zmq.auth.load_certificate(keys / "authorized/actor-0.key")
     assert sec is None  # the allow-list holds public keys only
     # running it again keeps existing keys (actors' copies stay valid)
@@ -122,20 +123,35 @@ def test_strangers_get_no_weights_and_cannot_insert_and_keys_bind_actor_ids(secu
         secure_client(mine, keys, 1)
         mine.connect(data)
         mine.send_multipart(encode(batch(0, actor=0)))
+        # ... or as its second robot's stream (1 + LANE_STRIDE): its key was issued for one lane only
+        mine.send_multipart(encode(batch(0, actor=1 + LANE_STRIDE)))
         mine.send_multipart(encode(batch(0, actor=1)))  # the sentinel, on the same connection
         deadline = time.monotonic() + 30
         while (member.status.acked_for(1) or 0) < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert member.status.acked_for(1) == 4
         assert member.status.acked_for(0) is None  # nothing under actor 0
-        p = progress_when(status, lambda p: p["transport/id_mismatch"] >= 1 and p["transport/auth_denied"] >= 2)
-        assert p["transport/id_mismatch"] == 1
+        assert member.status.acked_for(1 + LANE_STRIDE) is None  # nor under a lane it was not issued
+        p = progress_when(status, lambda p: p["transport/id_mismatch"] >= 2 and p["transport/auth_denied"] >= 2)
+        assert p["transport/id_mismatch"] == 2
         assert p["transport/auth_denied"] >= 2  # the rogue key, once per socket
         assert proc.is_alive()
     finally:
         member.close()
         for s in (clear_sub, clear_push, rogue_sub, rogue_push, mine):
             s.close(linger=0)
+
+
+def test_streams_beyond_the_keys_lanes_or_the_learners_capacity_are_refused_at_plan_time(keys):
+    res = subprocess.run(EXE + ["train", f"transport.keys={keys}", "actors=2", "actor.envs=2", "budget.env_steps=10"],
+                         capture_output=True, text=True, timeout=120)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(err) == 1, res.stderr
+    assert "do not cover actors [0, 1] with 2 env(s) each" in err[0] and "lanes=2" in err[0], err[0]
+    res = subprocess.run(EXE + ["train", "actors=600", "actor.envs=2", "budget.env_steps=10"],
+                         capture_output=True, text=True, timeout=120)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(err) == 1 and "1200 streams; the learner keeps 1024" in err[0], res.stderr
 
 
 def test_binding_beyond_loopback_in_the_clear_is_refused_in_one_line():
