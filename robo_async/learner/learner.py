@@ -437,6 +437,7 @@ class Learner:
             "transport/refused": self.refused_messages,
             "weights/push_ms": (self._publisher.last_push_s * 1000) if self._publisher is not None else 0.0,
             "weights/push_mb": (self._publisher.push_bytes / 2**20) if self._publisher is not None else 0.0,
+            "weights/fp16_too_wide": self._publisher.fp16_too_wide if self._publisher is not None else 0,
             "transport/id_mismatch": self._receiver.id_mismatch if self._receiver is not None else 0,
             "transport/auth_denied": self._auth.denied if self._auth is not None else 0,
             **actor_figures(stats),

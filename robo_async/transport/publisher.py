@@ -19,7 +19,7 @@ import zmq
 
 from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, bind, hwm
 from robo_async.transport.curve import LearnerAuth
-from robo_async.transport.weights import PushConfig, cast_into, keyframe_of, plan_push, seal
+from robo_async.transport.weights import PushConfig, cast_into, keyframe_of, plan_push, seal, too_wide_for_fp16
 from robo_async.transport.wire import LearnerStatus, WeightPart, Weights, encode
 
 log = logging.getLogger(__name__)
@@ -91,15 +91,17 @@ def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(
 
 
 def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: SnapshotBlocks | None,
-            half: bool = False) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
+            half: bool = False, wide: frozenset[str] = frozenset()
+            ) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
     """snapshot()'s arrays before any copy (views of the block; `keep` ones as they are), and the
     copies to make: (name, source, destination) in the arrays' order. `half`: float32 arrays are
-    held as float16 (a push in half precision: the conversion is the copy)."""
+    held as float16 (a push in half precision: the conversion is the copy), but the `wide` ones
+    (values beyond float16's range: they travel in float32)."""
     copy = {k: np.asarray(v) for k, v in arrays.items() if k not in keep}
     offsets, total = {}, 0
     for k, v in copy.items():
         offsets[k] = total
-        total += -(-v.size * _held_as(v, half).itemsize // ALIGN) * ALIGN  # as snapshot_bytes() counts it
+        total += -(-v.size * _held_as(v, half and k not in wide).itemsize // ALIGN) * ALIGN  # as snapshot_bytes()
     if blocks is not None:
         block = blocks.take(total)
     else:
@@ -112,7 +114,7 @@ def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: Snap
             out[k] = v
             continue
         a = copy[k]
-        held = _held_as(a, half)
+        held = _held_as(a, half and k not in wide)
         out[k] = dst = block[offsets[k]:offsets[k] + a.size * held.itemsize].view(held).reshape(a.shape)
         copies.append((k, a, dst))
     return out, copies
@@ -228,6 +230,7 @@ class WeightPublisher:
         self._copying = _Copying((), self._stop)  # publish()'s copy of them, array by array
         self._status: LearnerStatus | None = None  # the newest status not yet sent
         self.pushes = 0  # pushes sent whole (every part once)
+        self.fp16_too_wide = 0  # arrays an fp16 push sent in float32 (values beyond float16's range)
         self.push_bytes = 0  # payload bytes of the newest push
         self.last_push_s = 0.0  # publish() -> its last part handed to ZMQ, for the newest push
         self.joins = 0  # weights subscriptions seen (actors connecting or reconnecting)
@@ -243,7 +246,17 @@ class WeightPublisher:
         thread sends a full-precision keyframe's first parts while the rest is being copied.
         Called from one thread (the learner's)."""
         t = time.monotonic()
-        arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks, half=self.push.precision == "fp16")
+        # fp16: an array with a value beyond +-65,504 would become inf (and every actor would refuse
+        # the push): it travels in float32, counted (one pass over the float32 arrays, fp16 only)
+        wide = too_wide_for_fp16({k: np.asarray(v) for k, v in weights.arrays.items() if k not in frozen},
+                                 self.push.precision)
+        if wide:
+            self.fp16_too_wide += len(wide)
+            if self.fp16_too_wide <= 20 or self.fp16_too_wide % 1000 == 0:
+                log.warning("weights %s exceed float16's range: sent in float32 in this fp16 push (%d so far)",
+                            sorted(wide)[:4], self.fp16_too_wide)
+        arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks, half=self.push.precision == "fp16",
+                                 wide=wide)
         copying = _Copying([k for k, _, _ in copies], self._stop)
         # a big copy overlaps the first parts' sending; a small one is made first (a hand-off per
         # array would cost more than it saves: the two threads take turns at the GIL)

@@ -96,12 +96,26 @@ def as_dtype(a: np.ndarray, dtype: type) -> np.ndarray:
     return out
 
 
-def transmitted(arrays: Mapping[str, np.ndarray], precision: str) -> dict[str, np.ndarray]:
-    """The arrays as they travel: float32 -> float16 for fp16, else as they are (contiguous)."""
+FP16_MAX = float(np.finfo(np.float16).max)  # 65,504: a larger float32 would become inf in half precision
+
+
+def too_wide_for_fp16(arrays: Mapping[str, np.ndarray], precision: str) -> frozenset[str]:
+    """The float32 arrays an fp16 push sends in float32 instead: a value beyond +-65,504 would
+    become inf (and the actor would refuse the whole push as malformed)."""
+    if precision != "fp16":
+        return frozenset()
+    return frozenset(k for k, a in arrays.items() if a.dtype == np.float32 and a.size
+                     and (float(a.max()) > FP16_MAX or float(a.min()) < -FP16_MAX))
+
+
+def transmitted(arrays: Mapping[str, np.ndarray], precision: str,
+                wide: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+    """The arrays as they travel: float32 -> float16 for fp16 (but the `wide` ones), else as they
+    are (contiguous)."""
     out = {}
     for k, a in arrays.items():
         a = np.ascontiguousarray(a)
-        out[k] = as_dtype(a, np.float16) if precision == "fp16" and a.dtype == np.float32 else a
+        out[k] = as_dtype(a, np.float16) if precision == "fp16" and a.dtype == np.float32 and k not in wide else a
     return out
 
 
@@ -146,21 +160,27 @@ def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str,
     live views of the learner's tensors: a keyframe copies them). A keyframe's parts go through
     seal() (its digests are computed as it goes: the manifest lists 0); a delta's digests are in its
     manifest. Use `keyframe_of(sealed parts, tx)` for the next call's `key` after a keyframe."""
-    def spec(a: np.ndarray) -> tuple:
-        return a.shape, (np.dtype(np.float16) if cfg.precision == "fp16" and a.dtype == np.float32 else a.dtype)
+    wide = too_wide_for_fp16({k: a for k, a in arrays.items() if k not in frozen}, cfg.precision)
+    if key is not None:  # a frozen array keeps how its keyframe sent it
+        wide |= frozenset(k for k in frozen if k in key[1] and key[1][k].dtype == np.float32
+                          and arrays[k].dtype == np.float32 and cfg.precision == "fp16")
+
+    def spec(k: str, a: np.ndarray) -> tuple:
+        return a.shape, (np.dtype(np.float16) if cfg.precision == "fp16" and a.dtype == np.float32 and k not in wide
+                         else a.dtype)
 
     delta = (cfg.delta and key is not None and version - key[0] < cfg.keyframe_every
-             and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: spec(a) for k, a in arrays.items()})
+             and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: spec(k, a) for k, a in arrays.items()})
     if delta:
         assert key is not None
         # frozen now and already when the keyframe was copied (a parameter frozen later is compared)
         held = frozenset(frozen) & (key[3] if len(key) > 3 else frozenset())
         tx = {k: key[1][k] for k in held} | transmitted({k: a for k, a in arrays.items() if k not in held},
-                                                         cfg.precision)
+                                                         cfg.precision, wide)
         tx = {k: tx[k] for k in arrays}  # the arrays' own order
         same = set(held) | {k for k, a in tx.items() if k not in held and _equal(a, key[1][k])}
     else:  # a keyframe: every array, frozen ones copied now (live views must not stand in for it)
-        tx = transmitted(arrays, cfg.precision)
+        tx = transmitted(arrays, cfg.precision, wide)
         tx = {k: (np.array(a, copy=True) if k in frozen and a is arrays[k] else a) for k, a in tx.items()}
         same = set()
     sums = key[2] if delta and key is not None and len(key) > 2 else {}  # type: ignore[misc]

@@ -60,6 +60,32 @@ def test_streamed_pushes_arrive_whole_and_deltas_carry_only_what_changed(precisi
         pub.close()
 
 
+@pytest.mark.parametrize("delta", [False, True])
+def test_an_fp16_push_sends_an_array_beyond_float16s_range_in_float32(delta):
+    """A value beyond +-65,504 would become inf in half precision and every actor would refuse the
+    push as malformed: that array travels in float32 (counted), the others in float16."""
+    cfg = PushConfig(precision="fp16", delta=delta, part_mb=0.25, whole_mb=0)
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=cfg)
+    client = WeightClient(pub.address, every_s=0.005).start()
+    try:
+        w = policy()
+        w["head.b"] = w["head.b"].copy()
+        w["head.b"][0] = 1e6
+        pub.publish(Weights(1, w, "net"))
+        got = newest(client, 1)
+        assert got.arrays["head.b"][0] == 1e6 and np.array_equal(got.arrays["head.b"], w["head.b"])  # as sent
+        assert np.array_equal(got.arrays["backbone.w"], w["backbone.w"].astype(np.float16).astype(np.float32))
+        assert pub.fp16_too_wide == 1 and client.weights_refused == 0
+        w2 = {k: v.copy() for k, v in w.items()}
+        w2["head.w"] += 1.0
+        pub.publish(Weights(2, w2, "net"))  # (with delta: against the keyframe that held head.b in float32)
+        got2 = newest(client, 2)
+        assert np.array_equal(got2.arrays["head.b"], w2["head.b"]) and client.weights_refused == 0
+    finally:
+        client.close()
+        pub.close()
+
+
 def test_a_late_actor_gets_the_keyframe_and_the_newest_delta():
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(delta=True, part_mb=0.25, whole_mb=0))
     try:
