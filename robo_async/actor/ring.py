@@ -16,10 +16,16 @@ Layout: a 64-byte header of int64 (written, released, slots, slot_bytes), then t
 slot starts with lane (u32), frame count (u32) and one u64 length per frame, then the frames.
 Counters are 8-byte aligned (single stores on x86-64 and arm64); the writer fills a slot before it
 publishes `written`, the reader copies a slot out before it publishes `released`.
+
+The memory is reserved when the ring is made: shared memory is otherwise taken page by page as it
+is first written, and a /dev/shm too small for the ring (64 MB in a container by default) would
+then kill the writer with SIGBUS mid-run, its robot not closed. Too small, `create` says so.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 from collections.abc import Sequence
 from multiprocessing import shared_memory
@@ -33,6 +39,40 @@ SLOT_HEADER = 8 + 8 * MAX_FRAMES
 
 class RingError(ValueError):
     """A slot that cannot be read (a count or length out of range): the ring is not ours or is damaged."""
+
+
+class SharedMemoryFull(OSError):
+    """/dev/shm cannot hold the ring: raised by `SlotRing.create`, before anything is written."""
+
+
+SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux
+
+
+def _reserve(shm: shared_memory.SharedMemory) -> None:
+    """Take every page of `shm` now (ENOSPC here, not SIGBUS at a later write); the segment is
+    removed when that fails."""
+    if not hasattr(os, "posix_fallocate"):  # (macOS: no /dev/shm, and no such call)
+        return
+    try:
+        os.posix_fallocate(shm._fd, 0, shm.size)  # type: ignore[attr-defined]
+    except OSError as e:
+        shm.close()
+        shm.unlink()
+        if e.errno == errno.ENOSPC:
+            raise SharedMemoryFull(_too_small(shm.size)) from None
+        raise
+
+
+def _too_small(wanted: int) -> str:
+    """One line: the size wanted, /dev/shm's free space and size, and what to do."""
+    mib = 2**20
+    try:
+        st = os.statvfs(SHM_DIR)
+        space = f"has {st.f_bavail * st.f_frsize / mib:.1f} MiB free of {st.f_blocks * st.f_frsize / mib:.1f} MiB"
+    except OSError:
+        space = "cannot hold it"
+    return (f"the transport ring needs {wanted / mib:.1f} MiB of shared memory and {SHM_DIR} {space}: give the "
+            f"container more (docker run --shm-size=1g) or set actor.uplink=thread (no ring)")
 
 
 class SlotRing:
@@ -52,6 +92,7 @@ class SlotRing:
             raise ValueError(f"a ring needs >= 1 slot of > {SLOT_HEADER} bytes, not {slots} x {slot_bytes}")
         slot_bytes = -(-slot_bytes // 64) * 64
         shm = shared_memory.SharedMemory(create=True, size=HEADER + slots * slot_bytes)
+        _reserve(shm)
         c = np.ndarray((4,), np.int64, buffer=shm.buf[:32])
         c[:] = (0, 0, slots, slot_bytes)
         del c

@@ -18,8 +18,10 @@ child: journaled or acked. So:
   yet handed over (at most `flush_every - 1` per robot) die with the actor, as they did before.
 
 A batch larger than a slot (bigger images than the spec said) goes in slices of its rows that each
-fit one; a single row larger than a slot goes over the pipe once every slot before it is released
-(in order; such a row is not in the ring, so it dies with a child killed before journaling it).
+fit one; a single row larger than a slot goes over the pipe, and an empty slot (no frames) keeps
+its place in the stream: the child takes nothing past that slot until the row has come, so no row
+overtakes another and none waits for an ack. The control process keeps the row until its slot is
+released, and sends it again to each new child.
 
 A policy with a frozen camera encoder embeds frames on the uplink thread (torch): it keeps the
 in-process uplink (`actor.uplink=process` falls back to `thread`, logged).
@@ -39,7 +41,7 @@ import os
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import msgpack
@@ -70,6 +72,15 @@ class ChildArgs:
     to_parent: str
     log_level: int = logging.INFO
     acked: tuple[int, ...] | None = None  # a replacement: start at once from these acks (no start message)
+
+
+@dataclass(eq=False)
+class _PipedRow:
+    """A row larger than a slot, kept by the control process until its marker slot is released."""
+
+    lane: int
+    frames: list = field(repr=False)
+    sent: bool = False  # to the current child (a new child is sent it again)
 
 
 def _pack(d: dict) -> bytes:
@@ -121,12 +132,13 @@ class ProcessUplinks:
         self._in.bind(f"ipc://{self._dir}/to-parent")
         self._proc: mp.process.BaseProcess | None = None
         self._overflow: deque[tuple[int, list | tuple, int]] = deque()  # (lane, frames, rows) waiting for a slot
+        self._piped: dict[int, _PipedRow] = {}  # marker slot -> the row over the pipe, until the slot is released
         self._figures: dict[str, list[int]] = {"unacked": [0] * len(lane_ids), "resends": [0] * len(lane_ids)}
         self._acked: list[int] | None = None
         self.restarts = 0
         self.error: str | None = None
         self.lanes = [LaneUplink(self, j) for j in range(len(lane_ids))]
-        self._warned_full = self._warned_split = False
+        self._warned_full = self._warned_split = self._warned_pipe = False
 
     # --- the child ------------------------------------------------------------------------------
     def _spawn(self, acked: list[int] | None = None) -> None:
@@ -152,6 +164,9 @@ class ProcessUplinks:
         raise UplinkError(f"actor {self.actor_id}: the transport process said no {kind!r} in {timeout_s:.0f} s")
 
     def _note(self, m: dict) -> None:
+        if m.get("k") == "open":  # a new child: it has none of the rows over the pipe yet
+            for row in self._piped.values():
+                row.sent = False
         if m.get("k") == "stats":
             for key in self._figures:
                 v = m.get(key)
@@ -200,6 +215,7 @@ class ProcessUplinks:
                                          copy=False)
             except zmq.Again:
                 pass  # the child is far behind or gone: a summary or heartbeat is not worth waiting for
+            self._send_piped()  # (a new child may be waiting for rows over the pipe: heartbeats come on time)
             return
         for frames, rows in self._parts(msg):
             self._overflow.append((lane, frames, rows))
@@ -209,7 +225,7 @@ class ProcessUplinks:
         """The batch's frames, or, when it is larger than a slot (bigger images than the spec
         said), the frames of consecutive slices of its rows that each fit one (same seqs, in
         order: the store sees the same rows). A single row larger than a slot goes whole over the
-        pipe, once every slot before it is released (`_drain`), so the stream stays in order."""
+        pipe, its place in the stream kept by an empty slot (`_drain`)."""
         frames = encode(msg)
         if self.ring.fits(frames):
             return [(frames, msg.count)]
@@ -239,45 +255,72 @@ class ProcessUplinks:
     def _drain(self) -> None:
         while self._overflow:
             lane, frames, _ = self._overflow[0]
-            if isinstance(frames, tuple):  # a row larger than a slot: after every slot before it is released
-                if self.ring.written != self.ring.released or not self.alive():
+            if isinstance(frames, tuple):  # a row larger than a slot: an empty slot holds its place
+                if not self.ring.write(lane, ()):
                     break
-                log.warning("actor %d: a row of %d bytes is larger than a ring slot; sent over the pipe",
-                            self.actor_id, sum(memoryview(f).nbytes for f in frames[1]))
-                try:
-                    self._out.send_multipart([_pack({"k": "batch", "lane": lane}), *frames[1]], flags=zmq.NOBLOCK)
-                except zmq.Again:
-                    break
+                self._piped[self.ring.written - 1] = _PipedRow(lane, frames[1])
+                if not self._warned_pipe:
+                    self._warned_pipe = True
+                    log.warning("actor %d: a row of %d bytes is larger than a ring slot; sent over the pipe",
+                                self.actor_id, sum(memoryview(f).nbytes for f in frames[1]))
             elif not self.ring.write(lane, frames):
                 break
             self._overflow.popleft()
+        self._send_piped()
         if self._overflow and not self._warned_full:
             self._warned_full = True
             log.warning("actor %d: the transport ring is full (%d slots); batches wait in RAM until the learner "
                         "acks", self.actor_id, self.ring.slots)
 
-    def figure(self, key: str, lane: int) -> int:
+    def _send_piped(self) -> None:
+        """Send the child the rows over the pipe it lacks, in slot order (a new child says "open":
+        it lacks them all); forget those whose slot is released (journaled or acked)."""
+        if not self._piped:
+            return
+        self._read_in()
+        for slot in [k for k in self._piped if k < self.ring.released]:
+            del self._piped[slot]
+        for slot, row in self._piped.items():
+            if row.sent:
+                continue
+            try:
+                self._out.send_multipart([_pack({"k": "row", "lane": row.lane, "slot": slot}), *row.frames],
+                                         flags=zmq.NOBLOCK)
+            except zmq.Again:  # no child connected yet, or it is far behind: the next put tries again
+                return
+            row.sent = True
+
+    def _read_in(self) -> None:
         while True:
             try:
                 self._note(msgpack.unpackb(self._in.recv(zmq.NOBLOCK), raw=False))
             except zmq.Again:
                 break
+
+    def figure(self, key: str, lane: int) -> int:
+        self._read_in()
         if key == "unacked":  # and what still waits here for a free slot
             return self._figures[key][lane] + sum(n for j, _, n in self._overflow if j == lane)
         return self._figures[key][lane]
 
     # --- the end -----------------------------------------------------------------------------
+    def _hand_over(self, deadline: float) -> None:
+        """Put what waits here into the ring (while it is full, the child frees slots) and send the
+        child every row over the pipe it lacks."""
+        while (self._overflow or any(not r.sent for r in self._piped.values())) and time.monotonic() < deadline:
+            if not self.alive():
+                self._restart(wait=True)
+            self._drain()
+            time.sleep(0.005)
+
     def close(self, drain_s: float = 5.0) -> None:
         """The child takes every batch, waits up to `drain_s` for acks, journals the rest, exits."""
         try:
             deadline = time.monotonic() + drain_s + 30
-            while self._overflow and time.monotonic() < deadline:  # ring full: let the child free slots
-                if not self.alive():
-                    self._restart(wait=True)
-                self._drain()
-                time.sleep(0.005)
+            self._hand_over(deadline)
             if not self.alive() and self.ring.written > self.ring.released:
                 self._restart(wait=True)  # a child to journal what is still in the ring
+                self._hand_over(deadline)  # (and the rows over the pipe it needs for that)
             if self.alive():
                 self._out.send(_pack({"k": "close", "drain_s": drain_s}))
                 try:
@@ -378,6 +421,7 @@ class _Child:
         self.next_seq = [u.open() for u in self.uplinks]  # journal entries are queued; the ring skips them
         self.read = self.ring.released
         self.held: deque[tuple[int, int, int]] = deque()  # (slot, lane, end seq): read, not yet released
+        self.piped: dict[int, list[bytes]] = {}  # marker slot -> frames of a row larger than a slot, not yet taken
         self.started = False
         if args.acked is not None:  # a replacement for a child that died: no start message comes
             for u, a in zip(self.uplinks, args.acked):
@@ -437,16 +481,25 @@ class _Child:
             for u, a in zip(self.uplinks, head["acked"]):
                 u.start(int(a), thread=self.thread)
             self.started = True
-        elif kind in ("msg", "batch"):
+        elif kind == "msg":
             self.uplinks[int(head["lane"])].put(decode(frames[1:]))
+        elif kind == "row" and int(head["slot"]) >= self.read:  # taken when `_take` reaches its slot
+            self.piped[int(head["slot"])] = frames[1:]
         elif kind == "close":
             return float(head.get("drain_s", 5.0))
         return closing
 
     def _take(self) -> None:
-        """Every published slot, in order, to its lane's uplink (copied out of the ring)."""
+        """Every published slot, in order, to its lane's uplink (copied out of the ring). An empty
+        slot stands for a row larger than a slot, sent over the pipe: nothing after it is taken
+        before it has come (an actor gone before sending it: nothing after it is journaled, no gap)."""
         while self.read < self.ring.written:
             lane, frames = self.ring.read(self.read)
+            if not frames:
+                row = self.piped.pop(self.read, None)
+                if row is None:
+                    break
+                frames = row
             msg = decode(frames)
             if isinstance(msg, TransitionBatch) and msg.seq >= self.next_seq[lane]:  # else the journal has it
                 self.uplinks[lane].put(msg)

@@ -6,11 +6,14 @@ it journaled. Ctrl-C sets `stop` so the learner writes a final checkpoint.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
-import queue
+import os
 import signal
 import socket
+import struct
 from multiprocessing.context import BaseContext
+from multiprocessing.reduction import ForkingPickler
 
 from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import TrainPlan
@@ -23,6 +26,8 @@ from robo_async.learner.learner import LearnerConfig
 from robo_async.learner.replicas import Rendezvous
 
 __all__ = ["LocalRunner", "RunFailed", "RunResult", "exit_reason", "launch_local"]  # (train.py takes the results here)
+
+log = logging.getLogger(__name__)
 
 
 def exit_reason(code: int | None) -> str:
@@ -39,12 +44,68 @@ def launch_local(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             lease.release()
 
 
+class _Inbox:
+    """Whole messages from a multiprocessing queue that only this process reads, taken without
+    ever blocking.
+
+    `Queue.get_nowait` can block forever: it sees bytes in the pipe, then reads a whole message. A
+    child killed half-way through writing one (a status with camera frames exceeds a pipe's 64 KiB,
+    so it goes in several writes) leaves a length with too few bytes after it, and no end-of-file
+    ever comes (this process holds the pipe's write end too). So the pipe is read here
+    non-blocking into a buffer of our own, and only whole messages are unpickled: a dead writer's
+    half message stays in the buffer, and its process is judged by its exit. (A reader thread would
+    stay blocked for the launcher's life, one per such death; capping the children's messages
+    would have to hold for every kind they send.) The framing is `multiprocessing.Connection`'s: a
+    4-byte big-endian length (-1, then 8 bytes, from 2 GiB on), then the pickle."""
+
+    def __init__(self, q: mp.Queue) -> None:
+        self._fd = q._reader.fileno()  # type: ignore[attr-defined]  # the queue's read end (q.get is never called)
+        os.set_blocking(self._fd, False)
+        self._q = q  # keeps the pipe open
+        self._buf = bytearray()
+
+    def take(self) -> list:
+        """Every whole message that has arrived, in order; [] when none has."""
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:  # every write end closed
+                break
+            self._buf += chunk
+        out = []
+        while (data := self._next()) is not None:
+            try:
+                out.append(ForkingPickler.loads(data))
+            except Exception as e:  # a child's message we cannot read is dropped, never the launcher's end
+                log.error("dropped a message from a child process that could not be read: %s", e)
+        return out
+
+    def _next(self) -> bytes | None:
+        """The next whole message's bytes, taken out of the buffer; None until one has arrived."""
+        if len(self._buf) < 4:
+            return None
+        head, (n,) = 4, struct.unpack_from("!i", self._buf)
+        if n == -1:
+            if len(self._buf) < 12:
+                return None
+            head, (n,) = 12, struct.unpack_from("!Q", self._buf, 4)
+        if len(self._buf) < head + n:
+            return None
+        data = bytes(self._buf[head:head + n])
+        del self._buf[:head + n]
+        return data
+
+
 class _Process:
     """One incarnation of a learner or actor process, with its own queues (a process killed while
     writing to a multiprocessing queue can leave that queue unusable)."""
 
     def __init__(self, ctx: BaseContext, who: str, target: object, args: tuple, status: mp.Queue | None) -> None:
         self.who, self.status, self.errors = who, status, ctx.Queue()
+        self._status_in = _Inbox(status) if status is not None else None  # read without blocking (_Inbox)
+        self._errors_in = _Inbox(self.errors)
         self.proc = ctx.Process(target=target, args=(*args, self.errors), name=who.replace(" ", "-"))
         self.proc.start()
         self._why: str | None = None
@@ -54,11 +115,7 @@ class _Process:
 
     def poll(self) -> list[tuple[str, object]]:
         out: list[tuple[str, object]] = []
-        while self.status is not None:
-            try:
-                kind, payload = self.status.get_nowait()
-            except queue.Empty:
-                break
+        for kind, payload in self._status_in.take() if self._status_in is not None else []:
             if kind == "ready":
                 payload = Ready(tuple(payload), tuple(payload))
             out.append((kind, payload))
@@ -73,13 +130,7 @@ class _Process:
 
     def why(self) -> str:
         if self._why is None:
-            said = {}
-            while True:
-                try:
-                    who, msg = self.errors.get_nowait()
-                except queue.Empty:
-                    break
-                said[who] = msg
+            said = dict(self._errors_in.take())
             self._why = said.get(self.who, exit_reason(self.proc.exitcode))
         return self._why
 
