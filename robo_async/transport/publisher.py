@@ -25,6 +25,11 @@ from robo_async.transport.wire import LearnerStatus, WeightPart, Weights, encode
 log = logging.getLogger(__name__)
 
 ALIGN = 64  # snapshot arrays start on cache-line boundaries (SIMD loads)
+# a subscriber whose queue stays full this long (stopped, or its host gone with the connection
+# half-open) no longer holds the others back: parts go on without it (it misses them, and gets the
+# next push whole once it reads again), for LOSSY_HOLD_S, then the stream waits for the slowest again
+STALL_S = 2.0
+LOSSY_HOLD_S = 30.0
 PIPELINE_BYTES = 32 << 20  # publish() copies of at least this size overlap the push's first parts
 
 
@@ -234,6 +239,9 @@ class WeightPublisher:
         self.push_bytes = 0  # payload bytes of the newest push
         self.last_push_s = 0.0  # publish() -> its last part handed to ZMQ, for the newest push
         self.joins = 0  # weights subscriptions seen (actors connecting or reconnecting)
+        self.stalls = 0  # times a subscriber's full queue held the stream STALL_S: it went on without it
+        self._blocked_since = 0.0  # when the stream's sends started coming back EAGAIN (0: they go)
+        self._lossy_until = 0.0  # parts go to whoever has room until then (a stalled subscriber misses them)
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
@@ -304,8 +312,8 @@ class WeightPublisher:
                 status, self._status = self._status, None
                 weights, self._weights = self._weights, None
                 frozen, t_pub, copying = self._frozen, self._weights_t, self._copying
-            if status is not None:
-                self._send([STATUS_TOPIC, *encode(status)])
+            if status is not None:  # to whoever has room: a slow subscriber's queue never holds back acks
+                self._send([STATUS_TOPIC, *encode(status)], lossy=True)
             if self._stop.is_set():
                 return
             if weights is not None:
@@ -367,12 +375,32 @@ class WeightPublisher:
                 joined = True
         return joined
 
-    def _send(self, frames: list[bytes | memoryview]) -> bool:
+    def _send(self, frames: list[bytes | memoryview], lossy: bool = False) -> bool:
+        """Send one message without blocking; False when a subscriber's queue is full (the stream
+        waits for it). `lossy`: to the subscribers with room (XPUB_NODROP off for this send).
+        A stream held up STALL_S by a full queue goes on lossy for LOSSY_HOLD_S (`stalls`)."""
+        now = time.monotonic()
+        lossy = lossy or now < self._lossy_until
+        if lossy:
+            self._sock.setsockopt(zmq.XPUB_NODROP, 0)
         try:
             self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            if not lossy:
+                self._blocked_since = 0.0
             return True
         except zmq.Again:
-            return False  # a slow subscriber: this one waits (parts) or is superseded (statuses)
+            if not self._blocked_since:
+                self._blocked_since = now
+            elif now - self._blocked_since >= STALL_S:
+                self.stalls += 1
+                self._lossy_until, self._blocked_since = now + LOSSY_HOLD_S, 0.0
+                log.warning("a weights subscriber has read nothing for %.0f s (stopped, or its host gone): the "
+                            "others get the weights without it for %.0f s (%d time(s) so far)", STALL_S,
+                            LOSSY_HOLD_S, self.stalls)
+            return False
+        finally:
+            if lossy:
+                self._sock.setsockopt(zmq.XPUB_NODROP, 1)
 
     def close(self) -> None:
         """Send the pending status (e.g. "stopping"), stop the thread, close the socket."""

@@ -552,3 +552,57 @@ def test_an_actor_that_subscribes_after_a_push_gets_it_at_once_without_periodic_
             client.close()
     finally:
         pub.close()
+
+
+def _stopped_subscriber(address: str) -> None:  # a process that subscribes, then is SIGSTOPped by the test
+    c = WeightClient(address, every_s=0.005).start()
+    while True:
+        time.sleep(0.1)
+        c.take_weights()
+
+
+def test_a_stopped_subscriber_does_not_hold_back_the_others_weights_or_acks():
+    """Two actors; one is stopped (SIGSTOP: its queue fills and stays full, as with a host whose
+    connection stays half-open). Before, every later push waited for it: the other actor's policy
+    froze. Now statuses never wait for a full queue, and a stream held up STALL_S goes on without
+    the stopped one (`stalls`): the other gets every newer push."""
+    import multiprocessing as mp
+    import os
+    import signal
+
+    from robo_async.transport.wire import LearnerStatus
+
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=1.0, push=PushConfig(part_mb=1), queue_mb=8,
+                          weights_bytes=8 << 20)
+    ctx = mp.get_context("spawn")
+    stopped = ctx.Process(target=_stopped_subscriber, args=(pub.address,), daemon=True)
+    stopped.start()
+    healthy = WeightClient(pub.address, every_s=0.005).start()
+    try:
+        w = {"w": np.zeros(4_000_000, np.float32)}  # 16 MB a push: two fill the stopped one's queue
+        deadline = time.monotonic() + 60
+        while pub.joins < 2 and time.monotonic() < deadline:  # both subscribed
+            pub.publish(Weights(0, w, "n"))
+            time.sleep(0.1)
+        assert pub.joins >= 2
+        os.kill(stopped.pid, signal.SIGSTOP)
+        version, seen = 0, 0
+        while pub.stalls == 0 and time.monotonic() < deadline:  # push on until the stopped one holds us up
+            version += 1
+            pub.publish(Weights(version, {"w": w["w"] + version}, "n"))
+            time.sleep(0.2)
+        assert pub.stalls >= 1, "the stopped subscriber never held the stream up (its queue never filled)"
+        after = version + 1  # a push and a status from after the stall: both reach the healthy actor
+        pub.publish(Weights(after, {"w": w["w"] + after}, "n"))
+        pub.publish_status(LearnerStatus(after, after, after, after))
+        while time.monotonic() < deadline and (seen < after or healthy.status is None
+                                                or healthy.status.version < after):
+            got = healthy.take_weights()
+            seen = got.version if got is not None else seen
+            time.sleep(0.02)
+        assert seen == after and healthy.status.version == after
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+        stopped.kill()
+        healthy.close()
+        pub.close()
