@@ -60,6 +60,18 @@ def bind(sock: zmq.Socket, address: str) -> None:
         raise
 
 
+HEARTBEAT_IVL_MS = 2_000  # ZMTP PINGs on every link between actors and learner
+HEARTBEAT_TIMEOUT_MS = 20_000  # nothing back for this long: the peer is gone (a host without power, a
+# connection left half-open), the link is closed (a connecting side then reconnects)
+
+
+def heartbeats(sock: zmq.Socket) -> None:
+    """ZMTP heartbeats on `sock` (before bind/connect): a peer that answers nothing for
+    HEARTBEAT_TIMEOUT_MS is disconnected rather than kept, with its queue, forever."""
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+
+
 def hwm(queue_mb: float, message_bytes: int, low: int = 2, high: int = 10_000) -> int:
     """A ZMQ high-water mark (counted in messages) from a budget in bytes and the expected message
     size, so a queue of camera batches or weights holds about `queue_mb`, not N messages of any size."""
@@ -80,6 +92,7 @@ class TransitionReceiver:
         self._sock.setsockopt(zmq.RCVHWM, hwm(queue_mb, message_bytes, low=4))
         # a peer sending a larger frame is disconnected by ZMQ before it is buffered (it reconnects)
         self._sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_mb * 2**20))
+        heartbeats(self._sock)
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.dropped = 0
@@ -157,6 +170,7 @@ class TransitionSender:
             secure(self._sock)
         self._sock.setsockopt(zmq.SNDHWM, 1_000)
         self._sock.setsockopt(zmq.LINGER, 2_000)
+        heartbeats(self._sock)
         self._sock.connect(address)
 
     def send(self, msg: Message) -> bool:
@@ -214,6 +228,7 @@ class WeightClient:
         sock.setsockopt(zmq.SUBSCRIBE, topic)
         sock.setsockopt(zmq.RCVHWM, 16)
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
+        heartbeats(sock)
         if self._secure is not None:
             self._secure(sock)
         sock.connect(self._address)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 import zmq
 
-from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, bind, hwm
+from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, bind, heartbeats, hwm
 from robo_async.transport.curve import LearnerAuth
 from robo_async.transport.weights import PushConfig, cast_into, keyframe_of, plan_push, seal, too_wide_for_fp16
 from robo_async.transport.wire import LearnerStatus, WeightPart, Weights, encode
@@ -222,6 +222,7 @@ class WeightPublisher:
         # a full subscriber queue makes send() say EAGAIN instead of dropping a part silently:
         # the stream waits (at the slowest actor's pace) rather than leaving a push incomplete
         self._sock.setsockopt(zmq.XPUB_NODROP, 1)
+        heartbeats(self._sock)  # a subscriber whose host is gone is dropped (while its queue has room)
         bind(self._sock, address)
         self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.push = push

@@ -445,3 +445,46 @@ def test_histograms_count_each_sample_once_in_its_bin():
     #      bins:  0  .1  .2  .5  1  2  5  10  20  50+
     assert got == (2, 1, 1, 0, 0, 1, 0, 0, 1, 2) and sum(got) == 8
     assert histogram([], "infer_hist") == (0,) * len(HIST_EDGES_MS["infer_hist"])
+
+
+def _sender_then_wait(address: str) -> None:  # connects, sends one batch, then idles (SIGSTOPped by the test)
+    import time
+
+    tx = TransitionSender(address)
+    tx.send(batch(2, seq=0))
+    while True:
+        time.sleep(1)
+
+
+def test_zmq_heartbeats_close_the_link_of_a_peer_that_answers_nothing(monkeypatch):
+    """An actor whose process (or host) stops answering: the learner's side closes its link after
+    HEARTBEAT_TIMEOUT_MS of silence rather than keep it (and its queue) forever."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import time
+
+    from zmq.utils.monitor import recv_monitor_message
+
+    import robo_async.transport.channels as channels
+
+    monkeypatch.setattr(channels, "HEARTBEAT_IVL_MS", 200)
+    monkeypatch.setattr(channels, "HEARTBEAT_TIMEOUT_MS", 1_000)
+    rx = TransitionReceiver("tcp://127.0.0.1:0")
+    monitor = rx._sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+    peer = mp.get_context("spawn").Process(target=_sender_then_wait, args=(rx.address,), daemon=True)
+    peer.start()
+    try:
+        assert [b.count for b in _poll_until(rx, 1)] == [2]  # linked, and heard from
+        os.kill(peer.pid, signal.SIGSTOP)  # its ZMQ thread answers no PING from now on
+        events, deadline = [], time.monotonic() + 60
+        while zmq.EVENT_DISCONNECTED not in events and time.monotonic() < deadline:
+            if monitor.poll(500):
+                events.append(recv_monitor_message(monitor)["event"])
+        assert zmq.EVENT_DISCONNECTED in events
+    finally:
+        os.kill(peer.pid, signal.SIGCONT)
+        peer.kill()
+        rx._sock.disable_monitor()
+        monitor.close(0)
+        rx.close()
