@@ -30,6 +30,7 @@ ALIGN = 64  # snapshot arrays start on cache-line boundaries (SIMD loads)
 # next push whole once it reads again), for LOSSY_HOLD_S, then the stream waits for the slowest again
 STALL_S = 2.0
 LOSSY_HOLD_S = 30.0
+JOIN_REPEAT_S = 0.5  # the least time between two repeats made for subscribers that joined
 PIPELINE_BYTES = 32 << 20  # publish() copies of at least this size overlap the push's first parts
 
 
@@ -311,7 +312,12 @@ class WeightPublisher:
         while True:
             with self._lock:
                 status, self._status = self._status, None
-                weights, self._weights = self._weights, None
+                # a push in flight is sent whole before a newer one starts (the newest waits, newer ones
+                # supersede it): a push slower than the publish interval still reaches the actors, and
+                # the cadence follows the send time
+                weights = None
+                if stream is None or stream.done:
+                    weights, self._weights = self._weights, None
                 frozen, t_pub, copying = self._frozen, self._weights_t, self._copying
             if status is not None:  # to whoever has room: a slow subscriber's queue never holds back acks
                 self._send([STATUS_TOPIC, *encode(status)], lossy=True)
@@ -355,7 +361,12 @@ class WeightPublisher:
             # push no more than a tenth of the time (a 2 GiB policy every second would keep a
             # network link busy for nothing)
             every = max(self._republish_s, 9.0 * self.last_push_s)
-            if not busy and stream is not None and (joined or time.monotonic() - last_sent > every):
+            # a join's repeat goes to every subscriber (XPUB cannot address one): at most one per
+            # JOIN_REPEAT_S or twice a push's send time, so actors reconnecting in a loop cannot keep
+            # the link busy with keyframes
+            join_gap = max(JOIN_REPEAT_S, 2.0 * self.last_push_s)
+            joined_now = joined and time.monotonic() - last_sent > join_gap
+            if not busy and stream is not None and (joined_now or time.monotonic() - last_sent > every):
                 joined = False
                 queue = deque(stream.frames if stream.frames is key_frames else [*key_frames, *stream.frames])
                 last_sent = time.monotonic()

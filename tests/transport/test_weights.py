@@ -414,13 +414,14 @@ def test_snapshot_blocks_are_reused_only_once_nothing_refers_to_them():
 
 def test_a_delta_published_while_its_keyframe_is_still_going_out_applies_to_the_whole_keyframe():
     """Keyframe parts are sealed (digested, encoded) as they go. A delta published before the
-    keyframe's last part went out is made against the whole keyframe (its rest sealed then), and
-    a late actor gets that keyframe whole from the repeats, then the delta."""
+    keyframe's last part went out waits for the keyframe to go out whole (a push in flight is never
+    replaced: a slow push still arrives), then goes as a delta against it; a late actor gets that
+    keyframe from the repeats, then the delta."""
     from robo_async.transport.channels import WEIGHTS_TOPIC
 
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(delta=True, part_mb=0.05, whole_mb=0))
     send, blocked = pub._send, [True]
-    pub._send = lambda frames: not (blocked[0] and frames[0] == WEIGHTS_TOPIC) and send(frames)  # a full queue
+    pub._send = lambda frames, lossy=False: not (blocked[0] and frames[0] == WEIGHTS_TOPIC) and send(frames, lossy)
     try:
         w = policy(6, big=400_000)
         pub.publish(Weights(1, w, "net"))
@@ -430,12 +431,12 @@ def test_a_delta_published_while_its_keyframe_is_still_going_out_applies_to_the_
         w2 = {k: v.copy() for k, v in w.items()}
         w2["head.b"] += 3.0
         pub.publish(Weights(2, w2, "net"))  # before v1's parts could go
-        while pub._weights is not None and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert pub.pushes == 0
+        time.sleep(0.2)  # (the thread wakes a few times meanwhile: v2 must still wait)
+        assert pub.pushes == 0 and pub._weights is not None and pub._weights.version == 2  # v1 still in flight
         blocked[0] = False
-        while pub.pushes < 1 and time.monotonic() < deadline:
+        while pub.pushes < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert pub.pushes == 2  # v1 whole, then v2
         assert 0 < pub.push_bytes < 0.05 * sum(a.nbytes for a in w.values())  # v2: a delta against v1
         client = WeightClient(pub.address, every_s=0.005).start()
         try:
@@ -444,6 +445,35 @@ def test_a_delta_published_while_its_keyframe_is_still_going_out_applies_to_the_
         finally:
             client.close()
     finally:
+        pub.close()
+
+
+def test_a_full_push_slower_than_the_publish_interval_is_sent_whole_and_the_newest_follows():
+    """Full (non-delta) pushes published faster than they go out: the one in flight is never cut
+    off by a newer one (before, no actor completed any push); the newest waiting one follows it,
+    those between are superseded."""
+    from robo_async.transport.channels import WEIGHTS_TOPIC
+
+    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, push=PushConfig(part_mb=0.05, whole_mb=0))
+    send, blocked = pub._send, [True]
+    pub._send = lambda frames, lossy=False: not (blocked[0] and frames[0] == WEIGHTS_TOPIC) and send(frames, lossy)
+    client = WeightClient(pub.address, every_s=0.005).start()
+    try:
+        w = policy(3, big=400_000)
+        deadline = time.monotonic() + 30
+        pub.publish(Weights(1, w, "net"))
+        while pub._weights is not None and time.monotonic() < deadline:  # v1 taken: in flight, blocked
+            time.sleep(0.001)
+        for v in (2, 3):
+            pub.publish(Weights(v, {k: a + v for k, a in w.items()}, "net"))
+        blocked[0] = False
+        while pub.pushes < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pub.pushes == 2  # v1 whole, then v3 (v2 superseded while it waited)
+        got = newest(client, 3)
+        assert all(np.array_equal(got.arrays[k], w[k] + 3) for k in w)
+    finally:
+        client.close()
         pub.close()
 
 
@@ -482,8 +512,8 @@ def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_a
     pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(part_mb=0.25, whole_mb=0))
     send = pub._send
 
-    def sent(frames):
-        ok = send(frames)
+    def sent(frames, lossy=False):
+        ok = send(frames, lossy)
         if ok and frames[0] == channels.WEIGHTS_TOPIC:
             with cond:
                 events.append(("sent", {s[0].split(":")[1] for s in msgpack.unpackb(bytes(frames[1]))["arrays"]}))
