@@ -43,7 +43,8 @@ import lmdb
 import msgpack
 import zmq
 
-from robo_async.transport.wire import LearnerStatus, Message, TransitionBatch, WireError, decode, encode, is_image_column
+from robo_async.transport.wire import (LearnerStatus, Message, StreamGap, TransitionBatch, WireError, decode, encode,
+                                      is_image_column)
 
 if TYPE_CHECKING:  # the transport process (actor.uplink=process) runs without torch
     from policies.embedding import FrozenEncoder
@@ -86,6 +87,7 @@ class _Entry:
     frames: list | None = None  # the batch's wire frames, encoded once (journal and sends share them)
     journaled: bool = False
     sent_t: float = 0.0  # monotonic time of the latest send
+    gap: str = ""  # not rows but a range this actor lost (why): sent as a StreamGap until acked
 
 
 def _key(seq: int) -> bytes:
@@ -190,6 +192,7 @@ class Uplink:
         self.resends = 0
         self.spilled = 0
         self.journal_errors = 0
+        self.gaps = 0  # ranges of this stream declared lost to the learner (damaged or missing journal entries)
         self.dropped_other = 0
         self.error: BaseException | None = None  # what killed the uplink thread
 
@@ -206,23 +209,41 @@ class Uplink:
         except lmdb.Error as e:
             raise RuntimeError(f"actor {self.actor_id}: journal {path} cannot be opened ({e}); "
                                f"move it aside to start without it") from None
-        next_seq, bad = 0, 0
+        next_seq, damaged = 0, []
         with self._env.begin(db=self._db) as txn:
             for k, v in txn.cursor():
                 try:
                     b = self._decode(v)
                 except WireError:
-                    bad += 1
+                    damaged.append(int.from_bytes(k, "big"))
                     continue
                 self._unacked.append(_Entry(b.seq, b.count, None, 0, journaled=True))
                 self._unacked_count += b.count
                 next_seq = max(next_seq, b.seq + b.count)
-        if bad:
-            log.warning("actor %d: %d damaged batch(es) in journal %s skipped", self.actor_id, bad, path)
+        if damaged:
+            self._declare_gaps(damaged, path)
         if self._unacked:
             log.info("actor %d: journal holds %d unacked transitions (seq %d..%d); resending",
                      self.actor_id, self.unacked, self._unacked[0].seq, next_seq - 1)
         return next_seq
+
+    def _declare_gaps(self, damaged: list[int], path: Path) -> None:
+        """Damaged journal entries (their keys: the seqs they start at) become gaps the learner is
+        told of in the stream's order: from each to the next batch the journal still holds (a
+        damaged entry after the last one needs none: numbering goes on from there)."""
+        starts = sorted(e.seq for e in self._unacked)
+        gaps = []
+        for d in sorted(damaged):
+            after = [s for s in starts if s > d]
+            if after:  # (journaled: the damaged entry is deleted once the gap is acked)
+                gaps.append(_Entry(d, after[0] - d, None, 0, journaled=True, gap=f"damaged in journal {path}"))
+        for g in gaps:
+            self._unacked.append(g)
+            self._unacked_count += g.count
+        self._unacked = deque(sorted(self._unacked, key=lambda e: e.seq))
+        self.gaps += len(gaps)
+        log.error("actor %d: %d damaged batch(es) in journal %s skipped; %d range(s) declared lost to the learner "
+                  "(%s)", self.actor_id, len(damaged), path, len(gaps), [(g.seq, g.count) for g in gaps][:8])
 
     @staticmethod
     def _decode(value: bytes) -> TransitionBatch:
@@ -494,15 +515,20 @@ class Uplink:
         n = 0
         while self._cursor < len(self._unacked) and (limit is None or n < limit):
             e = self._unacked[self._cursor]
-            if e.batch is not None:
+            if e.gap:  # rows this actor lost: the learner passes over them (in the stream's order)
+                frames = encode(StreamGap(self.actor_id, e.seq, e.count, e.gap[:200]))
+            elif e.batch is not None:
                 frames = self._frames(e)
             else:  # spilled: read back from the journal
                 batch = self._load(e)
-                if batch is None:  # journal entry lost: skip it (logged); the store will see a gap
-                    log.error("actor %d: batch at seq %d missing from the journal", self.actor_id, e.seq)
-                    self._cursor += 1
-                    continue
-                frames = encode(batch)
+                if batch is None:  # journal entry lost: declared a gap, so the stream goes on past it
+                    log.error("actor %d: batch at seq %d (%d rows) missing from the journal: declared lost to "
+                              "the learner", self.actor_id, e.seq, e.count)
+                    e.gap, e.journaled = "missing from the journal", False
+                    self.gaps += 1
+                    frames = encode(StreamGap(self.actor_id, e.seq, e.count, e.gap))
+                else:
+                    frames = encode(batch)
             try:
                 sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:

@@ -36,8 +36,8 @@ from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, j
 from robo_async.transport.channels import RefusedBatch, TransitionReceiver
 from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
 from robo_async.transport.weights import PushConfig
-from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, TransitionBatch,
-                                      Weights, WireError)
+from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, StreamGap,
+                                       TransitionBatch, Weights, WireError)
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,8 @@ class Learner:
         elif isinstance(msg, RefusedBatch):  # refused for what it holds: its range is passed over
             self.rejected_batches += 1
             self.store.refuse(msg.actor_id, msg.seq, msg.count, msg.reason)
+        elif isinstance(msg, StreamGap):  # the actor no longer has these rows: pass over them, in order
+            self.store.refuse(msg.actor_id, msg.seq, msg.count, f"the actor lost them: {msg.reason}")
         elif isinstance(msg, EpisodeStats):
             self.episodes += 1
             self.episode_counts[msg.actor_id] = msg.episode + 1

@@ -29,6 +29,7 @@ from robo_async.transport.messages import (
     InferRequest,
     LearnerStatus,
     Message,
+    StreamGap,
     TransitionBatch,
     WeightPart,
     Weights,
@@ -164,6 +165,7 @@ _KIND_FIELDS = {
     "heartbeat": {"actor_id", "env_steps", "policy_version", "stats"},
     "infer": {"actor_id", "req", "tick", "delay", "deterministic", "hello", "policy", "spec", "instruction"},
     "chunk": {"req", "version", "architecture", "error", "horizon", "spec", "infer_us", "batch"},
+    "gap": {"actor_id", "seq", "count", "reason"},
 }
 
 
@@ -357,10 +359,16 @@ def _heartbeat(header: Header, arrays: Arrays) -> Heartbeat:
     )
 
 
+def _gap(header: Header, arrays: Arrays) -> StreamGap:
+    count = _int(header, "count", 1, 1 << 40)
+    return StreamGap(_int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "seq", 0, MAX_COUNT - count), count,
+                     _text(header, "reason", ""))
+
+
 # how each kind without encoded frames is read from its checked header and arrays
 _PLAIN: dict[str, Callable[[Header, Arrays], Message]] = {
     "weights": _weights, "wpart": _weight_part, "chunk": _chunk_reply, "episode": _episode, "status": _status,
-    "heartbeat": _heartbeat}
+    "heartbeat": _heartbeat, "gap": _gap}
 
 
 def decode(frames: Sequence[bytes | memoryview]) -> Message:

@@ -154,6 +154,21 @@ class TransitionBatch:
 
 
 @dataclass(frozen=True)
+class StreamGap:
+    """An actor's declaration that seqs `seq .. seq+count-1` of its stream will never come (their
+    batch is gone from its journal: damaged, or lost): the learner passes over them if they are the
+    next it expects (counted in `buffer/rows_refused`, named in its log) instead of waiting forever.
+    Sent in the stream's order, again with the resends, until acked."""
+
+    actor_id: int
+    seq: int
+    count: int
+    reason: str = ""
+
+    kind = "gap"
+
+
+@dataclass(frozen=True)
 class EpisodeStats:
     """Summary of one finished episode on an actor."""
 
@@ -289,6 +304,6 @@ class ChunkReply:
 
 
 Message = (TransitionBatch | EpisodeStats | Weights | WeightPart | LearnerStatus | Heartbeat | InferRequest
-           | ChunkReply)
+           | ChunkReply | StreamGap)
 KINDS: tuple[str, ...] = tuple(c.kind for c in (TransitionBatch, EpisodeStats, Weights, WeightPart, LearnerStatus,
-                                               Heartbeat, InferRequest, ChunkReply))
+                                               Heartbeat, InferRequest, ChunkReply, StreamGap))

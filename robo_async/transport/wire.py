@@ -44,6 +44,7 @@ from robo_async.transport.messages import (
     InferRequest,
     LearnerStatus,
     Message,
+    StreamGap,
     TransitionBatch,
     WeightPart,
     Weights,
@@ -56,7 +57,7 @@ from robo_async.transport.stats import ActorStats
 
 __all__ = [
     "DTYPES", "EPISODE_LABELS", "FINAL_OBS", "KINDS", "MAX_ACTOR_ID", "MAX_COUNT", "MAX_FIGURE", "OPERATOR",
-    "POLICY", "SCHEMA", "TAKEOVER", "ActorStats", "ChunkReply", "EpisodeStats", "Frames", "Heartbeat",
+    "POLICY", "SCHEMA", "TAKEOVER", "ActorStats", "ChunkReply", "EpisodeStats", "Frames", "Heartbeat", "StreamGap",
     "InferRequest", "LearnerStatus", "Message", "TransitionBatch", "WeightPart", "Weights", "WireError",
     "MAX_FRAMES", "actor_stats", "decode", "encode", "expand_next_obs", "is_image_column", "recv_frames",
     "standard_columns",
@@ -94,7 +95,7 @@ def encode(msg: Message) -> list[bytes | memoryview]:
                      precision=msg.precision, architecture=msg.architecture,
                      manifest=[[n, list(sh), dt, c] for n, sh, dt, c in msg.manifest],
                      sums=[[n, c] for n, c in msg.sums])
-    if isinstance(msg, (EpisodeStats, LearnerStatus)):
+    if isinstance(msg, (EpisodeStats, LearnerStatus, StreamGap)):
         return _pack(msg.kind, {}, **{k: getattr(msg, k) for k in msg.__dataclass_fields__})
     if isinstance(msg, Heartbeat):
         return _pack(

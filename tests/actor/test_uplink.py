@@ -119,6 +119,61 @@ def test_journal_survives_a_restart_and_spills_beyond_the_ram_budget(tmp_path):
     L.close()
 
 
+def test_a_damaged_journal_entry_becomes_a_declared_gap_and_the_stream_goes_on(tmp_path):
+    """A journal entry damaged on disk (seq 10..19 here) can never be resent: before, the learner
+    waited for those seqs forever and took nothing of this actor after them. Now the reopened
+    uplink declares the range lost (a StreamGap, in the stream's order, resent until acked); a real
+    store passes over it and takes what follows; the damaged entry goes once acked."""
+    import lmdb
+
+    from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
+    from robo_async.transport.wire import StreamGap
+
+    L = Learnerish()
+    cfg = UplinkConfig(journal_dir=str(tmp_path / "j"), resend_s=60)
+    up = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    up.open()
+    L.publish()
+    up.start(0)
+    for s in (0, 10, 20):
+        up.put(batch(0, s, 10))
+    L.collect(lambda g: len(g) >= 3 and up.durable() == 30)
+    up.close(drain_s=0)
+    env = lmdb.open(str(tmp_path / "j"), max_dbs=2)
+    with env.begin(write=True, db=env.open_db(b"batches")) as txn:
+        assert txn.replace((10).to_bytes(8, "big"), b"\xc1 damaged") is not None
+    env.close()
+
+    up2 = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    assert up2.open() == 30 and up2.gaps == 1 and up2.unacked == 30
+    L.boot = "b"
+    up2.start(0)
+    store = PersistentReplayStore(tmp_path / "store", StoreConfig(commit_ms=5)).open()
+    got, deadline = [], time.monotonic() + 30
+    while time.monotonic() < deadline and store.ack(0) < 30:  # the learner's part, on a real store
+        L.publish()
+        for m in L.rx.poll(timeout_ms=10):
+            got.append(m)
+            if isinstance(m, TransitionBatch):
+                store.insert(m)
+            elif isinstance(m, StreamGap):
+                store.refuse(m.actor_id, m.seq, m.count, m.reason)
+        store.flush()
+        L.acked = store.ack(0)
+    assert [(type(m).__name__, m.seq) for m in got[:3]] == [("TransitionBatch", 0), ("StreamGap", 10),
+                                                           ("TransitionBatch", 20)]
+    assert got[1].count == 10 and "damaged" in got[1].reason
+    assert store.ack(0) == 30 and len(store) == 20 and store.rows_refused == 10
+    store.close()
+    L.collect(lambda g: up2.unacked == 0)
+    assert up2.unacked == 0
+    up2.close(drain_s=0)
+    up3 = Uplink(0, L.rx.address, lambda: L.status, cfg)
+    assert up3.open() == 0 and up3.gaps == 0  # the damaged entry was deleted with the ack
+    up3.close(drain_s=0)
+    L.close()
+
+
 def test_put_sends_in_order_itself_or_through_the_thread_when_it_is_busy(tmp_path):
     """The control loop's put() sends the newest batch itself when nothing older waits; while the
     uplink thread holds the lock (busy), puts queue and the thread sends them, in seq order."""
