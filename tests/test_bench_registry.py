@@ -80,3 +80,18 @@ def test_bench_twin_measures_the_cap_at_the_servos_of_the_so101_twin(capsys, tmp
     assert rc == 0 and out["errors"] == [], out["errors"]
     assert {"max_step_seen_over_cap", "estop_ticks", "watchdog_ms", "jitter_p99_ms", "hil_success"} <= set(out)
     assert 0 < out["max_step_seen_over_cap"] <= 1.0
+
+
+def test_bench_fuzz_sends_malformed_messages_of_every_kind_to_live_receivers_and_counts_each_drop(capsys):
+    """The bench's own path with a tiny budget: a learner, a policy server and a weight client, each
+    in its own process, drop every mutant sent (by their own counters), none crashes, and the
+    learner stores only the sentinels' rows."""
+    from robo_async.transport.wire import KINDS
+
+    assert main(["bench", "fuzz", "messages=12", "round=40"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["messages"] == 3 * 12 * len(KINDS) and out["crashes"] == 0 and out["rows_stored"] == 0
+    for name, row in out["targets"].items():
+        assert row["dropped"] == row["messages"] == 12 * len(KINDS), name
+    learner = out["targets"]["learner"]
+    assert learner["store_rows"] == learner["sentinel_rows"] > 0

@@ -17,7 +17,7 @@ def register(name: str) -> Callable[[Callable[[dict[str, str]], int]], Callable[
 
 def run_bench(name: str, args: dict[str, str]) -> int:
     from robo_async.bench import (async_inference, buffer, envs, hil, learn, learn_reach, multi_actor,  # noqa: F401
-                                  remote_inference, soak, twin, weight_push)  # (they register)
+                                  fuzz, remote_inference, soak, twin, weight_push)  # (they register)
     from robo_async.config import UserError
 
     if name not in BENCHES:

@@ -1,0 +1,564 @@
+"""`robo-async bench fuzz`: mutated wire messages against live receivers on loopback, each in a
+process of its own: a learner (`learner_main`, a store on disk), a policy server (a flow policy)
+and an actor's `WeightClient` under a hostile PUB. Per target, `messages` of each kind: a valid
+message (the dataclasses through `encode`) given one or two mutations (header fields, keys, kind,
+array specs with or without a data frame to fit, arrays added or left out, frames cut, grown,
+flipped, dropped or 65,000 added, a header of garbage, deep nesting or past the cap); only those
+this process's `decode` refuses are sent, so a target must drop each one. Each round ends with a
+valid sentinel on the same socket (a batch stored, a hello answered, a status and weights taken):
+then all before it was processed. Counted: messages, dropped (the target's own counter), crashes
+(its process or receiving thread died, or an exception got past the checks into its last-resort
+handler), the learner's rows beyond the sentinels' (`rows_stored`, must be 0). Last line: JSON.
+
+    robo-async bench fuzz [messages=100000] [seed=0] [round=8000]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing as mp
+import queue
+import random
+import re
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from multiprocessing.synchronize import Event
+
+import msgpack
+import numpy as np
+import zmq
+
+from robo_async.bench import register
+from robo_async.buffer.codec import encode_image
+from robo_async.transport.stats import ActorStats, histogram
+from robo_async.transport.weights import PushConfig, encode_push
+from robo_async.transport.wire import (DTYPES, KINDS, MAX_FRAMES, ChunkReply, EpisodeStats, Frames, Heartbeat,
+                                       InferRequest, LearnerStatus, Message, StreamGap, TransitionBatch, WeightPart,
+                                       Weights, WireError, decode, encode)
+
+SENTINEL_ROWS = 4  # rows of each sentinel batch the learner must store
+EDGE_INTS = [-1, 0, 1, 2, 65, 4097, (1 << 16) + 1, 1 << 20, (1 << 20) + 1, 1 << 34, (1 << 34) + 1, 1 << 40,
+             1 << 62, (1 << 62) + 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63)]
+EDGE_FLOATS = [float("nan"), float("inf"), -float("inf"), 1e31, -1e31, 0.5, -0.0]
+EDGE_TEXT = ["", "x" * 65, "x" * 257, "y" * 20_000, "frames", "float32", "obs/", "d:a:0", "success", "fp8"]
+ARRAY_NAMES = ["obs/x", "next_obs/x", "final_obs/x", "obs/embedding", "obs/embedding_version", "reward", "action",
+               "terminated", "policy_version", "intervention", "policy_action", "fstate", "prefix", "actions",
+               "d:fc.bias:0", "i:fc.bias:0", "v:fc.bias:0", "d:a:x", "evil", "", "x" * 300]
+SHAPES = [[0, 1 << 34], [1 << 34, 0], [0, 1 << 20, 1 << 20], [0] * 8, [1] * 9, [], [1], [0], [2, 3], [4]]
+PLAIN_DTYPES = sorted(DTYPES)
+SPEC_DTYPES = [*PLAIN_DTYPES, "frames", "object", "<f4", "", 3]
+# weighted by repetition: the mutations that reach the kinds' own checks come most often
+OPS = ["field"] * 4 + ["reshape"] * 3 + ["add", "drop_array"] * 2 + [
+    "drop_field", "kind", "spec", "frames", "frames", "header"]
+UNNAMED = ("malformed message (", "message refused:")  # decode's last-resort wrapper, not a named check
+KEYS = sorted({"schema", "kind", "evil", ""} | {f for c in (TransitionBatch, EpisodeStats, Weights, WeightPart,
+                                                            LearnerStatus, Heartbeat, InferRequest, ChunkReply,
+                                                            StreamGap) for f in c.__dataclass_fields__})
+
+
+def valid(kind: str, r: np.random.Generator) -> Message:
+    """A small valid message of `kind`, its values drawn from `r`."""
+    n, d, a = (int(x) for x in r.integers(1, 5, 3))
+    i = lambda lo, hi: int(r.integers(lo, hi))  # noqa: E731
+
+    def f32(*shape: int) -> np.ndarray:
+        return r.standard_normal(shape, np.float32)
+
+    images = lambda m: Frames([encode_image(x) for x in r.integers(0, 255, (m, 4, 4, 3), np.uint8)],  # noqa: E731
+                              (m, 4, 4, 3))  # a camera column encoded as actors send it
+    if kind == "transitions":
+        arrays: dict[str, np.ndarray | Frames] = {
+            "obs/state": f32(n, d), "final_obs/state": f32(1, d), "action": f32(n, a), "reward": f32(n),
+            "terminated": r.random(n) < 0.2, "truncated": np.zeros(n, bool), "success": np.zeros(n, bool),
+            "policy_version": r.integers(-1, 9, n), "intervention": r.integers(0, 3, n).astype(np.uint8),
+            "policy_action": f32(n, a)}
+        if r.random() < 0.3:
+            arrays |= {"obs/cam": images(n), "final_obs/cam": images(1)}
+        return TransitionBatch(i(0, 100), i(0, 1 << 40), arrays)  # type: ignore[arg-type]
+    if kind == "episode":
+        length = i(0, 500)
+        return EpisodeStats(i(0, 100), i(0, 1000), float(r.normal()), length, r.random() < 0.5, i(-1, 100),
+                            r.random() < 0.5, i(0, length + 1), ("", "success", "failure")[i(0, 3)])
+    if kind in ("weights", "wpart"):
+        w = {"fc.weight": f32(4, 3), "fc.bias": f32(4)}
+        if kind == "weights":
+            return Weights(i(0, 100), w, "mlp:3-4")
+        parts, _, _ = encode_push(i(1, 100), w, "mlp:3-4", PushConfig(part_mb=0.00003, whole_mb=0))
+        return parts[i(0, len(parts))]
+    if kind == "status":
+        return LearnerStatus(i(0, 1 << 30), i(0, 1 << 30), i(0, 1 << 30), i(0, 1 << 30), r.random() < 0.1,
+                             f"boot-{i(0, 1000)}", tuple((k, i(0, 1 << 30)) for k in range(i(0, 4))))
+    if kind == "heartbeat":
+        return Heartbeat(i(0, 100), i(0, 1 << 30), i(-1, 100), ActorStats(
+            clipped=i(0, 9), late_p99_ms=float(r.random()), late_hist=histogram(r.random(20) * 10, "late_hist"),
+            unacked=64))
+    if kind == "infer":
+        if r.random() < 0.3:
+            return InferRequest(i(0, 100), i(0, 1 << 30), hello=True, spec="{}")
+        obs: dict[str, np.ndarray | Frames] = {"state": f32(d), **({"cam": images(1)} if r.random() < 0.3 else {})}
+        return InferRequest(i(0, 100), i(0, 1 << 30), 5, 2, False, obs, f32(d), f32(2, a), instruction="pick")
+    if kind == "gap":
+        return StreamGap(i(0, 100), i(0, 1 << 40), i(1, 100), "journal entry damaged")
+    assert kind == "chunk", f"no valid {kind} message here: add one"
+    how = i(0, 3)  # chunk: actions, an error or a hello's answer
+    return ChunkReply(i(0, 1 << 30), i(-1, 100), "mlp:3-4", f32(8, a) if how == 0 else None,
+                      "refused" if how == 1 else "", 8 if how == 2 else 0)
+
+
+class Mutants:
+    """Malformed messages of each kind, reproducibly from (seed, stream): one of a pool of valid
+    messages given one or two mutations, until this process's `decode` refuses it (`counts`: the
+    mutants it accepted, refusals only its last-resort wrapper made, other exceptions out of it).
+    Python's `random` draws the mutations: a numpy generator's call costs ten times as much."""
+
+    def __init__(self, seed: int, stream: int, pool: int = 32) -> None:
+        rng = np.random.default_rng([seed, stream])
+        self.pool = {k: [[bytes(f) for f in encode(valid(k, rng))] for _ in range(pool)] for k in KINDS}
+        self.rand = random.Random(seed * 1000 + stream)
+        self.pick = self.rand.choice
+        self.counts = {"valid_mutants": 0, "unnamed": 0, "escapes": 0}
+        self.unnamed_reasons: Counter[str] = Counter()
+
+    def malformed(self, kind: str) -> list[bytes]:
+        while True:
+            frames = list(self.pick(self.pool[kind]))
+            for _ in range(1 + (self.rand.random() < 0.3)):
+                frames = self._mutate(frames) or [b""]
+            try:
+                decode(frames)
+            except WireError as e:
+                if str(e).startswith(UNNAMED):
+                    self.counts["unnamed"] += 1
+                    self.unnamed_reasons[re.sub(r"\d+", "N", str(e))[:120]] += 1
+                return frames
+            except Exception:  # noqa: BLE001 - decode broke its contract: still sent, the receivers must cope
+                self.counts["escapes"] += 1
+                return frames
+            self.counts["valid_mutants"] += 1
+
+    def topic_for(self, kind: str, status: bytes, weights: bytes) -> bytes:
+        """A `kind` mutant's topic: its kind's (either for other kinds); sometimes one that only starts so."""
+        either = self.pick((status, weights))
+        if self.rand.random() < 0.02:
+            return either + b"X"
+        return {"status": status, "weights": weights, "wpart": weights}.get(kind, either)
+
+    def _mutate(self, frames: list[bytes]) -> list[bytes]:
+        pick, rand = self.pick, self.rand.random
+        try:
+            header = msgpack.unpackb(frames[0], raw=False)
+        except Exception:  # noqa: BLE001 - garbage from an earlier mutation
+            header = None
+        if not isinstance(header, dict):
+            return self._frames(frames)
+        op, raw, data = pick(OPS), header.get("arrays"), frames[1:]
+        specs: list = raw if isinstance(raw, list) else []
+        fits = isinstance(raw, list) and len(specs) == len(data)
+        plain = [i for i, sp in enumerate(specs) if isinstance(sp, list) and len(sp) == 3] if fits else []
+        if op in ("reshape", "drop_array", "add", "spec") and not plain and rand() < 0.9:
+            op = "field"  # a kind without arrays: its fields are what there is to break
+        if op == "frames":
+            return self._frames(frames)
+        if op == "header":
+            return self._header(header, data)
+        if op == "field":
+            key = pick([k for k in header if type(k) is str and k != "arrays"] * 8 + KEYS)
+            header[key] = self._near(header[key]) if key in header and rand() < 0.5 else self._hostile()
+        elif op == "drop_field" and header:
+            header.pop(pick(list(header)))
+        elif op == "kind":
+            header["kind"] = pick(KINDS)
+        elif op == "reshape" and plain:
+            i, dtype, shape = pick(plain), pick(PLAIN_DTYPES), self._shape()
+            specs[i], data[i] = [specs[i][0], dtype, shape], self._bytes(dtype, shape)
+        elif op == "drop_array" and plain:
+            i = pick(plain)
+            del specs[i], data[i]
+        elif op == "spec" and fits and specs and isinstance(spec := pick(specs), list) and spec:
+            at = self.rand.randrange(len(spec) + 1)  # a name, dtype, shape, image lengths or one more entry
+            value = (pick(ARRAY_NAMES), pick(SPEC_DTYPES), self._shape(), self._hostile())[min(at, 3)]
+            spec[at:at + 1] = [value] if rand() < 0.8 else []
+        elif fits:  # one more array, well formed
+            dtype, shape = pick(PLAIN_DTYPES), self._shape()
+            specs.append([pick(ARRAY_NAMES), dtype, shape])
+            data.append(self._bytes(dtype, shape))
+        else:
+            header["arrays"] = self._hostile()
+        return [msgpack.packb(header, use_bin_type=True), *data]
+
+    def _header(self, header: dict, data: list[bytes]) -> list[bytes]:
+        """Another msgpack object, garbage, deep nesting, an int map key, none; rarely past the cap."""
+        rr = self.rand
+        how = rr.randrange(5) if rr.random() > 0.005 else 5
+        head = (lambda: msgpack.packb(self._hostile()), lambda: rr.randbytes(rr.randrange(40)),
+                lambda: b"\x81\xa6schema" + b"\x91" * self.pick([100, 1000, 5000, 100_000]) + b"\x01",
+                lambda: msgpack.packb({**header, rr.randrange(9): 1}), lambda: None,
+                lambda: msgpack.packb({**header, "evil": "z" * (1 << 20)}))[how]()
+        return (data or [b""]) if head is None else [head, *data]
+
+    def _frames(self, frames: list[bytes]) -> list[bytes]:
+        """A frame cut, grown or flipped; data frames dropped, added or reversed; rarely 65,000 more
+        (about one message in 8,000: each costs ~0.2 s to send and to read)."""
+        rr, i = self.rand, self.rand.randrange(len(frames))
+        how = rr.randrange(6) if rr.random() > 0.0005 else 6
+        if how >= 3:
+            return (lambda: frames[:i] + frames[i + 1:] if i else frames[:1],
+                    lambda: frames + [rr.randbytes(rr.randrange(16)) for _ in range(rr.randrange(1, 4))],
+                    lambda: [frames[0], *reversed(frames[1:])],
+                    lambda: frames + [b""] * (MAX_FRAMES + 5 - len(frames)))[how - 3]()
+        f = bytearray(frames[i])
+        if how < 2:
+            f = f[:rr.randrange(max(len(f), 1))] if how == 0 else f + rr.randbytes(rr.randrange(1, 64))
+        for _ in range(rr.randrange(1, 5) if f and how == 2 else 0):
+            f[rr.randrange(len(f))] ^= rr.randrange(1, 256)
+        return [*frames[:i], bytes(f), *frames[i + 1:]]
+
+    def _shape(self) -> list[int]:
+        return self.pick(SHAPES) if self.rand.random() < 0.3 else [self.rand.randrange(6) for _ in range(
+            self.rand.randrange(4))]
+
+    def _bytes(self, dtype: str, shape: list[int]) -> bytes:
+        """Data for a `dtype` `shape` array: random, zeros or all 0xFF (NaNs); none past 64 KiB."""
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        return b"" if size > 1 << 16 else (self.rand.randbytes(size), bytes(size), b"\xff" * size)[
+            self.rand.randrange(3)]
+
+    def _near(self, value: object) -> object:
+        """A value of `value`'s type that may break its range; in a list, one element so."""
+        pick, rand = self.pick, self.rand.random
+        if type(value) is bool:
+            return pick([not value, 0, 1, None])
+        if type(value) is int:
+            step = value + self.rand.randrange(-2, 3)  # (msgpack packs [-2^63, 2^64))
+            return pick(EDGE_INTS) if rand() < 0.8 or not -(1 << 63) <= step < 1 << 64 else step
+        if type(value) in (float, str):
+            return pick(EDGE_FLOATS if type(value) is float else EDGE_TEXT)
+        if isinstance(value, list) and value:
+            i = self.rand.randrange(len(value))
+            return value * 2 if rand() < 0.2 else [*value[:i], self._near(value[i]), *value[i + 1:]]
+        return self._hostile()
+
+    def _hostile(self, depth: int = 0) -> object:
+        """Any msgpack value: edge numbers, long text, bytes, lists and maps (nested a little)."""
+        rr, pick = self.rand, self.pick
+        c = rr.randrange(9 if depth < 3 else 7)
+        if c < 5:
+            return (None, c == 1, pick(EDGE_INTS), pick(EDGE_FLOATS), pick(EDGE_TEXT))[c]
+        if c < 7:
+            return rr.randbytes(rr.randrange(8)) if c == 5 else rr.randrange(-(1 << 62), 1 << 62)
+        if c == 7:
+            return [self._hostile(depth + 1) for _ in range(rr.randrange(4))]
+        return {pick(EDGE_TEXT)[:6] + str(i): self._hostile(depth + 1) for i in range(rr.randrange(3))}
+
+
+# --- the targets, each in a process of its own: main(*args, stop, cmds, answers) -------------------
+class _Escapes(logging.Handler):
+    """Counts `robo_async` log records with an exception: a last-resort handler caught what the checks let pass."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.count = 0
+        logging.getLogger("robo_async").addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.exc_info is not None
+
+
+def _learner_main(cfg: object, stop: Event, cmds: mp.Queue, answers: mp.Queue) -> None:
+    from robo_async.launch.processes import learner_main
+
+    escapes = _Escapes()
+    try:  # its reports ("ready", "progress", ...) and errors ((who, why)) come on `answers`
+        learner_main(cfg, stop, answers, answers, 0.1)  # type: ignore[arg-type]
+    finally:
+        answers.put(("escapes", escapes.count))
+
+
+def _edge_main(which: str, stop: Event, cmds: mp.Queue, answers: mp.Queue) -> None:
+    """A policy server (flow policy, reach's spec; answers its address and spec) or a weight client
+    of `which` ("tcp://..."), then (dropped, alive, escapes, ...) for each question."""
+    escapes = _Escapes()
+    if which == "server":
+        from policies.flow import FlowChunkPolicy
+        from robo_async.serve import PolicyServer, ServeConfig
+        from robo_async.transport.robot_spec import spec_json
+        from sim import ReachTask
+
+        spec = ReachTask().spec()
+        policy = FlowChunkPolicy(("state",), (spec.state_dim,), spec.joint_low, spec.joint_high, horizon=8)
+        server = PolicyServer(policy, spec, ServeConfig("tcp://127.0.0.1:0")).start()
+        answers.put((server.bound, spec_json(spec)))
+        while cmds.get() is not None:
+            answers.put((server.malformed, server.alive() and server.failure is None, escapes.count))
+        return server.close()
+    from robo_async.transport.channels import WeightClient
+
+    client, version = WeightClient(which, every_s=0.01).start(), -1  # as actors run it (statuses every 10 ms)
+    while cmds.get() is not None:
+        w = client.take_weights()
+        version = w.version if w is not None else version
+        alive = any(t.name == "weight-client" and t.is_alive() for t in threading.enumerate())
+        answers.put((client.dropped, alive, escapes.count, client.status.boot_id if client.status else "", version))
+    client.close()
+
+
+class _Target:
+    """A receiver's process: `send(frames)`; `sentinel()`, its dropped count once everything sent
+    before was processed; `close()`, its figures. `ask()`: (dropped, alive, escapes, ...) from it."""
+
+    name = ""
+    mutants: Mutants | None = None  # what the weight client's publisher picks each message's topic with
+    died = ""  # why the run against it ended early
+
+    def __init__(self, main: Callable[..., None], *args: object) -> None:
+        ctx = mp.get_context("spawn")
+        self.stop, self.cmds, self.answers = ctx.Event(), ctx.Queue(), ctx.Queue()
+        self.proc = ctx.Process(target=main, args=(*args, self.stop, self.cmds, self.answers), daemon=True)
+        self.proc.start()
+        self.last: tuple = (0, True, 0)
+        self.sock: zmq.Socket | None = None
+
+    def connect(self, kind: int, address: str) -> zmq.Socket:
+        self.sock = zmq.Context.instance().socket(kind)
+        self.sock.setsockopt(zmq.SNDTIMEO, 1000)  # a dead target must not block the bench
+        self.sock.connect(address)
+        return self.sock
+
+    def send(self, frames: list[bytes], kind: str = "") -> None:
+        while True:
+            try:
+                self.sock.send_multipart(frames, copy=False)  # type: ignore[union-attr]
+                return
+            except zmq.Again:
+                self.check()
+
+    def check(self) -> None:  # ChildProcessError once the process is gone
+        if not self.proc.is_alive():
+            raise ChildProcessError(f"the {self.name} process died (exit code {self.proc.exitcode})")
+
+    def get(self) -> tuple:
+        while True:  # the process's next answer, waiting while it lives
+            try:
+                return self.answers.get(timeout=5)
+            except queue.Empty:
+                self.check()
+
+    def ask(self) -> tuple:
+        self.cmds.put("count")
+        self.last = self.get()
+        if not self.last[1]:
+            raise ChildProcessError(f"the {self.name}'s receiving thread died")
+        return self.last
+
+    def sentinel(self) -> int:
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Read what the process said last, once it is gone."""
+
+    def close(self) -> dict[str, object]:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+        self.stop.set()  # (the learner)
+        self.cmds.put(None)  # (the others)
+        self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.drain()
+        dropped, alive, escapes = self.last[:3]
+        return {"dropped": dropped, "escaped": escapes, "died": self.died,
+                "crashes": int(bool(self.died) or not alive or self.proc.exitcode != 0) + escapes}
+
+
+class _Learner(_Target):
+    """`learner_main` (a store on disk, mlp on a 6-d state); the sentinel: a valid batch of actor 0,
+    through once a progress report counts its rows in the store (PUSH/PULL keeps the order)."""
+
+    name = "learner"
+
+    def __init__(self) -> None:
+        from robo_async.learner.algorithms import PolicySpec
+        from robo_async.learner.learner import LearnerConfig
+
+        super().__init__(_learner_main, LearnerConfig(
+            tempfile.mkdtemp(prefix="fuzz-learner-"), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
+            PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6), tensorboard=False))
+        kind, (data, _) = self.answers.get(timeout=180)
+        assert kind == "ready", kind
+        self.connect(zmq.PUSH, data)
+        self.rows = self.online = 0
+        self.errors: list[str] = []
+
+    def sentinel(self) -> int:
+        f = np.zeros((SENTINEL_ROWS, 6), np.float32)
+        self.send([bytes(b) for b in encode(TransitionBatch(0, self.rows, {
+            "obs/state": f, "next_obs/state": f, "action": f, "reward": f[:, 0], "terminated": f[:, 0] > 0,
+            "truncated": f[:, 0] > 0, "policy_version": np.zeros(SENTINEL_ROWS, np.int64)}))])
+        self.rows += SENTINEL_ROWS
+        while self.online < self.rows:  # a report made after the sentinel's commit
+            self.take(*self.get())
+        return int(self.last[0])
+
+    def take(self, kind: str, value: object) -> None:
+        """One of learner_main's reports: progress, escapes at its end, an error (anything else)."""
+        if kind == "progress" and isinstance(value, Mapping):
+            self.last, self.online = (int(value["transport/malformed"]), True, 0), int(value["buffer/online"])
+        elif kind == "escapes":
+            self.last = (self.last[0], not self.errors, value)
+        elif kind not in ("actors", "done"):
+            self.errors.append(f"{kind}: {value}")
+
+    def drain(self) -> None:
+        while True:  # its last reports, the escapes and any error
+            try:
+                self.take(*self.answers.get(timeout=1))
+            except queue.Empty:
+                return
+
+    def close(self) -> dict[str, object]:
+        return {**super().close(), "store_rows": self.online, "sentinel_rows": self.rows,
+                "rows_stored": max(self.online - self.rows, 0), "errors": self.errors}
+
+
+class _Server(_Target):
+    """A `PolicyServer` reached by a DEALER; the sentinel: a hello, answered."""
+
+    name = "policy server"
+
+    def __init__(self) -> None:
+        super().__init__(_edge_main, "server")
+        address, self.spec = self.answers.get(timeout=180)
+        self.dealer, self.req = self.connect(zmq.DEALER, address), 0
+
+    def send(self, frames: list[bytes], kind: str = "") -> None:
+        super().send([b"", *frames])  # a DEALER's empty delimiter, as RemotePolicy sends
+
+    def sentinel(self) -> int:
+        self.req += 1
+        self.send([bytes(f) for f in encode(InferRequest(0, self.req, hello=True, spec=self.spec))])
+        while True:
+            if not self.dealer.poll(2000):
+                self.check()
+                self.ask()  # (the server's thread still serving?)
+                continue
+            reply = decode(self.dealer.recv_multipart()[1:])
+            if isinstance(reply, ChunkReply) and reply.req == self.req and not reply.error:
+                return int(self.ask()[0])
+
+
+class _Client(_Target):
+    """An actor's `WeightClient` under this process's PUB, `window` messages at a time (a SUB drops
+    what overflows its queue: the bench waits for the client to have dropped them, so none is lost
+    in transit). The sentinel: a valid status and weights, both taken."""
+
+    name = "weight client"
+
+    def __init__(self, window: int = 512) -> None:
+        from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC
+
+        self.pub: zmq.Socket = zmq.Context.instance().socket(zmq.PUB)
+        port: int = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        super().__init__(_edge_main, f"tcp://127.0.0.1:{port}")
+        self.topics, self.window = (STATUS_TOPIC, WEIGHTS_TOPIC), window
+        self.sent = self.lost = self.round = 0
+        self.mark()
+
+    def send(self, frames: list[bytes], kind: str = "") -> None:
+        self.pub.send_multipart([self.mutants.topic_for(kind, *self.topics) if self.mutants else self.topics[0],
+                                 *frames], copy=False)
+        self.sent += 1
+        if self.sent % self.window == 0:
+            self.settle()
+
+    def settle(self) -> int:
+        """Wait for the client to have dropped all that was sent; what it has not in 30 s is lost."""
+        deadline = time.monotonic() + 30
+        while self.ask()[0] < self.sent and time.monotonic() < deadline:
+            time.sleep(0.002)
+        self.lost = self.sent - self.last[0]
+        return int(self.last[0])
+
+    def mark(self) -> None:
+        """A valid status and weights until the client has both (nothing sent before is on its way)."""
+        boot, deadline = f"round-{self.round}", time.monotonic() + 120
+        while time.monotonic() < deadline:
+            self.pub.send_multipart([self.topics[0], *encode(LearnerStatus(0, 0, 0, 0, boot_id=boot))])
+            self.pub.send_multipart([self.topics[1], *encode(Weights(self.round, {"w": np.ones(2, np.float32)}))])
+            if self.ask()[3] == boot and self.last[4] >= self.round:
+                return
+            time.sleep(0.01)
+        raise ChildProcessError("the weight client took no sentinel in 120 s")
+
+    def sentinel(self) -> int:
+        dropped = self.settle()
+        self.round += 1
+        self.mark()
+        return dropped
+
+    def close(self) -> dict[str, object]:
+        self.pub.close(linger=0)
+        return {**super().close(), "lost": self.lost}
+
+
+# --- the bench -------------------------------------------------------------------------------------
+def run_target(target: Callable[[], _Target], mutants: Mutants, per_kind: int, round_size: int) -> dict[str, object]:
+    """`per_kind` mutants of each kind to `target`, in rounds of about `round_size` messages, each
+    generated first, then sent and ended by a sentinel (`seconds`: sending until it is through)."""
+    total, sent, busy, gen, shown = per_kind * len(KINDS), 0, 0.0, 0.0, -1
+    rounds = max(1, math.ceil(total / round_size))
+    t = target()
+    t.mutants = mutants
+    try:
+        for r in range(rounds):
+            t0 = time.monotonic()
+            batch = [(k, mutants.malformed(k)) for _ in range(per_kind * (r + 1) // rounds - per_kind * r // rounds)
+                     for k in KINDS]
+            t1 = time.monotonic()
+            for kind, frames in batch:
+                t.send(frames, kind)
+                sent += 1
+            dropped = t.sentinel()
+            gen, busy = gen + t1 - t0, busy + time.monotonic() - t1
+            if sent * 10 // total > shown or r == rounds - 1:
+                shown = sent * 10 // total
+                print(f"  {t.name:<13} {sent:>9,}/{total:,} sent, {dropped:>9,} dropped, {sent / busy:>7,.0f} msgs/s",
+                      flush=True)
+    except ChildProcessError as e:
+        t.died = str(e)
+        print(f"  {t.name}: {e}", flush=True)
+    row = t.close()
+    return {"messages": sent, **row, "seconds": round(busy, 1),
+            "msgs_per_s": round(sent / busy) if busy else 0, "generate_s": round(gen, 1)}
+
+
+@register("fuzz")
+def bench_fuzz(args: dict[str, str]) -> int:
+    per_kind, seed = int(args.get("messages", 100_000)), int(args.get("seed", 0))
+    round_size = int(args.get("round", 8000))  # messages between two sentinels
+    print(f"fuzz: {per_kind:,} mutated messages of each of {len(KINDS)} kinds per target, seed {seed}", flush=True)
+    rows, mutants = {}, {}
+    for i, target in enumerate((_Learner, _Server, _Client)):
+        mutants[target.name] = Mutants(seed, i)
+        rows[target.name] = run_target(target, mutants[target.name], per_kind, round_size)
+    print(f"\n{'target':<15}{'messages':>11}{'dropped':>11}{'crashes':>9}{'rows stored':>13}{'msgs/s':>9}")
+    for name, r in rows.items():
+        print(f"{name:<15}{r['messages']:>11,}{r['dropped']:>11,}{r['crashes']:>9}{r.get('rows_stored', '-'):>13}"
+              f"{r['msgs_per_s']:>9,}")
+    gen = {k: sum(m.counts[k] for m in mutants.values()) for k in ("valid_mutants", "unnamed", "escapes")}
+    reasons = sum((m.unnamed_reasons for m in mutants.values()), Counter[str]())
+    print(f"mutants decode accepted (not sent): {gen['valid_mutants']:,}; refused by decode's last-resort wrapper "
+          f"only: {gen['unnamed']:,}; other exceptions out of decode: {gen['escapes']:,}")
+    for why, n in reasons.most_common(5):
+        print(f"  x{n:,}: {why}")
+    out = {"messages": sum(int(r["messages"]) for r in rows.values()),  # type: ignore[call-overload]
+           "crashes": sum(int(r["crashes"]) for r in rows.values()),  # type: ignore[call-overload]
+           "rows_stored": rows["learner"].get("rows_stored"),
+           "all_dropped": all(r["dropped"] == r["messages"] for r in rows.values()),
+           "per_kind": per_kind, "seed": seed, **gen, "unnamed_reasons": dict(reasons), "targets": rows}
+    print(json.dumps(out))
+    return 0 if out["crashes"] == 0 and out["rows_stored"] == 0 and out["all_dropped"] else 1
