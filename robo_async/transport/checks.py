@@ -102,10 +102,10 @@ def _all_finite(a: np.ndarray) -> bool:
     """No NaN or infinity in `a`, in one pass without an array-sized temporary: NaN or inf make
     the sum non-finite; only when the (fast, own-precision) sum is not finite, because finite
     values can overflow it, are the elements looked at one by one."""
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # (+inf and -inf together: NaN, no warning)
         if np.isfinite(a.sum()):
             return True
-    return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))  # finite float32/16 cannot overflow float64
+        return bool(np.isfinite(np.add.reduce(a, dtype=np.float64)))  # finite float32/16 cannot overflow float64
 
 
 _REPR = reprlib.Repr(maxlevel=2, maxtuple=4, maxlist=4, maxdict=4, maxset=4, maxstring=40, maxlong=40, maxother=40)
@@ -318,7 +318,7 @@ def _transitions(header: Header, arrays: dict[str, np.ndarray | Frames]) -> Tran
 
 def _weights(header: Header, arrays: Arrays) -> Weights:
     for k, a in arrays.items():
-        flat = a.reshape(-1) if a.dtype.kind == "f" else a[:0].reshape(-1)
+        flat = a.reshape(-1) if a.dtype.kind == "f" else a.reshape(-1)[:0]  # (a 0-d array too)
         for lo in range(0, flat.size, 1 << 22):  # in slices: no full-size temporary for a big policy
             if not np.isfinite(flat[lo:lo + (1 << 22)]).all():
                 raise WireError(f"weights array '{k}' has NaN or infinite values")

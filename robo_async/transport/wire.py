@@ -74,7 +74,8 @@ def _pack(kind: str, arrays: Mapping[str, np.ndarray | Frames], **fields: object
             specs.append([name, "frames", list(arr.shape), [len(b) for b in arr.blobs]])
             frames.append(b"".join(arr.blobs))
             continue
-        a = np.ascontiguousarray(arr)
+        a = np.asarray(arr)
+        a = a if a.flags.c_contiguous else np.ascontiguousarray(a)  # (ascontiguousarray makes 0-d arrays 1-d)
         dtype = _DTYPE_NAMES.get(a.dtype)  # a dict lookup: `dtype.name` costs microseconds per call
         if dtype is None:
             raise WireError(f"array '{name}' has dtype {a.dtype.name}; allowed: {sorted(DTYPES)}")

@@ -62,8 +62,8 @@ BACKSTOP = ("malformed message (", "message refused:")
 FAST = settings(deadline=None, derandomize=True, database=None, max_examples=300,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 MUTANTS = settings(FAST, max_examples=1000)  # the two properties over mutated messages: ~10 s each on 2 cores
-# refusals known to come from decode's wrapper, each with an xfail(strict) test below: remove both with the fix
-KNOWN_UNNAMED = ("malformed message (IndexError: 'too many indices",)
+# refusals known to come from decode's wrapper (none left: the 0-d weights array is taken now)
+KNOWN_UNNAMED: tuple[str, ...] = ()
 
 # --- valid messages, built with the real dataclasses ----------------------------------------------
 NAMES = st.text("abcdefgh_.", min_size=1, max_size=6)
@@ -469,8 +469,6 @@ def test_a_refusal_is_named_by_a_check_not_by_the_last_resort_wrapper(frames: Fr
             assert not str(e).startswith(BACKSTOP), f"no check refused it: {e}"
 
 
-@pytest.mark.xfail(strict=True, reason="checks._weights slices a[:0] to skip non-float arrays: on a 0-d array that "
-                                       "raises IndexError, so only decode's last-resort wrapper refuses it (unnamed)")
 def test_a_0d_integer_array_in_weights_is_named_or_taken():
     """Found by the property above (shrunk): a `weights` message with a 0-d non-float array."""
     frames = [msgpack.packb({"schema": 1, "kind": "weights", "arrays": [["obs/x", "bool", []]], "version": 0,
@@ -483,8 +481,6 @@ def test_a_0d_integer_array_in_weights_is_named_or_taken():
         assert isinstance(msg, Weights) and msg.arrays["obs/x"].shape == ()
 
 
-@pytest.mark.xfail(strict=True, reason="wire._pack: np.ascontiguousarray makes a 0-d array 1-d, so a scalar "
-                                       "parameter arrives as shape (1,)")
 def test_a_0d_array_round_trips_as_0d():
     out = decode(frames_of(Weights(3, {"log_std": np.array(-0.5, np.float32)}, "mlp")))
     assert isinstance(out, Weights) and out.arrays["log_std"].shape == ()
