@@ -95,3 +95,15 @@ def test_bench_fuzz_sends_malformed_messages_of_every_kind_to_live_receivers_and
         assert row["dropped"] == row["messages"] == 12 * len(KINDS), name
     learner = out["targets"]["learner"]
     assert learner["store_rows"] == learner["sentinel_rows"] > 0
+
+
+def test_every_bench_module_is_loaded_where_benches_are_listed():
+    """`bench.MODULES` (what run_bench and the docs' benchmark list load) names every module in
+    robo_async/bench/ that registers a benchmark."""
+    from pathlib import Path
+
+    import robo_async.bench as bench
+
+    here = Path(bench.__file__).parent
+    registering = {p.stem for p in here.glob("*.py") if "@register(" in p.read_text()}
+    assert registering == set(bench.MODULES)

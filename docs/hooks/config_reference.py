@@ -139,13 +139,7 @@ def store_format() -> str:
 def bench_names() -> list[str]:
     from robo_async import bench
 
-    for name in ("async_inference", "buffer", "hil", "learn", "learn_reach", "multi_actor", "remote_inference",
-                 "soak", "weight_push"):
-        try:
-            __import__(f"robo_async.bench.{name}")
-        except ImportError:
-            pass
-    return sorted(bench.BENCHES)
+    return sorted(bench.load_all())
 
 
 # -- the schema ---------------------------------------------------------------------------------

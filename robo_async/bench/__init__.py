@@ -15,10 +15,23 @@ def register(name: str) -> Callable[[Callable[[dict[str, str]], int]], Callable[
     return deco
 
 
+MODULES = ("async_inference", "buffer", "envs", "fuzz", "hil", "learn", "learn_reach", "multi_actor",
+           "remote_inference", "soak", "twin", "weight_push")  # each registers its benches when imported
+
+
+def load_all() -> dict[str, Callable[[dict[str, str]], int]]:
+    """Every benchmark, registered by importing its module (`MODULES`)."""
+    import importlib
+
+    for m in MODULES:
+        importlib.import_module(f"robo_async.bench.{m}")
+    return BENCHES
+
+
 def run_bench(name: str, args: dict[str, str]) -> int:
-    from robo_async.bench import (async_inference, buffer, envs, hil, learn, learn_reach, multi_actor,  # noqa: F401
-                                  fuzz, remote_inference, soak, twin, weight_push)  # (they register)
     from robo_async.config import UserError
+
+    load_all()
 
     if name not in BENCHES:
         raise UserError(f"unknown benchmark '{name}'; available: {', '.join(sorted(BENCHES))}")
