@@ -66,6 +66,7 @@ class TrainPlan:
     actor_tasks: tuple[TaskArgs, ...] = ()  # per actor (heterogeneous robots); default: `task` for all
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)  # leases: lease_dir, wait_s, sim_slots
     dashboard_port: int | None = 0  # the live page on loopback (0: any free port; None: none)
+    advertise: tuple[str, str] | None = None  # data, weights as actors dial them (transport.advertise); None: as bound
 
     @property
     def start_timeout_s(self) -> float:
@@ -187,6 +188,25 @@ def transport_keys(t: TransportOptions | DictConfig, actors: int) -> str | None:
     return str(d)
 
 
+def check_advertise(advertise: tuple[str, ...] | list[str] | None) -> tuple[str, str] | None:
+    """`transport.advertise` as (data, weights), each `tcp://host:port` with a port 1..65535, or None
+    (actors dial the bound addresses); anything else is a one-line ConfigError naming the key."""
+    if advertise is None:
+        return None
+    key = "transport.advertise"
+    if isinstance(advertise, str) or len(advertise) != 2:
+        raise ConfigError(f"{key} is two addresses [data, weights], e.g. [tcp://gateway:7001,tcp://gateway:7002], "
+                          f"not {advertise!r}")
+    for what, address in zip(("data", "weights"), advertise, strict=True):
+        if not isinstance(address, str) or not address.startswith("tcp://"):
+            raise ConfigError(f"{key}: the {what} address must be tcp://host:port, not {address!r}")
+        host, sep, port = address.removeprefix("tcp://").rpartition(":")
+        if not sep or not host or host in ("*", "0.0.0.0"):
+            raise ConfigError(f"{key}: the {what} address {address!r} needs a host actors can dial and a port "
+                              "(tcp://host:port)")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(f"{key}: the {what} address {address!r} has port {port!r}; ports are 1 to 65535")
+    return advertise[0], advertise[1]
 
 
 def check_key_lanes(keys_dir: str | None, actors: int, envs: int) -> None:
@@ -321,6 +341,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
     store = StoreConfig(**{f.name: getattr(buf, f.name) for f in fields(StoreConfig)})
     t = c.transport
     keys_dir = transport_keys(t, c.actors)
+    advertise = check_advertise(t.advertise)
     learner = LearnerConfig(
         run_dir=str(run_dir),
         data_address=f"tcp://{t.host}:{t.data_port}",
@@ -402,4 +423,5 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
     )
     if not actors:
         raise ConfigError("actors must be at least 1")
-    return TrainPlan(run_dir, learner, task, pol, actors, c.launcher, actor_tasks, c.resources, c.dashboard.port)
+    return TrainPlan(run_dir, learner, task, pol, actors, c.launcher, actor_tasks, c.resources, c.dashboard.port,
+                     advertise)

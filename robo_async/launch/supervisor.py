@@ -21,6 +21,12 @@ The loop never sleeps through a backoff: a pending restart is a time, and the le
 actors and the dashboard are watched meanwhile. A real-time actor whose heartbeats stop reaching a
 healthy learner for `liveness_s` is hung and is killed and restarted (where the runner can kill).
 Shutdown: actors first (they flush), then the learner (it saves); stragglers are terminated.
+
+Actors dial the addresses the learner reports once bound (`Ready.addresses`), or, where
+`transport.advertise` is set (`plan.advertise`: a NAT, an ssh -L tunnel or a proxy between them),
+the advertised pair (`actor_addresses`). `addresses.json` in the run directory stays the learner's
+own pair either way (data, weights, as reported: what a tool on the learner's side connects to); the
+advertised pair is in the run's `config.yaml` (`transport.advertise`).
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ if TYPE_CHECKING:  # builders imports this module
 log = logging.getLogger(__name__)
 
 __all__ = ["EventLog", "LauncherConfig", "RayLauncherConfig", "ResourcesConfig", "RestartBudget", "RestartPolicy",
-           "RunFailed", "RunResult", "Supervisor", "read_events", "restart_config", "start_dashboard"]
+           "RunFailed", "RunResult", "Supervisor", "actor_addresses", "read_events", "restart_config",
+           "start_dashboard"]
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,12 @@ def restart_config(cfg: LearnerConfig, bind: tuple[str, str], restarted: int) ->
                                count_stored=not has_ckpt, restarted=restarted)
 
 
+def actor_addresses(ready: Ready, advertise: tuple[str, str] | None) -> tuple[str, str]:
+    """(data, weights) as actors dial them: `transport.advertise` where set, else what the learner
+    reported once bound."""
+    return advertise if advertise is not None else ready.addresses
+
+
 def start_dashboard(plan: TrainPlan, display: ProgressDisplay) -> Dashboard | None:
     """The live web page (`dashboard.port`; null: none), on loopback; its address is printed."""
     port = plan.dashboard_port
@@ -269,8 +282,8 @@ class Supervisor:
 
     def _start_actor(self, aid: int) -> None:
         assert self.ready is not None
-        cfg = dataclasses.replace(self.by_id[aid], data_address=self.ready.addresses[0],
-                                  weights_address=self.ready.addresses[1])
+        data, weights = actor_addresses(self.ready, getattr(self.plan, "advertise", None))  # plans without it: bound
+        cfg = dataclasses.replace(self.by_id[aid], data_address=data, weights_address=weights)
         self.actors[aid] = self.runner.start_actor(cfg)
         self.started_at[aid] = time.monotonic()
 
