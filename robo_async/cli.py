@@ -39,6 +39,7 @@ commands:
   bench twin [seconds=10]              safety on the SO-101 twin: largest step vs the cap, e-stop, watchdog, jitter, HIL
   bench envs [rows=gym_hil,metaworld]  peer environments: bare vs actor steps/s, seconds to 80% from 20 demos
   bench fuzz [messages=100000]         mutated messages of every kind against a live learner, server, weight client
+  bench chaos [minutes=60] [actors=3]  kill -9, SIGSTOP, a dropped link, a hostile peer: lost, dup, crashes, ack stalls
 """
 
 

@@ -143,7 +143,7 @@ def _socket_inode(port: int) -> int | None:
     return None
 
 
-def _with_descendants(pids: Iterable[int]) -> set[int]:
+def with_descendants(pids: Iterable[int]) -> set[int]:
     # From each process's parent in /proc/*/stat: /proc/<pid>/task/*/children needs CONFIG_PROC_CHILDREN.
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -161,7 +161,7 @@ def _with_descendants(pids: Iterable[int]) -> set[int]:
 def _socket_owners(pids: Iterable[int]) -> dict[int, int]:
     """Socket inode -> pid, for every socket open in `pids` or their descendants."""
     out: dict[int, int] = {}
-    for pid in _with_descendants(pids):
+    for pid in with_descendants(pids):
         with suppress(OSError):
             for fd in os.scandir(f"/proc/{pid}/fd"):
                 with suppress(OSError):

@@ -70,6 +70,7 @@ class PersistentReplayStore(ReplayStore):
         self.last_error: str | None = None
         self.out_of_order = 0  # batches that skipped ahead of an actor's high-water mark (resent later)
         self.rows_refused = 0  # transitions refused and passed over (`refuse`), over the store's life
+        self.refusals = 0  # refusals since this store was opened (the log names the first 20, then every 1000th)
         self.corrupt_records = 0
         self.thread_error: str | None = None  # what killed a writer/committer/pager thread
         self.repaired: list[str] = []  # what recovery fixed, for logs and `buffer inspect`
@@ -274,8 +275,11 @@ class PersistentReplayStore(ReplayStore):
         marker = TransitionBatch(actor_id, seq, {"reward": np.zeros(0, np.float32)})
         self._queue.put(Pending("online", marker, 0, refused=count))
         self.rows_refused += count
-        log.error("replay store %s: actor %d's transitions %d..%d refused and passed over (%s); %d rows refused "
-                  "so far", self.path, actor_id, seq, seq + count - 1, reason[:300], self.rows_refused)
+        self.refusals += 1
+        if self.refusals <= 20 or self.refusals % 1000 == 0:  # named, but a hostile key cannot flood the log
+            log.error("replay store %s: actor %d's transitions %d..%d refused and passed over (%s); %d rows "
+                      "refused so far (%d refusals)", self.path, actor_id, seq, seq + count - 1, reason[:300],
+                      self.rows_refused, self.refusals)
         return count
 
     def ack(self, actor_id: int) -> int:

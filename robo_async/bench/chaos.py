@@ -1,0 +1,497 @@
+"""`robo-async bench chaos` and `bench soak`: a training job with real-time actors (local launcher,
+its own processes) under chaos for `minutes`, then every actor's rows counted.
+
+`bench chaos` (issue 37): 3 actors on CURVE links, each actor's links to the learner through a TCP
+relay (`bench.netem.LinkProxy`, named to the actors by `transport.advertise`); every ~`every_s`
+one of: `kill -9` of the learner, `kill -9` of an actor, SIGSTOP of an actor for `stop_s` then
+SIGCONT, one actor's link dropped for `drop_s` (bytes stop both ways, TCP stays up). All the while a
+hostile peer with a valid key of its own sends `hostile_rate` messages a second (`bench.hostile`:
+mutants of every kind, the 88-byte message, NaN batches, batches and gaps forged under the real
+actors' ids, floods of frames) and keeps a subscriber that never reads. A subscriber of our own
+records when the learner's acks of each actor move: a healthy actor's longest wait between acks
+(`max_ack_stall_s`) leaves out the gaps that overlap chaos aimed at that actor or at the learner.
+`crashes_from_messages` counts processes that died by anything but our kill -9 (or, for a stopped
+actor, the supervisor's hang kill).
+
+`bench soak` (issue 28): 4 actors; kill -9 of the learner and of actors, TCP connections cut
+(`ss -K`, where the kernel allows it), the store's disk filled to below `buffer.disk_min_gb` for
+`fill_s` (a file beside the store; thresholds a few GB under what is free, so no disk gets full).
+
+Both: the online table kept to `keep_rows` rows by retention, evicted rows archived to a second
+store; at the end each actor's seqs in the store and the archive give lost (gaps) and duplicated;
+each process's anonymous RSS is sampled every few seconds and its slope fitted (processes that lived
+`rss_min_minutes` or more; the last `calm` share of the run has no chaos). Last line: JSON.
+
+    robo-async bench chaos [minutes=60] [actors=3] [every_s=40] [hostile_rate=100] [dir=...]
+    robo-async bench soak [minutes=20] [actors=4] [every_s=45] [keep_rows=30000] [cache_mb=64] [dir=...]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robo_async.bench import register
+
+HOSTILE_ID, OBSERVER_ID = 900, 901  # keys issued beside the actors': the hostile peer's and our observer's
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Anonymous resident memory (RssAnon): what a leak grows. File-backed pages (the LMDB map,
+    shared libraries) come and go with the page cache and are not counted."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _family(pid: int) -> list[int]:
+    """A process and its descendants (an actor's uplink child, inference helpers)."""
+    from robo_async.bench.netem import with_descendants
+
+    return sorted(with_descendants([pid]))
+
+
+def _family_rss(pid: int) -> float:
+    return sum(_rss_mb(p) or 0.0 for p in _family(pid))
+
+
+def _cut_connections(port: int) -> bool:
+    """Kill the TCP sockets on a learner port (actors see a dropped link and reconnect)."""
+    res = subprocess.run(["ss", "-K", f"( sport = :{port} or dport = :{port} )"], capture_output=True, text=True)
+    return res.returncode == 0 and "Invalid argument" not in res.stderr
+
+
+def _fill_disk(path: Path, root: Path, leave_gb: float) -> bool:
+    """Allocate a file so that only `leave_gb` stays free on root's disk (fallocate: instant)."""
+    need = shutil.disk_usage(root).free - leave_gb * 2**30
+    if need <= 0:
+        return False
+    res = subprocess.run(["fallocate", "-l", str(int(need)), str(path)], capture_output=True)
+    return res.returncode == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Hit:
+    """One chaos action: when, what, at whom (an actor id, or None for the learner), its pids, and
+    when its effect ends (a restart's `ready`, a SIGCONT, the link back)."""
+
+    t: float
+    action: str
+    actor: int | None
+    pids: tuple[int, ...] = ()
+    end: float | None = None
+    done: bool = False
+
+
+def ack_stalls(acks: dict[int, list[float]], hits: list[Hit], end: float) -> dict[int, float]:
+    """Per actor, the longest time between two moves of its ack that no chaos explains: a gap is
+    left out when it overlaps a hit on that actor or on the learner (from the hit to its `end`)."""
+    out = {}
+    for actor, times in acks.items():
+        worst = 0.0
+        for a, b in zip(times, times[1:], strict=False):
+            excused = any((h.actor is None or h.actor == actor) and h.done and a <= (h.end or end) and h.t <= b
+                          for h in hits)
+            if not excused:
+                worst = max(worst, b - a)
+        out[actor] = worst
+    return out
+
+
+def victim_wait(acks: dict[int, list[float]], hit: Hit) -> float | None:
+    """How long the actor a hit was aimed at waited for its next ack: the gap of its acks that holds
+    the hit (a stop or a dropped link shows its length here: the chaos was real)."""
+    times = acks.get(hit.actor, []) if hit.actor is not None else []
+    before = [t for t in times if t <= hit.t]
+    after = [t for t in times if t > hit.t]
+    return after[0] - before[-1] if before and after else None
+
+
+def plot(path: Path, acks: dict[int, list[float]], hits: list[Hit], t0: float) -> None:
+    """Each actor's wait between acks over the run, the chaos shaded (learner hits across all)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for actor, times in sorted(acks.items()):
+        t = np.asarray(times) - t0
+        ax.plot(t[1:] / 60, np.diff(t), ".", ms=3, label=f"actor {actor}")
+    colours = {"kill learner": "red", "kill actor": "orange", "stop actor": "purple", "drop link": "blue"}
+    for h in hits:
+        if h.done:
+            ax.axvspan((h.t - t0) / 60, ((h.end or h.t) - t0) / 60 + 0.05, color=colours.get(h.action, "grey"),
+                       alpha=0.2, lw=0)
+    ax.set(xlabel="minutes", ylabel="seconds since the previous ack", yscale="log",
+           title="acks per actor; shaded: kill learner (red), kill actor (orange), SIGSTOP (purple), link down (blue)")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def crashes(events: list[dict], hits: list[Hit]) -> list[dict]:
+    """The supervisor's `failed` events that our chaos does not explain: a process we killed, or a
+    stopped (or cut-off) actor the supervisor killed as hung, is explained; anything else is a crash."""
+    killed = {p for h in hits if h.action.startswith("kill") for p in h.pids}
+    frozen = {p for h in hits if h.action in ("stop actor", "drop link") for p in h.pids}
+    out = []
+    for e in events:
+        if e.get("event") != "failed":
+            continue
+        pid, why = e.get("pid"), str(e.get("why", ""))
+        if pid in killed and "SIGKILL" in why or pid in frozen and why.startswith("hung"):
+            continue
+        out.append({"who": e.get("who"), "pid": pid, "why": why[:300]})
+    return out
+
+
+def total(rows: list[dict], key: str) -> float:
+    """A counter summed over learner lives: each restart starts it at 0 again."""
+    out, last = 0.0, 0.0
+    for r in rows:
+        v = r.get(key)
+        if v is None:
+            continue
+        out += v - last if v >= last else v
+        last = v
+    return out
+
+
+def _observe(address: str, keys_dir: str | None, stop: threading.Event, acks: dict[int, list[float]]) -> None:
+    """A subscriber of our own to the learner's statuses: when each actor's ack moved."""
+    import zmq
+
+    from robo_async.transport.channels import STATUS_TOPIC
+    from robo_async.transport.curve import secure_client
+    from robo_async.transport.wire import LearnerStatus, WireError, decode
+
+    sock = zmq.Context.instance().socket(zmq.SUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    if keys_dir:
+        secure_client(sock, keys_dir, OBSERVER_ID)
+    sock.subscribe(STATUS_TOPIC)
+    sock.connect(address)
+    last: dict[int, int] = {}
+    while not stop.is_set():
+        if not sock.poll(200):
+            continue
+        frames = sock.recv_multipart()
+        try:
+            msg = decode(frames[1:])
+        except WireError:
+            continue
+        if isinstance(msg, LearnerStatus):
+            now = time.monotonic()
+            for actor, nxt in msg.acked:
+                if actor < HOSTILE_ID and last.get(actor) != nxt:
+                    last[actor] = nxt
+                    acks.setdefault(actor, []).append(now)
+    sock.close(0)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A chaos bench: its name, the chaos it deals, its defaults, and whether it runs on CURVE links
+    through the link relay with the hostile peer and the ack observer."""
+
+    name: str
+    actions: tuple[str, ...]
+    minutes: float
+    actors: int
+    every_s: float
+    hostile: bool
+
+
+SOAK = Kind("soak", ("kill learner", "kill actor", "cut links", "fill disk"), 20, 4, 45, False)
+CHAOS = Kind("chaos", ("kill learner", "kill actor", "stop actor", "drop link"), 60, 3, 40, True)
+
+
+@register("soak")
+def bench_soak(args: dict[str, str]) -> int:
+    return run(SOAK, args)
+
+
+@register("chaos")
+def bench_chaos(args: dict[str, str]) -> int:
+    return run(CHAOS, args)
+
+
+def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR0915 - one job's script, in order
+    from robo_async.bench.hostile import HostilePeer
+    from robo_async.bench.netem import LinkProxy
+    from robo_async.transport.curve import create_keys
+
+    minutes = float(args.get("minutes", kind.minutes))
+    actors = int(args.get("actors", kind.actors))
+    every_s = float(args.get("every_s", kind.every_s))
+    stop_s, drop_s = float(args.get("stop_s", 20)), float(args.get("drop_s", 10))
+    root = Path(args.get("dir") or tempfile.mkdtemp(prefix=f"{kind.name}-"))
+    run_dir = root / "run"
+    root.mkdir(parents=True, exist_ok=True)
+    fill_s = float(args.get("fill_s", 20))
+    keep_rows = int(args.get("keep_rows", 30000))
+    calm = float(args.get("calm", 1 / 3))  # the last third: no chaos, so processes live long enough for a slope
+    judge_min = float(args.get("rss_min_minutes", 4))  # a process's slope counts if sampled this long
+    cache_mb = int(args.get("cache_mb", 64))
+    free0 = shutil.disk_usage(root).free / 2**30
+    disk_min = free0 - 5 if free0 > 12 and "fill disk" in kind.actions else None
+    fill = root / "disk-filler"
+    rng = random.Random(int(args.get("seed", 0)))
+    cmd = [sys.executable, "-m", "robo_async.cli", "train", f"run_dir={run_dir}", f"actors={actors}",
+           "task.realtime=true", f"budget.seconds={minutes * 60:.0f}", "stop_at_success=null", "eval_episodes=0",
+           "launcher.supervise.restarts=1000", "launcher.supervise.backoff_s=0.5", "launcher.supervise.max_backoff_s=2",
+           "learner.checkpoint_every_s=10", "policy.hidden=[64,64]", "algo.hidden=[64,64]", "algo.batch_size=64",
+           "dashboard.port=null",
+           # retention under chaos: the online table kept to `keep_rows` (evicted rows archived to a second
+           # store, so every row can still be counted) and a small RAM cache, so the learner reaches its
+           # steady size early and the RSS slope measures leaks rather than the cache filling up
+           f"buffer.max_rows.online={keep_rows}", f"buffer.archive_dir={root / 'archive'}",
+           f"buffer.cache_mb={cache_mb}"]
+    if disk_min is not None:
+        cmd += [f"buffer.disk_min_gb={disk_min:.1f}", f"buffer.disk_warn_gb={disk_min + 2:.1f}"]
+    keys_dir = None
+    proxy = None
+    if kind.hostile:
+        keys_dir = str(root / "keys")
+        create_keys(Path(keys_dir), [*range(actors), HOSTILE_ID, OBSERVER_ID])
+        ports = _free_port(), _free_port()
+        proxy = LinkProxy([f"tcp://127.0.0.1:{p}" for p in ports])
+        fronts = proxy.__enter__()
+        cmd += [f"transport.keys={keys_dir}", f"transport.data_port={ports[0]}", f"transport.weights_port={ports[1]}",
+                f"transport.advertise=['{fronts[0]}','{fronts[1]}']"]
+    print(f"{kind.name}: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s "
+          f"({', '.join(kind.actions)}){'; a hostile peer' if kind.hostile else ''}; run in {run_dir}", flush=True)
+    # the job's output goes straight to a file: a pipe read only at the end fills (64 KiB) within the
+    # hour, and the launcher, blocked writing to it, stops supervising (a 60-minute soak stalled so)
+    log_path = root / "train.log"
+    log_file = open(log_path, "w")  # noqa: SIM115 - closed after the job ends
+    proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+    pids_file = run_dir / "processes.json"
+    t0 = time.monotonic()
+    while not pids_file.exists() and proc.poll() is None and time.monotonic() - t0 < 180:
+        time.sleep(0.5)
+    rss: dict[str, list[tuple[float, float]]] = {}  # "<who> pid" -> [(hours, MB)]
+    hits: list[Hit] = []
+    acks: dict[int, list[float]] = {}
+    watching = threading.Event()
+    hostile = None
+    if kind.hostile and (run_dir / "addresses.json").exists():
+        data, weights = json.loads((run_dir / "addresses.json").read_text())
+        hostile = HostilePeer(data, weights, keys_dir, HOSTILE_ID, list(range(actors)),
+                              rate=float(args.get("hostile_rate", 100)), seed=int(args.get("seed", 0)))
+        hostile.__enter__()
+        threading.Thread(target=_observe, args=(weights, keys_dir, watching, acks), daemon=True).start()
+    cuts_ok = None
+    fills = 0
+    next_chaos = time.monotonic() + every_s * rng.uniform(0.5, 1.5)
+    next_rss = time.monotonic()
+    end = t0 + minutes * 60
+    fill_until = None
+    active: Hit | None = None  # a stop or a drop under way (one hit at a time)
+    ready_seen = 0
+    try:
+        while proc.poll() is None and time.monotonic() < end + 120:
+            now = time.monotonic()
+            try:
+                pids = json.loads(pids_file.read_text())
+            except (OSError, json.JSONDecodeError):
+                pids = {}
+            if now >= next_rss:
+                next_rss = now + 5
+                for who, pid in pids.items():
+                    mb = _family_rss(pid)
+                    if mb:
+                        rss.setdefault(f"{who} {pid}", []).append(((now - t0) / 3600, mb))
+            if fill_until is not None and now >= fill_until:
+                fill.unlink(missing_ok=True)
+                fill_until = None
+                print(f"  t={now - t0:>6.0f} s  disk space given back", flush=True)
+            from robo_async.launch.supervisor import read_events
+
+            readies = [e for e in read_events(run_dir) if e["event"] == "ready" and e["who"] == "learner"]
+            for _ in readies[ready_seen:]:  # a learner restart's effect ends when it is back
+                for h in hits:
+                    if h.actor is None and h.end is None:
+                        h.end = now
+            ready_seen = len(readies)
+            if active is not None and active.end is not None and now >= active.end:
+                if active.action == "stop actor":
+                    for p in active.pids:
+                        _signal(p, signal.SIGCONT)
+                print(f"  t={now - t0:>6.0f} s  {active.action} (actor {active.actor}) over", flush=True)
+                active = None
+                next_chaos = max(next_chaos, now + every_s * rng.uniform(0.5, 1.0))
+            if active is None and now >= next_chaos and now < t0 + minutes * 60 * (1 - calm):
+                next_chaos = now + every_s * rng.uniform(0.5, 1.5)
+                action = rng.choice([a for a in kind.actions if a != "fill disk" or disk_min is not None])
+                on_actor = action in ("kill actor", "stop actor", "drop link")
+                who = rng.choice([w for w in pids if w.startswith("actor")] or ["learner"]) if on_actor else "learner"
+                hit = Hit(now, action, int(who.split()[1]) if who.startswith("actor") else None)
+                pid = pids.get(who)
+                if action == "cut links":
+                    try:
+                        port = int(json.loads((run_dir / "addresses.json").read_text())[0].rsplit(":", 1)[1])
+                    except (OSError, ValueError, IndexError, json.JSONDecodeError):
+                        port = 0
+                    hit.done = bool(port) and _cut_connections(port)
+                    cuts_ok = hit.done if cuts_ok is None else (cuts_ok or hit.done)
+                    hit.end = now
+                elif action == "fill disk":
+                    hit.done = fill_until is None and _fill_disk(fill, root, disk_min - 1)  # type: ignore[operator]
+                    if hit.done:
+                        fill_until = hit.end = now + fill_s
+                        fills += 1
+                elif pid is not None and action.startswith("kill"):
+                    hit.pids, hit.done = (pid,), _signal(pid, signal.SIGKILL)
+                    if hit.actor is not None:
+                        hit.end = None  # ends at its first ack after the restart (the gap holding it is excused)
+                elif pid is not None and action == "stop actor":
+                    hit.pids = tuple(_family(pid))
+                    hit.done = all(_signal(p, signal.SIGSTOP) for p in hit.pids)
+                    hit.end = now + stop_s
+                    active = hit
+                elif pid is not None and action == "drop link" and proxy is not None:
+                    hit.pids = tuple(_family(pid))
+                    hit.done = proxy.drop(set(hit.pids), drop_s) > 0
+                    hit.end = now + drop_s
+                    active = hit
+                hits.append(hit)
+                print(f"  t={hit.t - t0:>6.0f} s  {action} ({who}): {'done' if hit.done else 'not possible'}",
+                      flush=True)
+            time.sleep(0.5)
+    finally:
+        fill.unlink(missing_ok=True)
+        for h in hits:
+            if h.action == "stop actor":
+                for p in h.pids:
+                    _signal(p, signal.SIGCONT)
+    proc.wait(timeout=300)
+    watching.set()
+    if hostile is not None:
+        hostile.__exit__(None, None, None)
+    if proxy is not None:
+        proxy.__exit__(None, None, None)
+    log_file.close()
+    out = log_path.read_text()
+    t_end = time.monotonic()
+    for h in hits:  # an actor killed: excused until its first ack after the kill
+        if h.end is None and h.actor is not None:
+            h.end = next((t for t in acks.get(h.actor, []) if t > h.t), t_end)
+
+    from robo_async.buffer.lmdb_store import PersistentReplayStore
+    from robo_async.launch.supervisor import read_events
+    from robo_async.learner.metrics import read_metrics
+
+    seqs: dict[int, list[int]] = {}
+    held = {}
+    for name, path in (("store", run_dir / "replay"), ("archive", root / "archive")):
+        if not path.exists():
+            continue
+        store = PersistentReplayStore(path).open(readonly=True)
+        held[name] = 0
+        for _, a, q, _ in store.records("online"):
+            seqs.setdefault(a, []).append(q)
+            held[name] += 1
+        store.close()
+    hostile_rows = sum(len(v) for a, v in seqs.items() if a >= HOSTILE_ID)
+    seqs = {a: v for a, v in seqs.items() if a < HOSTILE_ID}
+    stored = sum(len(v) for v in seqs.values())
+    duplicated = sum(len(v) - len(set(v)) for v in seqs.values())
+    produced = sum(max(v) + 1 for v in seqs.values() if v)  # every seq below an actor's newest was produced
+    lost = produced - (stored - duplicated)
+    events = read_events(run_dir)
+    recover = []
+    for i, e in enumerate(events):
+        if e["event"] == "failed" and e["who"] == "learner":
+            back = next((x for x in events[i + 1:] if x["event"] == "ready" and x["who"] == "learner"), None)
+            if back is not None:
+                recover.append(back["t"] - e["t"])
+    restarts = sum(e["event"] in ("restarted",) for e in events)
+    learner_restarts = sum(e["event"] == "failed" and e["who"] == "learner" for e in events)
+    crashed = crashes(events, hits)
+    rows = read_metrics(run_dir)
+    missed = max((r.get("actors/missed_ticks", 0) for r in rows), default=0)
+    slopes = {}
+    for key, series in rss.items():
+        if len(series) >= 6 and series[-1][0] - series[0][0] > judge_min / 60:
+            h, mb = np.array(series).T
+            half = len(h) // 3  # skip the warm-up third (imports, caches filling)
+            slopes[key] = float(np.polyfit(h[half:], mb[half:], 1)[0])
+    stalls = ack_stalls(acks, hits, t_end) if kind.hostile else {}
+    print(f"{'produced':>10}{'stored':>10}{'lost':>6}{'dup':>6}{'restarts':>10}{'recover mean/max s':>20}"
+          f"{'missed ticks':>14}{'RSS slope max MB/h':>20}{'crashes':>9}{'ack stall max s':>17}")
+    print(f"{produced:>10,}{stored:>10,}{lost:>6}{duplicated:>6}{restarts:>10}"
+          f"{(np.mean(recover) if recover else 0):>11.1f}/{(max(recover) if recover else 0):<8.1f}{int(missed):>14}"
+          f"{(max(slopes.values()) if slopes else 0):>20.1f}{len(crashed):>9}"
+          f"{(max(stalls.values()) if stalls else 0):>17.1f}")
+    for c in crashed:
+        print(f"  crash: {c['who']} (pid {c['pid']}): {c['why']}")
+    result = {
+        "minutes": minutes, "actors": actors, "produced": produced, "stored": stored, "lost": lost,
+        "duplicated": duplicated, "in_store": held.get("store", 0), "archived": held.get("archive", 0),
+        "restarts": restarts, "learner_restarts": learner_restarts, "learner_recoveries": len(recover),
+        "recover_mean_s": round(float(np.mean(recover)), 2) if recover else None,
+        "recover_max_s": round(float(max(recover)), 2) if recover else None,
+        "crashes_from_messages": len(crashed), "crashes": crashed,
+        "missed_ticks": int(missed), "ticks_learner_away": int(max((r.get("actors/ticks_learner_away", 0)
+                                                                   for r in rows), default=0)),
+        "rss_slope_mb_per_h": {k: round(v, 1) for k, v in slopes.items()},
+        "rss_slope_mb_per_h_max": round(max(slopes.values()), 1) if slopes else None,
+        "chaos": [{"t": round(h.t - t0, 1), "action": h.action, "actor": h.actor, "done": h.done,
+                   **({"victim_wait_s": round(w, 2)} if (w := victim_wait(acks, h)) is not None else {})}
+                  for h in hits],
+        "run_dir": str(run_dir),
+    }
+    if kind.hostile:
+        if acks:
+            plot(root / "chaos.png", acks, hits, t0)
+            print(f"acks per actor over the run: {root / 'chaos.png'}")
+        result |= {
+            "max_ack_stall_s": round(max(stalls.values()), 2) if stalls else None,
+            "ack_stall_s_by_actor": {str(a): round(s, 2) for a, s in stalls.items()},
+            "hostile": hostile.counts if hostile is not None else {}, "hostile_rows_stored": hostile_rows,
+            "malformed_counted": int(total(rows, "transport/malformed")),
+            "id_refused": int(total(rows, "transport/id_mismatch")),
+            "rows_refused": int(max((r.get("buffer/rows_refused", 0) for r in rows), default=0)),
+            "link": proxy.counts if proxy is not None else {},
+        }
+    else:
+        result |= {"link_cuts_possible": cuts_ok, "disk_fills": fills,
+                   "disk_pauses_logged": out.count("new data is NOT accepted"),
+                   "disk_min_free_gb_seen": round(min((r.get("buffer/disk_free_gb", 1e9) for r in rows),
+                                                      default=0), 1)}
+    print(json.dumps(result))
+    return 0
+
+
+def _signal(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
