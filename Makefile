@@ -10,7 +10,7 @@ export MUJOCO_GL ?= egl
 
 .PHONY: demo test docs setup clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@if [ -z "$(PYTHON312)" ]; then echo "error: Python 3.12 not found (install it, e.g. pyenv install 3.12)"; exit 1; fi
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=24"

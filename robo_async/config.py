@@ -17,7 +17,20 @@ from omegaconf.errors import OmegaConfBaseException, ValidationError
 if TYPE_CHECKING:
     from robo_async.launch.schema import TrainConfig
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+def _config_dir() -> Path:
+    """Hydra's config directory: `robo_async.configs` as installed (the repository's `configs/`
+    ships as package data, setup.py), else the checkout's `configs/` beside this package."""
+    import importlib
+
+    try:  # a namespace package (no __init__.py in configs/): its folder is its one path
+        found = [Path(p) for p in importlib.import_module("robo_async.configs").__path__]
+    except ModuleNotFoundError:
+        found = []
+    return next((d for d in found if (d / "train.yaml").is_file()), Path(__file__).resolve().parents[1] / "configs")
+
+
+CONFIG_DIR = _config_dir()
 
 
 class UserError(Exception):
