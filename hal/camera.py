@@ -1,8 +1,8 @@
 """`Camera`: a frame source (OpenCV device, a robot's built-in camera, a simulator's render).
 
-    cam.connect()
-    frame = cam.read()          # Frame(timestamp, image H x W x 3 uint8)
-    cam.close()
+cam.connect()
+frame = cam.read()          # Frame(timestamp, image H x W x 3 uint8)
+cam.close()
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class CameraError(RuntimeError):
 @dataclass(frozen=True)
 class Frame:
     """One camera image and when it was read."""
+
     timestamp: float  # time.monotonic() when the frame was read
     image: np.ndarray  # H x W x 3 uint8, RGB
 

@@ -22,6 +22,7 @@ from hal.spec import Observation, Outcome, RobotSpec
 
 class ConformanceError(AssertionError):
     """A `Robot` broke the interface's contract (what, in the message)."""
+
     pass
 
 
@@ -35,13 +36,17 @@ def _check_obs(spec: RobotSpec, obs: Observation, where: str) -> None:
     _check(obs.state.shape == (spec.state_dim,), f"{where}: state shape {obs.state.shape} != ({spec.state_dim},)")
     _check(bool(np.all(np.isfinite(obs.state))), f"{where}: state has NaN/Inf")
     for name, dim in spec.features:
-        _check(name in obs.features and np.shape(obs.features[name]) == (dim,),
-               f"{where}: feature '{name}' missing or not of shape ({dim},)")
+        _check(
+            name in obs.features and np.shape(obs.features[name]) == (dim,),
+            f"{where}: feature '{name}' missing or not of shape ({dim},)",
+        )
     for cam in spec.cameras:
         img = obs.images.get(cam.name)
-        _check(img is not None and img.shape == (cam.height, cam.width, 3) and img.dtype == np.uint8,
-               f"{where}: camera '{cam.name}' frame is {None if img is None else (img.shape, img.dtype)}, "
-               f"expected ({cam.height}, {cam.width}, 3) uint8")
+        _check(
+            img is not None and img.shape == (cam.height, cam.width, 3) and img.dtype == np.uint8,
+            f"{where}: camera '{cam.name}' frame is {None if img is None else (img.shape, img.dtype)}, "
+            f"expected ({cam.height}, {cam.width}, 3) uint8",
+        )
 
 
 def check_robot(make: Callable[[], Robot], ticks: int = 20, seed: int = 0) -> None:
@@ -67,13 +72,18 @@ def check_robot(make: Callable[[], Robot], ticks: int = 20, seed: int = 0) -> No
         rng = np.random.default_rng(seed)
         last_t = obs.timestamp
         for t in range(ticks):
-            target = np.clip(spec.hold_action(obs.state) + rng.normal(0, 0.05, spec.action_dim),
-                             spec.low, spec.high).astype(np.float32)
+            target = np.clip(
+                spec.hold_action(obs.state) + rng.normal(0, 0.05, spec.action_dim), spec.low, spec.high
+            ).astype(np.float32)
             applied = robot.send_action(target)
-            _check(np.shape(applied) == (spec.action_dim,) and bool(np.all(np.isfinite(applied))),
-                   f"tick {t}: send_action must return a finite ({spec.action_dim},) action")
-            _check(bool(np.all(applied >= spec.low - 1e-5) and np.all(applied <= spec.high + 1e-5)),
-                   f"tick {t}: applied action {applied} outside the limits")
+            _check(
+                np.shape(applied) == (spec.action_dim,) and bool(np.all(np.isfinite(applied))),
+                f"tick {t}: send_action must return a finite ({spec.action_dim},) action",
+            )
+            _check(
+                bool(np.all(applied >= spec.low - 1e-5) and np.all(applied <= spec.high + 1e-5)),
+                f"tick {t}: applied action {applied} outside the limits",
+            )
             _check(isinstance(robot.outcome(), Outcome), "outcome() must return an Outcome")
             obs = robot.get_observation()
             _check_obs(spec, obs, f"tick {t}")
@@ -82,11 +92,17 @@ def check_robot(make: Callable[[], Robot], ticks: int = 20, seed: int = 0) -> No
         safe = SafeRobot(robot)
         safe.reset(seed=seed)
         rng = np.random.default_rng(seed + 1)
-        for bad in (np.full(spec.action_dim, np.nan), np.zeros(spec.action_dim + 1), rng.normal(0, 100, spec.action_dim),
-                    np.full(spec.action_dim, np.inf)):
+        for bad in (
+            np.full(spec.action_dim, np.nan),
+            np.zeros(spec.action_dim + 1),
+            rng.normal(0, 100, spec.action_dim),
+            np.full(spec.action_dim, np.inf),
+        ):
             applied = safe.send_action(np.asarray(bad, np.float32))
-            _check(bool(np.all(applied >= spec.low - 1e-5) and np.all(applied <= spec.high + 1e-5)),
-                   f"behind SafeRobot, action {bad} led to {applied}, outside the limits")
+            _check(
+                bool(np.all(applied >= spec.low - 1e-5) and np.all(applied <= spec.high + 1e-5)),
+                f"behind SafeRobot, action {bad} led to {applied}, outside the limits",
+            )
     finally:
         robot.close()
     robot.close()  # idempotent

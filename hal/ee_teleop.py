@@ -69,18 +69,34 @@ class EndEffectorTeleop(Teleop):
     `fk.jacobian` where `fk` has one, else finite differences of `fk`; `ee_space`: for robots whose
     actions are end-effector deltas. `step_m`: metres per unit of delta per tick."""
 
-    def __init__(self, device: EndEffectorDevice, spec: RobotSpec, *, fk: Callable[[np.ndarray], np.ndarray] | None = None,
-                 jacobian: Callable[[np.ndarray], np.ndarray] | None = None,
-                 ee_space: EndEffectorSpace | None = None, step_m: float = 0.01, max_joint_step: float = 0.05,
-                 gripper_step: float = 0.2, damping: float = 0.02) -> None:
+    def __init__(
+        self,
+        device: EndEffectorDevice,
+        spec: RobotSpec,
+        *,
+        fk: Callable[[np.ndarray], np.ndarray] | None = None,
+        jacobian: Callable[[np.ndarray], np.ndarray] | None = None,
+        ee_space: EndEffectorSpace | None = None,
+        step_m: float = 0.01,
+        max_joint_step: float = 0.05,
+        gripper_step: float = 0.2,
+        damping: float = 0.02,
+    ) -> None:
         if ee_space is None and fk is None:
-            raise RobotError(f"{device.name} gives end-effector deltas; {spec.name} takes joint targets and has no "
-                             "forward kinematics to turn them into joints")
+            raise RobotError(
+                f"{device.name} gives end-effector deltas; {spec.name} takes joint targets and has no "
+                "forward kinematics to turn them into joints"
+            )
         if ee_space is not None and spec.action_dim != 4:
             raise RobotError(f"{device.name} gives [dx, dy, dz, grip]; {spec.name} takes {spec.action_dim} actions")
         self.device, self.spec, self.fk, self.ee_space = device, spec, fk, ee_space
         self.jacobian = jacobian if jacobian is not None else getattr(fk, "jacobian", None)
-        self.step_m, self.max_joint_step, self.gripper_step, self.damping = step_m, max_joint_step, gripper_step, damping
+        self.step_m, self.max_joint_step, self.gripper_step, self.damping = (
+            step_m,
+            max_joint_step,
+            gripper_step,
+            damping,
+        )
         n = spec.action_dim
         self._grip = n - 1 if spec.joint_names and spec.joint_names[-1] == "gripper" else None
         self._arm = np.arange(n if self._grip is None else n - 1)
@@ -137,7 +153,9 @@ class EndEffectorTeleop(Teleop):
         else:
             self._goal = None  # let go: the next move starts from where the target is
         if self._grip is not None and grip != GRIP_STAY:
-            goal = self.spec.low[self._grip] if grip < 0.5 else self.spec.high[self._grip] if grip > 1.5 else q[self._grip]
+            goal = (
+                self.spec.low[self._grip] if grip < 0.5 else self.spec.high[self._grip] if grip > 1.5 else q[self._grip]
+            )
             q[self._grip] += np.clip(goal - q[self._grip], -self.gripper_step, self.gripper_step)
         self._target = np.clip(q, self.spec.low, self.spec.high)
         return self._target.astype(np.float32)
@@ -160,7 +178,7 @@ class EndEffectorTeleop(Teleop):
             behind *= 2 * self.step_m / reach
         self._goal = x + behind + dx
         jac = self._arm_jacobian(q, x)
-        lam2 = self.damping ** 2
+        lam2 = self.damping**2
         dq = jac.T @ np.linalg.solve(jac @ jac.T + lam2 * np.eye(3), behind + dx)
         biggest = float(np.max(np.abs(dq))) if len(dq) else 0.0
         return dq * (self.max_joint_step / biggest) if biggest > self.max_joint_step else dq
@@ -172,8 +190,10 @@ class EndEffectorTeleop(Teleop):
         if self.jacobian is not None:
             jac = np.asarray(self.jacobian(q), np.float64)
             if jac.ndim != 2 or jac.shape[0] != 3 or jac.shape[1] < n or not np.all(np.isfinite(jac)):
-                raise RobotError(f"teleop {self.name}: the Jacobian of {self.spec.name}'s kinematics is {jac.shape}; "
-                                 f"[3, >= {n}] finite expected")
+                raise RobotError(
+                    f"teleop {self.name}: the Jacobian of {self.spec.name}'s kinematics is {jac.shape}; "
+                    f"[3, >= {n}] finite expected"
+                )
             return jac[:, self._arm]
         assert self.fk is not None
         eps = 1e-4

@@ -57,7 +57,7 @@ class EpisodeReset:
             raise ValueError(f"episode.reset_s must be >= 0, got {self.wait_s}")
 
     @classmethod
-    def from_config(cls, episode: Mapping[str, object] | None) -> "EpisodeReset | None":
+    def from_config(cls, episode: Mapping[str, object] | None) -> EpisodeReset | None:
         """From a robot config's `episode` block (`home`, `reset`, `reset_s`); None without one."""
         if not episode:
             return None
@@ -67,17 +67,27 @@ class EpisodeReset:
         wait_s = episode.get("reset_s", 5.0)
         if not isinstance(wait_s, int | float | str):
             raise ValueError(f"episode.reset_s must be a number of seconds, got {wait_s!r}")
-        return cls(home=tuple(float(x) for x in home) if home is not None else None,
-                   wait=str(episode.get("reset", "operator")), wait_s=float(wait_s))
+        return cls(
+            home=tuple(float(x) for x in home) if home is not None else None,
+            wait=str(episode.get("reset", "operator")),
+            wait_s=float(wait_s),
+        )
 
-    def run(self, robot, teleops: Sequence[Teleop] = (), stop: Callable[[], bool] = lambda: False,  # noqa: ANN001
-            sleep: Callable[[float], None] = time.sleep) -> None:
+    def run(
+        self,
+        robot,
+        teleops: Sequence[Teleop] = (),
+        stop: Callable[[], bool] = lambda: False,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """Take `robot` (a `SafeRobot`) home, then wait (see the module's docstring); returns
         early when `stop()` says so. Paced at the robot's rate."""
         dt = robot.spec.dt
         if self.home is not None:
             if len(self.home) != robot.spec.action_dim:
-                raise RobotError(f"episode.home has {len(self.home)} joints; {robot.spec.name} has {robot.spec.action_dim}")
+                raise RobotError(
+                    f"episode.home has {len(self.home)} joints; {robot.spec.name} has {robot.spec.action_dim}"
+                )
             self.stats.homes += 1
             try:
                 for q in robot.approach(np.asarray(self.home, np.float32)):
@@ -94,8 +104,11 @@ class EpisodeReset:
         start = last_note = time.monotonic()
         can_signal = any(getattr(t, "signals_ready", True) for t in teleops)
         wait = self.wait if teleops and can_signal else "timer"
-        held = (np.asarray(self.home, np.float32) if self.home is not None
-                else robot.spec.hold_action(robot.get_observation().state))
+        held = (
+            np.asarray(self.home, np.float32)
+            if self.home is not None
+            else robot.spec.hold_action(robot.get_observation().state)
+        )
         if wait == "operator":
             log.warning("waiting for the scene reset: press n (keyboard) or LB (gamepad) when it is ready")
         while not stop():
@@ -111,7 +124,7 @@ class EpisodeReset:
         self.stats.wait_s += time.monotonic() - start
 
     @staticmethod
-    def _ready(robot, teleops: Sequence[Teleop]) -> bool:  # noqa: ANN001
+    def _ready(robot, teleops: Sequence[Teleop]) -> bool:
         from hal.teleop import poll_events
 
         ready = False

@@ -41,6 +41,7 @@ def _fname(resource_id: str) -> str:
 class Lease:
     """A held lease on one resource (an flock on its lock file): `release()` it, or use it as a context
     manager."""
+
     resource_id: str
     job: str
     _fd: int
@@ -61,7 +62,7 @@ class Lease:
         """Whether this lease is still held."""
         return self._fd >= 0
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -112,11 +113,12 @@ class LeaseManager:
                     os.close(fd)
                     h = self.holder(resource_id) or {}
                     waited = f" after waiting {wait_s:.0f} s" if wait_s > 0 else ""
-                    raise LeaseHeld(f"{resource_id} is held by job '{h.get('job', '?')}' (pid {h.get('pid')}, "
-                                    f"since {h.get('since', '?')}){waited}") from None
+                    raise LeaseHeld(
+                        f"{resource_id} is held by job '{h.get('job', '?')}' (pid {h.get('pid')}, "
+                        f"since {h.get('since', '?')}){waited}"
+                    ) from None
                 time.sleep(poll_s)
         tmp = info.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "job": job,
-                                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}))
+        tmp.write_text(json.dumps({"pid": os.getpid(), "job": job, "since": time.strftime("%Y-%m-%d %H:%M:%S")}))
         tmp.replace(info)
         return Lease(resource_id, job, fd, info)

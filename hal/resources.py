@@ -42,6 +42,7 @@ class InventoryError(ValueError):
 @dataclass(frozen=True)
 class Resource:
     """A robot, teleop, camera, GPU, motor bus or sim slot found by discovery or declared in an inventory."""
+
     kind: str  # one of KINDS
     type: str  # robot/teleop type (so101_follower), bus type (feetech), task for sims
     name: str
@@ -121,8 +122,10 @@ def load_inventory(path: str | Path) -> list[Resource]:
     for i, e in enumerate(entries):
         where = f"inventory {path} entry {i + 1}"
         if not isinstance(e, dict):
-            raise InventoryError(f"{where}: expected a mapping like {{kind: robot, type: so101_follower, "
-                                 f"name: left, port: /dev/ttyACM0}}, got {e!r}")
+            raise InventoryError(
+                f"{where}: expected a mapping like {{kind: robot, type: so101_follower, "
+                f"name: left, port: /dev/ttyACM0}}, got {e!r}"
+            )
         missing = [k for k in ("kind", "type", "name") if k not in e]
         if missing:
             raise InventoryError(f"{where}: missing {missing}")
@@ -131,8 +134,9 @@ def load_inventory(path: str | Path) -> list[Resource]:
         port = e.get("port")
         health = "ok" if port is None or Path(str(port)).exists() else f"missing: {port} not found"
         opts = tuple(sorted((k, v) for k, v in e.items() if k not in ("kind", "type", "name")))
-        out.append(Resource(e["kind"], str(e["type"]), str(e["name"]), str(port or e.get("host", "local")),
-                            health, opts))
+        out.append(
+            Resource(e["kind"], str(e["type"]), str(e["name"]), str(port or e.get("host", "local")), health, opts)
+        )
     return out
 
 
@@ -150,6 +154,7 @@ def discover(inventory: str | Path | None = None, sims: dict[str, int] | None = 
 class Need:
     """What a job needs: `count` resources of `kind` (and of `type`, when given), as parsed from
     `kind[:type][*count]`."""
+
     kind: str
     type: str | None  # None: any type of that kind
     count: int = 1
@@ -180,8 +185,9 @@ def _some(ids: list[str], show: int = 3) -> str:
     return f"{', '.join(ids[:show])}, ... {ids[-1]} ({len(ids)} in all)"
 
 
-def acquire_needs(found: list[Resource], needs: list[Need], leases: LeaseManager, job: str,
-                  wait_s: float = 0.0) -> list[tuple[Resource, Lease]]:
+def acquire_needs(
+    found: list[Resource], needs: list[Need], leases: LeaseManager, job: str, wait_s: float = 0.0
+) -> list[tuple[Resource, Lease]]:
     """Lease everything a job needs, all or nothing. Waits up to `wait_s` for held resources,
     then raises LeaseHeld naming the holders; raises LeaseError when too few exist at all."""
     for need in needs:
@@ -211,8 +217,13 @@ def acquire_needs(found: list[Resource], needs: list[Need], leases: LeaseManager
                 for _, lease in taken:
                     lease.release()
                 if time.monotonic() >= deadline:
-                    raise LeaseHeld(f"job '{job}' needs {need} but: " + "; ".join(
-                        f"{_some(ids)} {'is' if len(ids) == 1 else 'are'} held by {who}" for who, ids in blocked.items()))
+                    raise LeaseHeld(
+                        f"job '{job}' needs {need} but: "
+                        + "; ".join(
+                            f"{_some(ids)} {'is' if len(ids) == 1 else 'are'} held by {who}"
+                            for who, ids in blocked.items()
+                        )
+                    )
                 time.sleep(0.1)
                 break
         else:

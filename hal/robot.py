@@ -59,7 +59,7 @@ class Robot(abc.ABC):
         (action_dim,), finite, within limits): robots that check their input may skip it here."""
         return self.send_action(action)
 
-    def disable_torque(self) -> None:
+    def disable_torque(self) -> None:  # noqa: B027 - optional: a no-op where there is no torque to cut
         """Let the motors go limp (the safety layer's last resort when holding is not enough).
         Simulators and robots without motor torque control do nothing."""
 
@@ -72,7 +72,7 @@ class Robot(abc.ABC):
         """Reward and success for the last tick; robots without a task signal report nothing."""
         return Outcome()
 
-    def __enter__(self) -> "Robot":
+    def __enter__(self) -> Robot:
         self.connect()
         return self
 

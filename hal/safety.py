@@ -67,8 +67,9 @@ WorkspaceCheck = Callable[[np.ndarray], str | None]  # joint target -> None, or 
 class WorkspaceBox:
     """End effector inside an axis-aligned box (m), using the robot's forward kinematics."""
 
-    def __init__(self, fk: Callable[[np.ndarray], np.ndarray], low: tuple[float, float, float],
-                 high: tuple[float, float, float]) -> None:
+    def __init__(
+        self, fk: Callable[[np.ndarray], np.ndarray], low: tuple[float, float, float], high: tuple[float, float, float]
+    ) -> None:
         self._fk, self.low, self.high = fk, np.asarray(low), np.asarray(high)
 
     def __call__(self, q: np.ndarray) -> str | None:
@@ -87,9 +88,15 @@ class SafeRobot(Robot):
     watchdog). `torque_off_s`: turn the torque off and latch the e-stop when no action arrived for
     this long (s, more than `watchdog_s`; None: never). `clock`: seconds, for the watchdog."""
 
-    def __init__(self, robot: Robot, *, workspace: WorkspaceCheck | None = None,
-                 watchdog_s: float | None = None, torque_off_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        robot: Robot,
+        *,
+        workspace: WorkspaceCheck | None = None,
+        watchdog_s: float | None = None,
+        torque_off_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if torque_off_s is not None and (watchdog_s is None or not torque_off_s > watchdog_s):
             raise ValueError(f"torque_off_s ({torque_off_s}) needs a watchdog_s below it, got {watchdog_s}")
         self._robot = robot
@@ -169,8 +176,11 @@ class SafeRobot(Robot):
         self.stats.torque_offs += 1
         self._torque_off, self._estop = True, reason  # the e-stop latched, with this reason
         disable = getattr(innermost(self._robot), "disable_torque", None)
-        log.error("safety: E-STOP (%s): turning the torque off%s; nothing moves until cleared", reason,
-                  "" if disable is not None else f" (robot {self.spec.name} has no disable_torque)")
+        log.error(
+            "safety: E-STOP (%s): turning the torque off%s; nothing moves until cleared",
+            reason,
+            "" if disable is not None else f" (robot {self.spec.name} has no disable_torque)",
+        )
         if disable is not None:
             try:
                 disable()
@@ -279,7 +289,8 @@ class SafeRobot(Robot):
             # joint limits and the change per tick in one pass (an infinite cap leaves the
             # limits); where they cross, the upper bound wins
             for i, (v, low, high, last, cap) in enumerate(
-                    zip(values, self._low_l, self._high_l, self._last_l, self._cap_l)):
+                zip(values, self._low_l, self._high_l, self._last_l, self._cap_l, strict=False)
+            ):
                 lo, hi = last - cap, last + cap
                 lo, hi = (low if low > lo else lo), (high if high < hi else hi)
                 if v < lo:
@@ -293,7 +304,17 @@ class SafeRobot(Robot):
                     top = d
         else:
             for i, (v, low, high, last, cap, acc, prev) in enumerate(
-                    zip(values, self._low_l, self._high_l, self._last_l, self._cap_l, self._acc_l, self._prev_l)):
+                zip(
+                    values,
+                    self._low_l,
+                    self._high_l,
+                    self._last_l,
+                    self._cap_l,
+                    self._acc_l,
+                    self._prev_l,
+                    strict=False,
+                )
+            ):
                 # this tick's change: beyond the last tick's, away from zero, by at most `acc`
                 # (toward zero and past it to -acc, i.e. slowing down or stopping, is free)
                 dlo, dhi = (prev if prev < 0.0 else 0.0) - acc, (prev if prev > 0.0 else 0.0) + acc
@@ -364,7 +385,7 @@ class SafeRobot(Robot):
         while pos != goal:
             if self._estop is not None:
                 raise RobotError(f"e-stop latched ({self._estop}): the path to {goal} stopped at {pos}")
-            for i, (q, g, p, cap, acc) in enumerate(zip(pos, goal, prev, self._cap_l, self._acc_l)):
+            for i, (q, g, p, cap, acc) in enumerate(zip(pos, goal, prev, self._cap_l, self._acc_l, strict=False)):
                 sign = 1.0 if g > q else -1.0
                 left = abs(g - q)
                 # the fastest change that can still slow to a stop by `acc` a tick before the goal:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,10 +53,9 @@ class RobotSpec:
         n = len(self.joint_names)
         if len(self.joint_low) != n or len(self.joint_high) != n:
             raise SpecMismatch(
-                f"robot {self.name}: {n} joints but {len(self.joint_low)} lower and "
-                f"{len(self.joint_high)} upper limits"
+                f"robot {self.name}: {n} joints but {len(self.joint_low)} lower and {len(self.joint_high)} upper limits"
             )
-        if any(lo >= hi for lo, hi in zip(self.joint_low, self.joint_high)):
+        if any(lo >= hi for lo, hi in zip(self.joint_low, self.joint_high, strict=False)):
             raise SpecMismatch(f"robot {self.name}: every joint_low must be below joint_high")
         if self.hz <= 0:
             raise SpecMismatch(f"robot {self.name}: hz must be positive, got {self.hz}")
@@ -67,8 +65,10 @@ class RobotSpec:
                 object.__setattr__(self, name, value := tuple(value))
             values = value if isinstance(value, tuple) else (value,)
             if isinstance(value, tuple) and len(value) != n:
-                raise SpecMismatch(f"robot {self.name}: {name} has {len(value)} values for {n} joints "
-                                   "(give one per joint, or one number for all)")
+                raise SpecMismatch(
+                    f"robot {self.name}: {name} has {len(value)} values for {n} joints "
+                    "(give one per joint, or one number for all)"
+                )
             if not all(v > 0 for v in values):  # also refuses NaN
                 raise SpecMismatch(f"robot {self.name}: {name} must be positive (inf: no limit), got {value}")
 
@@ -147,9 +147,7 @@ class RobotSpec:
         """Return `action` as float32 of shape (action_dim,), or raise SpecMismatch."""
         a = np.asarray(action, dtype=np.float32)
         if a.shape != (self.action_dim,):
-            raise SpecMismatch(
-                f"action has shape {a.shape}, robot {self.name} expects ({self.action_dim},)"
-            )
+            raise SpecMismatch(f"action has shape {a.shape}, robot {self.name} expects ({self.action_dim},)")
         if not np.all(np.isfinite(a)):
             raise SpecMismatch(f"action for robot {self.name} contains NaN/Inf: {a.tolist()}")
         return a

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 class TeleopEventKind(enum.Enum):
     """What an operator signals: take over or hand back, label the episode, re-record it, or stop the robot."""
+
     INTERVENTION_ON = "intervention_on"  # the human takes over: their actions drive the robot
     INTERVENTION_OFF = "intervention_off"
     SUCCESS = "success"  # label the episode
@@ -46,6 +47,7 @@ class TeleopEventKind(enum.Enum):
 @dataclass(frozen=True)
 class TeleopEvent:
     """One operator signal and when it came (time.monotonic(), s)."""
+
     kind: TeleopEventKind
     timestamp: float = field(default_factory=time.monotonic)
 
@@ -87,8 +89,11 @@ class Teleop(abc.ABC):
         """Release the device (idempotent)."""
 
 
-def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot",
-                on_lost: "Callable[[Teleop, RobotError], None] | None" = None) -> list[tuple[Teleop, TeleopEvent]]:
+def poll_events(
+    teleops: list[Teleop] | tuple[Teleop, ...],
+    robot: SafeRobot,
+    on_lost: Callable[[Teleop, RobotError], None] | None = None,
+) -> list[tuple[Teleop, TeleopEvent]]:
     """Collect every teleop's events (never blocks); an ESTOP from any of them latches the
     robot's e-stop at once and wins the tick: the other events of that tick are dropped (logged).
     A teleop that raises RobotError goes to `on_lost` (without it, the error propagates).
@@ -112,4 +117,3 @@ def poll_events(teleops: "list[Teleop] | tuple[Teleop, ...]", robot: "SafeRobot"
             log.warning("e-stop from %s wins the tick; ignored %s", stops[0], dropped)
         return [(t, e) for t, e in out if e.kind is TeleopEventKind.ESTOP]
     return out
-

@@ -47,16 +47,24 @@ class LeRobotUnits:
 
     def __init__(self, keys: Sequence[str], low: Sequence[float], high: Sequence[float]) -> None:
         if not (len(keys) == len(low) == len(high)):
-            raise ValueError(f"LeRobotUnits: {len(keys)} keys {list(keys)} but {len(low)} lower and "
-                             f"{len(high)} upper limits")
+            raise ValueError(
+                f"LeRobotUnits: {len(keys)} keys {list(keys)} but {len(low)} lower and {len(high)} upper limits"
+            )
         self.keys = list(keys)
-        for k, lo, hi in zip(self.keys, low, high):
+        for k, lo, hi in zip(self.keys, low, high, strict=False):
             if is_gripper(k) and not hi > lo:
                 raise ValueError(f"LeRobotUnits: gripper {k} needs low < high (rad), got {lo}..{hi}")
         # hal = lerobot * scale + offset
-        self.scale = np.array([(hi - lo) / GRIPPER_SPAN if is_gripper(k) else 1.0 / DEGREES_PER_RAD
-                               for k, lo, hi in zip(self.keys, low, high)], np.float64)
-        self.offset = np.array([lo if is_gripper(k) else 0.0 for k, lo in zip(self.keys, low)], np.float64)
+        self.scale = np.array(
+            [
+                (hi - lo) / GRIPPER_SPAN if is_gripper(k) else 1.0 / DEGREES_PER_RAD
+                for k, lo, hi in zip(self.keys, low, high, strict=False)
+            ],
+            np.float64,
+        )
+        self.offset = np.array(
+            [lo if is_gripper(k) else 0.0 for k, lo in zip(self.keys, low, strict=False)], np.float64
+        )
 
     def to_hal(self, values: Mapping[str, float]) -> np.ndarray:
         """One LeRobot reading (`{key: value}`, other keys ignored) -> joint positions (rad), float32 [A]."""
@@ -64,7 +72,9 @@ class LeRobotUnits:
 
     def to_lerobot(self, q: np.ndarray) -> dict[str, float]:
         """Joint positions (rad) [A] -> `{key: value}` in LeRobot's units."""
-        return {k: float(v) for k, v in zip(self.keys, (np.asarray(q, np.float64) - self.offset) / self.scale)}
+        return {
+            k: float(v) for k, v in zip(self.keys, (np.asarray(q, np.float64) - self.offset) / self.scale, strict=False)
+        }
 
     def to_hal_array(self, values: np.ndarray) -> np.ndarray:
         """LeRobot values [..., A] (keys' order) -> rad, float32 [..., A]."""
@@ -79,8 +89,10 @@ class LeRobotUnits:
     def _checked(self, a: np.ndarray) -> np.ndarray:
         v = np.asarray(a, np.float64)
         if v.ndim == 0 or v.shape[-1] != len(self.keys):
-            raise ValueError(f"LeRobotUnits: values of shape {v.shape}; the last axis must hold the "
-                             f"{len(self.keys)} joints {self.keys}")
+            raise ValueError(
+                f"LeRobotUnits: values of shape {v.shape}; the last axis must hold the "
+                f"{len(self.keys)} joints {self.keys}"
+            )
         return v
 
 

@@ -34,7 +34,7 @@ ROBOT_MODULES = ("so_follower", "koch_follower", "omx_follower")  # register the
 def register_modules(package: str, modules: tuple[str, ...]) -> None:
     import importlib
 
-    import hardware.sim_leader  # noqa: F401  (registers sim_leader with LeRobot)
+    import hardware.sim_leader
     import hardware.sim_so101  # noqa: F401  (registers sim_so101 with LeRobot)
 
     for m in modules:
@@ -51,18 +51,20 @@ def config_choice(registry, what: str, options: Mapping[str, object]) -> tuple[t
     try:
         return registry.get_choice_class(kind), opts
     except KeyError:
-        raise RobotError(f"LeRobot has no {what} type '{kind}'; known: {sorted(registry.get_known_choices())}") from None
+        raise RobotError(
+            f"LeRobot has no {what} type '{kind}'; known: {sorted(registry.get_known_choices())}"
+        ) from None
 
 
 def make_lerobot_device(options: Mapping[str, object]):
     """A LeRobot robot from a plain dict: `type` plus that robot config's fields (cameras as
     `{name: {type: opencv, index_or_path: 0, width: 640, height: 480, fps: 30}}`)."""
     register_modules("lerobot.robots", ROBOT_MODULES)
+    import importlib
+
     from lerobot.cameras.configs import CameraConfig
     from lerobot.robots.config import RobotConfig
     from lerobot.robots.utils import make_robot_from_config
-
-    import importlib
 
     for cams_module in ("opencv", "zmq"):  # register LeRobot's camera config types
         try:
@@ -73,8 +75,12 @@ def make_lerobot_device(options: Mapping[str, object]):
     kind = str(options["type"])
     cams = opts.pop("cameras", None)
     if cams and kind != "sim_so101":
-        opts["cameras"] = {n: CameraConfig.get_choice_class(c.get("type", "opencv"))(
-            **{k: v for k, v in dict(c).items() if k != "type"}) for n, c in dict(cams).items()}  # the caller's kept
+        opts["cameras"] = {
+            n: CameraConfig.get_choice_class(c.get("type", "opencv"))(
+                **{k: v for k, v in dict(c).items() if k != "type"}
+            )
+            for n, c in dict(cams).items()
+        }  # the caller's kept
     elif cams:
         opts["cameras"] = list(cams)
     if opts.get("calibration_dir"):
@@ -99,7 +105,7 @@ HEALTH_REGISTERS = ("Status", "Present_Temperature")
 STATUS_BITS = {0: "input voltage out of range", 2: "overheating", 3: "overcurrent", 5: "overload"}
 
 
-def set_bus_timeout(device, floor_ms: float | None) -> None:  # noqa: ANN001 - a LeRobot robot or teleoperator
+def set_bus_timeout(device, floor_ms: float | None) -> None:
     """Let the device's serial bus wait at least `floor_ms` for a servo's answer. A servo answers
     within microseconds and LeRobot's SDK waits ~50 ms; the twin answers from a process that a
     loaded machine may not schedule that soon, so tests and benchmarks on it give a floor."""
@@ -127,7 +133,7 @@ class ArmKinematics:
     def __init__(self) -> None:
         self._model = self._data = None
 
-    def _loaded(self):  # noqa: ANN202 - (mujoco.MjModel, a scratch mujoco.MjData)
+    def _loaded(self):
         if self._model is None:
             import mujoco
 
@@ -157,10 +163,17 @@ class LeRobotRobot(Robot):
     `max_accel_rad_s2`), into its spec. A device with a Feetech/Dynamixel bus is checked every
     `health_every` ticks: a servo reporting overload or overheating raises `RobotFault` naming it."""
 
-    def __init__(self, device, joint_low: tuple[float, ...] | None = None,
-                 joint_high: tuple[float, ...] | None = None, hz: float = 30.0,
-                 limits: Mapping[str, object] | None = None, kind: str = "", health_every: int = 10,
-                 camera_wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        device,
+        joint_low: tuple[float, ...] | None = None,
+        joint_high: tuple[float, ...] | None = None,
+        hz: float = 30.0,
+        limits: Mapping[str, object] | None = None,
+        kind: str = "",
+        health_every: int = 10,
+        camera_wait_s: float = 30.0,
+    ) -> None:
         self.device = device
         keys = [k for k, t in device.action_features.items() if t is float]
         if joint_low is None or joint_high is None:
@@ -169,16 +182,28 @@ class LeRobotRobot(Robot):
         if len(joint_low) != len(keys):
             raise RobotError(f"{device.name} has {len(keys)} joints {keys}; {len(joint_low)} limits were given")
         self._units = LeRobotUnits(keys, tuple(joint_low), tuple(joint_high))
-        cams = tuple(CameraSpec(k, v[0], v[1]) for k, v in device.observation_features.items()
-                     if isinstance(v, tuple) and len(v) == 3 and v[2] == 3)
+        cams = tuple(
+            CameraSpec(k, v[0], v[1])
+            for k, v in device.observation_features.items()
+            if isinstance(v, tuple) and len(v) == 3 and v[2] == 3
+        )
         motion = {k: (tuple(v) if isinstance(v, list | tuple) else float(v)) for k, v in dict(limits or {}).items()}
         unknown = set(motion) - {"max_step_rad", "max_velocity_rad_s", "max_accel_rad_s2"}
         if unknown:
-            raise RobotError(f"robot {device.name}: unknown limits {sorted(unknown)}; known: max_step_rad, "
-                             "max_velocity_rad_s, max_accel_rad_s2")
-        self._spec = RobotSpec(name=f"lerobot_{device.name}", joint_names=tuple(k.removesuffix(".pos") for k in keys),
-                               joint_low=tuple(joint_low), joint_high=tuple(joint_high), hz=hz, cameras=cams,
-                               features=tuple(getattr(device, "feature_spec", ())), **motion)  # type: ignore[arg-type]
+            raise RobotError(
+                f"robot {device.name}: unknown limits {sorted(unknown)}; known: max_step_rad, "
+                "max_velocity_rad_s, max_accel_rad_s2"
+            )
+        self._spec = RobotSpec(
+            name=f"lerobot_{device.name}",
+            joint_names=tuple(k.removesuffix(".pos") for k in keys),
+            joint_low=tuple(joint_low),
+            joint_high=tuple(joint_high),
+            hz=hz,
+            cameras=cams,
+            features=tuple(getattr(device, "feature_spec", ())),
+            **motion,
+        )  # type: ignore[arg-type]
         if callable(getattr(device, "ee_position", None)):  # forward kinematics (rad -> m), where the device has it
             self.ee_position = device.ee_position
         elif kind in SO_ARMS and len(keys) == 6:
@@ -210,12 +235,14 @@ class LeRobotRobot(Robot):
         if not calibrated:  # LeRobot goes on with calibrate=False; positions would be wrong: refuse
             where = getattr(self.device, "calibration_fpath", "its calibration file")
             self.close()
-            raise RobotError(f"{self._where()} is not calibrated (its servos do not match {where}): run "
-                             f"lerobot-calibrate --robot.type={self.kind or getattr(self.device.config, 'type', self.device.name)} "
-                             f"--robot.port=... --robot.id={self.device.id}")
+            raise RobotError(
+                f"{self._where()} is not calibrated (its servos do not match {where}): run "
+                f"lerobot-calibrate --robot.type={self.kind or getattr(self.device.config, 'type', self.device.name)} "
+                f"--robot.port=... --robot.id={self.device.id}"
+            )
         self._ticks = 0
 
-    def _bus(self):  # noqa: ANN202 - LeRobot's motors bus, where the device has one
+    def _bus(self):
         return getattr(self.device, "bus", None)
 
     def disable_torque(self) -> None:
@@ -245,8 +272,10 @@ class LeRobotRobot(Robot):
         for motor, bits in status.items():
             faults = [why for bit, why in STATUS_BITS.items() if int(bits) & (1 << bit)]
             if faults:
-                raise RobotFault(f"{self._where()}: servo '{motor}' reports {' and '.join(faults)} "
-                                 f"(status {int(bits):#04x}, {temps.get(motor, '?')} degC); the arm is stopped")
+                raise RobotFault(
+                    f"{self._where()}: servo '{motor}' reports {' and '.join(faults)} "
+                    f"(status {int(bits):#04x}, {temps.get(motor, '?')} degC); the arm is stopped"
+                )
 
     def close(self) -> None:
         # best effort: a device that is gone (cable pulled) or faulted (a servo answering with an
@@ -323,7 +352,9 @@ class LeRobotRobot(Robot):
         """After a camera stopped delivering: wait up to `camera_wait_s` for fresh frames (the arm
         holds its last goal meanwhile); still none: the arm is lost, named."""
         deadline = time.monotonic() + self.camera_wait_s
-        log.warning("%s: waiting up to %.0f s for the camera (%s)", self._where(), self.camera_wait_s, self._camera_stall)
+        log.warning(
+            "%s: waiting up to %.0f s for the camera (%s)", self._where(), self.camera_wait_s, self._camera_stall
+        )
         while True:
             try:
                 self.device.get_observation()
@@ -332,8 +363,10 @@ class LeRobotRobot(Robot):
                 return
             except (TimeoutError, RuntimeError) as e:
                 if not self._camera_fault(e) or time.monotonic() > deadline:
-                    raise RobotError(f"{self._where()}: a camera stopped delivering and did not come back "
-                                     f"within {self.camera_wait_s:.0f} s: {e}") from None
+                    raise RobotError(
+                        f"{self._where()}: a camera stopped delivering and did not come back "
+                        f"within {self.camera_wait_s:.0f} s: {e}"
+                    ) from None
             except BUS_ERRORS as e:
                 raise RobotError(f"{self._where()}: {e}") from None
             time.sleep(0.2)

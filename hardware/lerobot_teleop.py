@@ -29,10 +29,14 @@ TELEOP_MODULES = ("so_leader", "koch_leader", "gamepad", "keyboard")  # register
 ESTOP_KEYS = (" ", "e")  # the keyboard's space bar (or e): e-stop; LeRobot's keyboards ignore both
 READY_KEYS = ("n",)  # the scene is reset: start the next episode
 ESTOP_BUTTON, READY_BUTTON = 2, 4  # pygame buttons: B/circle (LeRobot's gamepad leaves it unused), LB
-_EVENT_MAP = {"success": TeleopEventKind.SUCCESS, "failure": TeleopEventKind.FAILURE,
-              "terminate_episode": TeleopEventKind.FAILURE,
-              "rerecord_episode": TeleopEventKind.RERECORD, "estop": TeleopEventKind.ESTOP,
-              "ready": TeleopEventKind.READY}
+_EVENT_MAP = {
+    "success": TeleopEventKind.SUCCESS,
+    "failure": TeleopEventKind.FAILURE,
+    "terminate_episode": TeleopEventKind.FAILURE,
+    "rerecord_episode": TeleopEventKind.RERECORD,
+    "estop": TeleopEventKind.ESTOP,
+    "ready": TeleopEventKind.READY,
+}
 
 
 def make_lerobot_teleop_device(options: Mapping[str, object]):
@@ -56,8 +60,13 @@ class LeRobotTeleop(Teleop):
     devices (`gamepad`, `keyboard_ee`: `delta_x/y/z`, `gripper`) also give `get_ee()`, which
     `hal.ee_teleop.EndEffectorTeleop` turns into the robot's actions."""
 
-    def __init__(self, device, joint_low: tuple[float, ...] = SO_ARM_LIMITS[0],
-                 joint_high: tuple[float, ...] = SO_ARM_LIMITS[1], kind: str = "") -> None:
+    def __init__(
+        self,
+        device,
+        joint_low: tuple[float, ...] = SO_ARM_LIMITS[0],
+        joint_high: tuple[float, ...] = SO_ARM_LIMITS[1],
+        kind: str = "",
+    ) -> None:
         self.device = device
         self.kind = kind  # the LeRobot type asked for (its config may carry another registered name)
         try:
@@ -85,10 +94,12 @@ class LeRobotTeleop(Teleop):
                 raise RobotError(f"teleop {self.name} cannot connect: {' '.join(str(e).split())}") from None
             if takes and getattr(self.device, "bus", None) is not None and not self.device.is_calibrated:
                 self.close()  # a leader read through the wrong calibration would steer the follower wrong
-                raise RobotError(f"teleop {self.name} is not calibrated (its servos do not match "
-                                 f"{getattr(self.device, 'calibration_fpath', 'its calibration file')}): run "
-                                 f"lerobot-calibrate --teleop.type={self.kind or getattr(self.device.config, 'type', self.name)} "
-                                 f"--teleop.port=... --teleop.id={self.device.id}")
+                raise RobotError(
+                    f"teleop {self.name} is not calibrated (its servos do not match "
+                    f"{getattr(self.device, 'calibration_fpath', 'its calibration file')}): run "
+                    f"lerobot-calibrate --teleop.type={self.kind or getattr(self.device.config, 'type', self.name)} "
+                    f"--teleop.port=... --teleop.id={self.device.id}"
+                )
             pad = getattr(self.device, "gamepad", None)  # LeRobot's gamepad logs "no gamepad" and goes on
             if pad is not None and getattr(pad, "running", True) is False:
                 self.device.disconnect()
@@ -123,8 +134,10 @@ class LeRobotTeleop(Teleop):
     def _read_ee(self) -> np.ndarray:
         try:
             a = self.device.get_action()
-            return np.array([float(a["delta_x"]), float(a["delta_y"]), float(a["delta_z"]),
-                             float(a.get("gripper", 1.0))], np.float32)
+            return np.array(
+                [float(a["delta_x"]), float(a["delta_y"]), float(a["delta_z"]), float(a.get("gripper", 1.0))],
+                np.float32,
+            )
         except (*BUS_ERRORS, RuntimeError, KeyError, ValueError, TypeError) as e:  # pygame.error: unplugged
             raise self._lost(e) from None
 
@@ -153,7 +166,7 @@ class LeRobotTeleop(Teleop):
         return out
 
     @staticmethod
-    def _keys_in(queue) -> dict[str, bool]:  # noqa: ANN001 - a queue.Queue of LeRobot's keyboard
+    def _keys_in(queue) -> dict[str, bool]:
         """Our keys in one of LeRobot's keyboard queues: the e-stop (space or e) and "scene reset, go
         on" (n). Items are keys, or (key, pressed) as pynput's listener queued them. Read in place
         under the queue's own lock (nothing taken out: the listener thread may be adding to it)."""

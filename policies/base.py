@@ -99,7 +99,7 @@ class Policy(abc.ABC):
         """Names in weights() of parameters that are not trained (requires_grad off)."""
         return frozenset(n for n, p in self.module().named_parameters() if not p.requires_grad)
 
-    def frozen_encoder(self) -> "FrozenEncoder | None":
+    def frozen_encoder(self) -> FrozenEncoder | None:
         """The policy's camera encoder when it never changes (a frozen prior's): its embeddings can
         be computed once where frames are produced and stored (policies/embedding.py). None: the
         policy has no frozen encoder (no cameras, or its encoder learns)."""
@@ -110,12 +110,15 @@ class Policy(abc.ABC):
         current = self.module().state_dict()
         if set(arrays) != set(current):
             missing, extra = sorted(set(current) - set(arrays)), sorted(set(arrays) - set(current))
-            raise WeightsMismatch(f"weights v{version} do not fit {self.architecture}: "
-                                  f"missing {missing[:3]}, unexpected {extra[:3]}")
+            raise WeightsMismatch(
+                f"weights v{version} do not fit {self.architecture}: missing {missing[:3]}, unexpected {extra[:3]}"
+            )
         for k, v in current.items():
             if tuple(arrays[k].shape) != tuple(v.shape):
-                raise WeightsMismatch(f"weights v{version}: '{k}' has shape {tuple(arrays[k].shape)}, "
-                                      f"{self.architecture} expects {tuple(v.shape)}")
+                raise WeightsMismatch(
+                    f"weights v{version}: '{k}' has shape {tuple(arrays[k].shape)}, "
+                    f"{self.architecture} expects {tuple(v.shape)}"
+                )
         self.module().load_state_dict({k: torch.as_tensor(np.array(a)) for k, a in arrays.items()})
         self.version = version
 
@@ -138,8 +141,13 @@ def camera_frames(obs: Mapping[str, np.ndarray], cameras: tuple[str, ...], who: 
     return np.stack([np.asarray(obs[c]) for c in cameras], axis=-4)
 
 
-def call_policy(policy: Policy, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
-                prefix: np.ndarray | None, delay_ticks: int) -> ActionChunk:
+def call_policy(
+    policy: Policy,
+    obs: Mapping[str, np.ndarray],
+    forwarded_state: np.ndarray | None,
+    prefix: np.ndarray | None,
+    delay_ticks: int,
+) -> ActionChunk:
     """`predict_chunk`, passing `delay_ticks` only to policies that take it (older or third-party
     policies written before it existed keep working)."""
     takes = _TAKES_DELAY.get(type(policy))

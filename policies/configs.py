@@ -20,12 +20,17 @@ class MLPPolicyConfig:
     hidden: tuple[int, ...] = (256, 256)  # hidden layer widths
     action_mode: str = "delta"  # delta: target = joint state + delta_scale * output; absolute: across joint range
     delta_scale: float = 0.15  # rad per tick
-    obs_scale: dict[str, float] = field(default_factory=lambda: _scale(ee_to_target=10.0))  # input scale per key, so metres and radians have similar size
-    exploration: str = "white"  # white (SAC's per-tick Gaussian) or gsde (state-dependent, resampled every sde_every ticks: smoother commands)
+    # input scale per key, so metres and radians have similar size
+    obs_scale: dict[str, float] = field(default_factory=lambda: _scale(ee_to_target=10.0))
+    # white (SAC's per-tick Gaussian) or gsde (state-dependent, resampled every sde_every ticks: smoother commands)
+    exploration: str = "white"
     sde_every: int = 8  # ticks between gSDE noise draws
-    cameras: tuple[str, ...] = ()  # camera names (task.cameras) the policy sees through a small conv encoder (pixel SAC)
+    cameras: tuple[
+        str, ...
+    ] = ()  # camera names (task.cameras) the policy sees through a small conv encoder (pixel SAC)
     image_size: int = 64  # frames are resized to this square size for the encoder
-    inference_delay_ms: float | tuple[float, float] = 0  # injected inference latency for sim/tests (async actor modes): a number, or [low, high] (uniform)
+    # injected inference latency for sim/tests (async actor modes): a number, or [low, high] (uniform)
+    inference_delay_ms: float | tuple[float, float] = 0
 
 
 @dataclass(frozen=True)
@@ -34,19 +39,27 @@ class FlowPolicyConfig:
 
     name: str = "flow"  # the registered policy (policies.make_policy)
     obs_keys: tuple[str, ...] = ("state", "target", "ee_to_target")  # observation keys fed to the network, in order
-    obs_scale: dict[str, float] = field(default_factory=lambda: _scale(ee_to_target=10.0, target=5.0))  # input scale per key, so metres and radians have similar size
-    cameras: tuple[str, ...] = ()  # camera names fed through a small conv encoder, e.g. [front] (with task.cameras=[front])
+    # input scale per key, so metres and radians have similar size
+    obs_scale: dict[str, float] = field(default_factory=lambda: _scale(ee_to_target=10.0, target=5.0))
+    cameras: tuple[
+        str, ...
+    ] = ()  # camera names fed through a small conv encoder, e.g. [front] (with task.cameras=[front])
     image_size: int = 64  # frames are resized to this square size for the encoder
     hidden: tuple[int, ...] = (512, 512)  # hidden layer widths
     horizon: int = 8  # chunk length H in control ticks
     steps: int = 5  # flow integration (Euler) steps per chunk
-    action_mode: str = "delta"  # delta: chunk relative to the (forwarded) joint state, +- delta_range rad; absolute: joint range
+    # delta: chunk relative to the (forwarded) joint state, +- delta_range rad; absolute: joint range
+    action_mode: str = "delta"
     delta_range: float = 0.6  # rad
-    prefix_mode: str = "path"  # RTC conditioning on the committed prefix: path (held on its flow path) | clean (training-time RTC)
-    gripper: str = "binary"  # binary: the last joint, when it is named gripper, snapped to the two levels the demonstrations use (when they use two) | continuous
+    # RTC conditioning on the committed prefix: path (held on its flow path) | clean (training-time RTC)
+    prefix_mode: str = "path"
+    # binary: the last joint, when it is named gripper, snapped to the two levels the demonstrations use (when they
+    # use two) | continuous
+    gripper: str = "binary"
     seed: int = 0  # initialisation seed
     path: str | None = None  # start from these weights (a bc run directory or its policy.safetensors)
-    inference_delay_ms: float | tuple[float, float] = 0  # injected inference latency for sim/tests: a number, or [low, high] (uniform)
+    # injected inference latency for sim/tests: a number, or [low, high] (uniform)
+    inference_delay_ms: float | tuple[float, float] = 0
 
 
 @dataclass(frozen=True)
@@ -55,11 +68,22 @@ class TinyVLAPolicyConfig:
     features, the flow action head), behaviour-cloned on several sim tasks at once."""
 
     name: str = "tiny_vla"  # the registered policy (policies.make_policy)
-    tasks: tuple[str, ...] = ("reach", "push", "pick_lift")  # trained together; each task's instruction is sim.INSTRUCTIONS[task]
+    tasks: tuple[str, ...] = (
+        "reach",
+        "push",
+        "pick_lift",
+    )  # trained together; each task's instruction is sim.INSTRUCTIONS[task]
     instruction: str = "reach the red target"  # what it follows when run (actors, the policy server, eval)
-    obs_keys: tuple[str, ...] = ("state", "ee_to_target", "ee_to_cube", "cube_to_target")  # zeros where a task lacks one
-    obs_scale: dict[str, float] = field(default_factory=lambda: _scale(ee_to_target=10.0, ee_to_cube=10.0,
-                                                                       cube_to_target=10.0))  # input scale per key
+    obs_keys: tuple[str, ...] = (
+        "state",
+        "ee_to_target",
+        "ee_to_cube",
+        "cube_to_target",
+    )  # zeros where a task lacks one
+    # input scale per key
+    obs_scale: dict[str, float] = field(
+        default_factory=lambda: _scale(ee_to_target=10.0, ee_to_cube=10.0, cube_to_target=10.0)
+    )
     cameras: tuple[str, ...] = ("front",)  # frames through the small conv encoder (the task gets task.cameras=[front])
     image_size: int = 48  # frames are resized to this square size for the encoder
     hidden: tuple[int, ...] = (512, 512)  # hidden layer widths
@@ -69,7 +93,9 @@ class TinyVLAPolicyConfig:
     action_mode: str = "delta"  # delta: chunk relative to the (forwarded) joint state; absolute: joint range
     delta_range: float = 0.6  # rad
     prefix_mode: str = "path"  # RTC conditioning on the committed prefix: path | clean
-    gripper: str = "binary"  # binary: the last joint, when it is named gripper, snapped to the two levels the demonstrations use (when they use two) | continuous
+    # binary: the last joint, when it is named gripper, snapped to the two levels the demonstrations use (when they
+    # use two) | continuous
+    gripper: str = "binary"
     seed: int = 0  # initialisation seed
     path: str | None = None  # a `robo-async bc policy=tiny_vla` run directory (or its policy.safetensors)
     inference_delay_ms: float | tuple[float, float] = 0  # injected inference latency for sim/tests
@@ -82,7 +108,11 @@ class LeRobotPolicyConfig:
 
     name: str = "lerobot"  # the registered policy (policies.make_policy)
     type: str = "act"  # the LeRobot policy type
-    obs_keys: tuple[str, ...] = ("state", "target", "ee_to_target")  # state -> observation.state, the rest -> observation.environment_state
+    obs_keys: tuple[str, ...] = (
+        "state",
+        "target",
+        "ee_to_target",
+    )  # state -> observation.state, the rest -> observation.environment_state
     cameras: tuple[str, ...] = ()  # -> observation.images.<name>
     chunk_size: int = 8  # actions per chunk
     units: str = "rad"  # deg for policies trained on LeRobot datasets of SO-10x arms
@@ -90,8 +120,15 @@ class LeRobotPolicyConfig:
     instruction: str = ""  # the language task for VLAs
     path: str | None = None  # a local directory written by LeRobot's save_pretrained (hub ids are unreachable here)
     inference_delay_ms: float | tuple[float, float] = 0  # injected inference latency for sim/tests
-    overrides: dict[str, object] = field(default_factory=lambda: {  # LeRobot config fields (a small ACT for CPUs)
-        "dim_model": 256, "n_heads": 4, "dim_feedforward": 1024, "n_encoder_layers": 2, "use_vae": False})
+    overrides: dict[str, object] = field(
+        default_factory=lambda: {  # LeRobot config fields (a small ACT for CPUs)
+            "dim_model": 256,
+            "n_heads": 4,
+            "dim_feedforward": 1024,
+            "n_encoder_layers": 2,
+            "use_vae": False,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -100,8 +137,13 @@ class DiffusionPolicyConfig(LeRobotPolicyConfig):
     steps, executing chunk_size of them); `algo=dsrl` can steer a trained one through its noise."""
 
     type: str = "diffusion"  # the LeRobot policy type
-    overrides: dict[str, object] = field(default_factory=lambda: {  # LeRobot DiffusionConfig fields (a small U-Net for CPUs)
-        "down_dims": [64, 128], "num_inference_steps": 10, "noise_scheduler_type": "DDIM"})
+    overrides: dict[str, object] = field(
+        default_factory=lambda: {  # LeRobot DiffusionConfig fields (a small U-Net for CPUs)
+            "down_dims": [64, 128],
+            "num_inference_steps": 10,
+            "noise_scheduler_type": "DDIM",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -115,11 +157,21 @@ class SmolVLAPolicyConfig(LeRobotPolicyConfig):
     instruction: str = "reach the red target"  # the language task
     backbone: str = "tiny"  # tiny | a local SmolVLM directory
     path: str | None = None  # a saved SmolVLA directory (LeRobotChunkPolicy.save / LeRobot's save_pretrained)
-    overrides: dict[str, object] = field(default_factory=lambda: {  # LeRobot SmolVLAConfig fields, sized for CPUs
-        "resize_imgs_with_padding": [64, 64], "num_steps": 5, "max_state_dim": 8, "max_action_dim": 8})
+    overrides: dict[str, object] = field(
+        default_factory=lambda: {  # LeRobot SmolVLAConfig fields, sized for CPUs
+            "resize_imgs_with_padding": [64, 64],
+            "num_steps": 5,
+            "max_state_dim": 8,
+            "max_action_dim": 8,
+        }
+    )
 
 
 POLICY_CONFIGS: dict[str, type] = {
-    "mlp": MLPPolicyConfig, "flow": FlowPolicyConfig, "tiny_vla": TinyVLAPolicyConfig, "act": LeRobotPolicyConfig,
-    "diffusion": DiffusionPolicyConfig, "smolvla": SmolVLAPolicyConfig,
+    "mlp": MLPPolicyConfig,
+    "flow": FlowPolicyConfig,
+    "tiny_vla": TinyVLAPolicyConfig,
+    "act": LeRobotPolicyConfig,
+    "diffusion": DiffusionPolicyConfig,
+    "smolvla": SmolVLAPolicyConfig,
 }

@@ -20,6 +20,7 @@ from policies.base import ActionChunk, Policy, WeightsMismatch
 
 class ConformanceError(AssertionError):
     """A `Policy` broke the interface's contract (what, in the message)."""
+
     pass
 
 
@@ -36,30 +37,41 @@ def check_policy(make: Callable[[], Policy], obs: Mapping[str, np.ndarray], acti
     naming the first broken rule."""
     policy = make()
     _check(isinstance(policy.architecture, str) and bool(policy.architecture), "architecture must be a non-empty str")
-    _check(isinstance(policy.horizon, int) and policy.horizon >= 1, f"horizon must be an int >= 1, not {policy.horizon!r}")
+    _check(
+        isinstance(policy.horizon, int) and policy.horizon >= 1, f"horizon must be an int >= 1, not {policy.horizon!r}"
+    )
     for fstate in (None, np.asarray(obs["state"], np.float32)):
         chunk = policy.predict_chunk(obs, forwarded_state=fstate)
         _check(isinstance(chunk, ActionChunk), f"predict_chunk returned {type(chunk).__name__}, not ActionChunk")
         a = np.asarray(chunk.actions)
-        _check(a.shape == (policy.horizon, action_dim), f"chunk actions {a.shape}, expected ({policy.horizon}, {action_dim})")
+        _check(
+            a.shape == (policy.horizon, action_dim),
+            f"chunk actions {a.shape}, expected ({policy.horizon}, {action_dim})",
+        )
         _check(bool(np.all(np.isfinite(a))), "chunk actions contain NaN/Inf")
         _check(chunk.dt > 0, f"chunk dt must be positive, got {chunk.dt}")
     policy.deterministic = True
     first = policy.predict_chunk(obs).actions
-    _check(np.allclose(first, policy.predict_chunk(obs).actions, atol=1e-5),
-           "deterministic=True must give the same chunk for the same observation")
+    _check(
+        np.allclose(first, policy.predict_chunk(obs).actions, atol=1e-5),
+        "deterministic=True must give the same chunk for the same observation",
+    )
     weights = policy.weights()
     policy.load_weights(7, weights)
     _check(policy.version == 7, f"load_weights(7, ...) left version {policy.version}")
     if not weights:
         return  # nothing to mismatch (scripted controllers)
     name = next(iter(weights))
-    for bad in ({k: v for k, v in weights.items() if k != name},
-                {**weights, name: np.zeros((*np.shape(weights[name]), 2), np.float32)}):
+    for bad in (
+        {k: v for k, v in weights.items() if k != name},
+        {**weights, name: np.zeros((*np.shape(weights[name]), 2), np.float32)},
+    ):
         try:
             policy.load_weights(8, bad)
             raise ConformanceError("load_weights with a missing or misshaped parameter must raise WeightsMismatch")
         except WeightsMismatch:
             pass
         _check(policy.version == 7, "a refused load_weights must keep the old version")
-        _check(np.array_equal(policy.weights()[name], weights[name]), "a refused load_weights must keep the old weights")
+        _check(
+            np.array_equal(policy.weights()[name], weights[name]), "a refused load_weights must keep the old weights"
+        )

@@ -62,8 +62,14 @@ class DelayedPolicy(Policy):
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         self.inner.load_weights(version, arrays)
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         t0 = time.monotonic()
         chunk = call_policy(self.inner, obs, forwarded_state, prefix, delay_ticks)
         self._wait(t0)

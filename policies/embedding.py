@@ -45,7 +45,7 @@ class FrozenEncoder:
         self.module = copy.deepcopy(vision).eval().requires_grad_(False).cpu()
         self.cameras = tuple(cameras)
         self.version = encoder_version(self.module)
-        self.dim = int(getattr(vision, "out")) * len(self.cameras)
+        self.dim = int(vision.out) * len(self.cameras)
         self.batch = batch
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
@@ -53,8 +53,11 @@ class FrozenEncoder:
         out = np.empty((len(frames), self.dim), np.float16)
         with torch.no_grad():
             for i in range(0, len(frames), self.batch):
-                out[i:i + self.batch] = self.module(torch.as_tensor(np.ascontiguousarray(frames[i:i + self.batch]))
-                                                    ).numpy().astype(np.float16)
+                out[i : i + self.batch] = (
+                    self.module(torch.as_tensor(np.ascontiguousarray(frames[i : i + self.batch])))
+                    .numpy()
+                    .astype(np.float16)
+                )
         return out
 
     def embed(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:

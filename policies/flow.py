@@ -41,10 +41,17 @@ class ImageEncoder(nn.Module):
         super().__init__()
         self.size = size
         self.conv = nn.Sequential(
-            nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.SiLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.SiLU(),
-            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.SiLU(),
-            nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(32 * 16, out), nn.LayerNorm(out))
+            nn.Conv2d(3, 16, 5, stride=2, padding=2),
+            nn.SiLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
+            nn.SiLU(),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1),
+            nn.SiLU(),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+            nn.Linear(32 * 16, out),
+            nn.LayerNorm(out),
+        )
         self.cameras, self.out = cameras, out
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -86,8 +93,16 @@ class FlowNet(nn.Module):
     conditioning, the delay and the committed-prefix mask; camera frames through an `ImageEncoder` when
     there are cameras."""
 
-    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...] = (256, 256),
-                 cameras: int = 0, image_size: int = 64, obs_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        cond_dim: int,
+        horizon: int,
+        action_dim: int,
+        hidden: tuple[int, ...] = (256, 256),
+        cameras: int = 0,
+        image_size: int = 64,
+        obs_dim: int | None = None,
+    ) -> None:
         super().__init__()
         self.horizon, self.action_dim = horizon, action_dim
         self.norm = ChunkNorm(cond_dim if obs_dim is None else obs_dim, action_dim)
@@ -95,13 +110,14 @@ class FlowNet(nn.Module):
         cond_dim += self.vision.out * cameras if self.vision is not None else 0
         dims = [horizon * action_dim + 16 + cond_dim + 1 + horizon, *hidden]
         layers: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:]):
+        for a, b in zip(dims[:-1], dims[1:], strict=False):
             layers += [nn.Linear(a, b), nn.SiLU()]
         layers.append(nn.Linear(dims[-1], horizon * action_dim))
         self.net = nn.Sequential(*layers)
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, delay: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, delay: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         """x [B, H, A], t [B], cond [B, C], delay [B] (ticks / H), mask [B, H] (1: committed)."""
         b = x.shape[0]
         h = torch.cat([x.reshape(b, -1), _time_embedding(t), cond, delay[:, None], mask], dim=-1)
@@ -127,12 +143,26 @@ class FlowChunkPolicy(Policy):
     frames, with real-time chunking (see the module's docstring). Actions are normalized per `action_mode`
     (`absolute`: the joint range; `delta`: around the forwarded state)."""
 
-    def __init__(self, obs_keys: tuple[str, ...], obs_dims: tuple[int, ...], action_low: tuple[float, ...],
-                 action_high: tuple[float, ...], horizon: int = 10, steps: int = 5,
-                 hidden: tuple[int, ...] = (256, 256), dt: float = 1 / 30, obs_scale: Mapping[str, float] | None = None,
-                 seed: int = 0, action_mode: str = "absolute", delta_range: float = 0.5,
-                 cameras: tuple[str, ...] = (), image_size: int = 64, prefix_mode: str = "path",
-                 gripper: str = "binary", **_: object) -> None:
+    def __init__(
+        self,
+        obs_keys: tuple[str, ...],
+        obs_dims: tuple[int, ...],
+        action_low: tuple[float, ...],
+        action_high: tuple[float, ...],
+        horizon: int = 10,
+        steps: int = 5,
+        hidden: tuple[int, ...] = (256, 256),
+        dt: float = 1 / 30,
+        obs_scale: Mapping[str, float] | None = None,
+        seed: int = 0,
+        action_mode: str = "absolute",
+        delta_range: float = 0.5,
+        cameras: tuple[str, ...] = (),
+        image_size: int = 64,
+        prefix_mode: str = "path",
+        gripper: str = "binary",
+        **_: object,
+    ) -> None:
         if action_mode not in ("absolute", "delta"):
             raise ValueError(f"flow policy action_mode must be 'absolute' or 'delta', not '{action_mode}'")
         if prefix_mode not in ("path", "clean"):
@@ -157,7 +187,8 @@ class FlowChunkPolicy(Policy):
         cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
         clean = "-rtcclean" if self.prefix_mode == "clean" else ""  # the same shapes, another conditioning
         return f"flow-{self.action_mode}{clean}:{sum(self.obs_dims)}{cams}-H{self.horizon}x{len(self.low)}-" + "-".join(
-            str(m.out_features) for m in self.net.net if isinstance(m, nn.Linear))
+            str(m.out_features) for m in self.net.net if isinstance(m, nn.Linear)
+        )
 
     def module(self) -> nn.Module:
         return self.net
@@ -233,9 +264,13 @@ class FlowChunkPolicy(Policy):
             levels = np.array([g.min(), g.max()], np.float32)
             for _ in range(20):  # 2-medians in one dimension
                 near = np.abs(g[:, None] - levels[None]).argmin(1)
-                levels = np.array([np.median(g[near == i]) if (near == i).any() else levels[i] for i in (0, 1)], np.float32)
+                levels = np.array(
+                    [np.median(g[near == i]) if (near == i).any() else levels[i] for i in (0, 1)], np.float32
+                )
             span = float(self.high[-1] - self.low[-1])
-            net.grip_levels.copy_(torch.as_tensor(levels if levels[1] - levels[0] >= span / 5 else np.zeros(2, np.float32)))
+            net.grip_levels.copy_(
+                torch.as_tensor(levels if levels[1] - levels[0] >= span / 5 else np.zeros(2, np.float32))
+            )
             net.fitted.fill_(1.0)
 
     def condition(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None = None) -> np.ndarray:
@@ -252,9 +287,15 @@ class FlowChunkPolicy(Policy):
         return camera_frames(obs, self.cameras, "flow policy")
 
     # --- sampling -----------------------------------------------------------------------------
-    def sample(self, cond: torch.Tensor, prefix: torch.Tensor | None = None, delay: int | torch.Tensor = 0,
-               images: torch.Tensor | None = None, noise: torch.Tensor | None = None,
-               encoded: torch.Tensor | None = None) -> torch.Tensor:
+    def sample(
+        self,
+        cond: torch.Tensor,
+        prefix: torch.Tensor | None = None,
+        delay: int | torch.Tensor = 0,
+        images: torch.Tensor | None = None,
+        noise: torch.Tensor | None = None,
+        encoded: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Normalized chunks [B, H, A]; `prefix` [B, d, A] (normalized) is kept exactly; `delay`:
         ticks between the observation and the chunk's start (one, or [B]); `noise` [B, H, A]: the
         starting noise (default: drawn, or zero when deterministic); `encoded`: `net.encode(cond,
@@ -271,8 +312,9 @@ class FlowChunkPolicy(Policy):
         dev = cond.device
         mask = torch.zeros(b, h, device=dev)
         mask[:, :d] = 1
-        delay_t = (delay.float().to(dev) / h if isinstance(delay, torch.Tensor)
-                   else torch.full((b,), delay / h, device=dev))
+        delay_t = (
+            delay.float().to(dev) / h if isinstance(delay, torch.Tensor) else torch.full((b,), delay / h, device=dev)
+        )
         x = x0.clone()
         with torch.no_grad():
             for k in range(self.steps):
@@ -285,16 +327,26 @@ class FlowChunkPolicy(Policy):
             x[:, :d] = prefix[:, :d]
         return x
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
         ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
         p = None
         if prefix is not None and len(prefix):
             p = torch.as_tensor(self.normalize(np.asarray(prefix, np.float32)[: self.horizon], ref))[None]
         imgs = self.images(obs)
-        x = self.sample(cond, p, delay=len(prefix) if prefix is not None and len(prefix) else delay_ticks,
-                        images=None if imgs is None else torch.as_tensor(imgs)[None])[0].numpy()
+        x = self.sample(
+            cond,
+            p,
+            delay=len(prefix) if prefix is not None and len(prefix) else delay_ticks,
+            images=None if imgs is None else torch.as_tensor(imgs)[None],
+        )[0].numpy()
         actions = self.denormalize(x, ref)
         if prefix is not None and len(prefix):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # exact, no round trip
@@ -313,23 +365,32 @@ class FlowChunkPolicy(Policy):
         for d, rows in groups.items():
             if len(rows) == 1:
                 r = requests[rows[0]]
-                out[rows[0]] = self.predict_chunk(r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix,
-                                                  delay_ticks=r.delay_ticks)
+                out[rows[0]] = self.predict_chunk(
+                    r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix, delay_ticks=r.delay_ticks
+                )
                 continue
             rs = [requests[i] for i in rows]
             obs = {k: np.stack([np.asarray(r.obs[k]) for r in rs]) for k in rs[0].obs}
-            states = np.stack([np.asarray(r.obs["state"] if r.forwarded_state is None else r.forwarded_state,
-                                          np.float32) for r in rs])
+            states = np.stack(
+                [np.asarray(r.obs["state"] if r.forwarded_state is None else r.forwarded_state, np.float32) for r in rs]
+            )
             cond = np.stack([self.condition(r.obs, r.forwarded_state) for r in rs])
             p = None
             if d:
-                p = torch.as_tensor(np.stack([self.normalize(np.asarray(r.prefix, np.float32)[:d], s)
-                                              for r, s in zip(rs, states)]))
+                p = torch.as_tensor(
+                    np.stack(
+                        [
+                            self.normalize(np.asarray(r.prefix, np.float32)[:d], s)
+                            for r, s in zip(rs, states, strict=False)
+                        ]
+                    )
+                )
             delays = torch.as_tensor([d if d else r.delay_ticks for r in rs])
             imgs = self.images(obs)
-            x = self.sample(torch.as_tensor(cond), p, delay=delays,
-                            images=None if imgs is None else torch.as_tensor(imgs)).numpy()
-            for j, (i, r) in enumerate(zip(rows, rs)):
+            x = self.sample(
+                torch.as_tensor(cond), p, delay=delays, images=None if imgs is None else torch.as_tensor(imgs)
+            ).numpy()
+            for j, (i, r) in enumerate(zip(rows, rs, strict=False)):
                 actions = self.denormalize(x[j], states[j])
                 if d:
                     actions[:d] = np.asarray(r.prefix, np.float32)[:d]
@@ -337,10 +398,18 @@ class FlowChunkPolicy(Policy):
         return out  # type: ignore[return-value]
 
     # --- training -----------------------------------------------------------------------------
-    def bc_loss(self, cond: torch.Tensor, chunks: torch.Tensor, delays: torch.Tensor,
-                images: torch.Tensor | None = None, prefix_len: torch.Tensor | None = None,
-                weights: torch.Tensor | None = None, prefix_noise: float = 0.0, prefix_hide: float = 0.0,
-                encoded: torch.Tensor | None = None) -> torch.Tensor:
+    def bc_loss(
+        self,
+        cond: torch.Tensor,
+        chunks: torch.Tensor,
+        delays: torch.Tensor,
+        images: torch.Tensor | None = None,
+        prefix_len: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+        prefix_noise: float = 0.0,
+        prefix_hide: float = 0.0,
+        encoded: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Flow-matching loss on normalized data chunks [B, H, A]. `delays`: ticks between the
         observation and the chunk's start (an input of the network); rows with `prefix_len` p > 0
         (default: the delay) are given their first p actions as a committed prefix (as at

@@ -44,8 +44,9 @@ _NO_HUB = {  # policy types whose construction needs files from the Hugging Face
 }
 
 
-def _units(units: str, joint_names: Sequence[str] | None, low: Sequence[float],
-           high: Sequence[float]) -> LeRobotUnits | None:
+def _units(
+    units: str, joint_names: Sequence[str] | None, low: Sequence[float], high: Sequence[float]
+) -> LeRobotUnits | None:
     """`units: deg`: LeRobot's arm convention for the robot's joints (the gripper named `gripper...`, or
     the last joint without names); None for rad."""
     if units == "rad":
@@ -56,7 +57,7 @@ def _units(units: str, joint_names: Sequence[str] | None, low: Sequence[float],
     return LeRobotUnits([f"{n}.pos" for n in names], tuple(low), tuple(high))
 
 
-def _check_units(units: LeRobotUnits | None, config) -> None:  # noqa: ANN001
+def _check_units(units: LeRobotUnits | None, config) -> None:
     """`units: deg` converts joint positions: refused where the model's state or action is not one
     value per joint (there is nothing to convert the other entries with)."""
     if units is None:
@@ -64,9 +65,11 @@ def _check_units(units: LeRobotUnits | None, config) -> None:  # noqa: ANN001
     for feature in ("observation.state", "action"):
         f = (config.input_features or {}).get(feature) or (config.output_features or {}).get(feature)
         if f is not None and tuple(f.shape) != (len(units.keys),):
-            raise ValueError(f"lerobot policy units=deg converts joint positions (degrees, gripper 0..100): its "
-                             f"{feature} has shape {tuple(f.shape)}, the robot has {len(units.keys)} joints "
-                             f"{units.keys}")
+            raise ValueError(
+                f"lerobot policy units=deg converts joint positions (degrees, gripper 0..100): its "
+                f"{feature} has shape {tuple(f.shape)}, the robot has {len(units.keys)} joints "
+                f"{units.keys}"
+            )
 
 
 def _features(state_dim: int, env_dim: int, action_dim: int, cameras: Sequence[tuple[str, int, int]]):
@@ -80,24 +83,38 @@ def _features(state_dim: int, env_dim: int, action_dim: int, cameras: Sequence[t
     return inputs, {"action": PolicyFeature(FeatureType.ACTION, (action_dim,))}
 
 
-def _stats(state_dim: int, env_dim: int, action_low: np.ndarray, action_high: np.ndarray,
-           env_scale: float, cameras: Sequence[tuple[str, int, int]]) -> dict[str, dict[str, torch.Tensor]]:
+def _stats(
+    state_dim: int,
+    env_dim: int,
+    action_low: np.ndarray,
+    action_high: np.ndarray,
+    env_scale: float,
+    cameras: Sequence[tuple[str, int, int]],
+) -> dict[str, dict[str, torch.Tensor]]:
     """Normalization statistics from the robot's limits (a fresh policy has no dataset yet)."""
     lo, hi = torch.as_tensor(action_low, dtype=torch.float32), torch.as_tensor(action_high, dtype=torch.float32)
     mid, half = (lo + hi) / 2, (hi - lo) / 2
-    joint = {"mean": mid[:state_dim] if state_dim <= len(mid) else torch.zeros(state_dim),
-             "std": half[:state_dim] if state_dim <= len(half) else torch.ones(state_dim),
-             "min": lo[:state_dim] if state_dim <= len(lo) else -torch.ones(state_dim),
-             "max": hi[:state_dim] if state_dim <= len(hi) else torch.ones(state_dim)}
+    joint = {
+        "mean": mid[:state_dim] if state_dim <= len(mid) else torch.zeros(state_dim),
+        "std": half[:state_dim] if state_dim <= len(half) else torch.ones(state_dim),
+        "min": lo[:state_dim] if state_dim <= len(lo) else -torch.ones(state_dim),
+        "max": hi[:state_dim] if state_dim <= len(hi) else torch.ones(state_dim),
+    }
     stats = {"observation.state": joint, "action": {"mean": mid, "std": half, "min": lo, "max": hi}}
     if env_dim:
         stats["observation.environment_state"] = {
-            "mean": torch.zeros(env_dim), "std": torch.full((env_dim,), 1.0 / env_scale),
-            "min": torch.full((env_dim,), -1.0 / env_scale), "max": torch.full((env_dim,), 1.0 / env_scale)}
+            "mean": torch.zeros(env_dim),
+            "std": torch.full((env_dim,), 1.0 / env_scale),
+            "min": torch.full((env_dim,), -1.0 / env_scale),
+            "max": torch.full((env_dim,), 1.0 / env_scale),
+        }
     for name, _, _ in cameras:
         stats[f"observation.images.{name}"] = {
-            "mean": torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1), "std": torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1),
-            "min": torch.zeros(3, 1, 1), "max": torch.ones(3, 1, 1)}
+            "mean": torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1),
+            "std": torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1),
+            "min": torch.zeros(3, 1, 1),
+            "max": torch.ones(3, 1, 1),
+        }
     return stats
 
 
@@ -108,10 +125,22 @@ class LeRobotChunkPolicy(Policy):
     convention `deg` (degrees, gripper 0..100); `joint_names` (the robot's, rad limits `action_low/high`)
     find the gripper for `deg`; `task` is the instruction given to VLAs."""
 
-    def __init__(self, policy, preprocessor, postprocessor, *, state_key: str = "state",
-                 env_keys: Sequence[str] = (), cameras: Sequence[str] = (), action_low: Sequence[float],
-                 action_high: Sequence[float], dt: float = 1 / 30, units: str = "rad", task: str = "",
-                 joint_names: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        policy,
+        preprocessor,
+        postprocessor,
+        *,
+        state_key: str = "state",
+        env_keys: Sequence[str] = (),
+        cameras: Sequence[str] = (),
+        action_low: Sequence[float],
+        action_high: Sequence[float],
+        dt: float = 1 / 30,
+        units: str = "rad",
+        task: str = "",
+        joint_names: Sequence[str] | None = None,
+    ) -> None:
         if units not in ("rad", "deg"):
             raise ValueError(f"lerobot policy units must be 'rad' or 'deg', not '{units}'")
         self.policy, self.pre, self.post = policy, preprocessor, postprocessor
@@ -180,8 +209,14 @@ class LeRobotChunkPolicy(Policy):
         b["task"] = self.task
         return b
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         batch = self.pre(self.batch(obs, forwarded_state))
         kwargs = {}
         rtc = getattr(self.policy.config, "rtc_config", None)
@@ -221,8 +256,9 @@ class LeRobotChunkPolicy(Policy):
                 out[i] = ActionChunk(a[j], self.dt, self.version)
         for i, r in enumerate(requests):
             if out[i] is None:
-                out[i] = self.predict_chunk(r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix,
-                                            delay_ticks=r.delay_ticks)
+                out[i] = self.predict_chunk(
+                    r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix, delay_ticks=r.delay_ticks
+                )
         return out  # type: ignore[return-value]
 
     @property
@@ -267,11 +303,24 @@ class LeRobotChunkPolicy(Policy):
         return path
 
 
-def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[float], action_high: Sequence[float],
-                         env_keys: Sequence[str] = (), env_dim: int = 0, env_scale: float = 1.0,
-                         cameras: Sequence[tuple[str, int, int]] = (), chunk_size: int = 10, dt: float = 1 / 30,
-                         units: str = "rad", task: str = "", device: str = "cpu",
-                         joint_names: Sequence[str] | None = None, **overrides: object) -> LeRobotChunkPolicy:
+def build_lerobot_policy(
+    kind: str,
+    *,
+    state_dim: int,
+    action_low: Sequence[float],
+    action_high: Sequence[float],
+    env_keys: Sequence[str] = (),
+    env_dim: int = 0,
+    env_scale: float = 1.0,
+    cameras: Sequence[tuple[str, int, int]] = (),
+    chunk_size: int = 10,
+    dt: float = 1 / 30,
+    units: str = "rad",
+    task: str = "",
+    device: str = "cpu",
+    joint_names: Sequence[str] | None = None,
+    **overrides: object,
+) -> LeRobotChunkPolicy:
     """A LeRobot policy of type `kind` with random initialisation, for our robot's shapes (`joint_names`
     find the gripper for `units="deg"`, see `LeRobotChunkPolicy`)."""
     from lerobot.policies.factory import get_policy_class, make_policy_config, make_pre_post_processors
@@ -283,7 +332,8 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
             hint = f"; pass {key}=<a local directory with it>" if key else ""
             raise LeRobotPolicyUnavailable(
                 f"LeRobot '{kind}' needs {what} from the Hugging Face hub, which is not reachable here{hint}. "
-                f"Load a saved policy from a local directory with `policy.path=` instead.")
+                f"Load a saved policy from a local directory with `policy.path=` instead."
+            )
     action_dim = len(action_low)
     inputs, outputs = _features(state_dim, env_dim, action_dim, cameras)
     kw: dict = {"input_features": inputs, "output_features": outputs, "device": device}
@@ -291,8 +341,12 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
         kw.update(chunk_size=chunk_size, n_action_steps=chunk_size, pretrained_backbone_weights=None)
     elif kind == "diffusion":  # plans `horizon` steps (a multiple of its U-Net's downsampling), executes chunk_size
         levels = 2 ** len(tuple(overrides.get("down_dims", (512, 1024, 2048))))  # type: ignore[arg-type]
-        kw.update(n_action_steps=chunk_size, n_obs_steps=1, horizon=-(-max(chunk_size, 2) // levels) * levels,
-                  pretrained_backbone_weights=None)
+        kw.update(
+            n_action_steps=chunk_size,
+            n_obs_steps=1,
+            horizon=-(-max(chunk_size, 2) // levels) * levels,
+            pretrained_backbone_weights=None,
+        )
     else:
         kw.update(chunk_size=chunk_size, n_action_steps=chunk_size)
     kw.update(overrides)
@@ -306,21 +360,40 @@ def build_lerobot_policy(kind: str, *, state_dim: int, action_low: Sequence[floa
     if lerobot_units is not None:  # the model normalizes in its own units (degrees, gripper 0..100)
         lo, hi = lerobot_units.to_lerobot_array(lo), lerobot_units.to_lerobot_array(hi)
     pre, post = make_pre_post_processors(cfg, dataset_stats=_stats(state_dim, env_dim, lo, hi, env_scale, cameras))
-    return LeRobotChunkPolicy(policy, pre, post, env_keys=env_keys, cameras=[c[0] for c in cameras],
-                              action_low=action_low, action_high=action_high, dt=dt, units=units, task=task,
-                              joint_names=joint_names)
+    return LeRobotChunkPolicy(
+        policy,
+        pre,
+        post,
+        env_keys=env_keys,
+        cameras=[c[0] for c in cameras],
+        action_low=action_low,
+        action_high=action_high,
+        dt=dt,
+        units=units,
+        task=task,
+        joint_names=joint_names,
+    )
 
 
-def check_features(cfg, path: Path, *, state_dim: int | None, env_dim: int | None, action_dim: int,  # noqa: ANN001
-                   cameras: Sequence[str]) -> None:
+def check_features(
+    cfg,
+    path: Path,
+    *,
+    state_dim: int | None,
+    env_dim: int | None,
+    action_dim: int,
+    cameras: Sequence[str],
+) -> None:
     """A saved policy's input and output features against what the robot gives and takes:
     `LeRobotPolicyUnavailable` naming the first feature that differs and both shapes."""
     ins = {k: tuple(v.shape) for k, v in (cfg.input_features or {}).items()}
     outs = {k: tuple(v.shape) for k, v in (cfg.output_features or {}).items()}
 
     def refuse(feature: str, theirs: object, ours: object) -> None:
-        raise LeRobotPolicyUnavailable(f"policy.path={path}: its {feature} is {theirs}, the robot "
-                                       f"{'takes' if feature == 'action' else 'gives'} {ours}")
+        raise LeRobotPolicyUnavailable(
+            f"policy.path={path}: its {feature} is {theirs}, the robot "
+            f"{'takes' if feature == 'action' else 'gives'} {ours}"
+        )
 
     if "action" in outs and outs["action"] != (action_dim,):
         refuse("action", outs["action"], (action_dim,))
@@ -329,19 +402,36 @@ def check_features(cfg, path: Path, *, state_dim: int | None, env_dim: int | Non
     if env_dim is not None:
         theirs = ins.get("observation.environment_state")
         if (theirs or (0,)) != ((env_dim,) if env_dim else (0,)):
-            refuse("observation.environment_state", theirs or "absent",
-                   f"({env_dim},) from policy.obs_keys" if env_dim else "none (policy.obs_keys has only state)")
+            refuse(
+                "observation.environment_state",
+                theirs or "absent",
+                f"({env_dim},) from policy.obs_keys" if env_dim else "none (policy.obs_keys has only state)",
+            )
     wanted = sorted(k.removeprefix("observation.images.") for k in ins if k.startswith("observation.images."))
     missing = [c for c in wanted if c not in cameras]
     if missing:
-        refuse(f"camera observation.images.{missing[0]}", ins[f"observation.images.{missing[0]}"],
-               f"cameras {sorted(cameras)} (policy.cameras)")
+        refuse(
+            f"camera observation.images.{missing[0]}",
+            ins[f"observation.images.{missing[0]}"],
+            f"cameras {sorted(cameras)} (policy.cameras)",
+        )
 
 
-def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action_high: Sequence[float],
-                        env_keys: Sequence[str] = (), cameras: Sequence[str] = (), dt: float = 1 / 30,
-                        units: str = "rad", task: str = "", device: str = "cpu", state_dim: int | None = None,
-                        env_dim: int | None = None, joint_names: Sequence[str] | None = None) -> LeRobotChunkPolicy:
+def load_lerobot_policy(
+    path: str | Path,
+    *,
+    action_low: Sequence[float],
+    action_high: Sequence[float],
+    env_keys: Sequence[str] = (),
+    cameras: Sequence[str] = (),
+    dt: float = 1 / 30,
+    units: str = "rad",
+    task: str = "",
+    device: str = "cpu",
+    state_dim: int | None = None,
+    env_dim: int | None = None,
+    joint_names: Sequence[str] | None = None,
+) -> LeRobotChunkPolicy:
     """A LeRobot policy saved in a local directory (`save`, or LeRobot's own `save_pretrained`).
     With `state_dim`/`env_dim` (the robot's), a checkpoint whose features do not fit is refused
     (`check_features`) before any weight is loaded. `joint_names` find the gripper for `units="deg"`."""
@@ -350,8 +440,10 @@ def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action
 
     path = Path(path)
     if not (path / "config.json").is_file():
-        raise LeRobotPolicyUnavailable(f"no LeRobot policy in {path}: config.json missing (hub ids are not "
-                                       "reachable here; download on a connected machine and copy the directory)")
+        raise LeRobotPolicyUnavailable(
+            f"no LeRobot policy in {path}: config.json missing (hub ids are not "
+            "reachable here; download on a connected machine and copy the directory)"
+        )
     cfg = PreTrainedConfig.from_pretrained(str(path))
     cfg.device = device
     check_features(cfg, path, state_dim=state_dim, env_dim=env_dim, action_dim=len(action_low), cameras=cameras)
@@ -365,16 +457,32 @@ def load_lerobot_policy(path: str | Path, *, action_low: Sequence[float], action
     elif cfg.type in _NO_HUB and _NO_HUB[cfg.type][0]:
         vlm = getattr(cfg, _NO_HUB[cfg.type][0], "")
         if not Path(str(vlm)).is_dir():
-            raise LeRobotPolicyUnavailable(f"{path}: the {cfg.type} policy's backbone {vlm} is not a local directory "
-                                           f"and the hub is not reachable here; save it with its backbone/")
-    missing = [f for f in ("model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
-               if not (path / f).is_file()]
+            raise LeRobotPolicyUnavailable(
+                f"{path}: the {cfg.type} policy's backbone {vlm} is not a local directory "
+                f"and the hub is not reachable here; save it with its backbone/"
+            )
+    missing = [
+        f
+        for f in ("model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json")
+        if not (path / f).is_file()
+    ]
     if missing:
         raise LeRobotPolicyUnavailable(f"LeRobot policy directory {path} is missing {', '.join(missing)}")
     policy = get_policy_class(cfg.type).from_pretrained(str(path), config=cfg)
     pre, post = make_pre_post_processors(cfg, pretrained_path=str(path), preprocessor_overrides=overrides)
-    return LeRobotChunkPolicy(policy, pre, post, env_keys=env_keys, cameras=cameras, action_low=action_low,
-                              action_high=action_high, dt=dt, units=units, task=task, joint_names=joint_names)
+    return LeRobotChunkPolicy(
+        policy,
+        pre,
+        post,
+        env_keys=env_keys,
+        cameras=cameras,
+        action_low=action_low,
+        action_high=action_high,
+        dt=dt,
+        units=units,
+        task=task,
+        joint_names=joint_names,
+    )
 
 
 def _deterministic_sampler(policy: LeRobotChunkPolicy) -> None:
@@ -403,16 +511,24 @@ class SteeredLeRobotPolicy(Policy):
     frozen policy's own plus `residual_scale * z` in its normalized action space (at most
     `residual_scale * b` of each action's spread), so the critics, the learner and the wire are DSRL's."""
 
-    def __init__(self, prior: LeRobotChunkPolicy, noise_bound: float = 1.5,
-                 noise_hidden: tuple[int, ...] = (128, 128), seed: int = 0, residual_scale: float = 0.1) -> None:
+    def __init__(
+        self,
+        prior: LeRobotChunkPolicy,
+        noise_bound: float = 1.5,
+        noise_hidden: tuple[int, ...] = (128, 128),
+        seed: int = 0,
+        residual_scale: float = 0.1,
+    ) -> None:
         from policies.mlp import GaussianActor
 
         shape = prior.noise_shape
         self.residual = shape is None  # ACT: a residual head on its chunk
         if self.residual:
             if not residual_scale > 0:
-                raise ValueError(f"LeRobot '{prior.type}' takes no starting noise; its residual head needs "
-                                 f"residual_scale > 0 (got {residual_scale})")
+                raise ValueError(
+                    f"LeRobot '{prior.type}' takes no starting noise; its residual head needs "
+                    f"residual_scale > 0 (got {residual_scale})"
+                )
             shape = (prior.horizon, prior.action_dim)
         self.prior, self.noise_shape = prior, shape
         self.noise_bound, self.residual_scale = float(noise_bound), float(residual_scale)
@@ -430,8 +546,10 @@ class SteeredLeRobotPolicy(Policy):
     def architecture(self) -> str:
         sizes = "-".join(str(m.out_features) for m in self.noise_actor.trunk if isinstance(m, torch.nn.Linear))
         head = f"residual{self.residual_scale:g}" if self.residual else "dsrl"
-        return (f"{head}-{sizes}-z{self.noise_shape[0]}x{self.noise_shape[1]}-b{self.noise_bound:g}:"
-                f"{self.prior.architecture}")
+        return (
+            f"{head}-{sizes}-z{self.noise_shape[0]}x{self.noise_shape[1]}-b{self.noise_bound:g}:"
+            f"{self.prior.architecture}"
+        )
 
     @property
     def instruction(self) -> str:  # type: ignore[override]
@@ -469,8 +587,11 @@ class SteeredLeRobotPolicy(Policy):
         b: dict = {"observation.state": torch.as_tensor(p._from_robot(state), dtype=torch.float32)}
         n = len(state)
         if p.env_keys:
-            env = obs["__env"] if "__env" in obs else np.concatenate(
-                [np.asarray(obs[k], np.float32).reshape(n, -1) for k in p.env_keys], axis=1)
+            env = (
+                obs["__env"]
+                if "__env" in obs
+                else np.concatenate([np.asarray(obs[k], np.float32).reshape(n, -1) for k in p.env_keys], axis=1)
+            )
             b["observation.environment_state"] = torch.as_tensor(np.asarray(env, np.float32))
         for cam in p.cameras:
             frames = obs.get(f"image/{cam}", obs.get(cam))
@@ -488,8 +609,7 @@ class SteeredLeRobotPolicy(Policy):
             if k.startswith("observation.") and torch.is_tensor(v):
                 out[k] = v.unsqueeze(1)  # n_obs_steps = 1
         if self.prior.policy.config.image_features:
-            out["observation.images"] = torch.stack(
-                [out[k] for k in self.prior.policy.config.image_features], dim=-4)
+            out["observation.images"] = torch.stack([out[k] for k in self.prior.policy.config.image_features], dim=-4)
         return out
 
     @torch.no_grad()
@@ -506,8 +626,9 @@ class SteeredLeRobotPolicy(Policy):
         return torch.cat([x.reshape(len(x), -1).float() for x in parts], dim=-1)
 
     @torch.no_grad()
-    def steered(self, obs: Mapping[str, np.ndarray], noise: torch.Tensor,
-                forwarded_state: np.ndarray | None = None) -> np.ndarray:
+    def steered(
+        self, obs: Mapping[str, np.ndarray], noise: torch.Tensor, forwarded_state: np.ndarray | None = None
+    ) -> np.ndarray:
         """Joint targets [B, H, A] (robot units, inside the limits) the prior makes from `noise`
         (a residual prior: its own chunk plus `residual_scale * noise`, normalized)."""
         batch = self.prior_batch(obs, forwarded_state)
@@ -530,8 +651,14 @@ class SteeredLeRobotPolicy(Policy):
             z = self.noise_actor.act(features, self.deterministic)
         return (z * self.noise_bound).reshape(len(z), *self.noise_shape)
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         one = {k: np.asarray(v)[None] for k, v in obs.items()}
         fs = None if forwarded_state is None else np.asarray(forwarded_state, np.float32)[None]
         z = self.noise(self.features(one, fs))

@@ -143,8 +143,9 @@ class MLPPolicy(Policy):
         self.encoder = ImageEncoder(len(self.cameras), self.image_size) if self.cameras else None
         self.feature_dim = self.obs_dim + (self.encoder.out * len(self.cameras) if self.encoder is not None else 0)
         self.net = GaussianActor(self.feature_dim, len(self.low), self.hidden)
-        self._module: nn.Module = (nn.ModuleDict({"actor": self.net, "encoder": self.encoder})
-                                   if self.encoder is not None else self.net)
+        self._module: nn.Module = (
+            nn.ModuleDict({"actor": self.net, "encoder": self.encoder}) if self.encoder is not None else self.net
+        )
         self.version = -1
 
     @property
@@ -159,8 +160,9 @@ class MLPPolicy(Policy):
         """Camera frames [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batches); None without cameras."""
         return camera_frames(obs, self.cameras, "mlp policy")
 
-    def features(self, vectors: torch.Tensor, images: torch.Tensor | None = None,
-                 encoder: nn.Module | None = None) -> torch.Tensor:
+    def features(
+        self, vectors: torch.Tensor, images: torch.Tensor | None = None, encoder: nn.Module | None = None
+    ) -> torch.Tensor:
         """The actor's and critics' input: the flat vector inputs, then the image features of
         `images` [B, n_cams, H, W, 3] by `encoder` (default: the policy's own)."""
         if self.encoder is None:
@@ -227,8 +229,9 @@ class MLPPolicy(Policy):
         if len(requests) <= 1 or (self.exploration == "gsde" and not self.deterministic):
             return super().predict_chunks(requests)
         obs = [r.obs if r.forwarded_state is None else {**r.obs, "state": r.forwarded_state} for r in requests]
-        x = flatten_obs({k: np.stack([np.asarray(o[k]) for o in obs]) for k in self.obs_keys}, self.obs_keys,
-                        self.obs_scale)
+        x = flatten_obs(
+            {k: np.stack([np.asarray(o[k]) for o in obs]) for k in self.obs_keys}, self.obs_keys, self.obs_scale
+        )
         if self.encoder is not None:
             x = self.features(x, torch.as_tensor(np.stack([self.images(o) for o in obs])))
         a = self.net.act(x, self.deterministic).numpy()

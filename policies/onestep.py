@@ -28,7 +28,7 @@ def mlp(dims: list[int], out: int, layer_norm: bool = False) -> nn.Sequential:
     """Linear layers over `dims` with SiLU (and LayerNorm when asked) between them, then a linear head of
     `out`."""
     layers: list[nn.Module] = []
-    for a, b in zip(dims[:-1], dims[1:]):
+    for a, b in zip(dims[:-1], dims[1:], strict=False):
         layers += [nn.Linear(a, b), *([nn.LayerNorm(b)] if layer_norm else []), nn.SiLU()]
     layers.append(nn.Linear(dims[-1], out))
     return nn.Sequential(*layers)
@@ -57,15 +57,28 @@ class ChunkActor(nn.Module):
     The delay (ticks between the observation and the chunk's start, as a fraction of H) tells it
     how stale its observation will be, as the flow policy is told (delay-consistent acting)."""
 
-    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...],
-                 cameras: int = 0, image_size: int = 64) -> None:
+    def __init__(
+        self,
+        cond_dim: int,
+        horizon: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        cameras: int = 0,
+        image_size: int = 64,
+    ) -> None:
         super().__init__()
         self.horizon, self.action_dim = horizon, action_dim
         self.encoder = Encoder(cond_dim, cameras, image_size)
         self.net = mlp([self.encoder.out + horizon * action_dim + 1, *hidden], horizon * action_dim)
 
-    def forward(self, cond: torch.Tensor, z: torch.Tensor, images: torch.Tensor | None = None,
-                features: torch.Tensor | None = None, delay: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        cond: torch.Tensor,
+        z: torch.Tensor,
+        images: torch.Tensor | None = None,
+        features: torch.Tensor | None = None,
+        delay: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """One pass to a normalized chunk [B, H, A]; `features` (from `encoder`) skip encoding again, `delay`
         [B] in ticks."""
         f = self.encoder(cond, images) if features is None else features
@@ -77,15 +90,27 @@ class ChunkActor(nn.Module):
 class ChunkCritic(nn.Module):
     """Twin Q(s, a_{t:t+H}) over a normalized chunk: [B] x 2."""
 
-    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...],
-                 cameras: int = 0, image_size: int = 64) -> None:
+    def __init__(
+        self,
+        cond_dim: int,
+        horizon: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        cameras: int = 0,
+        image_size: int = 64,
+    ) -> None:
         super().__init__()
         self.encoder = Encoder(cond_dim, cameras, image_size)
         dims = [self.encoder.out + horizon * action_dim, *hidden]
         self.q1, self.q2 = mlp(dims, 1, layer_norm=True), mlp(dims, 1, layer_norm=True)
 
-    def forward(self, cond: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None,
-                features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        cond: torch.Tensor,
+        chunk: torch.Tensor,
+        images: torch.Tensor | None = None,
+        features: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(cond, chunk [B, H, A]) -> (Q1, Q2), [B] each; `features` skip encoding again."""
         f = self.encoder(cond, images) if features is None else features
         h = torch.cat([f, chunk.reshape(len(chunk), -1)], dim=-1)
@@ -98,23 +123,36 @@ class OneStepChunkPolicy(FlowChunkPolicy):
     normalization, optionally with the chunked critic to pick the best of `best_of_n` chunks (see the
     module's docstring)."""
 
-    def __init__(self, *args: object, best_of_n: int = 1, critic_hidden: tuple[int, ...] = (256, 256),
-                 actor_hidden: tuple[int, ...] | None = None, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        best_of_n: int = 1,
+        critic_hidden: tuple[int, ...] = (256, 256),
+        actor_hidden: tuple[int, ...] | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         if int(best_of_n) < 1:
             raise ValueError(f"best_of_n must be at least 1, not {best_of_n}")
         self.best_of_n = int(best_of_n)
-        hidden = tuple(actor_hidden) if actor_hidden else tuple(m.out_features for m in self.net.net
-                                                               if isinstance(m, nn.Linear))[:-1]
+        hidden = (
+            tuple(actor_hidden)
+            if actor_hidden
+            else tuple(m.out_features for m in self.net.net if isinstance(m, nn.Linear))[:-1]
+        )
         cond = sum(self.obs_dims)
         cams = len(self.cameras)
         self.actor = ChunkActor(cond, self.horizon, len(self.low), hidden, cams, self.image_size)
-        self.critic = ChunkCritic(cond, self.horizon, len(self.low), tuple(critic_hidden), cams, self.image_size) \
-            if self.best_of_n > 1 else None
+        self.critic = (
+            ChunkCritic(cond, self.horizon, len(self.low), tuple(critic_hidden), cams, self.image_size)
+            if self.best_of_n > 1
+            else None
+        )
         self._norm = self.net.norm  # the flow prior's normalisation (QC copies the prior's in): actors need it
         self.net = None  # type: ignore[assignment]  (the flow policy stays on the learner)
-        self._modules = nn.ModuleDict({"actor": self.actor, **({"critic": self.critic} if self.critic else {}),
-                                       "norm": self._norm})
+        self._modules = nn.ModuleDict(
+            {"actor": self.actor, **({"critic": self.critic} if self.critic else {}), "norm": self._norm}
+        )
 
     @property
     def norm(self) -> ChunkNorm:
@@ -130,8 +168,13 @@ class OneStepChunkPolicy(FlowChunkPolicy):
     def module(self) -> nn.Module:
         return self._modules
 
-    def act(self, cond: torch.Tensor, images: torch.Tensor | None = None, n: int | None = None,
-            delay: torch.Tensor | None = None) -> torch.Tensor:
+    def act(
+        self,
+        cond: torch.Tensor,
+        images: torch.Tensor | None = None,
+        n: int | None = None,
+        delay: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Normalized chunks [B, H, A]: one per row, or the best of n by the critic's Q. `delay`
         [B]: ticks from the observation to the chunk's start (default 0)."""
         n = self.best_of_n if n is None else n
@@ -142,8 +185,9 @@ class OneStepChunkPolicy(FlowChunkPolicy):
             if self.deterministic and n == 1:
                 return self.actor(cond, torch.zeros(shape, device=cond.device), features=f, delay=delay)
             if n == 1:
-                return self.actor(cond, torch.randn(shape, generator=self._gen).to(cond.device), features=f,
-                                  delay=delay)
+                return self.actor(
+                    cond, torch.randn(shape, generator=self._gen).to(cond.device), features=f, delay=delay
+                )
             assert self.critic is not None, "best-of-n needs the critic"
             fr = f.repeat_interleave(n, 0)
             z = torch.randn((b * n, *shape[1:]), generator=self._gen).to(cond.device)
@@ -155,14 +199,21 @@ class OneStepChunkPolicy(FlowChunkPolicy):
             best = q.argmax(1)
             return chunks.reshape(b, n, *shape[1:])[torch.arange(b, device=cond.device), best]
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
         ref = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
         imgs = self.images(obs)
         delay = len(prefix) if prefix is not None and len(prefix) else int(delay_ticks)
-        x = self.act(cond, None if imgs is None else torch.as_tensor(imgs)[None],
-                     delay=torch.full((1,), float(delay)))[0].numpy()
+        x = self.act(cond, None if imgs is None else torch.as_tensor(imgs)[None], delay=torch.full((1,), float(delay)))[
+            0
+        ].numpy()
         actions = self.denormalize(x, ref)
         if prefix is not None and len(prefix):
             actions[: len(prefix)] = np.asarray(prefix, np.float32)[: self.horizon]  # committed: kept exactly
@@ -174,19 +225,21 @@ class OneStepChunkPolicy(FlowChunkPolicy):
             return Policy.predict_chunks(self, requests)
         cond, images, delays, refs = _batch_inputs(self, requests)
         x = self.act(cond, images, delay=delays).numpy()
-        return [ActionChunk(self.denormalize(xi, ref), self.dt, self.version) for xi, ref in zip(x, refs)]
+        return [ActionChunk(self.denormalize(xi, ref), self.dt, self.version) for xi, ref in zip(x, refs, strict=False)]
 
 
-def _batch_inputs(p: FlowChunkPolicy, requests: Sequence[ChunkRequest]
-                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, list[np.ndarray]]:
+def _batch_inputs(
+    p: FlowChunkPolicy, requests: Sequence[ChunkRequest]
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, list[np.ndarray]]:
     """(conditions [B, D], images [B, cams, H, W, 3] or None, delays [B], reference states) of
     requests without a committed prefix, for one batched forward pass."""
     cond = torch.as_tensor(np.stack([p.condition(r.obs, r.forwarded_state) for r in requests]))
     imgs = [p.images(r.obs) for r in requests]
     images = None if imgs[0] is None else torch.as_tensor(np.stack(imgs))
     delays = torch.as_tensor([float(r.delay_ticks) for r in requests])
-    refs = [np.asarray(r.obs["state"] if r.forwarded_state is None else r.forwarded_state, np.float32)
-            for r in requests]
+    refs = [
+        np.asarray(r.obs["state"] if r.forwarded_state is None else r.forwarded_state, np.float32) for r in requests
+    ]
     return cond, images, delays, refs
 
 
@@ -203,8 +256,9 @@ class NoiseSteeredPolicy(FlowChunkPolicy):
     so it is always one the flow policy can make (and inside the action range). A committed
     prefix (RTC) is honoured by the flow sampler as usual."""
 
-    def __init__(self, *args: object, noise_bound: float = 1.5, noise_hidden: tuple[int, ...] = (128, 128),
-                 **kwargs: object) -> None:
+    def __init__(
+        self, *args: object, noise_bound: float = 1.5, noise_hidden: tuple[int, ...] = (128, 128), **kwargs: object
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         from policies.mlp import GaussianActor
 
@@ -248,8 +302,14 @@ class NoiseSteeredPolicy(FlowChunkPolicy):
             z = self.noise_actor.act(features, self.deterministic)
         return (z * self.noise_bound).reshape(len(z), self.horizon, len(self.low))
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         cond = torch.as_tensor(self.condition(obs, forwarded_state))[None]
         imgs = self.images(obs)
         images = None if imgs is None else torch.as_tensor(imgs)[None]
@@ -274,4 +334,4 @@ class NoiseSteeredPolicy(FlowChunkPolicy):
             encoded = self.net.encode(cond, images)
             z = self.noise(encoded)
         x = self.sample(cond, None, delay=delays, images=images, noise=z, encoded=encoded).numpy()
-        return [ActionChunk(self.denormalize(xi, ref), self.dt, self.version) for xi, ref in zip(x, refs)]
+        return [ActionChunk(self.denormalize(xi, ref), self.dt, self.version) for xi, ref in zip(x, refs, strict=False)]

@@ -77,20 +77,23 @@ class SuccessClassifier:
         return out
 
     @staticmethod
-    def load(path: str | Path) -> "SuccessClassifier":
+    def load(path: str | Path) -> SuccessClassifier:
         """A classifier saved by `save()`; raises RewardError if `path` holds none or the weights do not fit."""
         path = Path(path)
         if not (path / WEIGHTS).exists() or not (path / META).exists():
-            raise RewardError(f"{path} holds no reward classifier ({WEIGHTS} and {META}); "
-                              f"train one with `robo-async reward train`")
+            raise RewardError(
+                f"{path} holds no reward classifier ({WEIGHTS} and {META}); train one with `robo-async reward train`"
+            )
         d = json.loads((path / META).read_text())
         meta = ClassifierMeta(**{**d, "cameras": tuple(d["cameras"])})
         net = SuccessNet(len(meta.cameras), meta.image_size)
         try:
             net.load_state_dict(load_file(str(path / WEIGHTS)))
         except RuntimeError as e:
-            raise RewardError(f"{path / WEIGHTS} does not fit a classifier for cameras {list(meta.cameras)} at "
-                              f"{meta.image_size} px: {str(e).splitlines()[-1].strip()}") from None
+            raise RewardError(
+                f"{path / WEIGHTS} does not fit a classifier for cameras {list(meta.cameras)} at "
+                f"{meta.image_size} px: {str(e).splitlines()[-1].strip()}"
+            ) from None
         return SuccessClassifier(net, meta)
 
 
@@ -103,8 +106,10 @@ class ClassifierReward(Robot):
         cams = {c.name for c in robot.spec.cameras}
         missing = [c for c in classifier.meta.cameras if c not in cams]
         if missing:
-            raise RewardError(f"reward_classifier needs cameras {list(classifier.meta.cameras)}; {robot.spec.name} "
-                              f"has {sorted(cams)} (add them with task.cameras=[...])")
+            raise RewardError(
+                f"reward_classifier needs cameras {list(classifier.meta.cameras)}; {robot.spec.name} "
+                f"has {sorted(cams)} (add them with task.cameras=[...])"
+            )
         self.robot, self.classifier = robot, classifier
         self._last: Observation | None = None
         self.last_p = 0.0
@@ -118,7 +123,7 @@ class ClassifierReward(Robot):
         """The wrapped robot."""
         return self.robot
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - the wrapped robot's extras (task, ee_position)
+    def __getattr__(self, name: str):
         if name.startswith("_") or name in ("robot", "classifier"):
             raise AttributeError(name)
         return getattr(self.robot, name)
@@ -153,5 +158,9 @@ class ClassifierReward(Robot):
         frames = {c: self._last.images[c][None] for c in self.classifier.meta.cameras}
         self.last_p = float(self.classifier.probability(frames)[0])
         success = self.last_p >= self.classifier.meta.threshold
-        return Outcome(reward=1.0 if success else 0.0, terminated=success, success=success,
-                       truncated=self.robot.outcome().truncated and not success)  # the env's own time limit
+        return Outcome(
+            reward=1.0 if success else 0.0,
+            terminated=success,
+            success=success,
+            truncated=self.robot.outcome().truncated and not success,
+        )  # the env's own time limit

@@ -26,8 +26,14 @@ class ScriptedPolicy(Policy):
     def architecture(self) -> str:
         return f"scripted:{self._name}"
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         return ActionChunk(np.asarray(self._act(), np.float32)[None], self.dt, self.version)
 
     def module(self) -> torch.nn.Module:
@@ -38,10 +44,16 @@ class HoldPolicy(ScriptedPolicy):
     """Holds where the robot is (`spec.hold_action`): what acts in a teleop session when no
     operator drives (their device was lost)."""
 
-    def __init__(self, spec) -> None:  # noqa: ANN001 - a hal RobotSpec
+    def __init__(self, spec) -> None:
         super().__init__(lambda: np.zeros(spec.action_dim, np.float32), spec.dt, "hold")
         self.spec = spec
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         return ActionChunk(np.asarray(self.spec.hold_action(obs["state"]), np.float32)[None], self.dt, self.version)

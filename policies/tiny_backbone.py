@@ -19,8 +19,12 @@ from pathlib import Path
 
 # what a directory must hold for LeRobot's SmolVLA to build on it (config, processor, tokenizer)
 SMOLVLM_FILES = ("config.json", "processor_config.json", "tokenizer.json", "tokenizer_config.json")
-_SPECIAL = {"image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
-            "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>"}
+_SPECIAL = {
+    "image_token": "<image>",
+    "fake_image_token": "<fake_token_around_image>",
+    "global_image_token": "<global-img>",
+    "end_of_utterance_token": "<end_of_utterance>",
+}
 
 
 class BackboneFilesMissing(FileNotFoundError):
@@ -51,13 +55,29 @@ def instruction_tokenizer(instructions: Sequence[str]):
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator([*instructions, "task : \n . , the a"], trainers.WordLevelTrainer(special_tokens=specials))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", bos_token="<|im_start|>",
-                                   eos_token="<end_of_utterance>", model_max_length=256, extra_special_tokens=_SPECIAL)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<|im_start|>",
+        eos_token="<end_of_utterance>",
+        model_max_length=256,
+        extra_special_tokens=_SPECIAL,
+    )
 
 
-def make_tiny_smolvlm(path: str | Path, instructions: Sequence[str], *, hidden: int = 64, layers: int = 2,
-                      heads: int = 4, vision_hidden: int = 32, vision_layers: int = 1, image_size: int = 64,
-                      patch: int = 16) -> Path:
+def make_tiny_smolvlm(
+    path: str | Path,
+    instructions: Sequence[str],
+    *,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    vision_hidden: int = 32,
+    vision_layers: int = 1,
+    image_size: int = 64,
+    patch: int = 16,
+) -> Path:
     """Write a tiny SmolVLM (config, image and video processors, tokenizer) to `path`."""
     from transformers import SmolVLMConfig
     from transformers.models.smolvlm.image_processing_smolvlm import SmolVLMImageProcessor
@@ -74,14 +94,30 @@ def make_tiny_smolvlm(path: str | Path, instructions: Sequence[str], *, hidden: 
     videos = SmolVLMVideoProcessor(size=size, max_image_size=size)
     SmolVLMProcessor(images, tok, videos, image_seq_len=seq).save_pretrained(path)
     cfg = SmolVLMConfig(
-        vision_config={"hidden_size": vision_hidden, "intermediate_size": 2 * vision_hidden,
-                       "num_hidden_layers": vision_layers, "num_attention_heads": 2, "image_size": image_size,
-                       "patch_size": patch},
-        text_config={"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden,
-                     "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": heads // 2,
-                     "head_dim": hidden // heads, "vocab_size": len(tok), "max_position_embeddings": 512,
-                     "pad_token_id": tok.pad_token_id},
-        scale_factor=scale, image_token_id=tok.convert_tokens_to_ids("<image>"), pad_token_id=tok.pad_token_id)
+        vision_config={
+            "hidden_size": vision_hidden,
+            "intermediate_size": 2 * vision_hidden,
+            "num_hidden_layers": vision_layers,
+            "num_attention_heads": 2,
+            "image_size": image_size,
+            "patch_size": patch,
+        },
+        text_config={
+            "model_type": "llama",
+            "hidden_size": hidden,
+            "intermediate_size": 2 * hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": heads // 2,
+            "head_dim": hidden // heads,
+            "vocab_size": len(tok),
+            "max_position_embeddings": 512,
+            "pad_token_id": tok.pad_token_id,
+        },
+        scale_factor=scale,
+        image_token_id=tok.convert_tokens_to_ids("<image>"),
+        pad_token_id=tok.pad_token_id,
+    )
     cfg.save_pretrained(path)
     (path / "instructions.json").write_text(json.dumps(list(instructions)))
     check_backbone_dir(path)

@@ -65,15 +65,25 @@ class InstructionEncoder(nn.Module):
 class VLANet(FlowNet):
     """FlowNet whose conditioning vector ends with `text_len` token ids, encoded here."""
 
-    def __init__(self, cond_dim: int, horizon: int, action_dim: int, hidden: tuple[int, ...], cameras: int,
-                 image_size: int, vocab_size: int, text_dim: int = 32, text_len: int = TEXT_LEN) -> None:
+    def __init__(
+        self,
+        cond_dim: int,
+        horizon: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        cameras: int,
+        image_size: int,
+        vocab_size: int,
+        text_dim: int = 32,
+        text_len: int = TEXT_LEN,
+    ) -> None:
         super().__init__(cond_dim + text_dim, horizon, action_dim, hidden, cameras, image_size, obs_dim=cond_dim)
         self.text = InstructionEncoder(vocab_size, text_dim, text_len)
         self.text_len = text_len
 
     def features(self, cond: torch.Tensor) -> torch.Tensor:
         """The standardised vector observations and the encoded instruction (the last `text_len` ids)."""
-        tokens = cond[:, -self.text_len:].round().long()
+        tokens = cond[:, -self.text_len :].round().long()
         return torch.cat([super().features(cond[:, : -self.text_len]), self.text(tokens)], dim=-1)
 
 
@@ -82,9 +92,17 @@ class TinyVLA(FlowChunkPolicy):
     """The `tiny_vla` policy: the flow policy conditioned on a language instruction too, encoded by a small
     transformer over a word vocabulary built from `instructions`."""
 
-    def __init__(self, obs_keys: tuple[str, ...], obs_dims: tuple[int, ...], action_low: tuple[float, ...],
-                 action_high: tuple[float, ...], instructions: Sequence[str] = (), instruction: str = "",
-                 text_dim: int = 32, **kw: object) -> None:
+    def __init__(
+        self,
+        obs_keys: tuple[str, ...],
+        obs_dims: tuple[int, ...],
+        action_low: tuple[float, ...],
+        action_high: tuple[float, ...],
+        instructions: Sequence[str] = (),
+        instruction: str = "",
+        text_dim: int = 32,
+        **kw: object,
+    ) -> None:
         if not instructions:
             raise ValueError("tiny_vla needs its instructions (the words it knows), e.g. sim.INSTRUCTIONS' values")
         super().__init__(obs_keys, obs_dims, action_low, action_high, **kw)  # type: ignore[arg-type]
@@ -92,8 +110,16 @@ class TinyVLA(FlowChunkPolicy):
         self.vocab = word_vocab(self.instructions)
         self.instruction = instruction or self.instructions[0]
         torch.manual_seed(int(kw.get("seed", 0)))  # type: ignore[call-overload]
-        self.net = VLANet(sum(self.obs_dims), self.horizon, len(self.low), tuple(kw.get("hidden", (256, 256))),  # type: ignore[arg-type]
-                          len(self.cameras), self.image_size, len(self.vocab) + 2, int(text_dim))
+        self.net = VLANet(
+            sum(self.obs_dims),
+            self.horizon,
+            len(self.low),
+            tuple(kw.get("hidden", (256, 256))),  # type: ignore[arg-type]
+            len(self.cameras),
+            self.image_size,
+            len(self.vocab) + 2,
+            int(text_dim),
+        )
 
     @property
     def architecture(self) -> str:
@@ -110,11 +136,14 @@ class TinyVLA(FlowChunkPolicy):
         state = np.asarray(obs["state"] if forwarded_state is None else forwarded_state, np.float32)
         lead = state.shape[:-1]
         parts = []
-        for k, dim in zip(self.obs_keys, self.obs_dims):
+        for k, dim in zip(self.obs_keys, self.obs_dims, strict=False):
             v = forwarded_state if (k == "state" and forwarded_state is not None) else obs.get(k)
             v = np.zeros((*lead, dim), np.float32) if v is None else np.asarray(v, np.float32)
             parts.append(v * self.obs_scale.get(k, 1.0))
         tokens = obs.get("instruction")
-        tokens = np.broadcast_to(self.tokens(self.instruction), (*lead, self.net.text_len)) if tokens is None \
+        tokens = (
+            np.broadcast_to(self.tokens(self.instruction), (*lead, self.net.text_len))
+            if tokens is None
             else np.asarray(tokens)
+        )
         return np.concatenate([*parts, tokens.astype(np.float32)], axis=-1).astype(np.float32)

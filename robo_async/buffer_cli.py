@@ -105,8 +105,10 @@ def main(args: list[str]) -> int:
         if cmd == "demos":
             # task.<key>=<value>: the task's own keys (e.g. task.env_id=, task.expert=module:callable)
             task_keys = [f"{k}={v}" for k, v in kv.items() if k.startswith("task.")]
-            _allow({k: v for k, v in kv.items() if not k.startswith("task.")},
-                   {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold", "miss"})
+            _allow(
+                {k: v for k, v in kv.items() if not k.startswith("task.")},
+                {"out", "episodes", "task", "seed", "max_step", "cameras", "image_size", "hold", "miss"},
+            )
             if "out" not in kv:
                 raise UserError("buffer demos needs out=<store dir>")
             from robo_async.config import compose_config
@@ -126,14 +128,25 @@ def main(args: list[str]) -> int:
                 raise UserError(f"buffer demos max_step={kv['max_step']!r}: give rad per tick, e.g. 0.05") from None
             hold, miss = kv.get("hold", "false").lower(), kv.get("miss", "false").lower()
             if hold not in ("true", "false") or miss not in ("true", "false"):
-                raise UserError(f"buffer demos hold= and miss= are true or false, not {kv.get('hold')!r}, {kv.get('miss')!r}")
+                raise UserError(
+                    f"buffer demos hold= and miss= are true or false, not {kv.get('hold')!r}, {kv.get('miss')!r}"
+                )
             # hold=true: each episode runs to episode_ticks, the expert holding the goal after success (many
             # success frames: what a success classifier learns from, as an operator holds the goal a while)
-            n, rate = record_demos(targs, Path(kv["out"]), int(kv.get("episodes", 50)),
-                                   int(kv.get("seed", 0)), progress=_Ticker("episodes"), max_step=step,
-                                   until_terminated=hold == "false", miss=miss == "true")
-            print(f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
-                  f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'")
+            n, rate = record_demos(
+                targs,
+                Path(kv["out"]),
+                int(kv.get("episodes", 50)),
+                int(kv.get("seed", 0)),
+                progress=_Ticker("episodes"),
+                max_step=step,
+                until_terminated=hold == "false",
+                miss=miss == "true",
+            )
+            print(
+                f"recorded {n:,} expert transitions ({rate:.0%} successful episodes) into table 'demos' "
+                f"of {kv['out']}\nuse them: robo-async train buffer.imports='[{{path: {kv['out']}, table: demos}}]'"
+            )
             return 0
         if len(pos) != 1:
             raise UserError(f"buffer {cmd} needs one directory\n{USAGE}")
@@ -151,10 +164,15 @@ def main(args: list[str]) -> int:
             if "out" not in kv:
                 raise UserError("buffer export needs out=<new directory>")
             target = _target(lambda: export_target(path, kv.get("task")))
-            eps, frames = tools.export(path, Path(kv["out"]), kv.get("table", "online"), kv.get("task"),
-                                       int(kv["fps"]) if "fps" in kv else None,
-                                       videos=kv.get("videos", "false").lower() in ("1", "true", "yes"),
-                                       target=target)
+            eps, frames = tools.export(
+                path,
+                Path(kv["out"]),
+                kv.get("table", "online"),
+                kv.get("task"),
+                int(kv["fps"]) if "fps" in kv else None,
+                videos=kv.get("videos", "false").lower() in ("1", "true", "yes"),
+                target=target,
+            )
             if target is None:
                 units = "values as stored (task=<name>: joints in LeRobot's motor names and units)"
             elif target.spec.control_mode == "joint_position":

@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from robo_async.config import UserError, compose_config
+
 USAGE = """usage: robo-async <command> [key=value ...]
 
 commands:
@@ -54,17 +55,20 @@ def _kv(args: list[str]) -> dict[str, str]:
 
 
 def _keys(args: dict[str, str]) -> int:
-    from robo_async.transport.curve import create_keys
-
-    from robo_async.transport.curve import MAX_LANES, KeysError
+    from robo_async.transport.curve import MAX_LANES, KeysError, create_keys
 
     unknown = set(args) - {"dir", "actors", "ids", "lanes"}
     if unknown or "dir" not in args:
-        raise UserError("usage: robo-async keys dir=<keys dir> actors=N (ids 0..N-1) | ids=[3,7] "
-                        f"[lanes=1]   (lanes: the robots each actor steps, actor.envs; 1 to {MAX_LANES})")
+        raise UserError(
+            "usage: robo-async keys dir=<keys dir> actors=N (ids 0..N-1) | ids=[3,7] "
+            f"[lanes=1]   (lanes: the robots each actor steps, actor.envs; 1 to {MAX_LANES})"
+        )
     try:
-        ids = ([int(x) for x in args["ids"].strip("[]").split(",") if x.strip()] if "ids" in args
-               else list(range(int(args.get("actors", "1")))))
+        ids = (
+            [int(x) for x in args["ids"].strip("[]").split(",") if x.strip()]
+            if "ids" in args
+            else list(range(int(args.get("actors", "1"))))
+        )
         lanes = int(args.get("lanes", "1"))
     except ValueError:
         raise UserError(f"keys: actors and lanes must be counts and ids a list of integers, got {args}") from None
@@ -75,8 +79,10 @@ def _keys(args: dict[str, str]) -> int:
         written = create_keys(d, ids, lanes)
     except KeysError as e:
         raise UserError(f"keys: {e}") from None
-    print(f"{len(written)} key files written under {d} (existing ones kept); actor ids {ids}, each issued for "
-          f"{lanes} robot stream(s) (actor.envs <= {lanes})")
+    print(
+        f"{len(written)} key files written under {d} (existing ones kept); actor ids {ids}, each issued for "
+        f"{lanes} robot stream(s) (actor.envs <= {lanes})"
+    )
     print(f"  learner machine: {d}/learner.key_secret, {d}/learner.key and {d}/authorized/ (the allow-list)")
     print(f"  actor <id> machine: {d}/learner.key and {d}/actors/actor-<id>.key_secret, nothing else")
     print(f"  train with: robo-async train transport.keys={d} transport.host=0.0.0.0 ...")
@@ -158,8 +164,11 @@ def _teleop(rest: list[str]) -> int:
     from robo_async.record import teleop_session
     from robo_async.train import typed
 
-    ours = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in rest if a.split("=", 1)[0] in
-            ("out", "episodes", "dataset", "fps", "table")}
+    ours = {
+        a.split("=", 1)[0]: a.split("=", 1)[1]
+        for a in rest
+        if a.split("=", 1)[0] in ("out", "episodes", "dataset", "fps", "table")
+    }
     overrides = [a for a in rest if a.split("=", 1)[0] not in ours]
     if "out" not in ours:
         raise UserError("teleop needs out=<store dir> (new or existing) and a teleop=<device>")
@@ -175,23 +184,34 @@ def _teleop(rest: list[str]) -> int:
     realtime = targs.robot is not None or targs.realtime
     labels: dict[str, int] = {}
 
-    def on_episode(stats, kept: bool) -> None:  # noqa: ANN001
+    def on_episode(stats, kept: bool) -> None:
         labels[stats.label or "unlabelled"] = labels.get(stats.label or "unlabelled", 0) + 1
         what = "kept" if kept else "discarded: record it again"
-        print(f"episode {stats.episode}: {stats.length} ticks, {stats.label or 'no label'}"
-              f"{' (success)' if stats.success else ''}, {what}", flush=True)
+        print(
+            f"episode {stats.episode}: {stats.length} ticks, {stats.label or 'no label'}"
+            f"{' (success)' if stats.success else ''}, {what}",
+            flush=True,
+        )
 
     out = Path(ours["out"])
-    print(f"teleop session: {episodes} episodes into {out} (table {ours.get('table', 'demos')}); "
-          f"success/failure keys end an episode, re-record discards it", flush=True)
+    print(
+        f"teleop session: {episodes} episodes into {out} (table {ours.get('table', 'demos')}); "
+        f"success/failure keys end an episode, re-record discards it",
+        flush=True,
+    )
     try:
         rec = teleop_session(targs, out, episodes, ours.get("table", "demos"), realtime, int(cfg.seed), on_episode)
     except (ConfigError, StoreError, ValueError) as e:
         raise UserError(str(e)) from None
     print(f"recorded {rec.kept} episodes ({rec.discarded} discarded), labels {labels}, into {out}")
     if ours.get("dataset"):
-        eps, frames = tools.export(out, Path(ours["dataset"]), ours.get("table", "demos"), targs.name,
-                                   int(float(ours.get("fps", targs.options.get("hz", 30)))))
+        eps, frames = tools.export(
+            out,
+            Path(ours["dataset"]),
+            ours.get("table", "demos"),
+            targs.name,
+            int(float(ours.get("fps", targs.options.get("hz", 30)))),
+        )
         print(f"wrote a LeRobotDataset v3 with {eps} episodes, {frames} frames to {ours['dataset']}")
     return 0
 
@@ -202,8 +222,10 @@ def _resources(args: dict[str, str]) -> int:
 
     unknown = set(args) - {"inventory", "sims", "ray", "fleet", "address"}
     if unknown:
-        raise UserError(f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,... ray=true "
-                        f"fleet=true [address=<ray head>]")
+        raise UserError(
+            f"unknown option(s) {sorted(unknown)}; use inventory= sims=task:count,... ray=true "
+            f"fleet=true [address=<ray head>]"
+        )
     if args.get("fleet", "false") == "true":
         import datetime as dt
 
@@ -222,8 +244,10 @@ def _resources(args: dict[str, str]) -> int:
             print("  no leases held, nobody waiting")
         for rid, row in table.items():
             since = dt.datetime.fromtimestamp(row["since"]).isoformat(timespec="seconds") if row["since"] else "-"
-            print(f"  {rid:<36}held by {row['holder'] or '-'} since {since}; waiting: "
-                  f"{', '.join(row['waiting']) or 'nobody'}")
+            print(
+                f"  {rid:<36}held by {row['holder'] or '-'} since {since}; waiting: "
+                f"{', '.join(row['waiting']) or 'nobody'}"
+            )
         ray.shutdown()
     sims = {}
     for part in filter(None, args.get("sims", "reach:1").split(",")):
@@ -263,19 +287,30 @@ def _eval(args: dict[str, str]) -> int:
     if not ckpt.exists():
         raise UserError(f"checkpoint {ckpt} does not exist")
     try:
-        res = evaluate(ckpt, int(args.get("episodes", 20)),
-                       video=Path(args["video"]) if "video" in args else None,
-                       task=args.get("task"), seed=int(args.get("seed", 10_000)), mode=args.get("inference"),
-                       video_size=int(args.get("video_size", 384)),
-                       inference_delay_ms=float(args["delay_ms"]) if "delay_ms" in args else None)
+        res = evaluate(
+            ckpt,
+            int(args.get("episodes", 20)),
+            video=Path(args["video"]) if "video" in args else None,
+            task=args.get("task"),
+            seed=int(args.get("seed", 10_000)),
+            mode=args.get("inference"),
+            video_size=int(args.get("video_size", 384)),
+            inference_delay_ms=float(args["delay_ms"]) if "delay_ms" in args else None,
+        )
     except (CheckpointError, CheckpointMismatch, ConfigError) as e:
         raise UserError(str(e)) from None
     except ValueError as e:
         raise UserError(f"eval: {e}") from None
-    print(f"success rate {res.success_rate:.0%} over {res.episodes} episodes "
-          f"(mean return {res.mean_return:.1f}, mean length {res.mean_length:.1f} ticks; inference {res.mode}"
-          + (f", {res.missed_ticks} missed ticks, lateness p99 {res.lateness_p99_ms:.2f} ms" if res.mode != "inline" else "")
-          + ")")
+    print(
+        f"success rate {res.success_rate:.0%} over {res.episodes} episodes "
+        f"(mean return {res.mean_return:.1f}, mean length {res.mean_length:.1f} ticks; inference {res.mode}"
+        + (
+            f", {res.missed_ticks} missed ticks, lateness p99 {res.lateness_p99_ms:.2f} ms"
+            if res.mode != "inline"
+            else ""
+        )
+        + ")"
+    )
     if res.video:
         print(f"video: {res.video}")
     return 0

@@ -73,8 +73,9 @@ def task_policy_defaults(cfg: DictConfig, overrides: list[str]) -> list[str]:
     if callable(defaults):
         defaults = defaults(dict(task))
     policy = cfg.get("policy") or {}
-    set_by_user = {o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in overrides
-                   if o.lstrip("+~").startswith("policy.")}
+    set_by_user = {
+        o.lstrip("+~").split("=", 1)[0].split(".")[1] for o in overrides if o.lstrip("+~").startswith("policy.")
+    }
     return [f"policy.{k}={_hydra_value(v)}" for k, v in defaults.items() if k in policy and k not in set_by_user]
 
 
@@ -121,8 +122,9 @@ def _composition(e: ConfigCompositionException) -> str:
     text = str(cause or e)
     if "not in struct" in text or "Could not override" in str(e):
         key = str(e).split("'")[1] if "'" in str(e) else "?"
-        return (f"unknown config key '{key}'; see `robo-async train --cfg` for the keys, or add a "
-                f"new one with +{key}=...")
+        return (
+            f"unknown config key '{key}'; see `robo-async train --cfg` for the keys, or add a new one with +{key}=..."
+        )
     if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):  # as typed_config says it
         return f"bad config: {cause.full_key}: {cause.value!r} is not valid ({str(cause).splitlines()[0]})"
     return f"bad override: {str(e).splitlines()[0]}"

@@ -15,10 +15,27 @@ from robo_async.launch.evaluation import evaluate as evaluate_policy
 __all__ = ["CheckpointMismatch", "EvalResult", "evaluate"]
 
 
-def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
-             seed: int = 10_000, mode: str | None = None, video_size: int = 384,
-             inference_delay_ms: float | list | None = None) -> EvalResult:
+def evaluate(
+    path: Path,
+    episodes: int,
+    *,
+    video: Path | None = None,
+    task: str | None = None,
+    seed: int = 10_000,
+    mode: str | None = None,
+    video_size: int = 384,
+    inference_delay_ms: float | list | None = None,
+) -> EvalResult:
     """`episodes` deterministic episodes (seeds from `seed`) of the policy at `path`;
     `inference_delay_ms` injects latency into every inference (sim studies)."""
-    return evaluate_policy(path, episodes, video=video, task=task, seed=seed, mode=mode, video_size=video_size,
-                           inference_delay_ms=inference_delay_ms, compose=compose_config)
+    return evaluate_policy(
+        path,
+        episodes,
+        video=video,
+        task=task,
+        seed=seed,
+        mode=mode,
+        video_size=video_size,
+        inference_delay_ms=inference_delay_ms,
+        compose=compose_config,
+    )

@@ -23,12 +23,11 @@ from omegaconf import OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from robo_async.config import UserError, compose_config
+from robo_async.launch.builders import ConfigError, PolicyArgs, make_actor_policy, make_robot, new_run_dir, task_args
+from robo_async.launch.schema import typed_config
 from robo_async.learner.algorithms.bc.config import BCOptions, offline_config
 from robo_async.learner.algorithms.bc.demos import check_demos
 from robo_async.learner.algorithms.bc.offline import clone, spec_of
-from robo_async.launch.schema import typed_config
-from robo_async.launch.builders import (ConfigError, PolicyArgs, make_actor_policy, make_robot,
-                                        new_run_dir, task_args)
 
 
 def episodes_from_store(store_dir: Path, table: str = "demos") -> list[dict[str, np.ndarray]]:
@@ -64,8 +63,9 @@ def _record(targs, episodes: int, max_step: float, progress: Progress) -> list[d
 
     job = progress.add_task("recording expert demos", total=episodes, info="")
     try:
-        return record_expert(targs, episodes, seed=0, max_step=max_step,
-                             progress=lambda n: progress.update(job, completed=n))
+        return record_expert(
+            targs, episodes, seed=0, max_step=max_step, progress=lambda n: progress.update(job, completed=n)
+        )
     except NoExpert as e:
         raise UserError(f"{e}; give policy.bc.from_store=<store with demos>") from None
 
@@ -78,8 +78,14 @@ def bc_options(section: dict) -> BCOptions:
 def _clone(policy, name: str, demos: list, b: BCOptions, seed: int, progress: Progress, what: str) -> list[float]:
     """`b.steps` updates of `algo=bc` built for `policy`, on windows of `demos`, with a progress bar."""
     job = progress.add_task(what, total=b.steps, info="")
-    return clone(policy, demos, b.steps, offline_config(b, seed), spec=spec_of(policy, name),
-                 on_step=lambda step, loss: progress.update(job, completed=step, info=f"loss {loss:.4f}"))
+    return clone(
+        policy,
+        demos,
+        b.steps,
+        offline_config(b, seed),
+        spec=spec_of(policy, name),
+        on_step=lambda step, loss: progress.update(job, completed=step, info=f"loss {loss:.4f}"),
+    )
 
 
 def eval_mode(cfg, horizon: int) -> str:
@@ -88,23 +94,30 @@ def eval_mode(cfg, horizon: int) -> str:
     from robo_async.actor.inference import InferenceModeError, choose_inference
 
     try:
-        return choose_inference(str(cfg.actor.inference), purpose="evaluate", horizon=horizon,
-                                realtime=True)
+        return choose_inference(str(cfg.actor.inference), purpose="evaluate", horizon=horizon, realtime=True)
     except InferenceModeError as e:
         raise UserError(str(e)) from None
 
 
-def evaluate_chunk_policy(path: Path, mode: str, episodes: int, seed: int = 10_000,
-                          delay_ms: float | list | None = None) -> dict:
+def evaluate_chunk_policy(
+    path: Path, mode: str, episodes: int, seed: int = 10_000, delay_ms: float | list | None = None
+) -> dict:
     """The saved policy on its task in wall-clock real time, through the one control loop
     (`robo-async eval`), in inference mode `mode`, with an injected inference latency."""
     from robo_async.launch.evaluation import evaluate
 
     res = evaluate(path, episodes, seed=seed, mode=mode, inference_delay_ms=delay_ms)
-    return {"episodes": res.episodes, "mode": mode, "success_rate": res.success_rate,
-            "mean_ticks": res.mean_length, "holds": res.held_ticks,
-            "latency_p50_ms": res.infer_p50_ms, "latency_p95_ms": res.infer_p95_ms,
-            "missed_ticks": res.missed_ticks, "late_p99_ms": res.lateness_p99_ms}
+    return {
+        "episodes": res.episodes,
+        "mode": mode,
+        "success_rate": res.success_rate,
+        "mean_ticks": res.mean_length,
+        "holds": res.held_ticks,
+        "latency_p50_ms": res.infer_p50_ms,
+        "latency_p95_ms": res.infer_p95_ms,
+        "missed_ticks": res.missed_ticks,
+        "late_p99_ms": res.lateness_p99_ms,
+    }
 
 
 def plot_losses(losses: list[float], path: Path) -> None:
@@ -137,8 +150,10 @@ def bc(overrides: list[str]) -> int:
     if pol_cfg["name"] == "tiny_vla":
         return bc_multitask(cfg, pol_cfg)
     if pol_cfg["name"] not in ("flow", "lerobot"):
-        raise UserError(f"bc trains the flow chunk policy (policy=flow), the tiny VLA (policy=tiny_vla) or a LeRobot "
-                        f"policy (policy=smolvla, policy=act), not policy={pol_cfg['name']}")
+        raise UserError(
+            f"bc trains the flow chunk policy (policy=flow), the tiny VLA (policy=tiny_vla) or a LeRobot "
+            f"policy (policy=smolvla, policy=act), not policy={pol_cfg['name']}"
+        )
     if "bc" not in pol_cfg:
         raise UserError(f"policy={pol_cfg.get('type', pol_cfg['name'])} has no bc: section (demos, steps, batch, lr)")
     b = bc_options(pol_cfg["bc"])
@@ -156,8 +171,13 @@ def bc(overrides: list[str]) -> int:
         raise UserError(f"bad config: {e}") from None
     mode = eval_mode(cfg, policy.horizon)
     torch.set_num_threads(max(1, int(cfg.learner.threads)))
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+    )
     steps = b.steps
     losses: list[float] = []
     demos: list = []
@@ -183,31 +203,57 @@ def bc(overrides: list[str]) -> int:
     else:
         from safetensors.numpy import save_file
 
-        save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
-    (run_dir / "policy.yaml").write_text(yaml.safe_dump(
-        {"policy": pol_cfg, "task": OmegaConf.to_container(cfg.task, resolve=True),
-         **({"robot": robot_cfg, "safety": safety_cfg} if targs.robot is not None else {}),
-         "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)}, sort_keys=False))
+        save_file(
+            {k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors")
+        )
+    (run_dir / "policy.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "policy": pol_cfg,
+                "task": OmegaConf.to_container(cfg.task, resolve=True),
+                **({"robot": robot_cfg, "safety": safety_cfg} if targs.robot is not None else {}),
+                "architecture": policy.architecture,
+                "spec": spec.signature(),
+                "demos": len(demos),
+            },
+            sort_keys=False,
+        )
+    )
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if losses:
         plot_losses(losses, run_dir / "bc_loss.png")
-        print(f"trained {len(losses)} steps on {len(demos)} episodes: final loss {np.mean(losses[-50:]):.4f}",
-              flush=True)
+        print(
+            f"trained {len(losses)} steps on {len(demos)} episodes: final loss {np.mean(losses[-50:]):.4f}", flush=True
+        )
     result: dict = {}
     if int(cfg.eval_episodes) > 0:
-        print(f"evaluating {cfg.eval_episodes} episodes in real time: {mode}, injected latency "
-              f"{pol_cfg.get('inference_delay_ms') or 0} ms ...", flush=True)
-        result = evaluate_chunk_policy(run_dir, mode, int(cfg.eval_episodes),
-                                       delay_ms=pol_cfg.get("inference_delay_ms"))
-        print(f"success rate {result['success_rate']:.0%} over {result['episodes']} episodes, "
-              f"mean {result['mean_ticks']:.0f} ticks, {result['holds']} held ticks, "
-              f"inference p50 {result['latency_p50_ms'] or 0:.1f} ms", flush=True)
+        print(
+            f"evaluating {cfg.eval_episodes} episodes in real time: {mode}, injected latency "
+            f"{pol_cfg.get('inference_delay_ms') or 0} ms ...",
+            flush=True,
+        )
+        result = evaluate_chunk_policy(
+            run_dir, mode, int(cfg.eval_episodes), delay_ms=pol_cfg.get("inference_delay_ms")
+        )
+        print(
+            f"success rate {result['success_rate']:.0%} over {result['episodes']} episodes, "
+            f"mean {result['mean_ticks']:.0f} ticks, {result['holds']} held ticks, "
+            f"inference p50 {result['latency_p50_ms'] or 0:.1f} ms",
+            flush=True,
+        )
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
-    written = [f for f in ("policy.safetensors", "model.safetensors", "policy.yaml", "bc_loss.png", "eval.json")
-               if (run_dir / f).exists()]
+    written = [
+        f
+        for f in ("policy.safetensors", "model.safetensors", "policy.yaml", "bc_loss.png", "eval.json")
+        if (run_dir / f).exists()
+    ]
     print(f"results in {run_dir}: {', '.join(written)}", flush=True)
-    print(f"evaluate again (other modes/latencies): robo-async bc policy={pol_cfg.get('type') or pol_cfg['name']} policy.path={run_dir} "
-          f"policy.bc.steps=0 actor.inference=<mode> policy.inference_delay_ms=<ms>", flush=True)
+    print(
+        f"evaluate again (other modes/latencies): robo-async bc policy={pol_cfg.get('type') or pol_cfg['name']} "
+        f"policy.path={run_dir} "
+        f"policy.bc.steps=0 actor.inference=<mode> policy.inference_delay_ms=<ms>",
+        flush=True,
+    )
     return 0
 
 
@@ -226,8 +272,10 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
     try:
         # each task as `task=<name>` configures it (its episode length, ...), plus the policy's camera
         camera = {"cameras": cams, "image_size": int(pol_cfg["image_size"])} if cams else {}
-        targs = {t: task_args({**OmegaConf.to_container(compose_config([f"task={t}"]).task, resolve=True), **camera})
-                 for t in tasks}
+        targs = {
+            t: task_args({**OmegaConf.to_container(compose_config([f"task={t}"]).task, resolve=True), **camera})
+            for t in tasks
+        }
         pargs = PolicyArgs.from_config({**pol_cfg, "inference_delay_ms": 0})
         spec = make_robot(targs[tasks[0]]).spec
         policy = make_actor_policy(pargs, spec)
@@ -235,8 +283,13 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
         raise UserError(f"bad config: {e}") from None
     mode = eval_mode(cfg, policy.horizon)
     torch.set_num_threads(max(1, int(cfg.learner.threads)))
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[info]}"),
+        TimeRemainingColumn(),
+    )
     demos: list = []
     losses: list[float] = []
     steps = b.steps
@@ -248,32 +301,51 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
                 for ep in eps:
                     ep["obs/instruction"] = np.tile(tokens, (len(ep["action"]), 1))
                 demos += eps
-            losses = _clone(policy, pargs.name, demos, b, int(cfg.seed), progress,
-                            f"behaviour cloning on {len(tasks)} tasks")
+            losses = _clone(
+                policy, pargs.name, demos, b, int(cfg.seed), progress, f"behaviour cloning on {len(tasks)} tasks"
+            )
     from safetensors.numpy import save_file
 
     save_file({k: np.ascontiguousarray(v) for k, v in policy.weights().items()}, str(run_dir / "policy.safetensors"))
-    (run_dir / "policy.yaml").write_text(yaml.safe_dump(
-        {"policy": pol_cfg, "task": {**OmegaConf.to_container(compose_config([f"task={tasks[0]}"]).task, resolve=True),
-                                     **camera},
-         "tasks": tasks, "architecture": policy.architecture, "spec": spec.signature(), "demos": len(demos)},
-        sort_keys=False))
+    (run_dir / "policy.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "policy": pol_cfg,
+                "task": {**OmegaConf.to_container(compose_config([f"task={tasks[0]}"]).task, resolve=True), **camera},
+                "tasks": tasks,
+                "architecture": policy.architecture,
+                "spec": spec.signature(),
+                "demos": len(demos),
+            },
+            sort_keys=False,
+        )
+    )
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     if losses:
         plot_losses(losses, run_dir / "bc_loss.png")
-        print(f"trained {len(losses)} steps on {len(demos)} episodes of {len(tasks)} tasks: final loss "
-              f"{np.mean(losses[-50:]):.4f}", flush=True)
+        print(
+            f"trained {len(losses)} steps on {len(demos)} episodes of {len(tasks)} tasks: final loss "
+            f"{np.mean(losses[-50:]):.4f}",
+            flush=True,
+        )
     policy.version = 0  # trained weights: evaluation episodes run the deterministic policy
-    result = {"mode": mode, "episodes": int(cfg.eval_episodes),
-              "success": evaluate_per_instruction(policy, {t: targs[t] for t in tasks}, int(cfg.eval_episodes), mode)
-              if int(cfg.eval_episodes) > 0 else {}}
+    result = {
+        "mode": mode,
+        "episodes": int(cfg.eval_episodes),
+        "success": evaluate_per_instruction(policy, {t: targs[t] for t in tasks}, int(cfg.eval_episodes), mode)
+        if int(cfg.eval_episodes) > 0
+        else {},
+    }
     (run_dir / "eval.json").write_text(json.dumps(result, indent=2))
     for instruction, rate in result["success"].items():
         print(f"  '{instruction}': success {rate:.0%} over {cfg.eval_episodes} episodes ({mode})", flush=True)
     written = [f for f in ("policy.safetensors", "policy.yaml", "bc_loss.png", "eval.json") if (run_dir / f).exists()]
     print(f"results in {run_dir}: {', '.join(written)}", flush=True)
-    print(f"serve it: robo-async serve policy=tiny_vla policy.path={run_dir} \"policy.instruction=lift the cube\" "
-          f"task=pick_lift task.cameras=[front]", flush=True)
+    print(
+        f'serve it: robo-async serve policy=tiny_vla policy.path={run_dir} "policy.instruction=lift the cube" '
+        f"task=pick_lift task.cameras=[front]",
+        flush=True,
+    )
     return 0
 
 
@@ -290,9 +362,19 @@ def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed
         robot = SafeRobot(make_robot(t))
         robot.connect()
         try:
-            loop = ControlLoop(robot, policy, LoopConfig(
-                episode_ticks=t.episode_ticks(), realtime=mode != "inline", seed=seed,
-                eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False))
+            loop = ControlLoop(
+                robot,
+                policy,
+                LoopConfig(
+                    episode_ticks=t.episode_ticks(),
+                    realtime=mode != "inline",
+                    seed=seed,
+                    eval_every=1,
+                    max_episodes=episodes,
+                    inference=mode,
+                    explore_until_weights=False,
+                ),
+            )
             res = loop.run()
         finally:
             robot.close()

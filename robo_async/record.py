@@ -49,8 +49,15 @@ class EpisodeRecorder:
         self.adder.flush()
 
 
-def teleop_session(targs: TaskArgs, out: Path, episodes: int, table: str = "demos", realtime: bool = True,
-                   seed: int = 0, on_episode: Callable[[EpisodeStats, bool], None] | None = None) -> EpisodeRecorder:
+def teleop_session(
+    targs: TaskArgs,
+    out: Path,
+    episodes: int,
+    table: str = "demos",
+    realtime: bool = True,
+    seed: int = 0,
+    on_episode: Callable[[EpisodeStats, bool], None] | None = None,
+) -> EpisodeRecorder:
     """`robo-async teleop`: the operator drives the robot (through SafeRobot, the one control loop)
     for `episodes` kept episodes, labelled by their success/failure/re-record keys, into `out`."""
     import threading
@@ -79,10 +86,21 @@ def teleop_session(targs: TaskArgs, out: Path, episodes: int, table: str = "demo
         try:
             from policies.scripted import HoldPolicy
 
-            ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=targs.episode_ticks(100), seed=seed,
-                                                realtime=realtime, eval_every=0, inference="inline",
-                                                teleop_drives=True, warmup_inference=False),
-                        sink=recorder, teleops=tuple(teleops)).run(done)
+            ControlLoop(
+                robot,
+                HoldPolicy(robot.spec),
+                LoopConfig(
+                    episode_ticks=targs.episode_ticks(100),
+                    seed=seed,
+                    realtime=realtime,
+                    eval_every=0,
+                    inference="inline",
+                    teleop_drives=True,
+                    warmup_inference=False,
+                ),
+                sink=recorder,
+                teleops=tuple(teleops),
+            ).run(done)
         finally:
             robot.close()
         store.flush()

@@ -12,7 +12,8 @@ at least 0.5) whose precision on the training episodes reaches `precision` (a fa
 episode early and pays a reward that was not earned: worse than a missed one); precision, recall and the Brier score
 on the held-out episodes are reported and saved beside the weights (`reward_classifier.json`).
 
-On an actor, `ClassifierReward` (policies/reward.py, with the network) wraps the robot: each tick's outcome is the classifier's (reward 1
+On an actor, `ClassifierReward` (policies/reward.py, with the network) wraps the robot: each tick's outcome is the
+classifier's (reward 1
 and success when p >= threshold, which ends the episode), computed on the control thread from the
 frames the robot just returned (a small CNN at 64 px: about a millisecond here).
 """
@@ -35,15 +36,18 @@ log = logging.getLogger(__name__)
 
 
 # --- data --------------------------------------------------------------------------------------
-def labelled_frames(store, cameras: tuple[str, ...], tables: tuple[str, ...] = ("online", "demos", "interventions")
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def labelled_frames(
+    store, cameras: tuple[str, ...], tables: tuple[str, ...] = ("online", "demos", "interventions")
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(frames [N, n_cams, H, W, 3], labels [N], episode ids [N]) of every stored transition:
     the frame after each action and its `success`."""
     have = {c.name for c in store.schema.images} if store.schema is not None else set()
     missing = [c for c in cameras if f"next_obs/{c}" not in have]
     if missing:
-        raise RewardError(f"the store at {store.path} has no frames of cameras {missing} "
-                          f"(it has {sorted(n.removeprefix('next_obs/') for n in have if n.startswith('next_obs/'))})")
+        raise RewardError(
+            f"the store at {store.path} has no frames of cameras {missing} "
+            f"(it has {sorted(n.removeprefix('next_obs/') for n in have if n.startswith('next_obs/'))})"
+        )
     frames, labels, episodes = [], [], []
     episode, current = -1, {}
     for table in tables:
@@ -81,13 +85,24 @@ def _scores(p: np.ndarray, y: np.ndarray, t: float) -> tuple[float, float, float
     return float(precision), float(recall), float(np.mean((p - y) ** 2))
 
 
-def train_classifier(frames: np.ndarray, labels: np.ndarray, episodes: np.ndarray, cameras: tuple[str, ...],
-                     image_size: int = 64, updates: int = 600, holdout: float = 0.25, precision: float = 0.95,
-                     seed: int = 0, init: SuccessClassifier | None = None,
-                     progress: Callable[[int, float], None] | None = None) -> SuccessClassifier:
+def train_classifier(
+    frames: np.ndarray,
+    labels: np.ndarray,
+    episodes: np.ndarray,
+    cameras: tuple[str, ...],
+    image_size: int = 64,
+    updates: int = 600,
+    holdout: float = 0.25,
+    precision: float = 0.95,
+    seed: int = 0,
+    init: SuccessClassifier | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> SuccessClassifier:
     if not labels.any() or labels.all():
-        raise RewardError(f"the reward classifier needs success and failure frames; these {len(labels)} frames "
-                          f"are all {'successes' if labels.all() else 'failures'}")
+        raise RewardError(
+            f"the reward classifier needs success and failure frames; these {len(labels)} frames "
+            f"are all {'successes' if labels.all() else 'failures'}"
+        )
     rng = np.random.default_rng(seed)
     ids = rng.permutation(np.unique(episodes))
     n_hold = max(1, int(round(len(ids) * holdout))) if holdout > 0 and len(ids) > 1 else 0
@@ -99,8 +114,10 @@ def train_classifier(frames: np.ndarray, labels: np.ndarray, episodes: np.ndarra
     net = SuccessNet(len(cameras), image_size)
     if init is not None:
         if tuple(init.meta.cameras) != tuple(cameras) or init.meta.image_size != image_size:
-            raise RewardError(f"init classifier is for cameras {list(init.meta.cameras)} at {init.meta.image_size} px, "
-                              f"not {list(cameras)} at {image_size} px")
+            raise RewardError(
+                f"init classifier is for cameras {list(init.meta.cameras)} at {init.meta.image_size} px, "
+                f"not {list(cameras)} at {image_size} px"
+            )
         net.load_state_dict(init.net.state_dict())
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     x_tr, y_tr = frames[tr], labels[tr].astype(np.float32)
@@ -120,16 +137,34 @@ def train_classifier(frames: np.ndarray, labels: np.ndarray, episodes: np.ndarra
     clf = SuccessClassifier(net, ClassifierMeta(tuple(cameras), image_size, 0.5, 0, 0, 0, 0, 0, 0, 0))
 
     def prob(x: np.ndarray) -> np.ndarray:
-        return np.concatenate([clf.probability(dict(zip(cameras, np.moveaxis(x[i:i + 256], 1, 0))))
-                               for i in range(0, len(x), 256)]) if len(x) else np.zeros(0)
+        return (
+            np.concatenate(
+                [
+                    clf.probability(dict(zip(cameras, np.moveaxis(x[i : i + 256], 1, 0), strict=False)))
+                    for i in range(0, len(x), 256)
+                ]
+            )
+            if len(x)
+            else np.zeros(0)
+        )
 
     # at least 0.5 (the classes weigh the same): a net that fits its training frames too well
     # would otherwise get a threshold near 0 there
     t = max(0.5, _threshold(prob(x_tr), labels[tr], precision))
     p_ho = prob(frames[ho])
     prec, rec, brier = _scores(p_ho, labels[ho], t) if ho.any() else (math.nan, math.nan, math.nan)
-    clf.meta = ClassifierMeta(tuple(cameras), image_size, t, prec, rec, brier, int(ho.sum()), int(labels[ho].sum()),
-                              int(tr.sum()), int(labels[tr].sum()))
+    clf.meta = ClassifierMeta(
+        tuple(cameras),
+        image_size,
+        t,
+        prec,
+        rec,
+        brier,
+        int(ho.sum()),
+        int(labels[ho].sum()),
+        int(tr.sum()),
+        int(labels[tr].sum()),
+    )
     return clf
 
 
@@ -145,11 +180,14 @@ def main(args: list[str]) -> int:
     from robo_async.config import UserError
 
     if not args or args[0] != "train":
-        raise UserError("usage: robo-async reward train from=<run dir | store dir> cameras=[front] [out=<dir>] "
-                        "[updates=600] [image_size=64] [holdout=0.25] [precision=0.95] [init=<classifier dir>] [seed=0]")
+        raise UserError(
+            "usage: robo-async reward train from=<run dir | store dir> cameras=[front] [out=<dir>] "
+            "[updates=600] [image_size=64] [holdout=0.25] [precision=0.95] [init=<classifier dir>] [seed=0]"
+        )
     kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
-    bad = [a for a in args[1:] if "=" not in a] + sorted(set(kv) - {"from", "cameras", "out", "updates", "image_size",
-                                                                     "holdout", "precision", "init", "seed"})
+    bad = [a for a in args[1:] if "=" not in a] + sorted(
+        set(kv) - {"from", "cameras", "out", "updates", "image_size", "holdout", "precision", "init", "seed"}
+    )
     if bad:
         raise UserError(f"reward train: unknown arguments {bad}")
     if "from" not in kv or "cameras" not in kv:
@@ -162,9 +200,13 @@ def main(args: list[str]) -> int:
     except ValueError as e:
         raise UserError(f"reward train: {e}") from None
     if not cams or updates < 1 or size < 16 or not 0 <= holdout < 1 or not 0 < precision <= 1:
-        raise UserError("reward train: cameras must name at least one camera, updates >= 1, image_size >= 16, "
-                        "0 <= holdout < 1, 0 < precision <= 1")
-    out = Path(kv.get("out", src / "reward_classifier" if (src / "replay").exists() else src.parent / "reward_classifier"))
+        raise UserError(
+            "reward train: cameras must name at least one camera, updates >= 1, image_size >= 16, "
+            "0 <= holdout < 1, 0 < precision <= 1"
+        )
+    out = Path(
+        kv.get("out", src / "reward_classifier" if (src / "replay").exists() else src.parent / "reward_classifier")
+    )
     try:
         init = SuccessClassifier.load(kv["init"]) if kv.get("init") else None
         store = PersistentReplayStore(tools.store_path(src)).open(readonly=True)
@@ -172,15 +214,30 @@ def main(args: list[str]) -> int:
             frames, labels, episodes = labelled_frames(store, cams)
         finally:
             store.close()
-        print(f"{len(labels):,} frames from {len(np.unique(episodes))} episodes, {int(labels.sum()):,} of them successes")
-        clf = train_classifier(frames, labels, episodes, cams, size, updates, holdout, precision, seed, init,
-                               progress=lambda u, loss: print(f"  update {u}/{updates}: loss {loss:.4f}", flush=True))
+        print(
+            f"{len(labels):,} frames from {len(np.unique(episodes))} episodes, {int(labels.sum()):,} of them successes"
+        )
+        clf = train_classifier(
+            frames,
+            labels,
+            episodes,
+            cams,
+            size,
+            updates,
+            holdout,
+            precision,
+            seed,
+            init,
+            progress=lambda u, loss: print(f"  update {u}/{updates}: loss {loss:.4f}", flush=True),
+        )
     except (RewardError, StoreError) as e:
         raise UserError(str(e)) from None
     clf.save(out)
     m = clf.meta
-    print(f"threshold {m.threshold:.3f} (precision >= {precision:.0%} on the training episodes); held out "
-          f"({m.heldout_frames:,} frames, {m.heldout_positives} successes): precision {m.precision:.1%}, "
-          f"recall {m.recall:.1%}, Brier {m.brier:.4f}")
+    print(
+        f"threshold {m.threshold:.3f} (precision >= {precision:.0%} on the training episodes); held out "
+        f"({m.heldout_frames:,} frames, {m.heldout_positives} successes): precision {m.precision:.1%}, "
+        f"recall {m.recall:.1%}, Brier {m.brier:.4f}"
+    )
     print(f"saved to {out} (use it: robo-async train ... reward_classifier={out})")
     return 0

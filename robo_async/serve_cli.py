@@ -22,8 +22,15 @@ from robo_async.serve.server import PolicyServer, ServeConfig
 
 def build_server(overrides: list[str]) -> PolicyServer:
     """The server a `robo-async serve` command line describes (opened, not yet serving)."""
-    from robo_async.launch.builders import (PolicyArgs, acting_args, algo_of, make_actor_policy, task_args, task_spec,
-                                            transport_keys)
+    from robo_async.launch.builders import (
+        PolicyArgs,
+        acting_args,
+        algo_of,
+        make_actor_policy,
+        task_args,
+        task_spec,
+        transport_keys,
+    )
 
     cfg = compose_config(overrides)
     plain = OmegaConf.to_container(cfg, resolve=True)
@@ -36,10 +43,20 @@ def build_server(overrides: list[str]) -> PolicyServer:
     if int(s.max_batch) < 1 or float(s.batch_window_ms) < 0:
         raise ConfigError("serve.max_batch must be >= 1 and serve.batch_window_ms >= 0")
     keys = transport_keys(cfg.transport, 1)
-    return PolicyServer(policy, spec, ServeConfig(
-        f"tcp://{cfg.transport.host}:{int(s.port)}", weights_address=s.weights or None, keys_dir=keys,
-        key_id=int(s.key_id), max_batch=int(s.max_batch), batch_window_ms=float(s.batch_window_ms),
-        max_message_mb=float(cfg.transport.max_message_mb), policy_name=pol.name)).open()
+    return PolicyServer(
+        policy,
+        spec,
+        ServeConfig(
+            f"tcp://{cfg.transport.host}:{int(s.port)}",
+            weights_address=s.weights or None,
+            keys_dir=keys,
+            key_id=int(s.key_id),
+            max_batch=int(s.max_batch),
+            batch_window_ms=float(s.batch_window_ms),
+            max_message_mb=float(cfg.transport.max_message_mb),
+            policy_name=pol.name,
+        ),
+    ).open()
 
 
 def serve(overrides: list[str], stop: threading.Event | None = None) -> int:
@@ -49,9 +66,13 @@ def serve(overrides: list[str], stop: threading.Event | None = None) -> int:
         raise UserError(str(e).strip("'\"")) from None
     summary_s = float(compose_config(overrides).serve.summary_s)
     p = server.policy
-    print(f"policy server: {p.architecture} (horizon {p.horizon}, weights v{p.version}) for {server.spec.name} "
-          f"on {server.bound}" + (f", following {server.config.weights_address}" if server.config.weights_address
-                                  else "") + "; Ctrl-C stops", flush=True)
+    print(
+        f"policy server: {p.architecture} (horizon {p.horizon}, weights v{p.version}) for {server.spec.name} "
+        f"on {server.bound}"
+        + (f", following {server.config.weights_address}" if server.config.weights_address else "")
+        + "; Ctrl-C stops",
+        flush=True,
+    )
     print(f"  actors: robo-async train ... actor.inference_server={server.bound}", flush=True)
     stop = stop or threading.Event()
     server.start()
@@ -63,9 +84,12 @@ def serve(overrides: list[str], stop: threading.Event | None = None) -> int:
                 st = server.stats()
                 rate = (st["chunks"] - last_chunks) / (now - last)
                 last, last_chunks = now, st["chunks"]
-                print(f"  {st['requests']} requests, {rate:.1f} chunks/s, batches {st['batch_sizes']}, "
-                      f"weights v{st['version']} ({st['weight_swaps']} swaps), malformed {st['malformed']}, "
-                      f"refused {st['refused']}, errors {st['errors']}", flush=True)
+                print(
+                    f"  {st['requests']} requests, {rate:.1f} chunks/s, batches {st['batch_sizes']}, "
+                    f"weights v{st['version']} ({st['weight_swaps']} swaps), malformed {st['malformed']}, "
+                    f"refused {st['refused']}, errors {st['errors']}",
+                    flush=True,
+                )
     except KeyboardInterrupt:
         pass
     finally:

@@ -10,10 +10,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
-from robo_async.launch.tasks import import_target
 from robo_async.launch.local import RunFailed, RunResult, launch_local
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.schema import TrainConfig, as_dict, typed_config
+from robo_async.launch.tasks import import_target
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import plot_learning_curve
 
@@ -35,7 +35,9 @@ def prepare(overrides: list[str]):
     run = typed(cfg)
     meta = None
     if resume is not None:
-        has_ckpt = bool(checkpoint.list_checkpoints(resume / "checkpoints")) if (resume / "checkpoints").is_dir() else False
+        has_ckpt = (
+            bool(checkpoint.list_checkpoints(resume / "checkpoints")) if (resume / "checkpoints").is_dir() else False
+        )
         if has_ckpt:
             try:
                 _, metadata = checkpoint.read(checkpoint.resolve(resume))
@@ -52,11 +54,16 @@ def prepare(overrides: list[str]):
         run_dir = resume
     else:
         run_dir = Path(run.run_dir) if run.run_dir else new_run_dir(run.runs_root, run.task.name)
-        held = [p for p in ("checkpoints", "replay/data.mdb") if (run_dir / p).exists()
-                and (p != "checkpoints" or checkpoint.list_checkpoints(run_dir / p))]
+        held = [
+            p
+            for p in ("checkpoints", "replay/data.mdb")
+            if (run_dir / p).exists() and (p != "checkpoints" or checkpoint.list_checkpoints(run_dir / p))
+        ]
         if held:  # a new run would mix its data and checkpoints with the old run's
-            raise UserError(f"{run_dir} already holds a run ({', '.join(held)}); continue it with "
-                            f"resume={run_dir}, or give another run_dir")
+            raise UserError(
+                f"{run_dir} already holds a run ({', '.join(held)}); continue it with "
+                f"resume={run_dir}, or give another run_dir"
+            )
     try:
         plan = build_plan(cfg, run_dir, meta)
     except (ConfigError, KeyError, TypeError, ValueError) as e:
@@ -153,20 +160,35 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
             raise UserError(str(err)) from None
     store = PersistentReplayStore(run_dir / "replay").open()
     try:
-        problem = check_store_versions(store.embedding_versions(), encoder, f"replay store {store.path}",
-                                       skip=plan is not None and plan.learner.stale_embeddings == "skip")
+        problem = check_store_versions(
+            store.embedding_versions(),
+            encoder,
+            f"replay store {store.path}",
+            skip=plan is not None and plan.learner.stale_embeddings == "skip",
+        )
         if problem:
             raise UserError(problem)
-        target = import_target(plan.task) if plan is not None and any(is_lerobot(Path(e["path"])) for e in entries) else None
+        target = (
+            import_target(plan.task) if plan is not None and any(is_lerobot(Path(e["path"])) for e in entries) else None
+        )
         for e in entries:
             table = e.get("table", "demos")
             try:
-                n = import_source(store, Path(e["path"]), table, embed=plan is not None, encoder=encoder,
-                                  classifier=classifier, target=target)
+                n = import_source(
+                    store,
+                    Path(e["path"]),
+                    table,
+                    embed=plan is not None,
+                    encoder=encoder,
+                    classifier=classifier,
+                    target=target,
+                )
             except (StoreError, ReplayError, ValueError, FileNotFoundError) as err:
                 raise UserError(f"buffer.imports {e['path']}: {err}") from None
-            print(f"imported {n:,} transitions from {e['path']} into '{table}' "
-                  f"(table now {store.counts[table]:,})", flush=True)
+            print(
+                f"imported {n:,} transitions from {e['path']} into '{table}' (table now {store.counts[table]:,})",
+                flush=True,
+            )
     finally:
         store.close()
 
@@ -174,9 +196,11 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
 def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:
     p = result.progress
     sr = p.get("charts/success_rate")
-    print(f"training ended: {result.reason} after {p.get('time/elapsed_s', 0):.0f} s, "
-          f"{int(p.get('time/env_steps', 0)):,} env steps, {int(p.get('time/updates', 0)):,} updates"
-          + (f", success {sr:.0%}" if sr is not None else ""))
+    print(
+        f"training ended: {result.reason} after {p.get('time/elapsed_s', 0):.0f} s, "
+        f"{int(p.get('time/env_steps', 0)):,} env steps, {int(p.get('time/updates', 0)):,} updates"
+        + (f", success {sr:.0%}" if sr is not None else "")
+    )
     curve = plot_learning_curve(run_dir)
     if result.checkpoint and run.eval_episodes > 0 and not result.interrupted:
         from robo_async.launch.builders import resolve_inference, task_args
@@ -186,16 +210,35 @@ def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:
         delay = run.policy.inference_delay_ms
         delay = list(delay) if isinstance(delay, tuple) else delay
         mode = resolve_inference(run.actor.inference, task_args(as_dict(run.task), run.robot, as_dict(run.safety)))
-        res = evaluate(Path(result.checkpoint), run.eval_episodes, mode=mode, inference_delay_ms=delay or None,
-                       video=run_dir / "eval.mp4" if run.video else None)
-        print(f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes ({res.mode})"
-              + (f"; video {res.video}" if res.video else ""))
-        (run_dir / "eval.json").write_text(json.dumps({
-            "episodes": res.episodes, "success_rate": res.success_rate, "mean_ticks": res.mean_length,
-            "mean_return": res.mean_return, "mode": res.mode, "missed_ticks": res.missed_ticks,
-            "inference_delay_ms": delay or 0, "infer_p50_ms": res.infer_p50_ms}))
-    print(f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/, replay/"
-          + (f", {curve.name}" if curve else ""))
+        res = evaluate(
+            Path(result.checkpoint),
+            run.eval_episodes,
+            mode=mode,
+            inference_delay_ms=delay or None,
+            video=run_dir / "eval.mp4" if run.video else None,
+        )
+        print(
+            f"evaluation: success rate {res.success_rate:.0%} over {res.episodes} episodes ({res.mode})"
+            + (f"; video {res.video}" if res.video else "")
+        )
+        (run_dir / "eval.json").write_text(
+            json.dumps(
+                {
+                    "episodes": res.episodes,
+                    "success_rate": res.success_rate,
+                    "mean_ticks": res.mean_length,
+                    "mean_return": res.mean_return,
+                    "mode": res.mode,
+                    "missed_ticks": res.missed_ticks,
+                    "inference_delay_ms": delay or 0,
+                    "infer_p50_ms": res.infer_p50_ms,
+                }
+            )
+        )
+    print(
+        f"results in {run_dir}/: config.yaml, metrics.jsonl, tb/, checkpoints/, replay/"
+        + (f", {curve.name}" if curve else "")
+    )
     print(f"replay data: robo-async buffer inspect {run_dir}")
     if result.checkpoint:
         print(f"resume with: robo-async train resume={run_dir}")

@@ -1,7 +1,7 @@
 """MuJoCo tasks exposed as `hal.Robot`s (`SimRobot`) and as Gymnasium envs."""
 
-from sim.gym_hil import policy_defaults as gym_hil_policy
 from sim.gym_hil import GymHilConfig, GymHilRobot
+from sim.gym_hil import policy_defaults as gym_hil_policy
 from sim.gym_robot import GymConfig, GymRobot
 from sim.meta_world import MetaWorldConfig, MetaWorldRobot
 from sim.reach import ReachConfig, ReachExpert, ReachTask
@@ -9,9 +9,14 @@ from sim.sim_robot import SimImperfections, SimRobot
 from sim.table import PickLiftExpert, PickLiftMiss, PickLiftTask, PushExpert, PushTask, TableConfig
 
 # name -> (class, config class). A task class is wrapped in `SimRobot`; a `hal.Robot` is used as is.
-TASKS = {"reach": (ReachTask, ReachConfig), "push": (PushTask, TableConfig),
-         "pick_lift": (PickLiftTask, TableConfig), "gym": (GymRobot, GymConfig),
-         "gym_hil": (GymHilRobot, GymHilConfig), "metaworld": (MetaWorldRobot, MetaWorldConfig)}
+TASKS = {
+    "reach": (ReachTask, ReachConfig),
+    "push": (PushTask, TableConfig),
+    "pick_lift": (PickLiftTask, TableConfig),
+    "gym": (GymRobot, GymConfig),
+    "gym_hil": (GymHilRobot, GymHilConfig),
+    "metaworld": (MetaWorldRobot, MetaWorldConfig),
+}
 # policy keys a run of the task starts from, for the policies that have them (the user's overrides win):
 # an outside env's actions are its own (not joint targets) and its observations are named its way; a
 # function of the task's config where they depend on it
@@ -25,6 +30,27 @@ MISSES = {"pick_lift": PickLiftMiss}  # scripted near misses: labelled failure e
 # each sim task's language instruction (VLAs, the tiny VLA, tokenizers trained on them)
 INSTRUCTIONS = {"reach": "reach the red target", "push": "push the cube into the square", "pick_lift": "lift the cube"}
 
-__all__ = ["GymConfig", "GymRobot", "GymHilConfig", "GymHilRobot", "MetaWorldConfig", "MetaWorldRobot", "ReachConfig", "ReachExpert", "ReachTask", "SimImperfections", "SimRobot",
-           "TASKS", "POLICY_DEFAULTS", "EXPERTS", "MISSES", "INSTRUCTIONS", "PushTask", "PickLiftTask", "TableConfig", "PushExpert", "PickLiftExpert",
-           "PickLiftMiss"]
+__all__ = [
+    "GymConfig",
+    "GymRobot",
+    "GymHilConfig",
+    "GymHilRobot",
+    "MetaWorldConfig",
+    "MetaWorldRobot",
+    "ReachConfig",
+    "ReachExpert",
+    "ReachTask",
+    "SimImperfections",
+    "SimRobot",
+    "TASKS",
+    "POLICY_DEFAULTS",
+    "EXPERTS",
+    "MISSES",
+    "INSTRUCTIONS",
+    "PushTask",
+    "PickLiftTask",
+    "TableConfig",
+    "PushExpert",
+    "PickLiftExpert",
+    "PickLiftMiss",
+]

@@ -40,15 +40,24 @@ def make_expert(task_name: str, robot: Robot, max_step: float | None = None, mis
         except ValueError as e:
             raise NoExpert(str(e)) from None
         if fn is None:
-            raise NoExpert(f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}"
-                           + ("" if miss else "; name one with task.expert=module:callable (a function of "
-                              "the env's observation returning an action)"))
+            raise NoExpert(
+                f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}"
+                + (
+                    ""
+                    if miss
+                    else "; name one with task.expert=module:callable (a function of "
+                    "the env's observation returning an action)"
+                )
+            )
         return GymExpert(inner, fn)
     table = MISSES if miss else EXPERTS
     if task_name not in table:
-        raise NoExpert(f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}; "
-                       f"{'near misses' if miss else 'experts'}: {sorted(table)}")
+        raise NoExpert(
+            f"task '{task_name}' has no scripted {'near miss' if miss else 'expert'}; "
+            f"{'near misses' if miss else 'experts'}: {sorted(table)}"
+        )
     cls = table[task_name]
     task = getattr(robot, "inner", robot).task
-    return cls(task, max_step) if max_step is not None and "max_step" in inspect.signature(cls).parameters \
-        else cls(task)
+    return (
+        cls(task, max_step) if max_step is not None and "max_step" in inspect.signature(cls).parameters else cls(task)
+    )

@@ -13,6 +13,7 @@ from sim.reach import ReachConfig, ReachTask
 class ReachEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     """The reach task as a Gymnasium env: dict observations (`state`, `ee_pos`, `target`, `ee_to_target`; m
     and rad), Box joint-target actions (rad), episodes truncated after `episode_ticks`."""
+
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, config: ReachConfig = ReachConfig(), render_mode: str | None = None) -> None:
@@ -44,9 +45,7 @@ class ReachEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.task.reset(self.np_random)
         return self._obs(), {"distance": self.task.distance()}
 
-    def step(
-        self, action: np.ndarray
-    ) -> tuple[dict[str, np.ndarray], SupportsFloat, bool, bool, dict[str, object]]:
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], SupportsFloat, bool, bool, dict[str, object]]:
         self.task.step(np.asarray(action, dtype=np.float32))
         reward, success = self.task.reward_success()
         info = {"distance": self.task.distance(), "is_success": success}

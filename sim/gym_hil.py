@@ -51,7 +51,7 @@ class GymHilConfig(GymConfig):
     fast_render: bool = True  # no shadows, reflections, skybox or multisampling (6-8x faster on a CPU)
 
 
-def _fast_renderer(env, size: int, fast: bool) -> None:  # noqa: ANN001
+def _fast_renderer(env, size: int, fast: bool) -> None:
     """gym_hil's offscreen renderer at `size` and, with `fast`, without the effects that cost a
     CPU renderer most (shadows, reflections, skybox, fog, haze, multisampling): measured here, one
     128 x 128 camera frame 37 ms -> 24 ms, a camera step 2.6 -> 22 steps/s."""
@@ -88,7 +88,7 @@ class GymHilRobot(GymRobot):
             config = replace(config, kwargs=(*config.kwargs, ("image_obs", True)))
         super().__init__(config)
 
-    def _make(self):  # noqa: ANN202
+    def _make(self):
         env = super()._make()
         if self.config.image_obs:
             _fast_renderer(env, self.config.image_size, self.config.fast_render)
@@ -143,8 +143,11 @@ def policy_defaults(task: dict) -> dict:
     cameras (`image_obs`), the front and wrist cameras and the robot's own state."""
     if task.get("image_obs"):
         return {"obs_keys": ["state"], "cameras": ["front", "wrist"], "action_mode": "absolute"}
-    return {"obs_keys": ["state", "environment_state"], "action_mode": "absolute",
-            "obs_scale": {"environment_state": 5.0}}
+    return {
+        "obs_keys": ["state", "environment_state"],
+        "action_mode": "absolute",
+        "obs_scale": {"environment_state": 5.0},
+    }
 
 
 class PickCubeExpert:
@@ -157,7 +160,9 @@ class PickCubeExpert:
 
     def __call__(self, obs: dict) -> np.ndarray:
         if "environment_state" not in obs:
-            raise ValueError("PickCubeExpert needs the cube's position (environment_state): run it with image_obs=false")
+            raise ValueError(
+                "PickCubeExpert needs the cube's position (environment_state): run it with image_obs=false"
+            )
         agent = np.asarray(obs["agent_pos"], np.float64)
         tcp, cube = agent[-3:], np.asarray(obs["environment_state"], np.float64)
         closed = agent[GRIPPER_INDEX] / MAX_GRIPPER_COMMAND > 0.5

@@ -30,12 +30,14 @@ SUCCESS_KEYS = ("is_success", "success", "succeed")  # where environments report
 class GymConfig:
     """Which Gymnasium env backs the robot (`env_id`, extra `gym.make` kwargs), its nominal rate and episode
     length in ticks."""
+
     env_id: str = "Pendulum-v1"
     hz: float = 30.0  # nominal control rate (for real-time mode and chunk timing)
     episode_ticks: int = 200
     kwargs: tuple[tuple[str, object], ...] = ()  # extra gym.make arguments
     success_key: str | None = None  # info key that says success; None: is_success, success or succeed
-    expert: str | None = None  # module:callable, a scripted policy of the env's observations (buffer demos, the virtual operator)
+    # module:callable, a scripted policy of the env's observations (buffer demos, the virtual operator)
+    expert: str | None = None
     action_low: tuple[float, ...] | None = None  # narrower action limits than the env's box (the safety layer's)
     action_high: tuple[float, ...] | None = None
 
@@ -59,7 +61,9 @@ class GymRobot(Robot):
         except gym.error.Error as e:
             raise RobotError(f"gym env '{self.config.env_id}' cannot be made: {e}") from None
         except TypeError as e:  # a kwarg the env does not take
-            raise RobotError(f"gym env '{self.config.env_id}' refused task.kwargs {dict(self.config.kwargs)}: {e}") from None
+            raise RobotError(
+                f"gym env '{self.config.env_id}' refused task.kwargs {dict(self.config.kwargs)}: {e}"
+            ) from None
 
     def _import_registry(self) -> None:
         """Import the package that registers `namespace/...` ids (gym_hil, Meta-World, ...)."""
@@ -94,7 +98,9 @@ class GymRobot(Robot):
         low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
         for name, given in (("action_low", self.config.action_low), ("action_high", self.config.action_high)):
             if given is not None and len(given) != n:
-                raise RobotError(f"task.{name} has {len(given)} values; gym env '{self.config.env_id}' takes {n} actions")
+                raise RobotError(
+                    f"task.{name} has {len(given)} values; gym env '{self.config.env_id}' takes {n} actions"
+                )
         if self.config.action_low is not None:
             low = np.maximum(low, self.config.action_low)
         if self.config.action_high is not None:
@@ -117,10 +123,17 @@ class GymRobot(Robot):
                     feats.append((k, sp.shape[0]))
             if skey is None:
                 state_size = sum(d for _, d in feats)
-        return RobotSpec(name=f"gym_{self.config.env_id.replace('/', '_')}", joint_names=tuple(f"a{i}" for i in range(n)),
-                         joint_low=tuple(float(x) for x in low), joint_high=tuple(float(x) for x in high),
-                         hz=self.config.hz, cameras=tuple(cams), features=tuple(feats), control_mode="gym",
-                         state_size=state_size)
+        return RobotSpec(
+            name=f"gym_{self.config.env_id.replace('/', '_')}",
+            joint_names=tuple(f"a{i}" for i in range(n)),
+            joint_low=tuple(float(x) for x in low),
+            joint_high=tuple(float(x) for x in high),
+            hz=self.config.hz,
+            cameras=tuple(cams),
+            features=tuple(feats),
+            control_mode="gym",
+            state_size=state_size,
+        )
 
     @staticmethod
     def _state_key(space: gym.spaces.Dict) -> str | None:
@@ -156,7 +169,7 @@ class GymRobot(Robot):
         self.tick, self.episode_return = 0, 0.0
         return self.get_observation()
 
-    def expert_callable(self):  # noqa: ANN201  (a function of the raw observation, or None)
+    def expert_callable(self):
         """The outside scripted policy this env's task names (`config.expert`), or None."""
         return load_callable(self.config.expert) if self.config.expert else None
 
@@ -192,8 +205,10 @@ class GymRobot(Robot):
         key = self.config.success_key
         if key is not None:
             if key not in info:
-                raise RobotError(f"gym env '{self.config.env_id}' has no info['{key}'] (task.success_key); "
-                                 f"its info keys: {sorted(info)}")
+                raise RobotError(
+                    f"gym env '{self.config.env_id}' has no info['{key}'] (task.success_key); "
+                    f"its info keys: {sorted(info)}"
+                )
             return bool(info[key])
         return bool(next((info[k] for k in SUCCESS_KEYS if k in info), False))
 
@@ -212,8 +227,10 @@ class GymRobot(Robot):
         elif getattr(env, "render_mode", None) == "rgb_array":
             frame = np.asarray(env.render())
         else:
-            raise RobotError(f"{self.spec.name} has no camera and was not made with render_mode=rgb_array; "
-                             "add task.kwargs=[[render_mode,rgb_array]] for videos")
+            raise RobotError(
+                f"{self.spec.name} has no camera and was not made with render_mode=rgb_array; "
+                "add task.kwargs=[[render_mode,rgb_array]] for videos"
+            )
         return cv2.resize(np.ascontiguousarray(frame[..., :3]), (size, size), interpolation=cv2.INTER_AREA)
 
 
@@ -236,15 +253,17 @@ class GymExpert:
     arguments whose instances are such functions or have `get_action(obs)` (Meta-World's scripted
     policies) or `act(obs)`. `act()` gives the action for the env's current observation."""
 
-    def __init__(self, robot: GymRobot, fn) -> None:  # noqa: ANN001  (fn: `robot.expert_callable()`)
+    def __init__(self, robot: GymRobot, fn) -> None:
         self.robot, self._fn = robot, fn
 
     def act(self) -> np.ndarray:
         a = np.asarray(self._fn(self.robot.raw_observation), np.float32).ravel()
         spec = self.robot.spec
         if a.shape != (spec.action_dim,):
-            raise RobotError(f"expert {self.robot.config.expert} returned an action of shape {a.shape}; "
-                             f"{spec.name} takes {spec.action_dim}")
+            raise RobotError(
+                f"expert {self.robot.config.expert} returned an action of shape {a.shape}; "
+                f"{spec.name} takes {spec.action_dim}"
+            )
         return np.clip(a, spec.low, spec.high)
 
 

@@ -44,13 +44,15 @@ class MetaWorldRobot(GymRobot):
 
         if self.config.env_name not in metaworld.MT1.ENV_NAMES:
             near = sorted(n for n in metaworld.MT1.ENV_NAMES if n.split("-")[0] == self.config.env_name.split("-")[0])
-            raise RobotError(f"Meta-World has no task '{self.config.env_name}'"
-                             + (f"; did you mean {near}?" if near else f"; tasks: {sorted(metaworld.MT1.ENV_NAMES)[:8]} ..."))
+            raise RobotError(
+                f"Meta-World has no task '{self.config.env_name}'"
+                + (f"; did you mean {near}?" if near else f"; tasks: {sorted(metaworld.MT1.ENV_NAMES)[:8]} ...")
+            )
         kwargs = {"max_episode_steps": self.config.episode_ticks, **dict(self.config.kwargs)}
         return gym.make(self.config.env_id, env_name=self.config.env_name, **kwargs)
 
     @property
-    def spec(self):  # noqa: ANN201  (RobotSpec, named after the task)
+    def spec(self):
         from dataclasses import replace
 
         base = super().spec
@@ -59,7 +61,7 @@ class MetaWorldRobot(GymRobot):
             self._spec = replace(base, name=name)
         return self._spec
 
-    def expert_callable(self):  # noqa: ANN201
+    def expert_callable(self):
         """`task.expert` when given, else Meta-World's own scripted policy of this task."""
         if self.config.expert:
             return super().expert_callable()

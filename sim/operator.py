@@ -28,6 +28,7 @@ from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 @dataclass(frozen=True)
 class OperatorConfig:
     """When the virtual operator takes over and how it drives (`teleop.*` keys; ticks, rad per tick)."""
+
     stray: float = 1.0  # take over when the shaped reward falls this far below the episode's best
     stall_ticks: int = 40  # ... or gains less than min_gain for this many ticks
     min_gain: float = 0.05
@@ -37,15 +38,16 @@ class OperatorConfig:
 
     def __post_init__(self) -> None:
         if self.stall_ticks < 1 or self.hold_ticks < 1 or self.stray <= 0 or self.max_step <= 0:
-            raise ValueError(f"virtual operator: stall_ticks and hold_ticks must be >= 1, stray and max_step > 0 "
-                             f"({self})")
+            raise ValueError(
+                f"virtual operator: stall_ticks and hold_ticks must be >= 1, stray and max_step > 0 ({self})"
+            )
 
 
 class VirtualOperator(Teleop):
     """A simulated person at the teleop (see the module's docstring): watches the task's shaped reward through
     `observe()`, takes over with `expert` when the policy strays or stalls, hands back after `hold_ticks`."""
 
-    def __init__(self, task, expert, config: OperatorConfig = OperatorConfig()) -> None:  # noqa: ANN001
+    def __init__(self, task, expert, config: OperatorConfig = OperatorConfig()) -> None:
         self.task, self.expert, self.config = task, expert, config
         self._dim = int(task.spec().action_dim)
         self._pending: list[TeleopEvent] = []
@@ -124,7 +126,7 @@ class GymTaskView:
     so far (an env with a sparse reward shows none until it succeeds, so the operator takes over
     after `stall_ticks`)."""
 
-    def __init__(self, robot) -> None:  # noqa: ANN001 - a GymRobot
+    def __init__(self, robot) -> None:
         self.robot = robot
 
     @property
@@ -139,11 +141,11 @@ class GymTaskView:
     def state(self) -> np.ndarray:
         return self.robot.get_observation().state
 
-    def spec(self):  # noqa: ANN201
+    def spec(self):
         return self.robot.spec
 
 
-def make_virtual_operator(robot, task_name: str, options: Mapping[str, object]) -> VirtualOperator:  # noqa: ANN001
+def make_virtual_operator(robot, task_name: str, options: Mapping[str, object]) -> VirtualOperator:
     """The virtual operator of a simulated robot (`robot`: a SimRobot or a Gymnasium env with an
     expert, `task.expert=` or its own, possibly behind SafeRobot)."""
     from sim import EXPERTS
@@ -159,6 +161,8 @@ def make_virtual_operator(robot, task_name: str, options: Mapping[str, object]) 
             raise ValueError(f"teleop=virtual drives the task's scripted expert: {e}") from None
     task = getattr(inner, "task", None)
     if task is None or task_name not in EXPERTS:
-        raise ValueError(f"teleop=virtual drives a simulated task's scripted expert; task '{task_name}' has none "
-                         f"(tasks with experts: {sorted(EXPERTS)})")
+        raise ValueError(
+            f"teleop=virtual drives a simulated task's scripted expert; task '{task_name}' has none "
+            f"(tasks with experts: {sorted(EXPERTS)})"
+        )
     return VirtualOperator(task, EXPERTS[task_name](task, config.max_step), config)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # offscreen rendering; must be set before mujoco loads
 
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
+import mujoco
+import numpy as np
 
-from hal.spec import CameraSpec, RobotSpec  # noqa: E402
+from hal.spec import CameraSpec, RobotSpec
 
 ASSET = Path(__file__).parent / "assets" / "so101_reach.xml"
 JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
@@ -30,6 +30,7 @@ TARGET_HIGH = np.array([0.28, 0.15, 0.25])
 class ReachConfig:
     """The reach task's settings: control rate (Hz), physics substeps, episode length (ticks), success radius
     (m), cameras, start-pose noise (rad) and target moves."""
+
     hz: float = 30.0  # control ticks per second
     substeps: int = 10  # physics steps per tick (timestep = 1 / (hz * substeps))
     episode_ticks: int = 50  # truncation after this many ticks
@@ -155,8 +156,11 @@ class ReachTask:
     def features(self) -> dict[str, np.ndarray]:
         assert self.data is not None
         ee, target = self.data.site_xpos[self._ee], self.data.mocap_pos[self._target_mocap]  # views, cast once
-        return {"ee_pos": ee.astype(np.float32), "target": target.astype(np.float32),
-                "ee_to_target": (target - ee).astype(np.float32)}
+        return {
+            "ee_pos": ee.astype(np.float32),
+            "target": target.astype(np.float32),
+            "ee_to_target": (target - ee).astype(np.float32),
+        }
 
     def render(self, camera: str, size: int | None = None) -> np.ndarray:
         """An RGB frame (uint8, size x size x 3; default the policy cameras' `image_size`). Works

@@ -33,8 +33,9 @@ class SimRobot(Robot):
     fast as the caller drives it.
     """
 
-    def __init__(self, task: ReachTask, *, realtime: bool = False,
-                 imperfections: SimImperfections = SimImperfections()) -> None:
+    def __init__(
+        self, task: ReachTask, *, realtime: bool = False, imperfections: SimImperfections = SimImperfections()
+    ) -> None:
         self._task = task
         self._imp = imperfections
         self._obs_queue: deque[Observation] = deque()
@@ -102,15 +103,20 @@ class SimRobot(Robot):
         self._ticks += 1
         if self._imp.disconnect_after_ticks is not None and self._ticks > self._imp.disconnect_after_ticks:
             self._connected = False
-            raise RobotError(f"{self._spec.name} disconnected (injected fault after "
-                             f"{self._imp.disconnect_after_ticks} ticks)")
+            raise RobotError(
+                f"{self._spec.name} disconnected (injected fault after {self._imp.disconnect_after_ticks} ticks)"
+            )
         if self._imp.action_latency_ticks > 0:
             self._act_queue.append(a)
-            a = self._act_queue.popleft() if len(self._act_queue) > self._imp.action_latency_ticks \
-                else self._task.state()[: len(a)]  # nothing due yet: keep where it is
+            a = (
+                self._act_queue.popleft()
+                if len(self._act_queue) > self._imp.action_latency_ticks
+                else self._task.state()[: len(a)]
+            )  # nothing due yet: keep where it is
         if self._imp.action_noise_std > 0:
-            a = np.clip(a + self._rng.normal(0, self._imp.action_noise_std, a.shape), self._spec.low,
-                        self._spec.high).astype(np.float32)
+            a = np.clip(
+                a + self._rng.normal(0, self._imp.action_noise_std, a.shape), self._spec.low, self._spec.high
+            ).astype(np.float32)
         applied = self._task.step(a)
         reward, success = self._task.reward_success()
         self._outcome = Outcome(reward, success, terminated=success)

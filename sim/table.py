@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 
 from hal.spec import CameraSpec, RobotSpec
-from sim.reach import ASSET, JOINTS, ReachTask
+from sim.reach import ASSET, ReachTask
 
 CUBE_HALF = 0.012  # m
 CUBE_LOW, CUBE_HIGH = np.array([0.15, -0.08]), np.array([0.22, 0.08])
@@ -27,6 +27,7 @@ GRIPPER_OPEN, GRIPPER_CLOSED = 1.2, 0.0  # rad
 class TableConfig:
     """The table-top tasks' settings: rate (Hz), substeps, episode length (ticks), success distance and lift
     height (m), grasp thresholds, cameras, start-pose noise (rad)."""
+
     hz: float = 30.0
     substeps: int = 10
     episode_ticks: int = 100
@@ -56,22 +57,39 @@ class TableTask(ReachTask):
                 g.friction = [1.5, 0.02, 0.001]
         cube = spec.worldbody.add_body(name="cube", pos=[0.2, 0, CUBE_HALF])
         cube.add_freejoint()
-        geom = cube.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[CUBE_HALF] * 3, mass=0.03,
-                             rgba=[0.1, 0.4, 0.9, 1], friction=[1.0, 0.02, 0.001])
+        geom = cube.add_geom(
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[CUBE_HALF] * 3,
+            mass=0.03,
+            rgba=[0.1, 0.4, 0.9, 1],
+            friction=[1.0, 0.02, 0.001],
+        )
         geom.contype, geom.conaffinity = 1, 3
-        weld = spec.add_equality(type=mujoco.mjtEq.mjEQ_WELD, name1="hand", name2="cube",
-                                 objtype=mujoco.mjtObj.mjOBJ_BODY)
+        weld = spec.add_equality(
+            type=mujoco.mjtEq.mjEQ_WELD, name1="hand", name2="cube", objtype=mujoco.mjtObj.mjOBJ_BODY
+        )
         weld.active = False
         return spec.compile()
 
     def spec(self) -> RobotSpec:
         base = super().spec()
         c = self.config
-        return RobotSpec(name=f"sim_so101_{self.name}", joint_names=base.joint_names, joint_low=base.joint_low,
-                         joint_high=base.joint_high, hz=c.hz,
-                         cameras=tuple(CameraSpec(n, c.image_size, c.image_size) for n in c.cameras),
-                         features=(("ee_pos", 3), ("target", 3), ("ee_to_target", 3), ("cube_pos", 3),
-                                   ("ee_to_cube", 3), ("cube_to_target", 3)))
+        return RobotSpec(
+            name=f"sim_so101_{self.name}",
+            joint_names=base.joint_names,
+            joint_low=base.joint_low,
+            joint_high=base.joint_high,
+            hz=c.hz,
+            cameras=tuple(CameraSpec(n, c.image_size, c.image_size) for n in c.cameras),
+            features=(
+                ("ee_pos", 3),
+                ("target", 3),
+                ("ee_to_target", 3),
+                ("cube_pos", 3),
+                ("ee_to_cube", 3),
+                ("cube_to_target", 3),
+            ),
+        )
 
     def build(self) -> None:
         super().build()
@@ -85,7 +103,7 @@ class TableTask(ReachTask):
         assert self.model is not None and self.data is not None
         xy = rng.uniform(CUBE_LOW, CUBE_HIGH)
         a = self._cube_qpos
-        self.data.qpos[a:a + 7] = [xy[0], xy[1], CUBE_HALF, 1, 0, 0, 0]
+        self.data.qpos[a : a + 7] = [xy[0], xy[1], CUBE_HALF, 1, 0, 0, 0]
         self.data.eq_active[0] = 0
         self.grasped = False
         self.set_target(self._goal(rng, xy))
@@ -138,6 +156,7 @@ class TableTask(ReachTask):
 class PushTask(TableTask):
     """`push`: slide the cube to a goal 6-12 cm away on the table; success when its centre is within
     `success_radius` of the goal."""
+
     name = "push"
 
     def _update_grasp(self, gripper: float) -> None:
@@ -158,6 +177,7 @@ class PushTask(TableTask):
 
 class PickLiftTask(TableTask):
     """`pick_lift`: grasp the cube and lift it `lift_height` above the table."""
+
     name = "pick_lift"
 
     def _goal(self, rng: np.random.Generator, cube_xy: np.ndarray) -> np.ndarray:
@@ -245,13 +265,19 @@ class PickLiftMiss(_RateLimited):
     def act(self) -> np.ndarray:
         t = self._task
         if t.tick == 0 or not self._side.any():  # a new episode: a side of the cube, fixed for it
-            ang = float(np.random.default_rng(int(1e4 * abs(float(t.cube_pos[0]) + float(t.cube_pos[1])))).uniform(0, 2 * np.pi))
+            ang = float(
+                np.random.default_rng(int(1e4 * abs(float(t.cube_pos[0]) + float(t.cube_pos[1])))).uniform(0, 2 * np.pi)
+            )
             self._side = np.array([np.cos(ang), np.sin(ang), 0.0]) * self.offset
             self._phase, self._since = "hover", 0
         spot, ee = t.cube_pos + self._side, t.ee_pos
         self._since += 1
-        aims = {"hover": spot + [0, 0, 0.05], "descend": spot.copy(), "close": spot.copy(),
-                "lift": spot + [0, 0, t.config.lift_height + 0.03]}
+        aims = {
+            "hover": spot + [0, 0, 0.05],
+            "descend": spot.copy(),
+            "close": spot.copy(),
+            "lift": spot + [0, 0, t.config.lift_height + 0.03],
+        }
         nxt = {"hover": ("descend", 30), "descend": ("close", 20), "close": ("lift", 8)}
         if self._phase in nxt:
             near = np.linalg.norm(ee - aims[self._phase]) < 0.01 and self._phase != "close"

@@ -27,8 +27,9 @@ def test_unknown_rows_are_one_error_line_before_anything_runs(bench, key, capsys
 def test_bench_envs_compares_a_peer_env_bare_and_through_the_actor(capsys, tmp_path):
     import json
 
-    assert main(["bench", "envs", "rows=metaworld", "skip_learning=true", "steps=100", "rounds=1",
-                 f"dir={tmp_path}"]) == 0
+    assert (
+        main(["bench", "envs", "rows=metaworld", "skip_learning=true", "steps=100", "rounds=1", f"dir={tmp_path}"]) == 0
+    )
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     row = last["rows"]["metaworld"]
     assert row["actor_transitions_received"] == row["actor_transitions_sent"] == 300  # warm-up 200 + one round
@@ -41,11 +42,18 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
 
     assert run_of("gym_hil", "hil", 2).extra == ("teleop=virtual", "algo.dagger_weight=1.0", "seed=2")
     assert run_of("push", "no_hil", 0).extra == ("seed=0",)
-    runs = {"hil": [{"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},
-                    {"seconds_to_80": 300.0, "env_steps_to_80": 3000},
-                    {"seconds_to_80": 200.0, "intervention_rate_last": 0.09, "env_steps_to_80": 2000}],
-            "no_hil": [{"seconds_to_80": 500.0, "env_steps_to_80": 9000}, {"seconds_to_80": None, "env_steps": 7000},
-                       {"seconds_to_80": 420.0, "env_steps_to_80": 5000}]}
+    runs = {
+        "hil": [
+            {"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},
+            {"seconds_to_80": 300.0, "env_steps_to_80": 3000},
+            {"seconds_to_80": 200.0, "intervention_rate_last": 0.09, "env_steps_to_80": 2000},
+        ],
+        "no_hil": [
+            {"seconds_to_80": 500.0, "env_steps_to_80": 9000},
+            {"seconds_to_80": None, "env_steps": 7000},
+            {"seconds_to_80": 420.0, "env_steps_to_80": 5000},
+        ],
+    }
     got = summarize_task(runs, budget=600)
     assert got["hil_seconds_to_80"] == 200.0 and got["no_hil_seconds_to_80"] == 500.0
     assert got["speedup"] == 2.5 and not got["speedup_is_lower_bound"]
@@ -63,8 +71,15 @@ def test_bench_weight_push_times_every_variant_against_raw_zmq(capsys):
     policy: every variant arrives, and the last line carries the best-of and median ratios."""
     assert main(["bench", "weight-push", "sizes_mb=1", "repeats=2"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {r["variant"] for r in out["rows"]} == {"raw zmq", "full fp32", "fp16", "delta 1%", "delta 1% undeclared",
-                                                  "full fp32 CURVE", "delta 1% CURVE"}
+    assert {r["variant"] for r in out["rows"]} == {
+        "raw zmq",
+        "full fp32",
+        "fp16",
+        "delta 1%",
+        "delta 1% undeclared",
+        "full fp32 CURVE",
+        "delta 1% CURVE",
+    }
     assert all(0 < r["seconds"] <= r["median_s"] for r in out["rows"])
     assert set(out["full_over_raw"]) == set(out["full_over_raw_median"]) == {"1.0"}
 

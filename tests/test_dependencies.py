@@ -71,6 +71,7 @@ def test_every_imported_package_is_declared_in_pyproject():
             problems.append(f"{module}: imported by {where}, but no installed distribution provides it")
             continue
         if not {_name(n) for n in names} & have:
-            problems.append(f"{module}: imported by {where}; declare {' or '.join(sorted(set(names)))} "
-                            f"in pyproject.toml")
+            problems.append(
+                f"{module}: imported by {where}; declare {' or '.join(sorted(set(names)))} in pyproject.toml"
+            )
     assert not problems, "undeclared imports:\n" + "\n".join(problems)

@@ -20,15 +20,28 @@ ROOT = Path(__file__).resolve().parents[1]
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     return out
 
 
 def test_docs_build_strict(site: Path) -> None:
-    for page in ("index.html", "reference/config/index.html", "reference/cli/index.html", "benchmarks/index.html",
-                 "architecture/index.html", "guides/sim-training/index.html"):
+    for page in (
+        "index.html",
+        "reference/config/index.html",
+        "reference/cli/index.html",
+        "benchmarks/index.html",
+        "architecture/index.html",
+        "guides/sim-training/index.html",
+    ):
         assert (site / page).is_file(), page
 
 
@@ -42,8 +55,12 @@ def _rows(page: Path) -> dict[tuple[str, str], str]:
     text = page.read_text()
     rows: dict[tuple[str, str], str] = {}
     section = ""
-    for m in re.finditer(r"<h[23][^>]*>(.*?)</h[23]>|<tr>\s*<td><code>([^<]+)</code></td>\s*<td><code>[^<]*</code></td>"
-                         r"\s*<td><code>([^<]*)</code></td>", text, re.DOTALL):
+    for m in re.finditer(
+        r"<h[23][^>]*>(.*?)</h[23]>|<tr>\s*<td><code>([^<]+)</code></td>\s*<td><code>[^<]*</code></td>"
+        r"\s*<td><code>([^<]*)</code></td>",
+        text,
+        re.DOTALL,
+    ):
         if m.group(1) is not None:
             section = html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip().rstrip("¶").strip()
         else:
@@ -72,6 +89,10 @@ def test_config_reference_meaning_is_the_source_comment() -> None:
     from robo_async.learner.algorithms import config_class
 
     rows = {key: (typ, default, meaning) for key, typ, default, meaning in hook.rows(config_class("qc"), "algo.")}
-    assert rows["algo.gamma"] == ("float", "0.97", "discount per control tick (a chunk of H ticks is discounted by gamma^H)")
+    assert rows["algo.gamma"] == (
+        "float",
+        "0.97",
+        "discount per control tick (a chunk of H ticks is discounted by gamma^H)",
+    )
     assert rows["algo.max_version_lag"][:2] == ("int | None", "null")
     assert rows["algo.critic_hidden"] == ("tuple[int, ...]", "[256, 256, 256]", "")

@@ -86,8 +86,11 @@ def missing(parsed: list[tuple[str, ast.Module]] | None = None) -> list[str]:
                     out.append(f"{path}:{fn.lineno} method {cls.name}.{name}")
         if functions:
             for node in tree.body:
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _public(node.name) \
-                        and not ast.get_docstring(node):
+                if (
+                    isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and _public(node.name)
+                    and not ast.get_docstring(node)
+                ):
                     out.append(f"{path}:{node.lineno} function {node.name}")
     return out
 
@@ -114,7 +117,10 @@ def _helper(): ...
 ''')
     sim = ast.parse("class Task:\n    def step(self): ...\ndef make(): ...\nclass _Hidden: ...\n")
     assert missing([("hal/arm.py", hal), ("sim/task.py", sim)]) == [
-        "hal/arm.py:14 method Arm.grip", "hal/arm.py:17 function helper", "sim/task.py:1 class Task"]
+        "hal/arm.py:14 method Arm.grip",
+        "hal/arm.py:17 function helper",
+        "sim/task.py:1 class Task",
+    ]
 
 
 def test_public_classes_functions_and_methods_have_docstrings():

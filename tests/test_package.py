@@ -23,8 +23,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A wheel of the working tree, built in a copy (the checkout gets no build/ or egg-info)."""
     src, out = tmp_path_factory.mktemp("src") / "robo_async", tmp_path_factory.mktemp("wheel")
     shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")])
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w",
-                    str(out)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (whl,) = out.glob("robo_async-*.whl")
     return whl
 
@@ -38,17 +42,43 @@ def test_the_wheel_carries_every_config_and_asset(wheel: Path):
 
 def test_an_installed_wheel_trains_from_any_directory(wheel: Path, tmp_path: Path):
     site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}  # ahead of the checkout's editable install
-    where = subprocess.run([sys.executable, "-c", "import robo_async, robo_async.config as c; "
-                            "print(robo_async.__file__); print(c.CONFIG_DIR)"], cwd=elsewhere, env=env,
-                           capture_output=True, text=True, check=True).stdout.split()
+    where = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import robo_async, robo_async.config as c; print(robo_async.__file__); print(c.CONFIG_DIR)",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert [Path(p).is_relative_to(site) for p in where] == [True, True], where
-    run = subprocess.run([str(site / "bin" / "robo-async"), "train", "budget.env_steps=300", "eval_episodes=0",
-                          "dashboard.port=null", "policy.hidden=[32]", "algo.hidden=[32]"],
-                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            str(site / "bin" / "robo-async"),
+            "train",
+            "budget.env_steps=300",
+            "eval_episodes=0",
+            "dashboard.port=null",
+            "policy.hidden=[32]",
+            "algo.hidden=[32]",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (run_dir,) = (elsewhere / "runs").iterdir()
     assert (run_dir / "config.yaml").is_file() and (run_dir / "replay").is_dir()

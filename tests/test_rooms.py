@@ -47,7 +47,7 @@ BANNED = {"hal": {"torch"}}
 ENTRY_ALLOWED: dict[tuple[str, str], str] = {
     ("robo_async.cli", "*"): "cli.py dispatches each command to its module",
     ("*", "robo_async.config"): "config.py is the top floor's own helper (compose_config, UserError); "
-                                "it imports no other entry module (checked below)",
+    "it imports no other entry module (checked below)",
     ("robo_async.bench", "robo_async.train"): "bench learn-reach runs the train command's plan end to end",
     ("robo_async.bench", "robo_async.imitate"): "bench remote-inference trains its policy with the bc command",
 }
@@ -147,8 +147,10 @@ def breaks(imports: list[Import]) -> list[str]:
             continue
         if src == dst == "entry":
             if why_allowed(imp) is None:
-                out.append(f"{imp} (entry modules are imported by nothing: move the shared helper down "
-                           f"to a room, or list the pair in ENTRY_ALLOWED with its reason)")
+                out.append(
+                    f"{imp} (entry modules are imported by nothing: move the shared helper down "
+                    f"to a room, or list the pair in ENTRY_ALLOWED with its reason)"
+                )
             continue
         if src != dst and dst not in BELOW[src]:
             out.append(f"{imp} ({src} may import only {sorted(BELOW[src]) or 'nothing of ours'})")
@@ -165,8 +167,11 @@ def test_rooms_point_one_way() -> None:
 def test_config_imports_no_entry_module() -> None:
     """config.py may be imported by every entry module because it imports none of them (it may
     import rooms below, e.g. the schemas it registers)."""
-    wrong = [str(i) for i in imports_of(ROOT / "robo_async" / "config.py")
-             if room_of(i.target) == "entry" and entry_unit(i.target) != "robo_async.config"]
+    wrong = [
+        str(i)
+        for i in imports_of(ROOT / "robo_async" / "config.py")
+        if room_of(i.target) == "entry" and entry_unit(i.target) != "robo_async.config"
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -177,15 +182,22 @@ def test_known_breaks_are_still_there() -> None:
     assert not stale, f"these imports are gone: remove them from KNOWN_BREAKS in tests/test_rooms.py: {stale}"
 
 
-@pytest.mark.parametrize("file, source, expected", [
-    ("robo_async/actor/probe.py", "from robo_async.launch.builders import make_robot\n", "actor may import only"),
-    ("robo_async/actor/probe.py", "def f():\n    from robo_async.serve import server\n", "actor may import only"),
-    ("robo_async/launch/probe.py", "import robo_async.record\n", "launch may import only"),
-    ("robo_async/record.py", "def f():\n    from robo_async import evaluate\n", "entry modules are imported by nothing"),
-    ("robo_async/transport/probe.py", "from .. import buffer\n", "transport may import only"),
-    ("sim/probe.py", "from policies.scripted import ScriptedPolicy\n", "sim may import only"),
-    ("hal/probe.py", "import torch.nn\n", "hal must not import torch"),
-])
+@pytest.mark.parametrize(
+    "file, source, expected",
+    [
+        ("robo_async/actor/probe.py", "from robo_async.launch.builders import make_robot\n", "actor may import only"),
+        ("robo_async/actor/probe.py", "def f():\n    from robo_async.serve import server\n", "actor may import only"),
+        ("robo_async/launch/probe.py", "import robo_async.record\n", "launch may import only"),
+        (
+            "robo_async/record.py",
+            "def f():\n    from robo_async import evaluate\n",
+            "entry modules are imported by nothing",
+        ),
+        ("robo_async/transport/probe.py", "from .. import buffer\n", "transport may import only"),
+        ("sim/probe.py", "from policies.scripted import ScriptedPolicy\n", "sim may import only"),
+        ("hal/probe.py", "import torch.nn\n", "hal must not import torch"),
+    ],
+)
 def test_a_wrong_import_is_named(file: str, source: str, expected: str) -> None:
     """The check itself: a wrong import, at module level or in a function, is named with its line."""
     wrong = breaks(imports_of(ROOT / file, "\n" + source))

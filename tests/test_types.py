@@ -10,6 +10,7 @@ CHECKED = ["hal", "robo_async/transport", "robo_async/buffer"]
 
 
 def test_mypy_finds_no_errors_in_hal_transport_and_buffer():
-    done = subprocess.run([sys.executable, "-m", "mypy", *CHECKED], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", *CHECKED], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, f"mypy {' '.join(CHECKED)} (exit {done.returncode}):\n{done.stdout}{done.stderr}"

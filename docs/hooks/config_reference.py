@@ -27,8 +27,14 @@ import typing
 from dataclasses import MISSING, Field, fields, is_dataclass
 from typing import Any
 
-MARKERS = ("<!-- config-reference -->", "<!-- cli-usage -->", "<!-- buffer-usage -->", "<!-- bench-list -->",
-           "<!-- wire-kinds -->", "<!-- store-format -->")
+MARKERS = (
+    "<!-- config-reference -->",
+    "<!-- cli-usage -->",
+    "<!-- buffer-usage -->",
+    "<!-- bench-list -->",
+    "<!-- wire-kinds -->",
+    "<!-- store-format -->",
+)
 GROUPS = ("task", "policy", "algo", "buffer", "launcher")
 
 
@@ -73,24 +79,47 @@ def wire_kinds() -> str:
     figures, from the code in `robo_async/transport/`."""
     t = _transport_attrs()
     out = [f"Wire schema `{t['SCHEMA']}`. Array dtypes: {', '.join(f'`{d}`' for d in sorted(t['DTYPES']))}.", ""]
-    messages = sorted({v for v in t.values() if isinstance(v, type) and is_dataclass(v)
-                       and isinstance(getattr(v, "kind", None), str)}, key=_source_line)
+    messages = sorted(
+        {
+            v
+            for v in t.values()
+            if isinstance(v, type) and is_dataclass(v) and isinstance(getattr(v, "kind", None), str)
+        },
+        key=_source_line,
+    )
     for cls in messages:
-        out += [f"### `{cls.kind}`", "", f"`{cls.__module__}.{cls.__qualname__}`" + (
-            f": {' '.join(cls.__doc__.split())}" if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else ""), ""]
+        out += [
+            f"### `{cls.kind}`",
+            "",
+            f"`{cls.__module__}.{cls.__qualname__}`"
+            + (
+                f": {' '.join(cls.__doc__.split())}"
+                if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(")
+                else ""
+            ),
+            "",
+        ]
         out += table(rows(cls, ""), "field")
         out.append("")
     kinds = t.get("_KIND_FIELDS")
     if kinds and not messages:
         common = ", ".join(f"`{k}`" for k in sorted(t.get("_HEADER", ())))
-        out += [f"Every header has {common}; each kind adds its own fields, and no others:", "",
-                "| kind | header fields |", "|---|---|"]
+        out += [
+            f"Every header has {common}; each kind adds its own fields, and no others:",
+            "",
+            "| kind | header fields |",
+            "|---|---|",
+        ]
         out += [f"| `{kind}` | {', '.join(f'`{f}`' for f in sorted(fs))} |" for kind, fs in kinds.items()]
         out.append("")
     columns = t.get("COLUMN_DTYPES")
     if columns:
-        out += ["Transition columns and their dtypes (plus `obs/<key>`, `next_obs/<key>`, `final_obs/<key>`):", "",
-                "| column | dtype |", "|---|---|"]
+        out += [
+            "Transition columns and their dtypes (plus `obs/<key>`, `next_obs/<key>`, `final_obs/<key>`):",
+            "",
+            "| column | dtype |",
+            "|---|---|",
+        ]
         out += [f"| `{c}` | `{d}` |" for c, d in sorted(columns.items())]
         out.append("")
     limits = sorted((n, v) for n, v in t.items() if n.startswith("MAX_") and isinstance(v, (int, float, dict)))
@@ -123,9 +152,13 @@ def store_format() -> str:
     from robo_async.buffer import codec
 
     tables = getattr(importlib.import_module("robo_async.buffer.lmdb_store"), "TABLES", ())
-    out = [(f"Store schema `{codec.STORE_SCHEMA}` (other versions are refused with what to do). "
-            f"Tables: {', '.join(f'`{t}`' for t in tables)}. Image codecs: {', '.join(f'`{c}`' for c in codec.CODECS)}."),
-           ""]
+    out = [
+        (
+            f"Store schema `{codec.STORE_SCHEMA}` (other versions are refused with what to do). "
+            f"Tables: {', '.join(f'`{t}`' for t in tables)}. Image codecs: {', '.join(f'`{c}`' for c in codec.CODECS)}."
+        ),
+        "",
+    ]
     for name in ("layout", "lmdb_store", "codec"):
         try:
             module = importlib.import_module(f"robo_async.buffer.{name}")
@@ -143,6 +176,7 @@ def bench_names() -> list[str]:
 
 
 # -- the schema ---------------------------------------------------------------------------------
+
 
 def config_reference() -> str:
     from robo_async.launch import schema
@@ -174,8 +208,13 @@ def _defined_by(cls: type) -> str:
         inspect.getsource(cls)
         parts = [cls]
     except (OSError, TypeError):
-        parts = [b for b in cls.__mro__[1:] if is_dataclass(b) and {f.name for f in fields(b)} - {"name"}
-                 and not any(issubclass(o, b) for o in cls.__mro__[1:] if o is not b and is_dataclass(o))]
+        parts = [
+            b
+            for b in cls.__mro__[1:]
+            if is_dataclass(b)
+            and {f.name for f in fields(b)} - {"name"}
+            and not any(issubclass(o, b) for o in cls.__mro__[1:] if o is not b and is_dataclass(o))
+        ]
         parts = parts or [cls]
     return "Defined by " + ", ".join(f"`{c.__module__}.{c.__qualname__}`" for c in parts) + "."
 
@@ -268,6 +307,7 @@ def value(v: Any) -> str:
 
 
 # -- meanings from the source --------------------------------------------------------------------
+
 
 def field_comments(cls: type) -> dict[str, str]:
     """Field name -> its comment, the most derived class's first (an override without a comment

@@ -20,6 +20,7 @@ HOME_DEG = (0.0, 11.5, 74.5, 51.6, 0.0)
 
 class SimLeader(NoCalibration, Teleoperator):
     """The `sim_leader` teleoperator: a scripted leader arm and buttons (see the module's docstring)."""
+
     config_class = SimLeaderConfig
     name = "sim_leader"
 
@@ -53,7 +54,7 @@ class SimLeader(NoCalibration, Teleoperator):
             return {}
         self._calls += 1
         s = math.sin(2 * math.pi * self._calls / self.config.period_calls) * self.config.amplitude_deg
-        out = {f"{m}.pos": h + s for m, h in zip(MOTORS[:-1], HOME_DEG)}
+        out = {f"{m}.pos": h + s for m, h in zip(MOTORS[:-1], HOME_DEG, strict=False)}
         out["gripper.pos"] = 50.0 + s
         return out
 

@@ -12,6 +12,7 @@ from lerobot.teleoperators.config import TeleoperatorConfig
 class SimLeaderConfig(TeleoperatorConfig):
     """The scripted leader's sway (degrees, in get_action calls), its events by poll number, and when it
     unplugs."""
+
     amplitude_deg: float = 10.0  # joints sway around home by this much
     period_calls: int = 60  # calls to get_action per sway
     # poll number (one per control tick) -> event: is_intervention (toggles), success, failure,

@@ -28,6 +28,7 @@ def gripper_range(task: ReachTask) -> tuple[float, float]:
 class SimSO101(NoCalibration, LeRobotRobot):
     """The `sim_so101` LeRobot robot: our MuJoCo SO-101 arm in `so101_follower`'s units (see the module's
     docstring)."""
+
     config_class = SimSO101Config
     name = "sim_so101"
 
@@ -45,8 +46,10 @@ class SimSO101(NoCalibration, LeRobotRobot):
 
     @property
     def observation_features(self) -> dict:
-        return {**{f"{m}.pos": float for m in MOTORS},
-                **{c: (self.config.image_size, self.config.image_size, 3) for c in self.config.cameras}}
+        return {
+            **{f"{m}.pos": float for m in MOTORS},
+            **{c: (self.config.image_size, self.config.image_size, 3) for c in self.config.cameras},
+        }
 
     @property
     def action_features(self) -> dict:
@@ -64,7 +67,7 @@ class SimSO101(NoCalibration, LeRobotRobot):
         self._connected = True
 
     def _to_lerobot(self, q: np.ndarray) -> dict[str, float]:
-        out = {f"{m}.pos": float(np.degrees(v)) for m, v in zip(MOTORS[:-1], q[:-1])}
+        out = {f"{m}.pos": float(np.degrees(v)) for m, v in zip(MOTORS[:-1], q[:-1], strict=False)}
         out["gripper.pos"] = float(100 * (q[-1] - self._g_lo) / (self._g_hi - self._g_lo))
         return out
 

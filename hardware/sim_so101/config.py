@@ -11,6 +11,7 @@ from lerobot.robots.config import RobotConfig
 @dataclass(kw_only=True)
 class SimSO101Config(RobotConfig):
     """Which MuJoCo task backs the arm, its cameras, frame size (px) and control rate (Hz)."""
+
     task: str = "reach"  # which of our MuJoCo tasks backs the arm
     cameras: list[str] = field(default_factory=list)  # any of front, wrist
     image_size: int = 128

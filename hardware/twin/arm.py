@@ -27,8 +27,15 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from hardware.twin.protocol import (ERR_OVERHEAT, ERR_OVERLOAD, REG, RESOLUTION, ServoRegisters,
-                                    decode_sign_magnitude, encode_sign_magnitude)
+from hardware.twin.protocol import (
+    ERR_OVERHEAT,
+    ERR_OVERLOAD,
+    REG,
+    RESOLUTION,
+    ServoRegisters,
+    decode_sign_magnitude,
+    encode_sign_magnitude,
+)
 
 MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
 TICKS_PER_RAD = RESOLUTION / (2 * math.pi)
@@ -60,8 +67,8 @@ class TwinArm:
         self.lock = threading.RLock()
         self.servos = [ServoRegisters(i + 1) for i in range(len(MOTORS))]
         for i, s in enumerate(self.servos):
-            s.on_write = (lambda addr, n, i=i: self._written(i, addr, n))
-            s.on_read = (lambda i=i: self._sample(i))
+            s.on_write = lambda addr, n, i=i: self._written(i, addr, n)
+            s.on_read = lambda i=i: self._sample(i)
         self.torque = np.zeros(len(MOTORS), bool)
         self.data.ctrl[:] = 0.0
         self._apply_torque()
@@ -80,7 +87,7 @@ class TwinArm:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if calibrated:
-            for i, (motor, cal) in enumerate(self.calibration().items()):
+            for i, cal in enumerate(self.calibration().values()):
                 s = self.servos[i]
                 s.set("Homing_Offset", encode_sign_magnitude(cal["homing_offset"], 11))
                 s.set("Min_Position_Limit", cal["range_min"])
@@ -110,8 +117,13 @@ class TwinArm:
             else:
                 lo = self.actual_ticks(i, float(self.low[i])) - homing
                 hi = self.actual_ticks(i, float(self.high[i])) - homing
-            out[motor] = {"id": i + 1, "drive_mode": 0, "homing_offset": int(homing),
-                          "range_min": int(lo), "range_max": int(hi)}
+            out[motor] = {
+                "id": i + 1,
+                "drive_mode": 0,
+                "homing_offset": int(homing),
+                "range_min": int(lo),
+                "range_max": int(hi),
+            }
         return out
 
     # --- the servos' firmware ----------------------------------------------------------------

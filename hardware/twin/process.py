@@ -41,7 +41,7 @@ class TwinProcess:
             raise RuntimeError("the twin is not started: call start() first")
         return self._control
 
-    def start(self, timeout_s: float = 60.0) -> "TwinProcess":
+    def start(self, timeout_s: float = 60.0) -> TwinProcess:
         """Start the process, wait for its description and until each bus answers a ping."""
         import hardware
 
@@ -49,9 +49,20 @@ class TwinProcess:
         env = {**os.environ, "PYTHONPATH": str(Path(hardware.__file__).resolve().parents[1])}
         env.setdefault("MUJOCO_GL", "egl")
         with open(self.root / "twin.log", "w") as log_file:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen([sys.executable, "-m", "hardware.twin", "so101", f"dir={self.root}",
-                                          "leader=true", f"camera={str(self.camera).lower()}"],
-                                         stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "hardware.twin",
+                    "so101",
+                    f"dir={self.root}",
+                    "leader=true",
+                    f"camera={str(self.camera).lower()}",
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         try:
             deadline = time.monotonic() + timeout_s
             while (info := self._description()) is None:  # this child's (a twin.json left in `root` is not)
@@ -78,15 +89,29 @@ class TwinProcess:
     def robot(self, **extra: object) -> dict:
         """`robot.*` for LeRobot's so101_follower on this twin (LeRobot's own 15 degree cap kept)."""
         f = self.info["arms"]["follower"]
-        return {"type": "so101_follower", "port": f["port"], "id": f["id"], "calibration_dir": f["calibration_dir"],
-                "use_degrees": True, "max_relative_target": 15, "cameras": {}, "bus_timeout_ms": self.bus_timeout_ms,
-                **extra}
+        return {
+            "type": "so101_follower",
+            "port": f["port"],
+            "id": f["id"],
+            "calibration_dir": f["calibration_dir"],
+            "use_degrees": True,
+            "max_relative_target": 15,
+            "cameras": {},
+            "bus_timeout_ms": self.bus_timeout_ms,
+            **extra,
+        }
 
     def leader(self, **extra: object) -> dict:
         """`teleop.*` for LeRobot's so101_leader on this twin."""
         a = self.info["arms"]["leader"]
-        return {"type": "so101_leader", "port": a["port"], "id": a["id"], "calibration_dir": a["calibration_dir"],
-                "bus_timeout_ms": self.bus_timeout_ms, **extra}
+        return {
+            "type": "so101_leader",
+            "port": a["port"],
+            "id": a["id"],
+            "calibration_dir": a["calibration_dir"],
+            "bus_timeout_ms": self.bus_timeout_ms,
+            **extra,
+        }
 
     def state(self, role: str = "follower") -> dict:
         """One arm's truth: q (rad), torque flags, max_goal_step (rad), goal_writes, ..."""

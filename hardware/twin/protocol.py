@@ -29,16 +29,42 @@ ERR_VOLTAGE, ERR_ANGLE, ERR_OVERHEAT, ERR_OVERELE, ERR_OVERLOAD = 1, 2, 4, 8, 32
 
 # the STS3215's control table as LeRobot names it: name -> (address, bytes)
 REG = {
-    "Firmware_Major_Version": (0, 1), "Firmware_Minor_Version": (1, 1), "Model_Number": (3, 2),
-    "ID": (5, 1), "Baud_Rate": (6, 1), "Return_Delay_Time": (7, 1), "Response_Status_Level": (8, 1),
-    "Min_Position_Limit": (9, 2), "Max_Position_Limit": (11, 2), "Max_Temperature_Limit": (13, 1),
-    "Max_Voltage_Limit": (14, 1), "Min_Voltage_Limit": (15, 1), "Max_Torque_Limit": (16, 2), "Phase": (18, 1),
-    "P_Coefficient": (21, 1), "D_Coefficient": (22, 1), "I_Coefficient": (23, 1), "Protection_Current": (28, 2),
-    "Homing_Offset": (31, 2), "Operating_Mode": (33, 1), "Overload_Torque": (36, 1),
-    "Torque_Enable": (40, 1), "Acceleration": (41, 1), "Goal_Position": (42, 2), "Goal_Velocity": (46, 2),
-    "Torque_Limit": (48, 2), "Lock": (55, 1), "Present_Position": (56, 2), "Present_Velocity": (58, 2),
-    "Present_Load": (60, 2), "Present_Voltage": (62, 1), "Present_Temperature": (63, 1), "Status": (65, 1),
-    "Moving": (66, 1), "Present_Current": (69, 2), "Maximum_Acceleration": (85, 1),
+    "Firmware_Major_Version": (0, 1),
+    "Firmware_Minor_Version": (1, 1),
+    "Model_Number": (3, 2),
+    "ID": (5, 1),
+    "Baud_Rate": (6, 1),
+    "Return_Delay_Time": (7, 1),
+    "Response_Status_Level": (8, 1),
+    "Min_Position_Limit": (9, 2),
+    "Max_Position_Limit": (11, 2),
+    "Max_Temperature_Limit": (13, 1),
+    "Max_Voltage_Limit": (14, 1),
+    "Min_Voltage_Limit": (15, 1),
+    "Max_Torque_Limit": (16, 2),
+    "Phase": (18, 1),
+    "P_Coefficient": (21, 1),
+    "D_Coefficient": (22, 1),
+    "I_Coefficient": (23, 1),
+    "Protection_Current": (28, 2),
+    "Homing_Offset": (31, 2),
+    "Operating_Mode": (33, 1),
+    "Overload_Torque": (36, 1),
+    "Torque_Enable": (40, 1),
+    "Acceleration": (41, 1),
+    "Goal_Position": (42, 2),
+    "Goal_Velocity": (46, 2),
+    "Torque_Limit": (48, 2),
+    "Lock": (55, 1),
+    "Present_Position": (56, 2),
+    "Present_Velocity": (58, 2),
+    "Present_Load": (60, 2),
+    "Present_Voltage": (62, 1),
+    "Present_Temperature": (63, 1),
+    "Status": (65, 1),
+    "Moving": (66, 1),
+    "Present_Current": (69, 2),
+    "Maximum_Acceleration": (85, 1),
 }
 STS3215_MODEL = 777
 RESOLUTION = 4096
@@ -102,21 +128,21 @@ class ServoRegisters:
     def get(self, name: str) -> int:
         """A register by LeRobot's name, as the raw unsigned integer."""
         addr, n = REG[name]
-        return int.from_bytes(self.mem[addr: addr + n], "little")
+        return int.from_bytes(self.mem[addr : addr + n], "little")
 
     def set(self, name: str, value: int) -> None:
         """Set a register by name without telling `on_write` (the servo's own updates)."""
         addr, n = REG[name]
-        self.mem[addr: addr + n] = int(value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+        self.mem[addr : addr + n] = int(value & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
 
     def read(self, addr: int, n: int) -> bytes:
         self.on_read()
-        return bytes(self.mem[addr: addr + n])
+        return bytes(self.mem[addr : addr + n])
 
     def write(self, addr: int, data: bytes) -> None:
         if addr + len(data) > 256:
             data = data[: 256 - addr]
-        self.mem[addr: addr + len(data)] = data
+        self.mem[addr : addr + len(data)] = data
         self.on_write(addr, len(data))
 
 
@@ -186,7 +212,7 @@ class ServoBus:
             for i in range(0, len(body) - n, n + 1):
                 servo = self._by_id(body[i])
                 if servo is not None:
-                    servo.write(addr, body[i + 1: i + 1 + n])
+                    servo.write(addr, body[i + 1 : i + 1 + n])
             return b""
         if instr == SYNC_READ:
             if len(params) < 2:

@@ -78,7 +78,7 @@ class PtyPort:
                 with self.lock:
                     out = self.bus.feed(data)
                 while out:
-                    out = out[os.write(master, out):]
+                    out = out[os.write(master, out) :]
             except InterruptedError:
                 continue
             except OSError as e:
@@ -117,7 +117,9 @@ class CameraFeed:
     published on a ZMQ PUB socket at `fps`. `delivering = False` stops the frames (a camera that
     hangs: LeRobot's reader then finds its latest frame too old)."""
 
-    def __init__(self, arm: TwinArm, ctx: zmq.Context, *, fps: float = 10.0, size: int = 96, name: str = "front") -> None:
+    def __init__(
+        self, arm: TwinArm, ctx: zmq.Context, *, fps: float = 10.0, size: int = 96, name: str = "front"
+    ) -> None:
         self.arm, self.fps, self.size, self.name = arm, fps, size, name
         self.sock = ctx.socket(zmq.PUB)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -150,8 +152,10 @@ class CameraFeed:
             rgb = renderer.render()
             ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
             if ok:
-                msg = {"timestamps": {self.name: time.time()},
-                       "images": {self.name: base64.b64encode(jpeg.tobytes()).decode()}}
+                msg = {
+                    "timestamps": {self.name: time.time()},
+                    "images": {self.name: base64.b64encode(jpeg.tobytes()).decode()},
+                }
                 self.sock.send_string(json.dumps(msg))
                 self.frames += 1
         renderer.close()
@@ -169,15 +173,24 @@ class Twin:
     socket, under `root`; with `camera`, the follower's front camera on a ZMQ feed (LeRobot's
     `zmq` camera type). `start()` runs them; `close()` stops them."""
 
-    def __init__(self, root: Path, *, leader: bool = False, seed: int = 0, camera: bool = False,
-                 follower_id: str = "twin_follower", leader_id: str = "twin_leader") -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        leader: bool = False,
+        seed: int = 0,
+        camera: bool = False,
+        follower_id: str = "twin_follower",
+        leader_id: str = "twin_leader",
+    ) -> None:
         self.root = root
         self.ids = {"follower": follower_id, "leader": leader_id}
         self.arms = {"follower": TwinArm(seed=seed)}
         if leader:
             self.arms["leader"] = TwinArm(seed=seed + 1)
-        self.ports = {role: PtyPort(ServoBus(arm.servos), root / f"{role}.tty", arm.lock)
-                      for role, arm in self.arms.items()}
+        self.ports = {
+            role: PtyPort(ServoBus(arm.servos), root / f"{role}.tty", arm.lock) for role, arm in self.arms.items()
+        }
         for role, arm in self.arms.items():
             self.ports[role].bus.on_sync_read = arm.note_sync_read
         self._ctx: zmq.Context | None = None
@@ -218,13 +231,35 @@ class Twin:
 
     def describe(self) -> dict:
         """Ports, ids, calibration dirs, control address and pid."""
-        cam = {"camera": {"type": "zmq", "server_address": "127.0.0.1", "port": self.camera.port,
-                          "camera_name": self.camera.name, "width": self.camera.size, "height": self.camera.size,
-                          "fps": int(self.camera.fps)}} if self.camera is not None else {}
-        return {"pid": os.getpid(), "control": self.control, **cam,
-                "arms": {role: {"port": str(self.ports[role].link), "id": self.ids[role],
-                                "calibration_dir": str(self.calibration_dir(role)), "motors": list(MOTORS)}
-                         for role in self.arms}}
+        cam = (
+            {
+                "camera": {
+                    "type": "zmq",
+                    "server_address": "127.0.0.1",
+                    "port": self.camera.port,
+                    "camera_name": self.camera.name,
+                    "width": self.camera.size,
+                    "height": self.camera.size,
+                    "fps": int(self.camera.fps),
+                }
+            }
+            if self.camera is not None
+            else {}
+        )
+        return {
+            "pid": os.getpid(),
+            "control": self.control,
+            **cam,
+            "arms": {
+                role: {
+                    "port": str(self.ports[role].link),
+                    "id": self.ids[role],
+                    "calibration_dir": str(self.calibration_dir(role)),
+                    "motors": list(MOTORS),
+                }
+                for role in self.arms
+            },
+        }
 
     def _serve(self) -> None:
         assert self._sock is not None
@@ -267,7 +302,7 @@ class Twin:
             with arm.lock:
                 total, kept = arm.readings_total, list(arm.readings)
             since = max(int(req.get("since", 0)), total - len(kept))
-            return {"total": total, "first": since, "q": [list(v) for v in kept[len(kept) - (total - since):]]}
+            return {"total": total, "first": since, "q": [list(v) for v in kept[len(kept) - (total - since) :]]}
         elif cmd == "reset_stats":
             with arm.lock:
                 arm.max_goal_step[:] = 0
@@ -280,10 +315,16 @@ class Twin:
     def _state(self, role: str) -> dict:
         arm = self.arms[role]
         with arm.lock:
-            return {"q": arm.joints().tolist(), "torque": arm.torque.tolist(),
-                    "errors": [s.error for s in arm.servos], "max_goal_step": arm.max_goal_step.tolist(),
-                    "goal_writes": arm.goal_writes, "torque_off_events": arm.torque_off_events,
-                    "plugged": self.ports[role].plugged, "malformed": self.ports[role].bus.malformed}
+            return {
+                "q": arm.joints().tolist(),
+                "torque": arm.torque.tolist(),
+                "errors": [s.error for s in arm.servos],
+                "max_goal_step": arm.max_goal_step.tolist(),
+                "goal_writes": arm.goal_writes,
+                "torque_off_events": arm.torque_off_events,
+                "plugged": self.ports[role].plugged,
+                "malformed": self.ports[role].bus.malformed,
+            }
 
     def close(self) -> None:
         """Stop everything; the ports disappear."""
@@ -343,8 +384,9 @@ class TwinControl:
 def camera_override(info: dict) -> str:
     """The value of `robot.cameras=` that gives LeRobot's arm the twin's front camera (Hydra syntax)."""
     c = info["camera"]
-    fields = ", ".join(f"{k}: {c[k]}" for k in ("type", "server_address", "port", "camera_name", "width", "height",
-                                                  "fps"))
+    fields = ", ".join(
+        f"{k}: {c[k]}" for k in ("type", "server_address", "port", "camera_name", "width", "height", "fps")
+    )
     return f"{{front: {{{fields}}}}}"
 
 
@@ -355,17 +397,25 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "so101":
-        print("usage: robo-async twin so101 [dir=<dir>] [leader=true|false] [camera=true|false] [seed=0]", file=sys.stderr)
+        print(
+            "usage: robo-async twin so101 [dir=<dir>] [leader=true|false] [camera=true|false] [seed=0]", file=sys.stderr
+        )
         return 2
     opts = dict(a.split("=", 1) for a in args[1:] if "=" in a)
     unknown = set(opts) - {"dir", "leader", "seed", "camera"}
     if unknown or any("=" not in a for a in args[1:]):
-        print(f"twin: unknown arguments {sorted(unknown) or args[1:]}; known: dir, leader, seed, camera", file=sys.stderr)
+        print(
+            f"twin: unknown arguments {sorted(unknown) or args[1:]}; known: dir, leader, seed, camera", file=sys.stderr
+        )
         return 2
     root = Path(opts["dir"]) if "dir" in opts else Path(tempfile.mkdtemp(prefix="robo-twin-"))
     yes = ("1", "true", "yes")
-    twin = Twin(root, leader=opts.get("leader", "false").lower() in yes, seed=int(opts.get("seed", 0)),
-                camera=opts.get("camera", "false").lower() in yes)
+    twin = Twin(
+        root,
+        leader=opts.get("leader", "false").lower() in yes,
+        seed=int(opts.get("seed", 0)),
+        camera=opts.get("camera", "false").lower() in yes,
+    )
     info = twin.start()
     f = info["arms"]["follower"]
     print(f"twin so101 follower on {f['port']} (servo ids 1-6, calibrated as id {f['id']})")
@@ -374,9 +424,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"control: {info['control']}   description: {root / 'twin.json'}")
     if "camera" in info:
         print(f"camera front (LeRobot zmq camera): robot.cameras='{camera_override(info)}'")
-    extra = (f" teleop=so101_leader teleop.port={info['arms']['leader']['port']} teleop.id=twin_leader "
-             f"teleop.calibration_dir={info['arms']['leader']['calibration_dir']}") if "leader" in info["arms"] else ""
-    print(f"use:  robot=so101 robot.port={f['port']} robot.id={f['id']} robot.calibration_dir={f['calibration_dir']}{extra}")
+    extra = (
+        (
+            f" teleop=so101_leader teleop.port={info['arms']['leader']['port']} teleop.id=twin_leader "
+            f"teleop.calibration_dir={info['arms']['leader']['calibration_dir']}"
+        )
+        if "leader" in info["arms"]
+        else ""
+    )
+    print(
+        f"use:  robot=so101 robot.port={f['port']} robot.id={f['id']} "
+        f"robot.calibration_dir={f['calibration_dir']}{extra}"
+    )
     sys.stdout.flush()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -27,7 +27,6 @@ from hal.robot import RobotError
 from hal.safety import SafeRobot
 from hal.teleop import Teleop
 from policies.base import Policy
-
 from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
 from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkThread
@@ -65,7 +64,8 @@ class ActorConfig:
     server_image_codec: str = "jpeg"  # how camera frames travel to it: jpeg | png | qoi | raw
     embed: bool = True  # the policy's frozen camera encoder (if any) embeds each batch's frames on the uplink thread
     envs: int = 1  # robots (simulators) this actor steps in one loop: run_actor builds them
-    uplink_in: str = "thread"  # thread: the uplink on a thread of this process | process: in a child, fed through shared memory
+    # thread: the uplink on a thread of this process | process: in a child, fed through shared memory
+    uplink_in: str = "thread"
 
 
 class LearnerUnavailable(RuntimeError):
@@ -76,9 +76,15 @@ class Actor:
     """One robot's control loop fed by a learner. `run()` returns when `stop` is set, the learner
     says it is stopping, or `loop.max_steps` is reached."""
 
-    def __init__(self, robot: SafeRobot | Sequence[SafeRobot], policy: Policy, config: ActorConfig,
-                 teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
-                 guide: Policy | None = None) -> None:
+    def __init__(
+        self,
+        robot: SafeRobot | Sequence[SafeRobot],
+        policy: Policy,
+        config: ActorConfig,
+        teleops: tuple[Teleop, ...] = (),
+        observer: Callable[[TickInfo], None] | None = None,
+        guide: Policy | None = None,
+    ) -> None:
         self.guide = guide
         robots = list(robot) if isinstance(robot, Sequence) else [robot]
         if not 1 <= len(robots) <= MAX_ENVS:
@@ -114,8 +120,11 @@ class Actor:
         A vectorized actor's robots each count as one actor of the learner's (their own streams):
         it waits while any of them has produced its share."""
         st = client.status
-        if st is not None and st is self._gate_status and all(a.seq < self._gate_limit.get(a.actor_id, 0)
-                                                               for a in adders):
+        if (
+            st is not None
+            and st is self._gate_status
+            and all(a.seq < self._gate_limit.get(a.actor_id, 0) for a in adders)
+        ):
             return True  # the common case, once per tick: no new status, still within the share
         deadline = time.monotonic() + self.config.first_status_timeout_s
         waited = False
@@ -125,7 +134,8 @@ class Actor:
                 if time.monotonic() > deadline:
                     raise LearnerUnavailable(
                         f"actor {self.config.actor_id}: no word from the learner at "
-                        f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s")
+                        f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s"
+                    )
             elif st.stopping:
                 return False
             elif all(a.seq < self._produce_limit(st, a.actor_id) for a in adders):
@@ -152,12 +162,19 @@ class Actor:
             if self._away_since is None:
                 self._away_since = time.monotonic() - silent
                 self.learner_outages += 1
-                log.warning("actor %d: no word from the learner at %s for %.0f s; %s, keeping %d unacked "
-                            "transitions to resend when it is back", self.config.actor_id, self.config.weights_address,
-                            silent, "executing" if self.config.loop.realtime else "paused", pending)
+                log.warning(
+                    "actor %d: no word from the learner at %s for %.0f s; %s, keeping %d unacked "
+                    "transitions to resend when it is back",
+                    self.config.actor_id,
+                    self.config.weights_address,
+                    silent,
+                    "executing" if self.config.loop.realtime else "paused",
+                    pending,
+                )
         elif self._away_since is not None:
-            log.warning("actor %d: the learner is back after %.1f s", self.config.actor_id,
-                        time.monotonic() - self._away_since)
+            log.warning(
+                "actor %d: the learner is back after %.1f s", self.config.actor_id, time.monotonic() - self._away_since
+            )
             self._away_since = None
 
     def _lane_uplink(self, lane: int) -> UplinkConfig:
@@ -172,12 +189,14 @@ class Actor:
     def _stopping_gate(self, client: WeightClient) -> Callable[[], bool]:
         """Real time: never wait on the learner (the robot keeps executing while it is away;
         data waits in the uplink); end when it says it is stopping."""
+
         def gate() -> bool:
             st = client.status
             self._watch_learner(client, self.uplink.unacked)
             if self._away_since is not None:
                 self.ticks_learner_away += 1
             return st is None or not st.stopping
+
         return gate
 
     def _first_status(self, client: WeightClient, stop: Event | ThreadEvent) -> LearnerStatus | None:
@@ -186,7 +205,8 @@ class Actor:
             if time.monotonic() > deadline:
                 raise LearnerUnavailable(
                     f"actor {self.config.actor_id}: no word from the learner at "
-                    f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s")
+                    f"{self.config.weights_address} for {self.config.first_status_timeout_s:.0f} s"
+                )
             time.sleep(0.005)
         return client.status
 
@@ -212,18 +232,32 @@ class Actor:
         ids = [lane_actor_id(cfg.actor_id, j) for j in range(len(self.robots))]
         group = None
         if cfg.uplink_in == "process" and encoder is not None:
-            log.info("actor %d: the policy's frozen encoder embeds frames on the uplink thread: the uplink stays "
-                     "in this process (actor.uplink=thread)", cfg.actor_id)
+            log.info(
+                "actor %d: the policy's frozen encoder embeds frames on the uplink thread: the uplink stays "
+                "in this process (actor.uplink=thread)",
+                cfg.actor_id,
+            )
         elif cfg.uplink_in == "process":
             from robo_async.actor.uplink_process import ProcessUplinks
 
-            group = ProcessUplinks(cfg.actor_id, ids, [self._lane_uplink(j) for j in range(len(ids))],
-                                   cfg.data_address, cfg.weights_address, cfg.keys_dir)
+            group = ProcessUplinks(
+                cfg.actor_id,
+                ids,
+                [self._lane_uplink(j) for j in range(len(ids))],
+                cfg.data_address,
+                cfg.weights_address,
+                cfg.keys_dir,
+            )
         self.transport = group  # the transport process's proxy (actor.uplink=process), else None
         # one stream per robot: its own uplink and journal (robot 0's where a one-robot actor keeps it)
-        self.uplinks = group.lanes if group is not None else [  # type: ignore[assignment]
-            Uplink(i, cfg.data_address, lambda: client.status, self._lane_uplink(j), secure=secure, encoder=encoder)
-            for j, i in enumerate(ids)]
+        self.uplinks = (
+            group.lanes
+            if group is not None
+            else [  # type: ignore[assignment]
+                Uplink(i, cfg.data_address, lambda: client.status, self._lane_uplink(j), secure=secure, encoder=encoder)
+                for j, i in enumerate(ids)
+            ]
+        )
         self.uplink = self.uplinks[0]
         connected: list[SafeRobot] = []
         try:
@@ -233,7 +267,7 @@ class Actor:
                 return None
             adders = []
             shared = UplinkThread(f"uplink-{cfg.actor_id}")  # one thread for all of this actor's streams
-            for j, (i, u) in enumerate(zip(ids, self.uplinks)):
+            for j, (i, u) in enumerate(zip(ids, self.uplinks, strict=False)):
                 acked = status.acked_for(i) or 0
                 # Numbering resumes after everything the learner or our own journal already holds.
                 start_seq = max(cfg.start_seq if j == 0 else 0, acked, journal_next[j])
@@ -244,14 +278,26 @@ class Actor:
                 group.start([status.acked_for(i) or 0 for i in ids])
             uplinks = self.uplinks
             self.loop = ControlLoop(
-                self.robots, self.policy, cfg.loop, sink=adders, weights=client.take_weights, teleops=self.teleops,
+                self.robots,
+                self.policy,
+                cfg.loop,
+                sink=adders,
+                weights=client.take_weights,
+                teleops=self.teleops,
                 observer=self.observer,
-                gate=self._stopping_gate(client) if cfg.loop.realtime else lambda: self._allowance(client, adders, stop),
-                stats=lambda: ActorStats(unacked=sum(u.unacked for u in uplinks), resends=sum(u.resends for u in uplinks),
-                                         gate_waits=self.gate_waits, learner_outages=self.learner_outages,
-                                         ticks_learner_away=self.ticks_learner_away,
-                                         weights_refused=client.weights_refused),
-                guide=self.guide)
+                gate=self._stopping_gate(client)
+                if cfg.loop.realtime
+                else lambda: self._allowance(client, adders, stop),
+                stats=lambda: ActorStats(
+                    unacked=sum(u.unacked for u in uplinks),
+                    resends=sum(u.resends for u in uplinks),
+                    gate_waits=self.gate_waits,
+                    learner_outages=self.learner_outages,
+                    ticks_learner_away=self.ticks_learner_away,
+                    weights_refused=client.weights_refused,
+                ),
+                guide=self.guide,
+            )
             for r in self.robots:
                 r.connect()
                 connected.append(r)

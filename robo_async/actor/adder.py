@@ -1,7 +1,9 @@
 """`Adder`: the only path from an actor to the learner. Numbers transitions `(actor_id, seq)`.
 
-Rows are written into preallocated columns as they come (no stacking at flush time). Batches are compact: `obs/<key>` for every row and `final_obs/<key>` for the
-last row's next observation only (`wire.expand_next_obs` rebuilds `next_obs/<key>`). Batches go to an outlet (the `Uplink`), which keeps them until the learner
+Rows are written into preallocated columns as they come (no stacking at flush time). Batches are compact: `obs/<key>`
+for every row and `final_obs/<key>` for the
+last row's next observation only (`wire.expand_next_obs` rebuilds `next_obs/<key>`). Batches go to an outlet (the
+`Uplink`), which keeps them until the learner
 acks them; `put` never blocks the control loop.
 """
 
@@ -87,7 +89,7 @@ class Adder:
             arrays[f"{FINAL_OBS}{k}"] = np.asarray(self._last_next[k], col.dtype)[None]
         arrays["action"] = self._action[:n]
         arrays["policy_action"] = self._policy_action[:n]
-        reward, terminated, truncated, version, success, intervention = zip(*self._scalars)
+        reward, terminated, truncated, version, success, intervention = zip(*self._scalars, strict=False)
         arrays["reward"] = np.array(reward, np.float32)
         arrays["terminated"] = np.array(terminated, bool)
         arrays["truncated"] = np.array(truncated, bool)

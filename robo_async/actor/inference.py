@@ -36,11 +36,16 @@ log = logging.getLogger(__name__)
 REPLAN = ("due", "continuous", "end")  # when (and about which tick) the next chunk is asked for
 # The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
 # the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
-# executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible simulators, where a tick has no wall-clock meaning).
+# executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible
+# simulators, where a tick has no wall-clock meaning).
 INFERENCE_MODES: dict[str, tuple[str, bool] | None] = {
-    "inline": None, "sync": ("sync", False), "async_naive": ("drop_stale", False),
-    "async_forward": ("drop_stale", True), "async_forward_blend": ("blend", True),
-    "async_forward_rtc": ("rtc", True)}
+    "inline": None,
+    "sync": ("sync", False),
+    "async_naive": ("drop_stale", False),
+    "async_forward": ("drop_stale", True),
+    "async_forward_blend": ("blend", True),
+    "async_forward_rtc": ("rtc", True),
+}
 PURPOSES = ("train", "evaluate")  # what the acting is for: what `auto` picks (see choose_inference)
 
 
@@ -48,8 +53,15 @@ class InferenceModeError(ValueError):
     """An inference mode this run cannot use; one line naming it and what to use instead."""
 
 
-def choose_inference(requested: str | None, *, purpose: str, horizon: int = 1, robot: str | None = None,
-                     realtime: bool = False, server: str | None = None) -> str:
+def choose_inference(
+    requested: str | None,
+    *,
+    purpose: str,
+    horizon: int = 1,
+    robot: str | None = None,
+    realtime: bool = False,
+    server: str | None = None,
+) -> str:
     """The one decision of `actor.inference` (train, eval, bc, the benchmarks' callers).
 
     `requested`: `auto` (or None) or one of INFERENCE_MODES; `robot`: the real robot's type (None:
@@ -79,11 +91,15 @@ def choose_inference(requested: str | None, *, purpose: str, horizon: int = 1, r
             return "inline" if as_fast_sim else "async_forward"
         return "inline" if as_fast_sim and horizon == 1 else "async_forward_rtc"
     if mode == "inline" and server:
-        raise InferenceModeError(f"actor.inference=inline would wait on the network on the control thread; with "
-                                 f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)")
+        raise InferenceModeError(
+            f"actor.inference=inline would wait on the network on the control thread; with "
+            f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)"
+        )
     if mode == "inline" and robot is not None:
-        raise InferenceModeError(f"actor.inference=inline runs the policy on the control thread, a sim-only speed "
-                                 f"mode; robot {robot} needs an asynchronous mode (auto, async_forward, ...)")
+        raise InferenceModeError(
+            f"actor.inference=inline runs the policy on the control thread, a sim-only speed "
+            f"mode; robot {robot} needs an asynchronous mode (auto, async_forward, ...)"
+        )
     return mode
 
 
@@ -94,7 +110,7 @@ def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> 
     return spec.forward_state(state, committed)
 
 
-def percentile(values: "deque[float] | deque[int] | list[float]", q: float) -> float:
+def percentile(values: deque[float] | deque[int] | list[float], q: float) -> float:
     """numpy's default (linear) percentile of a small window, without numpy's per-call overhead
     (~5 us against ~90 us for 50 values: a remote actor asks for its p95 on every request)."""
     s = sorted(values)
@@ -191,8 +207,7 @@ class InferenceEngine:
     waiting out an inference about the episode that just ended (its result is discarded). Without
     it every episode after the first would begin with up to two latencies of holding."""
 
-    def __init__(self, policy: Policy, action_dim: int, horizon: int, timeout_s: float = 2.0,
-                 workers: int = 1) -> None:
+    def __init__(self, policy: Policy, action_dim: int, horizon: int, timeout_s: float = 2.0, workers: int = 1) -> None:
         if workers < 1:
             raise ValueError(f"inference workers must be at least 1, not {workers}")
         self.policy = policy
@@ -214,8 +229,10 @@ class InferenceEngine:
         self._pending_lock = threading.Lock()
         self._pending_weights: tuple[int, Mapping[str, np.ndarray]] | None = None
         self._slots = [_Slot() for _ in range(workers + 1)]  # + the spare (see the class doc)
-        self._threads = [threading.Thread(target=self._run, args=(slot,), name=f"inference-{i}", daemon=True)
-                         for i, slot in enumerate(self._slots)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(slot,), name=f"inference-{i}", daemon=True)
+            for i, slot in enumerate(self._slots)
+        ]
         for t in self._threads:
             t.start()
 
@@ -234,8 +251,15 @@ class InferenceEngine:
     def in_flight(self) -> int:
         return sum(s.job is not None for s in self._slots)
 
-    def submit(self, obs: Mapping[str, np.ndarray], forwarded_state: np.ndarray | None,
-               prefix: np.ndarray | None, start_tick: int, tag: int = 0, obs_tick: int = 0) -> bool:
+    def submit(
+        self,
+        obs: Mapping[str, np.ndarray],
+        forwarded_state: np.ndarray | None,
+        prefix: np.ndarray | None,
+        start_tick: int,
+        tag: int = 0,
+        obs_tick: int = 0,
+    ) -> bool:
         """Start an inference; False if every worker is still busy. The policy is told the chunk
         starts `start_tick - obs_tick` ticks after its observation (`delay_ticks`)."""
         with self._lock:
@@ -255,7 +279,7 @@ class InferenceEngine:
             t0 = time.monotonic()
             try:
                 self.policy.predict_chunk(obs, forwarded_state=np.asarray(obs["state"], np.float32), prefix=None)
-            except Exception as e:  # the loop's own checks report it again per chunk
+            except Exception as e:  # noqa: BLE001 - the loop's own checks report it again per chunk
                 log.error("inference warm-up failed: %s", e)
                 return
             if i == calls - 1:
@@ -276,8 +300,11 @@ class InferenceEngine:
                 if s.reported != s.started:
                     s.reported = s.started
                     self.hung_reports += 1
-                    log.error("inference running for %.1f s (timeout %.1f s): holding position",
-                              now - s.started, self.timeout_s)
+                    log.error(
+                        "inference running for %.1f s (timeout %.1f s): holding position",
+                        now - s.started,
+                        self.timeout_s,
+                    )
         return hung
 
     def poll(self) -> ChunkResult | None:
@@ -318,8 +345,9 @@ class InferenceEngine:
                 continue
             obs, fstate, prefix, start, tag, obs_tick = job
             with self._model:
-                while ((self._loading or (self._pending_weights is not None and self._running))
-                       and not self._stop.is_set()):
+                while (
+                    self._loading or (self._pending_weights is not None and self._running)
+                ) and not self._stop.is_set():
                     self._model.wait(0.05)  # a swap is waiting or loading: no inference starts first
                 self._running += 1
             t0 = time.monotonic()
@@ -328,11 +356,13 @@ class InferenceEngine:
                 chunk = call_policy(self.policy, obs, fstate, prefix, delay)
                 a = np.asarray(chunk.actions, np.float32)
                 if a.ndim != 2 or a.shape[1] != self.action_dim or len(a) == 0 or not np.all(np.isfinite(a)):
-                    raise ValueError(f"policy returned actions of shape {a.shape}"
-                                     + ("" if a.size == 0 or np.all(np.isfinite(a)) else " with NaN/Inf"))
+                    raise ValueError(
+                        f"policy returned actions of shape {a.shape}"
+                        + ("" if a.size == 0 or np.all(np.isfinite(a)) else " with NaN/Inf")
+                    )
                 result: ChunkResult | None = ChunkResult(chunk, start, time.monotonic() - t0, tag, obs_tick)
                 self.latency.add(time.monotonic() - t0)
-            except Exception as e:  # a broken policy never takes the control loop down
+            except Exception as e:  # noqa: BLE001 - a broken policy never takes the control loop down
                 self.bad_chunks += 1
                 log.error("inference: dropped a chunk: %s", e)
                 result = None
@@ -357,8 +387,15 @@ class InferenceEngine:
 class AsyncChunkRunner:
     """Per-tick glue between the control loop, the schedule and the inference engine."""
 
-    def __init__(self, engine: InferenceEngine, spec: RobotSpec, mode: str = "rtc", forward: bool = True,
-                 margin_ticks: int | None = None, replan: str = "due") -> None:
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        spec: RobotSpec,
+        mode: str = "rtc",
+        forward: bool = True,
+        margin_ticks: int | None = None,
+        replan: str = "due",
+    ) -> None:
         if replan not in REPLAN:
             raise ValueError(f"replan must be one of {REPLAN}, not '{replan}'")
         self.engine, self.spec = engine, spec
@@ -431,8 +468,12 @@ class AsyncChunkRunner:
             committed = self.schedule.upcoming(now, ahead)
             if len(committed) < d:  # the schedule runs out before the chunk lands: the robot holds
                 hold = committed[-1] if len(committed) else self._hold(obs)
-                committed = np.concatenate([committed.reshape(-1, len(hold)),
-                                            np.repeat(np.asarray(hold, np.float32)[None], d - len(committed), 0)])
+                committed = np.concatenate(
+                    [
+                        committed.reshape(-1, len(hold)),
+                        np.repeat(np.asarray(hold, np.float32)[None], d - len(committed), 0),
+                    ]
+                )
             fstate = forward_state(obs["state"], committed, self.spec) if self.forward else None
             # rtc: the chunk starts now and continues the committed prefix of d actions, so it brings
             # H - d new ones per d ticks of waiting; below d new ones (latency over half the chunk, RTC's
@@ -440,8 +481,9 @@ class AsyncChunkRunner:
             if self.mode == "rtc" and 2 * d <= getattr(self.engine.policy, "horizon", 2 * d):
                 self.engine.submit(obs, fstate, committed, now, self.epoch, now)
             else:  # about tick now + d, when it lands (naive: about now; its first d actions go stale)
-                self.engine.submit(obs, fstate, None, now + max(d, len(committed)) if self.forward else now,
-                                   self.epoch, now)
+                self.engine.submit(
+                    obs, fstate, None, now + max(d, len(committed)) if self.forward else now, self.epoch, now
+                )
             if self.mode == "sync":
                 while self.engine.in_flight:  # the baseline: the robot waits for the policy
                     time.sleep(0.0005)

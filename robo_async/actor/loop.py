@@ -47,8 +47,9 @@ from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, 
 log = logging.getLogger(__name__)
 
 
-def _nonfinite(obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], reward: float,
-               applied: np.ndarray) -> str | None:
+def _nonfinite(
+    obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], reward: float, applied: np.ndarray
+) -> str | None:
     """The first part of a row that is not finite (NaN or infinity), named; None when all are.
     Integer columns (camera frames) cannot be."""
     if not math.isfinite(reward):
@@ -61,6 +62,8 @@ def _nonfinite(obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], rewa
             if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
                 return f"the {prefix} '{k}'"
     return None
+
+
 REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (see ControlLoop.run)
 
 
@@ -170,38 +173,64 @@ class ControlLoop:
     safety layer, observe, hand the transition to `sink`. It never waits on inference, the network
     or the disk."""
 
-    def __init__(self, robot: SafeRobot | Sequence[SafeRobot], policy: Policy, config: LoopConfig, *,
-                 sink: Sink | Sequence[Sink] | None = None,
-                 weights: Callable[[], Weights | None] | None = None, gate: Callable[[], bool] | None = None,
-                 teleops: tuple[Teleop, ...] = (), observer: Callable[[TickInfo], None] | None = None,
-                 stats: Callable[[], ActorStats] | None = None, guide: Policy | None = None) -> None:
+    def __init__(
+        self,
+        robot: SafeRobot | Sequence[SafeRobot],
+        policy: Policy,
+        config: LoopConfig,
+        *,
+        sink: Sink | Sequence[Sink] | None = None,
+        weights: Callable[[], Weights | None] | None = None,
+        gate: Callable[[], bool] | None = None,
+        teleops: tuple[Teleop, ...] = (),
+        observer: Callable[[TickInfo], None] | None = None,
+        stats: Callable[[], ActorStats] | None = None,
+        guide: Policy | None = None,
+    ) -> None:
         robots = list(robot) if isinstance(robot, Sequence) else [robot]
         sinks = list(sink) if isinstance(sink, Sequence) else [sink] * len(robots) if sink is None else [sink]
         for r in robots:
             if not isinstance(r, SafeRobot):
-                raise TypeError(f"the control loop drives robots behind the safety layer; wrap "
-                                f"{type(r).__name__} in hal.safety.SafeRobot")
+                raise TypeError(
+                    f"the control loop drives robots behind the safety layer; wrap "
+                    f"{type(r).__name__} in hal.safety.SafeRobot"
+                )
         if not robots or len(sinks) != len(robots):
             raise ValueError(f"the control loop needs one sink per robot: {len(robots)} robots, {len(sinks)} sinks")
-        if len(robots) > 1 and (config.inference != "inline" or teleops or guide is not None or config.realtime
-                                or getattr(policy, "remote", False)):
-            raise ValueError(f"{len(robots)} simulators in one loop (actor.envs) step as fast as they go with inline "
-                             f"inference and one batched policy call per tick: no asynchronous inference, "
-                             f"real time, teleops, guide or policy server")
+        if len(robots) > 1 and (
+            config.inference != "inline"
+            or teleops
+            or guide is not None
+            or config.realtime
+            or getattr(policy, "remote", False)
+        ):
+            raise ValueError(
+                f"{len(robots)} simulators in one loop (actor.envs) step as fast as they go with inline "
+                f"inference and one batched policy call per tick: no asynchronous inference, "
+                f"real time, teleops, guide or policy server"
+            )
         robot = robots[0]
         if config.inference not in INFERENCE_MODES:
             raise ValueError(f"inference mode '{config.inference}' unknown; modes: {list(INFERENCE_MODES)}")
         self.remote = bool(getattr(policy, "remote", False))  # on a policy server (actor/remote.py)
         if self.remote and INFERENCE_MODES[config.inference] is None:
-            raise ValueError("a policy on a policy server needs an asynchronous inference mode (e.g. "
-                             "async_forward): inline would wait on the network on the control thread")
+            raise ValueError(
+                "a policy on a policy server needs an asynchronous inference mode (e.g. "
+                "async_forward): inline would wait on the network on the control thread"
+            )
         if self.remote:
             weights = None  # the server gets the learner's weights itself
         self.robot, self.policy, self.config = robot, policy, config
         # one lane per robot (a vectorized actor steps several simulators; every other loop, one)
-        self.lanes = [_Lane(i, r, s if s is not None else EpisodeLog(),
-                            config.actor_id if len(robots) == 1 else int(getattr(s, "actor_id", config.actor_id)))
-                      for i, (r, s) in enumerate(zip(robots, sinks))]
+        self.lanes = [
+            _Lane(
+                i,
+                r,
+                s if s is not None else EpisodeLog(),
+                config.actor_id if len(robots) == 1 else int(getattr(s, "actor_id", config.actor_id)),
+            )
+            for i, (r, s) in enumerate(zip(robots, sinks, strict=False))
+        ]
         self.sink = self.lanes[0].sink  # heartbeats go here (the actor's)
         self._weights, self._gate, self._observer, self._extra_stats = weights, gate, observer, stats
         self.teleops = teleops
@@ -228,8 +257,9 @@ class ControlLoop:
         merge_forward = INFERENCE_MODES[config.inference]
         if merge_forward is not None:
             merge, forward = merge_forward
-            engine = InferenceEngine(policy, robot.spec.action_dim, policy.horizon, config.inference_timeout_s,
-                                     config.inference_workers)
+            engine = InferenceEngine(
+                policy, robot.spec.action_dim, policy.horizon, config.inference_timeout_s, config.inference_workers
+            )
             self.runner = AsyncChunkRunner(engine, robot.spec, merge, forward, replan=config.replan)
 
     # --- parts of a tick -------------------------------------------------------------------
@@ -291,7 +321,9 @@ class ControlLoop:
                 group = [ln for ln in need if ln.evaluation is evaluation]
                 if group:
                     self.policy.deterministic = evaluation
-                    for ln, chunk in zip(group, self.policy.predict_chunks([ChunkRequest(ln.obs) for ln in group])):
+                    for ln, chunk in zip(
+                        group, self.policy.predict_chunks([ChunkRequest(ln.obs) for ln in group]), strict=False
+                    ):
                         ln.chunk, ln.chunk_i = chunk, 0
         out = []
         for ln in lanes:
@@ -304,28 +336,46 @@ class ControlLoop:
         """Heartbeat figures: safety counters, tick lateness, inference latency, and those of the
         operators, a remote policy and the actor around this loop (`stats=`)."""
         sts = [ln.robot.stats for ln in self.lanes]
-        parts = [ActorStats(
-            clipped=sum(st.clipped for st in sts), rejected=sum(st.rejected for st in sts),
-            workspace=sum(st.workspace for st in sts), estopped=sum(st.estopped for st in sts),
-            clipped_step=sum(st.clipped_step + st.clipped_velocity for st in sts),
-            clipped_accel=sum(st.clipped_accel for st in sts),
-            max_step_rad=round(max(min(st.max_step_seen, 1e6) for st in sts), 6),
-            watchdog_holds=sum(st.watchdog_holds for st in sts), torque_offs=sum(st.torque_offs for st in sts),
-            stops=sum(st.stops for st in sts), nonfinite=self.nonfinite,
-            late_p99_ms=round(self.lateness.percentile_ms(99), 3), missed_ticks=self.lateness.missed,
-            late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist") if self.lateness.samples else None,
-            guide_ticks=self.guide_ticks if self.guide is not None else None,
-            train_jerk=round(float(np.mean(self.train_jerk)), 1) if self.train_jerk else None)]
+        parts = [
+            ActorStats(
+                clipped=sum(st.clipped for st in sts),
+                rejected=sum(st.rejected for st in sts),
+                workspace=sum(st.workspace for st in sts),
+                estopped=sum(st.estopped for st in sts),
+                clipped_step=sum(st.clipped_step + st.clipped_velocity for st in sts),
+                clipped_accel=sum(st.clipped_accel for st in sts),
+                max_step_rad=round(max(min(st.max_step_seen, 1e6) for st in sts), 6),
+                watchdog_holds=sum(st.watchdog_holds for st in sts),
+                torque_offs=sum(st.torque_offs for st in sts),
+                stops=sum(st.stops for st in sts),
+                nonfinite=self.nonfinite,
+                late_p99_ms=round(self.lateness.percentile_ms(99), 3),
+                missed_ticks=self.lateness.missed,
+                late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist")
+                if self.lateness.samples
+                else None,
+                guide_ticks=self.guide_ticks if self.guide is not None else None,
+                train_jerk=round(float(np.mean(self.train_jerk)), 1) if self.train_jerk else None,
+            )
+        ]
         if self.operators is not None:
             parts.append(self.operators.stats())
         if self.runner is not None:
             e = self.runner.engine
-            parts.append(ActorStats(
-                infer_p50_ms=round(e.latency.percentile(50) * 1000, 2),
-                infer_p95_ms=round(e.latency.percentile(95) * 1000, 2),
-                infer_hist=histogram(np.asarray(e.latency.samples) * 1000, "infer_hist") if e.latency.samples else None,
-                held_ticks=self.runner.holds, bad_chunks=e.bad_chunks, hung=e.hung_reports,
-                stale_dropped=self.runner.schedule.stale_dropped, latency_ticks=self.runner.latency_ticks()))
+            parts.append(
+                ActorStats(
+                    infer_p50_ms=round(e.latency.percentile(50) * 1000, 2),
+                    infer_p95_ms=round(e.latency.percentile(95) * 1000, 2),
+                    infer_hist=histogram(np.asarray(e.latency.samples) * 1000, "infer_hist")
+                    if e.latency.samples
+                    else None,
+                    held_ticks=self.runner.holds,
+                    bad_chunks=e.bad_chunks,
+                    hung=e.hung_reports,
+                    stale_dropped=self.runner.schedule.stale_dropped,
+                    latency_ticks=self.runner.latency_ticks(),
+                )
+            )
         if self.remote:
             parts.append(self.policy.stats())  # type: ignore[attr-defined]
         if self._extra_stats is not None:
@@ -359,9 +409,17 @@ class ControlLoop:
 
     def _end_episode(self, lane: _Lane, version: int, label: TeleopEventKind | None, result: LoopResult) -> None:
         """The episode's summary to its lane's sink and the result; JSRL's schedule; its jerk."""
-        stats = EpisodeStats(lane.actor_id, lane.episode,
-                             lane.ret, lane.length, lane.success, version, lane.evaluation, lane.operator,
-                             label.value if label is not None else "")
+        stats = EpisodeStats(
+            lane.actor_id,
+            lane.episode,
+            lane.ret,
+            lane.length,
+            lane.success,
+            version,
+            lane.evaluation,
+            lane.operator,
+            label.value if label is not None else "",
+        )
         lane.sink.send_episode(stats)
         result.episodes.append(stats)
         del result.episodes[:-1000]  # bounded on days-long runs
@@ -369,7 +427,7 @@ class ControlLoop:
             self._guide_schedule(lane.success)
         if not lane.evaluation and len(lane.commanded) >= 4:
             a = np.asarray(lane.commanded, np.float64)
-            self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / self.robot.spec.dt ** 3))
+            self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / self.robot.spec.dt**3))
         lane.commanded.clear()
         self.episodes += 1
 
@@ -445,7 +503,7 @@ class ControlLoop:
                 chosen = [(runner.tick(self.tick, lane0.obs), runner.version)]
             else:
                 chosen = self._inline(lanes)
-            for ln, (action, version) in zip(lanes, chosen):
+            for ln, (action, version) in zip(lanes, chosen, strict=False):
                 obs = ln.obs
                 intervention, policy_action = POLICY, None
                 if ops is not None and ops.active is not None:  # (one lane: teleops drive one robot)
@@ -477,19 +535,46 @@ class ControlLoop:
                         self.nonfinite += 1
                 cut = _nonfinite(obs, next_obs, reward, applied)
                 if cut is None:
-                    ln.sink.add(obs, applied, reward, next_obs, terminated, truncated, version, success,
-                                intervention=intervention, policy_action=policy_action)
+                    ln.sink.add(
+                        obs,
+                        applied,
+                        reward,
+                        next_obs,
+                        terminated,
+                        truncated,
+                        version,
+                        success,
+                        intervention=intervention,
+                        policy_action=policy_action,
+                    )
                 else:  # nothing non-finite is sent (the learner would refuse it): the episode ends here
                     self.nonfinite += 1
                     if self.nonfinite <= 20 or self.nonfinite % 1000 == 0:
-                        log.warning("actor %d: %s is not finite (NaN or inf) at tick %d of episode %d: the row is "
-                                    "not kept and the episode ends (%d so far)", ln.actor_id, cut, ln.length - 1,
-                                    ln.episode, self.nonfinite)
+                        log.warning(
+                            "actor %d: %s is not finite (NaN or inf) at tick %d of episode %d: the row is "
+                            "not kept and the episode ends (%d so far)",
+                            ln.actor_id,
+                            cut,
+                            ln.length - 1,
+                            ln.episode,
+                            self.nonfinite,
+                        )
                     reward, truncated = 0.0, True
                 if self._observer is not None:
-                    self._observer(TickInfo(self.tick, ln.length - 1, ln.episode, action, applied, chosen_at, lateness,
-                                            runner.schedule.popped_obs_tick if runner is not None else -1,
-                                            runner.chunks_merged if runner is not None else 0, ln.index))
+                    self._observer(
+                        TickInfo(
+                            self.tick,
+                            ln.length - 1,
+                            ln.episode,
+                            action,
+                            applied,
+                            chosen_at,
+                            lateness,
+                            runner.schedule.popped_obs_tick if runner is not None else -1,
+                            runner.chunks_merged if runner is not None else 0,
+                            ln.index,
+                        )
+                    )
                 self.env_steps += 1
                 ln.ret += reward
                 ln.success = ln.success or success
@@ -512,7 +597,9 @@ class ControlLoop:
                 break
             if time.monotonic() >= next_beat:
                 next_beat += cfg.heartbeat_s
-                self.sink.send_heartbeat(Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.actor_stats()))
+                self.sink.send_heartbeat(
+                    Heartbeat(cfg.actor_id, self.env_steps, self.policy.version, self.actor_stats())
+                )
         result.ticks = self.env_steps
         result.seconds = time.monotonic() - t_start
         result.lateness_p50_ms = self.lateness.percentile_ms(50)

@@ -14,9 +14,19 @@ from robo_async.transport.wire import EpisodeStats, Heartbeat
 class Sink(Protocol):
     """Where the loop's data goes: `Adder` (to the learner or a store), `EpisodeLog` (eval)."""
 
-    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: float, next_obs: dict[str, np.ndarray],
-            terminated: bool, truncated: bool, policy_version: int, success: bool = False, intervention: int = 0,
-            policy_action: np.ndarray | None = None) -> None: ...
+    def add(
+        self,
+        obs: dict[str, np.ndarray],
+        action: np.ndarray,
+        reward: float,
+        next_obs: dict[str, np.ndarray],
+        terminated: bool,
+        truncated: bool,
+        policy_version: int,
+        success: bool = False,
+        intervention: int = 0,
+        policy_action: np.ndarray | None = None,
+    ) -> None: ...
 
     def send_episode(self, stats: EpisodeStats) -> None: ...
 

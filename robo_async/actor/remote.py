@@ -39,8 +39,16 @@ from robo_async.actor.inference import LatencyTracker
 from robo_async.buffer.codec import encode_image
 from robo_async.transport.robot_spec import spec_difference, spec_json
 from robo_async.transport.stats import ActorStats
-from robo_async.transport.wire import (MAX_FRAMES, ChunkReply, Frames, InferRequest, WireError, decode, encode,
-                                       recv_frames)
+from robo_async.transport.wire import (
+    MAX_FRAMES,
+    ChunkReply,
+    Frames,
+    InferRequest,
+    WireError,
+    decode,
+    encode,
+    recv_frames,
+)
 
 log = logging.getLogger(__name__)
 Secure = Callable[[zmq.Socket], None]
@@ -60,10 +68,20 @@ class RemotePolicy(Policy):
 
     remote = True  # the actor does not subscribe this policy to the learner's weights
 
-    def __init__(self, address: str, spec: RobotSpec, actor_id: int = 0, policy: str = "",
-                 secure: Secure | None = None, min_retry_s: float = 0.15, give_up_s: float = 5.0,
-                 max_message_mb: float = 64.0, instruction: str = "", image_codec: str = "jpeg",
-                 jpeg_quality: int = 90) -> None:
+    def __init__(
+        self,
+        address: str,
+        spec: RobotSpec,
+        actor_id: int = 0,
+        policy: str = "",
+        secure: Secure | None = None,
+        min_retry_s: float = 0.15,
+        give_up_s: float = 5.0,
+        max_message_mb: float = 64.0,
+        instruction: str = "",
+        image_codec: str = "jpeg",
+        jpeg_quality: int = 90,
+    ) -> None:
         if image_codec not in ("jpeg", "png", "qoi", "raw"):
             raise ValueError(f"image_codec must be jpeg, png, qoi or raw, not '{image_codec}'")
         self.image_codec, self.jpeg_quality = image_codec, int(jpeg_quality)
@@ -99,28 +117,42 @@ class RemotePolicy(Policy):
     def load_weights(self, version: int, arrays: Mapping[str, np.ndarray]) -> None:
         raise WeightsMismatch("a remote policy's weights reach its server from the learner, not the actor")
 
-    def predict_chunk(self, obs: Mapping[str, np.ndarray], *, forwarded_state: np.ndarray | None = None,
-                      prefix: np.ndarray | None = None, delay_ticks: int = 0) -> ActionChunk:
+    def predict_chunk(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        forwarded_state: np.ndarray | None = None,
+        prefix: np.ndarray | None = None,
+        delay_ticks: int = 0,
+    ) -> ActionChunk:
         if not self._arch:
             self.connect(self.give_up_s)
         req = InferRequest(
-            self.actor_id, self._req_id(), delay=int(min(max(delay_ticks, 0), 4096)),
-            deterministic=bool(self.deterministic), obs=self._encoded(obs),
+            self.actor_id,
+            self._req_id(),
+            delay=int(min(max(delay_ticks, 0), 4096)),
+            deterministic=bool(self.deterministic),
+            obs=self._encoded(obs),
             forwarded_state=None if forwarded_state is None else np.asarray(forwarded_state, np.float32),
             prefix=None if prefix is None or not len(prefix) else np.asarray(prefix, np.float32),
-            instruction=self.instruction)
+            instruction=self.instruction,
+        )
         reply = self._exchange(req, self.give_up_s)
         if reply.error:
             raise RuntimeError(f"policy server {self.address}: {reply.error}")
         if reply.architecture != self._arch:
             self.refused += 1
-            raise RemotePolicyError(f"policy server {self.address} now answers for {reply.architecture}, "
-                                    f"it said {self._arch}: chunk refused")
+            raise RemotePolicyError(
+                f"policy server {self.address} now answers for {reply.architecture}, "
+                f"it said {self._arch}: chunk refused"
+            )
         if reply.actions is None:
             raise ValueError(f"policy server {self.address} answered request {req.req} without actions")
         if reply.actions.shape[1] != self.spec.action_dim:
-            raise ValueError(f"policy server {self.address} sent actions of shape {reply.actions.shape} "
-                             f"for {self.spec.action_dim} joints")
+            raise ValueError(
+                f"policy server {self.address} sent actions of shape {reply.actions.shape} "
+                f"for {self.spec.action_dim} joints"
+            )
         self.version = reply.version
         self.server_infer_ms, self.server_batch = reply.infer_us / 1000, reply.batch
         return ActionChunk(np.array(reply.actions, np.float32), self.spec.dt, reply.version)
@@ -146,29 +178,48 @@ class RemotePolicy(Policy):
         while True:
             left = t0 + wait_s - time.monotonic()
             if left <= 0 or (stop is not None and stop.is_set()):
-                raise ServerUnavailable(f"actor {self.actor_id}: no policy server answered at {self.address} "
-                                        f"in {wait_s:g} s")
+                raise ServerUnavailable(
+                    f"actor {self.actor_id}: no policy server answered at {self.address} in {wait_s:g} s"
+                )
             try:
-                reply = self._exchange(InferRequest(self.actor_id, self._req_id(), hello=True, policy=self.policy_name,
-                                                    spec=self._spec_json), min(left, 1.0))
+                reply = self._exchange(
+                    InferRequest(
+                        self.actor_id, self._req_id(), hello=True, policy=self.policy_name, spec=self._spec_json
+                    ),
+                    min(left, 1.0),
+                )
                 break
             except ServerUnavailable:
                 if time.monotonic() >= next_say:
                     next_say = time.monotonic() + say_every_s
-                    log.warning("actor %d: waiting for the policy server at %s (%.0f s); the robot holds",
-                                self.actor_id, self.address, time.monotonic() - t0)
+                    log.warning(
+                        "actor %d: waiting for the policy server at %s (%.0f s); the robot holds",
+                        self.actor_id,
+                        self.address,
+                        time.monotonic() - t0,
+                    )
         if reply.error:
             self.refused += 1
-            raise RemotePolicyError(f"actor {self.actor_id}: the policy server at {self.address} refused: {reply.error}")
+            raise RemotePolicyError(
+                f"actor {self.actor_id}: the policy server at {self.address} refused: {reply.error}"
+            )
         if reply.spec and reply.spec != self._spec_json:
             self.refused += 1
-            raise RemotePolicyError(f"actor {self.actor_id}: the policy server at {self.address} serves another robot: "
-                                    f"{spec_difference(reply.spec, self._spec_json)}")
+            raise RemotePolicyError(
+                f"actor {self.actor_id}: the policy server at {self.address} serves another robot: "
+                f"{spec_difference(reply.spec, self._spec_json)}"
+            )
         if reply.horizon < 1:
             raise RemotePolicyError(f"the policy server at {self.address} named no chunk horizon")
         self._arch, self.horizon, self.version = reply.architecture, reply.horizon, reply.version
-        log.info("actor %d: policy server %s: %s, horizon %d, weights v%d", self.actor_id, self.address,
-                 self._arch, self.horizon, self.version)
+        log.info(
+            "actor %d: policy server %s: %s, horizon %d, weights v%d",
+            self.actor_id,
+            self.address,
+            self._arch,
+            self.horizon,
+            self.version,
+        )
 
     def _req_id(self) -> int:
         with self._lock:
@@ -236,8 +287,12 @@ class RemotePolicy(Policy):
     def _bad(self, e: Exception) -> None:
         self.malformed += 1
         if self.malformed <= 20 or self.malformed % 1000 == 0:
-            log.warning("actor %d: dropped a malformed reply from the policy server (%d so far): %s",
-                        self.actor_id, self.malformed, e)
+            log.warning(
+                "actor %d: dropped a malformed reply from the policy server (%d so far): %s",
+                self.actor_id,
+                self.malformed,
+                e,
+            )
 
     def _read(self, frames: list[zmq.Frame]) -> ChunkReply | None:
         try:
@@ -252,13 +307,17 @@ class RemotePolicy(Policy):
 
     def stats(self) -> ActorStats:
         """The heartbeat's policy-server figures: round trips, re-requests, dropped and refused replies."""
-        return ActorStats(server_rtt_p95_ms=round(self.rtt.percentile(95) * 1000, 2), rerequests=self.rerequests,
-                          stale_replies=self.stale_replies, bad_replies=self.malformed, server_refused=self.refused,
-                          server_infer_ms=round(self.server_infer_ms, 2))
+        return ActorStats(
+            server_rtt_p95_ms=round(self.rtt.percentile(95) * 1000, 2),
+            rerequests=self.rerequests,
+            stale_replies=self.stale_replies,
+            bad_replies=self.malformed,
+            server_refused=self.refused,
+            server_infer_ms=round(self.server_infer_ms, 2),
+        )
 
     def close(self) -> None:
         with self._lock:
             for s in self._sockets:
                 s.close(linger=0)
             self._sockets.clear()
-

@@ -71,8 +71,10 @@ def _too_small(wanted: int) -> str:
         space = f"has {st.f_bavail * st.f_frsize / mib:.1f} MiB free of {st.f_blocks * st.f_frsize / mib:.1f} MiB"
     except OSError:
         space = "cannot hold it"
-    return (f"the transport ring needs {wanted / mib:.1f} MiB of shared memory and {SHM_DIR} {space}: give the "
-            f"container more (docker run --shm-size=1g) or set actor.uplink=thread (no ring)")
+    return (
+        f"the transport ring needs {wanted / mib:.1f} MiB of shared memory and {SHM_DIR} {space}: give the "
+        f"container more (docker run --shm-size=1g) or set actor.uplink=thread (no ring)"
+    )
 
 
 class SlotRing:
@@ -136,7 +138,7 @@ class SlotRing:
         struct.pack_into(f"<II{len(views)}Q", self._buf, base, lane, len(views), *(v.nbytes for v in views))
         at = base + SLOT_HEADER
         for v in views:
-            self._buf[at:at + v.nbytes] = v
+            self._buf[at : at + v.nbytes] = v
             at += v.nbytes
         self._counters[0] = w + 1  # published after the slot is filled
         return True
@@ -154,7 +156,7 @@ class SlotRing:
             raise RingError(f"slot {k}'s frames ({sum(lengths)} bytes) overrun the slot ({self.slot_bytes})")
         out, at = [], base + SLOT_HEADER
         for n_bytes in lengths:
-            out.append(bytes(self._buf[at:at + n_bytes]))
+            out.append(bytes(self._buf[at : at + n_bytes]))
             at += n_bytes
         return lane, out
 

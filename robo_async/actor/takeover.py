@@ -57,8 +57,10 @@ class Operators:
         if always:
             drivers = [t for t in teleops if t.action_dim is not None]
             if not drivers:
-                raise TeleopMismatch(f"a teleop session needs a teleop that gives joint targets (a leader arm); "
-                                     f"{[t.name for t in teleops]} give events only")
+                raise TeleopMismatch(
+                    f"a teleop session needs a teleop that gives joint targets (a leader arm); "
+                    f"{[t.name for t in teleops]} give events only"
+                )
             self.active, self.first, self.takeovers = drivers[0], True, 1
         self.released = False  # control came back to the policy this tick
         self.operator_ticks = 0  # ticks an operator drove, in total
@@ -68,8 +70,11 @@ class Operators:
         self.labels = {k.value: 0 for k in LABELS}
 
     def _drop(self, teleop: Teleop, error: Exception) -> None:
-        log.error("%s; it leaves the session%s", error,
-                  ": the robot holds this tick and control returns to the policy" if teleop is self.active else "")
+        log.error(
+            "%s; it leaves the session%s",
+            error,
+            ": the robot holds this tick and control returns to the policy" if teleop is self.active else "",
+        )
         self.lost += 1
         if teleop in self.teleops:
             self.teleops.remove(teleop)
@@ -98,24 +103,32 @@ class Operators:
             if e.kind is TeleopEventKind.INTERVENTION_ON and self.active is None:
                 # a device with buttons only (gamepad, keyboard) hands control to the session's
                 # leader arm (`teleop.events_from`); one that gives joint targets drives itself
-                driver = t if t.action_dim is not None else next(
-                    (d for d in self.teleops if d.action_dim is not None), None)
+                driver = (
+                    t if t.action_dim is not None else next((d for d in self.teleops if d.action_dim is not None), None)
+                )
                 if driver is None:
-                    log.warning("teleop %s asked to take over but no teleop here gives joint targets; "
-                                "pair it with a leader arm", t.name)
+                    log.warning(
+                        "teleop %s asked to take over but no teleop here gives joint targets; "
+                        "pair it with a leader arm",
+                        t.name,
+                    )
                     continue
                 self.active, self.first, self._asked_by = driver, True, t
                 self.takeovers += 1
-            elif e.kind is TeleopEventKind.INTERVENTION_OFF and self.active is not None \
-                    and t in (self.active, self._asked_by):
+            elif (
+                e.kind is TeleopEventKind.INTERVENTION_OFF
+                and self.active is not None
+                and t in (self.active, self._asked_by)
+            ):
                 self.active, self.released = None, True
             elif e.kind in LABELS:
                 if label is None:
                     label = e.kind
                     self.labels[e.kind.value] += 1
                 else:
-                    log.warning("teleop %s: %s in the same tick as %s; the first counts", t.name,
-                                e.kind.value, label.value)
+                    log.warning(
+                        "teleop %s: %s in the same tick as %s; the first counts", t.name, e.kind.value, label.value
+                    )
         return label
 
     def action(self) -> np.ndarray | None:
@@ -135,8 +148,12 @@ class Operators:
 
     def stats(self) -> ActorStats:
         """The heartbeat's operator figures: who drives now, ticks driven, takeovers, lost teleops, labels."""
-        return ActorStats(operator=self.active is not None, operator_ticks=self.operator_ticks,
-                          takeovers=self.takeovers, teleops_lost=self.lost,
-                          label_success=self.labels[TeleopEventKind.SUCCESS.value],
-                          label_failure=self.labels[TeleopEventKind.FAILURE.value],
-                          label_rerecord=self.labels[TeleopEventKind.RERECORD.value])
+        return ActorStats(
+            operator=self.active is not None,
+            operator_ticks=self.operator_ticks,
+            takeovers=self.takeovers,
+            teleops_lost=self.lost,
+            label_success=self.labels[TeleopEventKind.SUCCESS.value],
+            label_failure=self.labels[TeleopEventKind.FAILURE.value],
+            label_rerecord=self.labels[TeleopEventKind.RERECORD.value],
+        )

@@ -43,8 +43,16 @@ import lmdb
 import msgpack
 import zmq
 
-from robo_async.transport.wire import (LearnerStatus, Message, StreamGap, TransitionBatch, WireError, decode, encode,
-                                      is_image_column)
+from robo_async.transport.wire import (
+    LearnerStatus,
+    Message,
+    StreamGap,
+    TransitionBatch,
+    WireError,
+    decode,
+    encode,
+    is_image_column,
+)
 
 if TYPE_CHECKING:  # the transport process (actor.uplink=process) runs without torch
     from policies.embedding import FrozenEncoder
@@ -140,7 +148,7 @@ class UplinkThread:
                 if not busy:  # sleep (acks may have moved, batches may wait), or until a put() leaves work
                     self.wake.wait(members[0].config.idle_s)
                     self.wake.clear()
-        except BaseException as e:  # watched: every member's next put() raises it on the control thread
+        except BaseException as e:  # noqa: BLE001 - watched: every member's next put() raises it on the control thread
             with self._lock:
                 self._thread = None
                 for u in self._members:
@@ -154,9 +162,16 @@ class Uplink:
     """The actor's side of acknowledged delivery (see the module's docstring): `put()` from the
     control loop, a thread that sends in order, journals, resends and drops what the learner acked."""
 
-    def __init__(self, actor_id: int, address: str, status: Callable[[], LearnerStatus | None],
-                 config: UplinkConfig = UplinkConfig(), ctx: zmq.Context | None = None,
-                 secure: Callable[[zmq.Socket], None] | None = None, encoder: FrozenEncoder | None = None) -> None:
+    def __init__(
+        self,
+        actor_id: int,
+        address: str,
+        status: Callable[[], LearnerStatus | None],
+        config: UplinkConfig = UplinkConfig(),
+        ctx: zmq.Context | None = None,
+        secure: Callable[[zmq.Socket], None] | None = None,
+        encoder: FrozenEncoder | None = None,
+    ) -> None:
         self.actor_id = actor_id
         self._encoder = encoder  # a frozen camera encoder: each batch's frames are embedded here (buffer/embeddings.py)
         self._secure = secure  # CURVE client keys (transport/curve.py), set before connecting
@@ -207,8 +222,9 @@ class Uplink:
             self._env = lmdb.open(str(path), map_size=256 * 2**30, max_dbs=2, readahead=False)
             self._db = self._env.open_db(b"batches")
         except lmdb.Error as e:
-            raise RuntimeError(f"actor {self.actor_id}: journal {path} cannot be opened ({e}); "
-                               f"move it aside to start without it") from None
+            raise RuntimeError(
+                f"actor {self.actor_id}: journal {path} cannot be opened ({e}); move it aside to start without it"
+            ) from None
         next_seq, damaged = 0, []
         with self._env.begin(db=self._db) as txn:
             for k, v in txn.cursor():
@@ -223,8 +239,13 @@ class Uplink:
         if damaged:
             self._declare_gaps(damaged, path)
         if self._unacked:
-            log.info("actor %d: journal holds %d unacked transitions (seq %d..%d); resending",
-                     self.actor_id, self.unacked, self._unacked[0].seq, next_seq - 1)
+            log.info(
+                "actor %d: journal holds %d unacked transitions (seq %d..%d); resending",
+                self.actor_id,
+                self.unacked,
+                self._unacked[0].seq,
+                next_seq - 1,
+            )
         return next_seq
 
     def _declare_gaps(self, damaged: list[int], path: Path) -> None:
@@ -242,8 +263,14 @@ class Uplink:
             self._unacked_count += g.count
         self._unacked = deque(sorted(self._unacked, key=lambda e: e.seq))
         self.gaps += len(gaps)
-        log.error("actor %d: %d damaged batch(es) in journal %s skipped; %d range(s) declared lost to the learner "
-                  "(%s)", self.actor_id, len(damaged), path, len(gaps), [(g.seq, g.count) for g in gaps][:8])
+        log.error(
+            "actor %d: %d damaged batch(es) in journal %s skipped; %d range(s) declared lost to the learner (%s)",
+            self.actor_id,
+            len(damaged),
+            path,
+            len(gaps),
+            [(g.seq, g.count) for g in gaps][:8],
+        )
 
     @staticmethod
     def _decode(value: bytes) -> TransitionBatch:
@@ -276,8 +303,9 @@ class Uplink:
             if self.config.image_codec and self._has_images(b):
                 from robo_async.buffer.codec import encode_frames  # camera frames: encoded here, once
 
-                b = TransitionBatch(b.actor_id, b.seq, encode_frames(b.arrays, self.config.image_codec,
-                                                                        self.config.jpeg_quality))
+                b = TransitionBatch(
+                    b.actor_id, b.seq, encode_frames(b.arrays, self.config.image_codec, self.config.jpeg_quality)
+                )
             e.frames = encode(b)
         return e.frames
 
@@ -349,8 +377,10 @@ class Uplink:
         next in order and the thread is not busy; else (and other messages) the thread sends it.
         Raises UplinkError once the uplink thread has died (nothing handed over is then sent)."""
         if self.error is not None:
-            raise UplinkError(f"actor {self.actor_id}: the uplink thread died "
-                              f"({type(self.error).__name__}: {self.error}); unacked data stays in the journal")
+            raise UplinkError(
+                f"actor {self.actor_id}: the uplink thread died "
+                f"({type(self.error).__name__}: {self.error}); unacked data stays in the journal"
+            )
         if not isinstance(msg, TransitionBatch):
             # episode summaries and heartbeats: the thread sends them at its next wake (within
             # idle_s); the control loop does not pay a send and a wake-up of ZMQ's I/O thread
@@ -358,8 +388,12 @@ class Uplink:
                 self.dropped_other += 1
             self._other_in.append(msg)
             return
-        if (self._inbox or self._sock is None or ((self.config.image_codec or self._encoder) and self._has_images(msg))
-                or not self._lock.acquire(blocking=False)):
+        if (
+            self._inbox
+            or self._sock is None
+            or ((self.config.image_codec or self._encoder) and self._has_images(msg))
+            or not self._lock.acquire(blocking=False)
+        ):
             self._inbox.append(msg)  # older messages wait, or the thread is at work: keep the order
             self._wake.set()
             return
@@ -471,8 +505,9 @@ class Uplink:
         if st is not None:
             if st.boot_id != self._boot:
                 if self._boot is not None:
-                    log.warning("actor %d: learner restarted; resending %d unacked transitions",
-                                self.actor_id, self.unacked)
+                    log.warning(
+                        "actor %d: learner restarted; resending %d unacked transitions", self.actor_id, self.unacked
+                    )
                     self._resend(now)
                 self._boot = st.boot_id
             acked = st.acked_for(self.actor_id)
@@ -482,20 +517,31 @@ class Uplink:
                 self._paused_since = now
             elif not st.paused and self._paused_since is not None:
                 if self._said_paused:
-                    log.warning("actor %d: the learner reads again after %.0f s; %d unacked transitions to go",
-                                self.actor_id, now - self._paused_since, self.unacked)
+                    log.warning(
+                        "actor %d: the learner reads again after %.0f s; %d unacked transitions to go",
+                        self.actor_id,
+                        now - self._paused_since,
+                        self.unacked,
+                    )
                 self._paused_since, self._said_paused = None, False
             if self._paused_since is not None:  # acks stall by design: resending would queue the same rows again
                 self._progress_t = now
                 if not self._said_paused and now - self._paused_since > self.config.resend_s:  # (not a blip)
                     self._said_paused = True
-                    log.warning("actor %d: the learner paused ingest (its disk is nearly full or its writer is "
-                                "behind); keeping %d unacked transitions until it reads again", self.actor_id,
-                                self.unacked)
+                    log.warning(
+                        "actor %d: the learner paused ingest (its disk is nearly full or its writer is "
+                        "behind); keeping %d unacked transitions until it reads again",
+                        self.actor_id,
+                        self.unacked,
+                    )
         waited = now - max(self._progress_t, self._unacked[0].sent_t) if self._unacked else 0.0
         if self._cursor > 0 and waited > self.config.resend_s:
-            log.warning("actor %d: no ack for %.0f s; resending %d unacked transitions",
-                        self.actor_id, self.config.resend_s, self.unacked)
+            log.warning(
+                "actor %d: no ack for %.0f s; resending %d unacked transitions",
+                self.actor_id,
+                self.config.resend_s,
+                self.unacked,
+            )
             self._resend(now)
         busy |= self._send(sock)
         self._spill()
@@ -522,8 +568,12 @@ class Uplink:
             else:  # spilled: read back from the journal
                 batch = self._load(e)
                 if batch is None:  # journal entry lost: declared a gap, so the stream goes on past it
-                    log.error("actor %d: batch at seq %d (%d rows) missing from the journal: declared lost to "
-                              "the learner", self.actor_id, e.seq, e.count)
+                    log.error(
+                        "actor %d: batch at seq %d (%d rows) missing from the journal: declared lost to the learner",
+                        self.actor_id,
+                        e.seq,
+                        e.count,
+                    )
                     e.gap, e.journaled = "missing from the journal", False
                     self.gaps += 1
                     frames = encode(StreamGap(self.actor_id, e.seq, e.count, e.gap))
@@ -557,8 +607,11 @@ class Uplink:
             return
         if self._env is None:  # nowhere to spill: keep it (losing it is worse), say so once
             if not self._warned_ram:
-                log.warning("actor %d: %.0f MB unacked and no journal to spill to; holding it in RAM",
-                            self.actor_id, self._ram / 2**20)
+                log.warning(
+                    "actor %d: %.0f MB unacked and no journal to spill to; holding it in RAM",
+                    self.actor_id,
+                    self._ram / 2**20,
+                )
                 self._warned_ram = True
             return
         victims = []

@@ -108,8 +108,16 @@ class LaneUplink:
 class ProcessUplinks:
     """The control process's side (see the module's docstring)."""
 
-    def __init__(self, actor_id: int, lane_ids: list[int], configs: list[UplinkConfig], data_address: str,
-                 weights_address: str, keys_dir: str | None = None, ring_mb: float = 64.0) -> None:
+    def __init__(
+        self,
+        actor_id: int,
+        lane_ids: list[int],
+        configs: list[UplinkConfig],
+        data_address: str,
+        weights_address: str,
+        keys_dir: str | None = None,
+        ring_mb: float = 64.0,
+    ) -> None:
         if len(lane_ids) != len(configs) or not lane_ids:
             raise ValueError("one UplinkConfig per lane")
         self.actor_id, self.lane_ids = actor_id, list(lane_ids)
@@ -142,12 +150,22 @@ class ProcessUplinks:
 
     # --- the child ------------------------------------------------------------------------------
     def _spawn(self, acked: list[int] | None = None) -> None:
-        args = ChildArgs(self.actor_id, tuple(self.lane_ids), tuple(self.configs), self.data_address,
-                         self.weights_address, self.keys_dir, self.ring.name, f"ipc://{self._dir}/to-child",
-                         f"ipc://{self._dir}/to-parent", logging.getLogger().level,
-                         None if acked is None else tuple(acked))
-        self._proc = mp.get_context("spawn").Process(target=child_main, args=(args,), daemon=True,
-                                                     name=f"uplink-{self.actor_id}")
+        args = ChildArgs(
+            self.actor_id,
+            tuple(self.lane_ids),
+            tuple(self.configs),
+            self.data_address,
+            self.weights_address,
+            self.keys_dir,
+            self.ring.name,
+            f"ipc://{self._dir}/to-child",
+            f"ipc://{self._dir}/to-parent",
+            logging.getLogger().level,
+            None if acked is None else tuple(acked),
+        )
+        self._proc = mp.get_context("spawn").Process(
+            target=child_main, args=(args,), daemon=True, name=f"uplink-{self.actor_id}"
+        )
         self._proc.start()
 
     def _wait(self, kind: str, timeout_s: float) -> dict:
@@ -159,8 +177,10 @@ class ProcessUplinks:
                 if m.get("k") == kind:
                     return m
             elif self._proc is not None and not self._proc.is_alive():
-                raise UplinkError(f"actor {self.actor_id}: the transport process exited "
-                                  f"({self._proc.exitcode}) before it said {kind!r}" + (f": {self.error}" if self.error else ""))
+                raise UplinkError(
+                    f"actor {self.actor_id}: the transport process exited "
+                    f"({self._proc.exitcode}) before it said {kind!r}" + (f": {self.error}" if self.error else "")
+                )
         raise UplinkError(f"actor {self.actor_id}: the transport process said no {kind!r} in {timeout_s:.0f} s")
 
     def _note(self, m: dict) -> None:
@@ -190,11 +210,18 @@ class ProcessUplinks:
         fork and exec); batches go on into the ring meanwhile."""
         assert self._proc is not None
         self.restarts += 1
-        log.error("actor %d: the transport process died (exit %s); starting another (%d so far)%s",
-                  self.actor_id, self._proc.exitcode, self.restarts, f": {self.error}" if self.error else "")
+        log.error(
+            "actor %d: the transport process died (exit %s); starting another (%d so far)%s",
+            self.actor_id,
+            self._proc.exitcode,
+            self.restarts,
+            f": {self.error}" if self.error else "",
+        )
         if self.restarts > 20:
-            raise UplinkError(f"actor {self.actor_id}: the transport process died {self.restarts} times"
-                              + (f"; last: {self.error}" if self.error else ""))
+            raise UplinkError(
+                f"actor {self.actor_id}: the transport process died {self.restarts} times"
+                + (f"; last: {self.error}" if self.error else "")
+            )
         self.error = None
         self._spawn(acked=self._acked or [0] * len(self.lane_ids))
         if wait:
@@ -211,8 +238,9 @@ class ProcessUplinks:
             self._restart()
         if not isinstance(msg, TransitionBatch):
             try:
-                self._out.send_multipart([_pack({"k": "msg", "lane": lane}), *encode(msg)], flags=zmq.NOBLOCK,
-                                         copy=False)
+                self._out.send_multipart(
+                    [_pack({"k": "msg", "lane": lane}), *encode(msg)], flags=zmq.NOBLOCK, copy=False
+                )
             except zmq.Again:
                 pass  # the child is far behind or gone: a summary or heartbeat is not worth waiting for
             self._send_piped()  # (a new child may be waiting for rows over the pipe: heartbeats come on time)
@@ -234,8 +262,13 @@ class ProcessUplinks:
         per = max(1, (self.ring.slot_bytes - (64 << 10)) // row)
         if not self._warned_split:
             self._warned_split = True
-            log.warning("actor %d: a %d-row batch does not fit a ring slot (%d bytes); handed over in parts of "
-                        "<= %d rows", self.actor_id, n, self.ring.slot_bytes, per)
+            log.warning(
+                "actor %d: a %d-row batch does not fit a ring slot (%d bytes); handed over in parts of <= %d rows",
+                self.actor_id,
+                n,
+                self.ring.slot_bytes,
+                per,
+            )
         out: list = []
         i = 0
         while i < n:
@@ -261,16 +294,22 @@ class ProcessUplinks:
                 self._piped[self.ring.written - 1] = _PipedRow(lane, frames[1])
                 if not self._warned_pipe:
                     self._warned_pipe = True
-                    log.warning("actor %d: a row of %d bytes is larger than a ring slot; sent over the pipe",
-                                self.actor_id, sum(memoryview(f).nbytes for f in frames[1]))
+                    log.warning(
+                        "actor %d: a row of %d bytes is larger than a ring slot; sent over the pipe",
+                        self.actor_id,
+                        sum(memoryview(f).nbytes for f in frames[1]),
+                    )
             elif not self.ring.write(lane, frames):
                 break
             self._overflow.popleft()
         self._send_piped()
         if self._overflow and not self._warned_full:
             self._warned_full = True
-            log.warning("actor %d: the transport ring is full (%d slots); batches wait in RAM until the learner "
-                        "acks", self.actor_id, self.ring.slots)
+            log.warning(
+                "actor %d: the transport ring is full (%d slots); batches wait in RAM until the learner acks",
+                self.actor_id,
+                self.ring.slots,
+            )
 
     def _send_piped(self) -> None:
         """Send the child the rows over the pipe it lacks, in slot order (a new child says "open":
@@ -284,8 +323,9 @@ class ProcessUplinks:
             if row.sent:
                 continue
             try:
-                self._out.send_multipart([_pack({"k": "row", "lane": row.lane, "slot": slot}), *row.frames],
-                                         flags=zmq.NOBLOCK)
+                self._out.send_multipart(
+                    [_pack({"k": "row", "lane": row.lane, "slot": slot}), *row.frames], flags=zmq.NOBLOCK
+                )
             except zmq.Again:  # no child connected yet, or it is far behind: the next put tries again
                 return
             row.sent = True
@@ -332,8 +372,11 @@ class ProcessUplinks:
                 if self._proc.is_alive():
                     self._proc.kill()
             if self._overflow:
-                log.error("actor %d: %d batches could not be handed to the transport process", self.actor_id,
-                          len(self._overflow))
+                log.error(
+                    "actor %d: %d batches could not be handed to the transport process",
+                    self.actor_id,
+                    len(self._overflow),
+                )
         finally:
             self._out.close(linger=0)
             self._in.close(linger=0)
@@ -375,7 +418,7 @@ def _journal_lock(args: ChildArgs, wait_s: float = 120.0) -> object | None:
     if jd is None:
         return None
     Path(jd).mkdir(parents=True, exist_ok=True)
-    f = open(Path(jd) / "uplink.lock", "w")  # noqa: SIM115 - held open for the process's life
+    f = open(Path(jd) / "uplink.lock", "w")
     deadline, said = time.monotonic() + wait_s, False
     while True:
         try:
@@ -384,8 +427,9 @@ def _journal_lock(args: ChildArgs, wait_s: float = 120.0) -> object | None:
         except BlockingIOError:
             if time.monotonic() > deadline:
                 f.close()
-                raise UplinkError(f"actor {args.actor_id}: journal {jd} stayed locked by another transport process "
-                                  f"for {wait_s:.0f} s") from None
+                raise UplinkError(
+                    f"actor {args.actor_id}: journal {jd} stayed locked by another transport process for {wait_s:.0f} s"
+                ) from None
             if not said:
                 log.info("actor %d: waiting for the previous transport process to finish journaling", args.actor_id)
                 said = True
@@ -415,8 +459,10 @@ class _Child:
 
             secure = partial(secure_client, keys_dir=args.keys_dir, actor_id=args.actor_id)
         self.client = WeightClient(args.weights_address, secure=secure, weights=False).start()
-        self.uplinks = [Uplink(i, args.data_address, lambda: self.client.status, c, secure=secure)
-                        for i, c in zip(args.lane_ids, args.configs)]
+        self.uplinks = [
+            Uplink(i, args.data_address, lambda: self.client.status, c, secure=secure)
+            for i, c in zip(args.lane_ids, args.configs, strict=False)
+        ]
         self.thread = UplinkThread(f"uplink-{args.actor_id}")  # one thread drives every lane's uplink
         self.next_seq = [u.open() for u in self.uplinks]  # journal entries are queued; the ring skips them
         self.read = self.ring.released
@@ -424,7 +470,7 @@ class _Child:
         self.piped: dict[int, list[bytes]] = {}  # marker slot -> frames of a row larger than a slot, not yet taken
         self.started = False
         if args.acked is not None:  # a replacement for a child that died: no start message comes
-            for u, a in zip(self.uplinks, args.acked):
+            for u, a in zip(self.uplinks, args.acked, strict=False):
                 u.start(a, thread=self.thread)
             self.started = True
         self.terminated = False  # SIGTERM (e.g. multiprocessing ending daemonic children): as if orphaned
@@ -457,9 +503,12 @@ class _Child:
                 self._stats()
             if orphan:  # the actor is gone (or this process is told to end): journal what was taken and go
                 gone = os.getppid() != self.parent
-                log.warning("actor %d: %s; journaling %d unacked transitions", self.args.actor_id,
-                            "the actor process is gone" if gone else "transport process terminated",
-                            sum(u.unacked for u in self.uplinks))
+                log.warning(
+                    "actor %d: %s; journaling %d unacked transitions",
+                    self.args.actor_id,
+                    "the actor process is gone" if gone else "transport process terminated",
+                    sum(u.unacked for u in self.uplinks),
+                )
                 if not self.started:
                     for u in self.uplinks:
                         u.start(0, thread=self.thread)
@@ -478,7 +527,7 @@ class _Child:
         head = msgpack.unpackb(frames[0], raw=False)
         kind = head.get("k")
         if kind == "start":
-            for u, a in zip(self.uplinks, head["acked"]):
+            for u, a in zip(self.uplinks, head["acked"], strict=False):
                 u.start(int(a), thread=self.thread)
             self.started = True
         elif kind == "msg":
@@ -525,8 +574,16 @@ class _Child:
 
     def _stats(self) -> None:
         try:
-            self.back.send(_pack({"k": "stats", "unacked": [u.pending for u in self.uplinks],
-                                  "resends": [u.resends for u in self.uplinks]}), zmq.NOBLOCK)
+            self.back.send(
+                _pack(
+                    {
+                        "k": "stats",
+                        "unacked": [u.pending for u in self.uplinks],
+                        "resends": [u.resends for u in self.uplinks],
+                    }
+                ),
+                zmq.NOBLOCK,
+            )
         except zmq.Again:
             pass
 

@@ -15,8 +15,20 @@ def register(name: str) -> Callable[[Callable[[dict[str, str]], int]], Callable[
     return deco
 
 
-MODULES = ("async_inference", "buffer", "chaos", "envs", "fuzz", "hil", "learn", "learn_reach", "multi_actor",
-           "remote_inference", "twin", "weight_push")  # each registers its benches when imported
+MODULES = (
+    "async_inference",
+    "buffer",
+    "chaos",
+    "envs",
+    "fuzz",
+    "hil",
+    "learn",
+    "learn_reach",
+    "multi_actor",
+    "remote_inference",
+    "twin",
+    "weight_push",
+)  # each registers its benches when imported
 
 
 def load_all() -> dict[str, Callable[[dict[str, str]], int]]:

@@ -60,9 +60,13 @@ from sim import ReachConfig, ReachTask, SimRobot
 
 MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc", "async_forward_pipelined")
 # bench mode -> (actor inference mode, inference workers, replan rule)
-RUNS = {"sync": ("sync", 1, "due"), "async_naive": ("async_naive", 1, "due"),
-        "async_forward": ("async_forward", 1, "due"), "async_forward_rtc": ("async_forward_rtc", 1, "due"),
-        "async_forward_pipelined": ("async_forward", 2, "continuous")}
+RUNS = {
+    "sync": ("sync", 1, "due"),
+    "async_naive": ("async_naive", 1, "due"),
+    "async_forward": ("async_forward", 1, "due"),
+    "async_forward_rtc": ("async_forward_rtc", 1, "due"),
+    "async_forward_pipelined": ("async_forward", 2, "continuous"),
+}
 KEYS, DIMS = ("state", "target", "ee_to_target"), (6, 3, 3)
 SCALE = {"ee_to_target": 10.0, "target": 5.0}
 
@@ -71,8 +75,9 @@ EXPERT_STEP = 0.03  # rad per tick: the demonstrator moves its joint targets at 
 
 
 def task_config(ticks: int, cameras: tuple[str, ...] = ()) -> ReachConfig:
-    return ReachConfig(target_moves=2, move_gap=20, episode_ticks=ticks, success_radius=0.03, cameras=cameras,
-                       image_size=96)
+    return ReachConfig(
+        target_moves=2, move_gap=20, episode_ticks=ticks, success_radius=0.03, cameras=cameras, image_size=96
+    )
 
 
 # prefix conditionings compared in the RTC sweep: name -> (prefix_mode, prefix_noise, prefix_hide)
@@ -84,20 +89,33 @@ def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path")
     a committed prefix (VARIANTS: ours on the flow path, training-time RTC, REMAC-style)."""
     spec = ReachTask().spec()
     mode, noise, hide = VARIANTS[variant]
-    policy = FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5,
-                             hidden=(512, 512), obs_scale=SCALE, action_mode="delta", delta_range=0.6,
-                             prefix_mode=mode)
+    policy = FlowChunkPolicy(
+        KEYS,
+        DIMS,
+        spec.joint_low,
+        spec.joint_high,
+        horizon=horizon,
+        steps=5,
+        hidden=(512, 512),
+        obs_scale=SCALE,
+        action_mode="delta",
+        delta_range=0.6,
+        prefix_mode=mode,
+    )
     demo_task = TaskArgs("reach", dataclasses.asdict(task_config(150)))
     # the cache key hashes everything that shaped the weights: sizes, steps, demos, and the code
     # of the demonstrator, the recorder, the BC loss and the policy
+    import policies.flow as flow_code
+    import robo_async.launch.experts as record_code
     import robo_async.learner.algorithms.bc.chunk as bc_code
     import robo_async.learner.algorithms.bc.learning as bc_algo_code
-    import robo_async.launch.experts as record_code
-    import policies.flow as flow_code
     import sim.reach as reach_code
 
-    what = [policy.architecture, steps, EXPERT_STEP, repr(demo_task)] + ([noise, hide] if noise or hide else []) + [
-        inspect.getsource(m) for m in (bc_code, bc_algo_code, record_code, flow_code, reach_code)]
+    what = (
+        [policy.architecture, steps, EXPERT_STEP, repr(demo_task)]
+        + ([noise, hide] if noise or hide else [])
+        + [inspect.getsource(m) for m in (bc_code, bc_algo_code, record_code, flow_code, reach_code)]
+    )
     key = hashlib.sha1(json.dumps(what, default=str).encode()).hexdigest()[:12]
     path = cache / f"flow_reach_{key}.safetensors"
     if path.exists():
@@ -106,8 +124,13 @@ def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path")
     else:
         print(f"training the chunk policy by behaviour cloning ({steps} steps) ...", flush=True)
         demos = record_expert(demo_task, 200, max_step=EXPERT_STEP)
-        clone(policy, demos, steps, BCConfig(batch_size=256, lr=1e-3, max_delay=12, prefix_noise=noise,
-                                             prefix_hide=hide), log_every=max(steps // 5, 1))
+        clone(
+            policy,
+            demos,
+            steps,
+            BCConfig(batch_size=256, lr=1e-3, max_delay=12, prefix_noise=noise, prefix_hide=hide),
+            log_every=max(steps // 5, 1),
+        )
         cache.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in policy.net.state_dict().items()}, str(path))
     policy.deterministic = True
@@ -126,8 +149,18 @@ class _Recorder:
     def __call__(self, t: TickInfo) -> None:
         if t.episode != self._ep:  # a new episode
             self._ep = t.episode
-            self.cur = {"t0": t.chosen_at, "stamps": [], "actions": [], "arrivals": [], "reactions": [],
-                        "pending": [], "jumps": 0, "seen": t.new_chunks, "end": t.chosen_at, "ticks": 0}
+            self.cur = {
+                "t0": t.chosen_at,
+                "stamps": [],
+                "actions": [],
+                "arrivals": [],
+                "reactions": [],
+                "pending": [],
+                "jumps": 0,
+                "seen": t.new_chunks,
+                "end": t.chosen_at,
+                "ticks": 0,
+            }
             self.episodes.append(self.cur)
         c = self.cur
         if t.new_chunks > c["seen"]:
@@ -144,32 +177,72 @@ class _Recorder:
         c["ticks"] = t.episode_tick + 1
 
 
-def run_cell(policy, mode: str, latency_ms: float | None, episodes: int, ticks: int, ingest: tuple[str, str],
-             actor_id: int, journal: Path, cameras: tuple[str, ...] = ()) -> list[dict]:
+def run_cell(
+    policy,
+    mode: str,
+    latency_ms: float | None,
+    episodes: int,
+    ticks: int,
+    ingest: tuple[str, str],
+    actor_id: int,
+    journal: Path,
+    cameras: tuple[str, ...] = (),
+) -> list[dict]:
     """`episodes` episodes of the training actor users run (SafeRobot, the control loop, Adder,
     Uplink into a real ingest process) in real time, with `latency_ms` injected per inference
     (None: the policy as it is, e.g. a `RemotePolicy` whose latency is the server's and the network's)."""
     task = ReachTask(task_config(ticks, cameras))
     actor_mode, workers, replan = RUNS[mode]
     rec = _Recorder(task)
-    cfg = ActorConfig(actor_id, *ingest, LoopConfig(
-        actor_id=actor_id, episode_ticks=ticks, realtime=True, seed=0, start_episode=5000, eval_every=1,
-        max_episodes=episodes, inference=actor_mode, inference_workers=workers, replan=replan,
-        inference_timeout_s=5, explore_until_weights=False, warmup_inference=mode != "sync"),
-        uplink=UplinkConfig(journal_dir=str(journal / str(actor_id))))
-    actor = Actor(SafeRobot(SimRobot(task)), policy if latency_ms is None else DelayedPolicy(policy, latency_ms), cfg,
-                  observer=rec)
+    cfg = ActorConfig(
+        actor_id,
+        *ingest,
+        LoopConfig(
+            actor_id=actor_id,
+            episode_ticks=ticks,
+            realtime=True,
+            seed=0,
+            start_episode=5000,
+            eval_every=1,
+            max_episodes=episodes,
+            inference=actor_mode,
+            inference_workers=workers,
+            replan=replan,
+            inference_timeout_s=5,
+            explore_until_weights=False,
+            warmup_inference=mode != "sync",
+        ),
+        uplink=UplinkConfig(journal_dir=str(journal / str(actor_id))),
+    )
+    actor = Actor(
+        SafeRobot(SimRobot(task)),
+        policy if latency_ms is None else DelayedPolicy(policy, latency_ms),
+        cfg,
+        observer=rec,
+    )
     result = actor.run(threading.Event())
     assert result is not None
     infer = actor.loop.stats() if actor.loop is not None else {}
     out = []
-    for ep, c in zip(result.episodes, rec.episodes):
-        out.append({"success": ep.success, "time_s": c["end"] - c["t0"], "reactions_ms": c["reactions"],
-                    "actions": np.asarray(c["actions"]), "arrivals": c["arrivals"], "stamps": c["stamps"]})
+    for ep, c in zip(result.episodes, rec.episodes, strict=False):
+        out.append(
+            {
+                "success": ep.success,
+                "time_s": c["end"] - c["t0"],
+                "reactions_ms": c["reactions"],
+                "actions": np.asarray(c["actions"]),
+                "arrivals": c["arrivals"],
+                "stamps": c["stamps"],
+            }
+        )
     late = np.asarray(actor.loop.lateness.samples) * 1000 if actor.loop is not None else np.zeros(1)
-    return out, {"lateness_ms": late, "missed": int(actor.loop.lateness.missed) if actor.loop else 0,
-                 "infer_p50_ms": infer.get("infer_p50_ms"), "infer_p95_ms": infer.get("infer_p95_ms"),
-                 "stats": infer}
+    return out, {
+        "lateness_ms": late,
+        "missed": int(actor.loop.lateness.missed) if actor.loop else 0,
+        "infer_p50_ms": infer.get("infer_p50_ms"),
+        "infer_p95_ms": infer.get("infer_p95_ms"),
+        "stats": infer,
+    }
 
 
 def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0, 2.6)) -> None:
@@ -181,7 +254,7 @@ def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0,
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(trajs), 1, figsize=(8, 2.2 * len(trajs)), sharex=True)
-    for ax, (mode, r) in zip(np.atleast_1d(axes), trajs.items()):
+    for ax, (mode, r) in zip(np.atleast_1d(axes), trajs.items(), strict=False):
         t, a = np.asarray(r["stamps"]), r["actions"]
         sel = (t >= window[0]) & (t <= window[1])
         for j in range(3):
@@ -189,8 +262,7 @@ def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0,
         for k in r["arrivals"]:
             if k < len(t) and window[0] <= t[k] <= window[1]:
                 ax.axvline(t[k], color="grey", lw=0.6, ls=":")
-        ax.set_title(f"{mode}: commanded joint targets, one dot per control tick (dotted: a chunk lands)",
-                     fontsize=9)
+        ax.set_title(f"{mode}: commanded joint targets, one dot per control tick (dotted: a chunk lands)", fontsize=9)
         ax.set_ylabel("rad")
     np.atleast_1d(axes)[-1].set_xlabel("wall-clock time since the episode started (s)")
     np.atleast_1d(axes)[0].legend(fontsize=7, loc="upper right")
@@ -208,12 +280,14 @@ class _Cells:
 
     def run(self, policy, mode: str, latency_ms: float, episodes: int, cameras: tuple[str, ...] = ()):
         self.next_id += 1
-        return run_cell(policy, mode, latency_ms, episodes, self.ticks, self.ingest, self.next_id, self.journal,
-                        cameras)
+        return run_cell(
+            policy, mode, latency_ms, episodes, self.ticks, self.ingest, self.next_id, self.journal, cameras
+        )
 
 
-def speedup_interval(sync_times: list[float], async_times: list[float], n: int = 2000, seed: int = 0
-                     ) -> tuple[float, float, float]:
+def speedup_interval(
+    sync_times: list[float], async_times: list[float], n: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """Mean-time ratio sync/async with a 95% bootstrap interval over episodes."""
     rng = np.random.default_rng(seed)
     a, b = np.asarray(sync_times), np.asarray(async_times)
@@ -221,32 +295,46 @@ def speedup_interval(sync_times: list[float], async_times: list[float], n: int =
     return float(a.mean() / b.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
-def chunk_sweep(lengths: list[int], main: int, main_policy: FlowChunkPolicy, episodes: int, cells: _Cells,
-                bc_steps: int) -> list[dict]:
+def chunk_sweep(
+    lengths: list[int], main: int, main_policy: FlowChunkPolicy, episodes: int, cells: _Cells, bc_steps: int
+) -> list[dict]:
     """At 200 ms: how the chunk length trades sync's waiting against async's coverage of the latency."""
     rows = []
     for h in lengths:
-        policy = main_policy if h == main else trained_policy(h, bc_steps, Path.home() / ".cache" / "robo_async" / "bench")
+        policy = (
+            main_policy if h == main else trained_policy(h, bc_steps, Path.home() / ".cache" / "robo_async" / "bench")
+        )
         res = {}
         for mode in ("sync", "async_forward", "async_forward_pipelined"):
             rs, _ = cells.run(policy, mode, 200, episodes)
             react = [x for r in rs for x in r["reactions_ms"]]
-            res[mode] = {"time_s": float(np.mean([r["time_s"] for r in rs])),
-                         "success": float(np.mean([r["success"] for r in rs])),
-                         "reaction_ms": float(np.median(react)) if react else None}
+            res[mode] = {
+                "time_s": float(np.mean([r["time_s"] for r in rs])),
+                "success": float(np.mean([r["success"] for r in rs])),
+                "reaction_ms": float(np.median(react)) if react else None,
+            }
         for mode in ("async_forward", "async_forward_pipelined"):
-            row = {"chunk_len": h, "mode": mode, "speedup_vs_sync": round(res["sync"]["time_s"] / res[mode]["time_s"], 3),
-                   "reaction_ms": res[mode]["reaction_ms"], "success": res[mode]["success"],
-                   "sync_reaction_ms": res["sync"]["reaction_ms"], "sync_success": res["sync"]["success"]}
+            row = {
+                "chunk_len": h,
+                "mode": mode,
+                "speedup_vs_sync": round(res["sync"]["time_s"] / res[mode]["time_s"], 3),
+                "reaction_ms": res[mode]["reaction_ms"],
+                "success": res[mode]["success"],
+                "sync_reaction_ms": res["sync"]["reaction_ms"],
+                "sync_success": res["sync"]["success"],
+            }
             rows.append(row)
-            print(f"  sweep 200 ms, chunk {h:>2}: {mode:<24} {row['speedup_vs_sync']:.2f}x faster than sync, "
-                  f"reaction {row['reaction_ms']} ms (sync {row['sync_reaction_ms']}), success {row['success']:.0%}",
-                  flush=True)
+            print(
+                f"  sweep 200 ms, chunk {h:>2}: {mode:<24} {row['speedup_vs_sync']:.2f}x faster than sync, "
+                f"reaction {row['reaction_ms']} ms (sync {row['sync_reaction_ms']}), success {row['success']:.0%}",
+                flush=True,
+            )
     return rows
 
 
-def rtc_sweep(variants: list[str], latencies: list[int], horizon: int, episodes: int, cells: _Cells,
-              bc_steps: int) -> list[dict]:
+def rtc_sweep(
+    variants: list[str], latencies: list[int], horizon: int, episodes: int, cells: _Cells, bc_steps: int
+) -> list[dict]:
     """async_forward_rtc with each prefix conditioning (trained that way) at delays up to 12
     ticks: success, completion time, and the jump where a chunk lands (mean |a_k - a_k-1| at
     arrival ticks over the mean elsewhere: 1 = seamless)."""
@@ -262,13 +350,20 @@ def rtc_sweep(variants: list[str], latencies: list[int], horizon: int, episodes:
                 arrivals = {k for k in r["arrivals"] if 0 < k < len(a)}
                 at += [steps[k - 1] for k in arrivals]
                 rest += [s for i, s in enumerate(steps) if i + 1 not in arrivals]
-            row = {"variant": v, "latency_ms": lat, "latency_ticks": timing["stats"].get("latency_ticks"),
-                   "success": float(np.mean([r["success"] for r in rs])),
-                   "completion_s": round(float(np.mean([r["time_s"] for r in rs])), 3),
-                   "boundary_jump": round(float(np.mean(at) / max(np.mean(rest), 1e-9)), 3) if at and rest else None}
+            row = {
+                "variant": v,
+                "latency_ms": lat,
+                "latency_ticks": timing["stats"].get("latency_ticks"),
+                "success": float(np.mean([r["success"] for r in rs])),
+                "completion_s": round(float(np.mean([r["time_s"] for r in rs])), 3),
+                "boundary_jump": round(float(np.mean(at) / max(np.mean(rest), 1e-9)), 3) if at and rest else None,
+            }
             rows.append(row)
-            print(f"  rtc sweep {v:<6} {lat:>4} ms ({row['latency_ticks']} ticks): success {row['success']:.0%}  "
-                  f"time {row['completion_s']:.2f} s  boundary jump {row['boundary_jump']}", flush=True)
+            print(
+                f"  rtc sweep {v:<6} {lat:>4} ms ({row['latency_ticks']} ticks): success {row['success']:.0%}  "
+                f"time {row['completion_s']:.2f} s  boundary jump {row['boundary_jump']}",
+                flush=True,
+            )
     return rows
 
 
@@ -279,9 +374,18 @@ def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
     from policies.lerobot_chunk import build_lerobot_policy
 
     spec = ReachTask().spec()
-    act = build_lerobot_policy("act", state_dim=6, action_low=spec.joint_low, action_high=spec.joint_high,
-                               env_keys=("target", "ee_to_target"), env_dim=6, env_scale=10.0,
-                               cameras=(("front", 96, 96),), chunk_size=horizon, use_vae=False)
+    act = build_lerobot_policy(
+        "act",
+        state_dim=6,
+        action_low=spec.joint_low,
+        action_high=spec.joint_high,
+        env_keys=("target", "ee_to_target"),
+        env_dim=6,
+        env_scale=10.0,
+        cameras=(("front", 96, 96),),
+        chunk_size=horizon,
+        use_vae=False,
+    )
     n_params = sum(p.numel() for p in act.policy.parameters())
     out: dict = {"lerobot_act_params_m": round(n_params / 1e6, 2)}
     # camera transitions have other columns: their own ingest process and store
@@ -292,11 +396,16 @@ def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
         timings = {mode: cam_cells.run(act, mode, 0, 2, cameras=("front",))[1] for mode in ("sync", "async_forward")}
     for mode, t in timings.items():
         late = t["lateness_ms"]
-        out[f"lerobot_act_{mode}"] = {"infer_p50_ms": t["infer_p50_ms"], "infer_p95_ms": t["infer_p95_ms"],
-                                      "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
-                                      "missed_ticks": t["missed"]}
-        print(f"  LeRobot ACT (random init, {n_params / 1e6:.1f} M params) {mode}: {out[f'lerobot_act_{mode}']}",
-              flush=True)
+        out[f"lerobot_act_{mode}"] = {
+            "infer_p50_ms": t["infer_p50_ms"],
+            "infer_p95_ms": t["infer_p95_ms"],
+            "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
+            "missed_ticks": t["missed"],
+        }
+        print(
+            f"  LeRobot ACT (random init, {n_params / 1e6:.1f} M params) {mode}: {out[f'lerobot_act_{mode}']}",
+            flush=True,
+        )
     return out
 
 
@@ -329,54 +438,87 @@ def bench_async_inference(args: dict[str, str]) -> int:
                 late = timing["lateness_ms"]
                 times[f"{mode}@{lat}"] = [r["time_s"] for r in rs]
                 rows[f"{mode}@{lat}"] = {
-                    "mode": mode, "latency_ms": lat, "loop": "actor", "episodes": len(rs),
+                    "mode": mode,
+                    "latency_ms": lat,
+                    "loop": "actor",
+                    "episodes": len(rs),
                     "success": float(np.mean([r["success"] for r in rs])),
                     "time_s": float(np.mean([r["time_s"] for r in rs])),
                     "reaction_ms": float(np.median(react)) if react else None,
                     "late_p50_ms": round(float(np.percentile(late, 50)), 3),
                     "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
-                    "late_max_ms": round(float(np.max(late)), 3), "missed_ticks": timing["missed"]}
+                    "late_max_ms": round(float(np.max(late)), 3),
+                    "missed_ticks": timing["missed"],
+                }
                 r = rows[f"{mode}@{lat}"]
-                print(f"  {mode:<24} {lat:>4} ms: success {r['success']:.0%}  time {r['time_s']:.2f} s  "
-                      f"reaction {r['reaction_ms']} ms  late p50/p99/max {r['late_p50_ms']:.2f}/"
-                      f"{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f} ms  missed {r['missed_ticks']}", flush=True)
+                print(
+                    f"  {mode:<24} {lat:>4} ms: success {r['success']:.0%}  time {r['time_s']:.2f} s  "
+                    f"reaction {r['reaction_ms']} ms  late p50/p99/max {r['late_p50_ms']:.2f}/"
+                    f"{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f} ms  missed {r['missed_ticks']}",
+                    flush=True,
+                )
         sweep = [int(x) for x in args.get("sweep", "4,6,8").split(",") if x]
-        sweep_rows = chunk_sweep(sweep, horizon, policy, episodes, cells, int(args.get("bc_steps", 4000))) \
-            if sweep and 200 in latencies else None
+        sweep_rows = (
+            chunk_sweep(sweep, horizon, policy, episodes, cells, int(args.get("bc_steps", 4000)))
+            if sweep and 200 in latencies
+            else None
+        )
         act_rows = lerobot_act_rows(horizon, cells) if args.get("lerobot_act", "true") == "true" else {}
         variants = [v for v in args.get("rtc_variants", ",".join(VARIANTS)).split(",") if v]
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"bench async-inference: unknown rtc_variants {unknown}; known: {list(VARIANTS)}")
-        rtc_rows = rtc_sweep(variants, [int(x) for x in args.get("rtc_latencies", "0,100,200,300,400").split(",") if x],
-                             int(args.get("rtc_chunk_len", 16)), episodes, cells,
-                             int(args.get("bc_steps", 4000))) if variants else []
+        rtc_rows = (
+            rtc_sweep(
+                variants,
+                [int(x) for x in args.get("rtc_latencies", "0,100,200,300,400").split(",") if x],
+                int(args.get("rtc_chunk_len", 16)),
+                episodes,
+                cells,
+                int(args.get("bc_steps", 4000)),
+            )
+            if variants
+            else []
+        )
     if trajs:
         plot(trajs, out / "chunk_boundaries_200ms.png")
     table = Table(title=f"bench async-inference: the actor loop (chunk length {horizon}, {episodes} episodes each)")
     for col in ("mode", "latency ms", "success", "time s", "reaction ms", "late p50/p99/max ms", "missed ticks"):
         table.add_column(col, justify="right")
     for r in rows.values():
-        table.add_row(r["mode"], str(r["latency_ms"]), f"{r['success']:.0%}", f"{r['time_s']:.2f}",
-                      "-" if r["reaction_ms"] is None else f"{r['reaction_ms']:.0f}",
-                      f"{r['late_p50_ms']:.2f}/{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f}", str(r["missed_ticks"]))
+        table.add_row(
+            r["mode"],
+            str(r["latency_ms"]),
+            f"{r['success']:.0%}",
+            f"{r['time_s']:.2f}",
+            "-" if r["reaction_ms"] is None else f"{r['reaction_ms']:.0f}",
+            f"{r['late_p50_ms']:.2f}/{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f}",
+            str(r["missed_ticks"]),
+        )
     Console().print(table)
-    figures: dict[str, object] = {"chunk_len": horizon, "episodes": episodes, "loop": "actor",
-                                  "ingest_received": ingest.received}
+    figures: dict[str, object] = {
+        "chunk_len": horizon,
+        "episodes": episodes,
+        "loop": "actor",
+        "ingest_received": ingest.received,
+    }
     if 200 in latencies and {"sync", "async_forward"} <= set(modes):
         s, f, base = rows["sync@200"], rows["async_forward@200"], rows.get("async_forward@0", rows["sync@200"])
         speed, lo, hi = speedup_interval(times["sync@200"], times["async_forward@200"])
         d = int(np.ceil(0.2 * 30 - 1e-9))  # the latency in ticks at 30 Hz
         ceiling = (horizon + d) / horizon
         figures.update(
-            speedup_vs_sync_200ms=round(speed, 3), speedup_vs_sync_200ms_ci95=[round(lo, 3), round(hi, 3)],
+            speedup_vs_sync_200ms=round(speed, 3),
+            speedup_vs_sync_200ms_ci95=[round(lo, 3), round(hi, 3)],
             speedup_over_ceiling_200ms=round(speed / ceiling, 3),
             speedup_over_ceiling_200ms_ci95=[round(lo / ceiling, 3), round(hi / ceiling, 3)],
             reaction_ms_200ms=f["reaction_ms"],
             reaction_over_latency_200ms=round(f["reaction_ms"] / 200, 3) if f["reaction_ms"] else None,
             reaction_ratio_sync_200ms=round(s["reaction_ms"] / f["reaction_ms"], 3)
-            if s["reaction_ms"] and f["reaction_ms"] else None,
-            success_drop_pts_200ms=round(100 * (base["success"] - f["success"]), 1))
+            if s["reaction_ms"] and f["reaction_ms"]
+            else None,
+            success_drop_pts_200ms=round(100 * (base["success"] - f["success"]), 1),
+        )
         if "async_forward_pipelined@200" in rows:
             pp = rows["async_forward_pipelined@200"]
             figures.update(
@@ -384,7 +526,9 @@ def bench_async_inference(args: dict[str, str]) -> int:
                 reaction_ms_200ms_pipelined=pp["reaction_ms"],
                 reaction_over_latency_200ms_pipelined=round(pp["reaction_ms"] / 200, 3) if pp["reaction_ms"] else None,
                 success_drop_pts_200ms_pipelined=round(
-                    100 * (rows.get("async_forward_pipelined@0", pp)["success"] - pp["success"]), 1))
+                    100 * (rows.get("async_forward_pipelined@0", pp)["success"] - pp["success"]), 1
+                ),
+            )
     if sweep_rows is not None:
         figures["sweep_200ms"] = sweep_rows
     figures.update(act_rows)

@@ -32,9 +32,9 @@ from rich.console import Console
 from rich.table import Table
 
 from robo_async.bench import register
+from robo_async.bench.loadgen import make_row
 from robo_async.buffer.codec import encode_frames
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
-from robo_async.bench.loadgen import make_row
 from robo_async.buffer.sampler import Sampler
 from robo_async.transport.wire import TransitionBatch
 
@@ -65,8 +65,12 @@ class Proc:
     """A loadgen process whose stdout is read on a thread (so its pipe never fills)."""
 
     def __init__(self, args: list[str]) -> None:
-        self.p = subprocess.Popen([sys.executable, "-m", "robo_async.bench.loadgen", *args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "robo_async.bench.loadgen", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.lines: list[str] = []
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
@@ -104,7 +108,9 @@ def _fields(line: str) -> dict[str, float]:
     return {k: float(v) for k, v in (w.split("=") for w in line.split()[1:] if "=" in w)}
 
 
-def store_ingest(frames: list[np.ndarray], n: int, root: Path, codec: str = "qoi", actor_encoded: bool = False) -> float:
+def store_ingest(
+    frames: list[np.ndarray], n: int, root: Path, codec: str = "qoi", actor_encoded: bool = False
+) -> float:
     """The store alone: prebuilt batches inserted in-process until all are committed.
     `actor_encoded`: the frames come encoded (as actors' uplinks send them; encoded before the
     clock starts) and the store keeps the bytes, decoding each once for its RAM cache."""
@@ -113,9 +119,14 @@ def store_ingest(frames: list[np.ndarray], n: int, root: Path, codec: str = "qoi
         rows = [make_row(s, 4, 2, 128, frames) for s in range(seq, seq + 32)]
         arrays = {f"obs/{k}": np.stack([r[0][k] for r in rows]) for k in rows[0][0]}
         arrays.update({f"next_obs/{k}": np.stack([r[1][k] for r in rows]) for k in rows[0][1]})
-        arrays.update(action=np.zeros((32, 2), np.float32), reward=np.zeros(32, np.float32),
-                      terminated=np.zeros(32, bool), truncated=np.zeros(32, bool),
-                      policy_version=np.zeros(32, np.int64), success=np.zeros(32, bool))
+        arrays.update(
+            action=np.zeros((32, 2), np.float32),
+            reward=np.zeros(32, np.float32),
+            terminated=np.zeros(32, bool),
+            truncated=np.zeros(32, bool),
+            policy_version=np.zeros(32, np.int64),
+            success=np.zeros(32, bool),
+        )
         if actor_encoded:
             arrays = encode_frames(arrays, codec)
         batches.append(TransitionBatch(0, seq, arrays))
@@ -152,9 +163,13 @@ def sample_latency(store_dir: Path, samples: int = 300) -> dict[str, float]:
         gets.append((time.perf_counter() - t0) * 1000)
         assert b is not None
     sampler.close()
-    out = {"sample_p50_ms": float(np.median(times)), "sample_p99_ms": float(np.percentile(times, 99)),
-           "prefetched_get_p50_ms": float(np.median(gets)), "prefetched_get_p99_ms": float(np.percentile(gets, 99)),
-           "cached_transitions": cache.cached()}
+    out = {
+        "sample_p50_ms": float(np.median(times)),
+        "sample_p99_ms": float(np.percentile(times, 99)),
+        "prefetched_get_p50_ms": float(np.median(gets)),
+        "prefetched_get_p99_ms": float(np.percentile(gets, 99)),
+        "cached_transitions": cache.cached(),
+    }
     store.close()
     return out
 
@@ -166,8 +181,23 @@ def crash_trials(root: Path, frames_file: Path, trials: int, rate: float) -> dic
     server = Proc(serve)
     server.wait_line("ready")
     until = int(rate * (trials * 0.8 + 3))
-    producer = Proc(["produce", "--until", str(until), "--images", "2", "--frames", str(frames_file),
-                     "--per-s", str(rate), "--data", data, "--status", status])
+    producer = Proc(
+        [
+            "produce",
+            "--until",
+            str(until),
+            "--images",
+            "2",
+            "--frames",
+            str(frames_file),
+            "--per-s",
+            str(rate),
+            "--data",
+            data,
+            "--status",
+            status,
+        ]
+    )
     rng = np.random.default_rng(0)
     for _ in range(trials):
         time.sleep(rng.uniform(0.2, 1.0))  # mid-ingest: commits, pages and acks in flight
@@ -181,10 +211,14 @@ def crash_trials(root: Path, frames_file: Path, trials: int, rate: float) -> dic
     s.close()
     unique = set(seqs.tolist())
     max_acked = int(done["max_acked"])
-    return {"crash_trials": trials, "crash_transitions": until,
-            "crash_lost": sum(1 for q in range(until) if q not in unique),
-            "crash_acked_lost": sum(1 for q in range(max_acked) if q not in unique),
-            "crash_duplicates": int(len(seqs) - len(unique)), "crash_resends": int(done["resends"])}
+    return {
+        "crash_trials": trials,
+        "crash_transitions": until,
+        "crash_lost": sum(1 for q in range(until) if q not in unique),
+        "crash_acked_lost": sum(1 for q in range(max_acked) if q not in unique),
+        "crash_duplicates": int(len(seqs) - len(unique)),
+        "crash_resends": int(done["resends"]),
+    }
 
 
 @register("buffer")
@@ -201,25 +235,50 @@ def bench_buffer(args: dict[str, str]) -> int:
     print("store alone (in-process) ...", flush=True)
     figures["store_ingest_per_s"] = round(store_ingest(frames, min(n, 10_000), root / "alone"), 1)
     figures["store_ingest_per_s_actor_encoded"] = round(
-        store_ingest(frames, min(n, 10_000), root / "alone-sent", actor_encoded=True), 1)
+        store_ingest(frames, min(n, 10_000), root / "alone-sent", actor_encoded=True), 1
+    )
     figures["store_ingest_per_s_png"] = round(store_ingest(frames, min(n, 10_000), root / "alone-png", "png"), 1)
     figures["store_ingest_per_s_jpeg"] = round(store_ingest(frames, min(n, 10_000), root / "alone-jpeg", "jpeg"), 1)
 
     print(f"ingest of {n:,} transitions through producer -> ZMQ -> store ...", flush=True)
     data, status = f"tcp://127.0.0.1:{_port()}", f"tcp://127.0.0.1:{_port()}"
-    serve = ["serve", "--store", str(root / "store"), "--data", data, "--status", status,
-             "--commit-ms", str(float(args.get("commit_ms", StoreConfig.commit_ms)))]
+    serve = [
+        "serve",
+        "--store",
+        str(root / "store"),
+        "--data",
+        data,
+        "--status",
+        status,
+        "--commit-ms",
+        str(float(args.get("commit_ms", StoreConfig.commit_ms))),
+    ]
     server = Proc(serve)
     server.wait_line("ready")
-    producer = Proc(["produce", "--until", str(n), "--images", "2", "--frames", str(frames_file),
-                     "--data", data, "--status", status])
+    producer = Proc(
+        [
+            "produce",
+            "--until",
+            str(n),
+            "--images",
+            "2",
+            "--frames",
+            str(frames_file),
+            "--data",
+            data,
+            "--status",
+            status,
+        ]
+    )
     done = _fields(producer.wait_line("done", timeout=3600))
     stats = server.stats()
-    figures.update(ingest_per_s=round(n / done["acked_s"], 1),
-                   commit_interval_ms=round(stats.get("commit_p50_ms", 0.0), 1),
-                   commit_interval_p99_ms=round(stats.get("commit_p99_ms", 0.0), 1),
-                   commit_interval_max_ms=round(stats.get("commit_max_ms", 0.0), 1),
-                   ingest_server_peak_rss_mb=round(stats.get("peak_rss_mb", 0.0)))
+    figures.update(
+        ingest_per_s=round(n / done["acked_s"], 1),
+        commit_interval_ms=round(stats.get("commit_p50_ms", 0.0), 1),
+        commit_interval_p99_ms=round(stats.get("commit_p99_ms", 0.0), 1),
+        commit_interval_max_ms=round(stats.get("commit_max_ms", 0.0), 1),
+        ingest_server_peak_rss_mb=round(stats.get("peak_rss_mb", 0.0)),
+    )
 
     if args.get("curve", "true") == "true":
         from robo_async.transport.curve import create_keys
@@ -228,11 +287,41 @@ def bench_buffer(args: dict[str, str]) -> int:
         keys = root / "keys"
         create_keys(keys, [0])
         c_data, c_status = f"tcp://127.0.0.1:{_port()}", f"tcp://127.0.0.1:{_port()}"
-        c_server = Proc(["serve", "--store", str(root / "store-curve"), "--data", c_data, "--status", c_status,
-                         "--keys", str(keys), "--commit-ms", str(float(args.get("commit_ms", StoreConfig.commit_ms)))])
+        c_server = Proc(
+            [
+                "serve",
+                "--store",
+                str(root / "store-curve"),
+                "--data",
+                c_data,
+                "--status",
+                c_status,
+                "--keys",
+                str(keys),
+                "--commit-ms",
+                str(float(args.get("commit_ms", StoreConfig.commit_ms))),
+            ]
+        )
         c_server.wait_line("ready")
-        c_done = _fields(Proc(["produce", "--until", str(n), "--images", "2", "--frames", str(frames_file),
-                               "--data", c_data, "--status", c_status, "--keys", str(keys)]).wait_line("done", 3600))
+        c_done = _fields(
+            Proc(
+                [
+                    "produce",
+                    "--until",
+                    str(n),
+                    "--images",
+                    "2",
+                    "--frames",
+                    str(frames_file),
+                    "--data",
+                    c_data,
+                    "--status",
+                    c_status,
+                    "--keys",
+                    str(keys),
+                ]
+            ).wait_line("done", 3600)
+        )
         c_server.term()
         figures["ingest_per_s_curve"] = round(n / c_done["acked_s"], 1)
         figures["curve_ingest_cost"] = round(figures["ingest_per_s"] / figures["ingest_per_s_curve"], 2)
@@ -241,8 +330,11 @@ def bench_buffer(args: dict[str, str]) -> int:
     server.kill()
     server = Proc(serve)
     ready = _fields(server.wait_line("ready"))
-    figures.update(recovery_s=round(ready["recovery_s"], 4), first_sample_s=round(ready["first_sample_s"], 4),
-                   recovered_transitions=int(ready["count"]))
+    figures.update(
+        recovery_s=round(ready["recovery_s"], 4),
+        first_sample_s=round(ready["first_sample_s"], 4),
+        recovered_transitions=int(ready["count"]),
+    )
     server.term()
     disk = sum(p.stat().st_size for p in (root / "store").iterdir())
     figures["disk_bytes_per_transition"] = round(disk / max(n, 1))
@@ -256,8 +348,14 @@ def bench_buffer(args: dict[str, str]) -> int:
     table = Table(title="bench buffer (two 128x128 RGB images + state per transition)")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    goals = {"ingest_per_s": ">= 2000", "commit_interval_ms": "<= 100", "sample_p99_ms": "<= 10",
-             "recovery_s": "<= 5", "crash_lost": "0", "crash_duplicates": "0"}
+    goals = {
+        "ingest_per_s": ">= 2000",
+        "commit_interval_ms": "<= 100",
+        "sample_p99_ms": "<= 10",
+        "recovery_s": "<= 5",
+        "crash_lost": "0",
+        "crash_duplicates": "0",
+    }
     table.add_column("goal")
     for k, v in figures.items():
         table.add_row(k, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}", goals.get(k, ""))

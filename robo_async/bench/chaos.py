@@ -113,8 +113,9 @@ def ack_stalls(acks: dict[int, list[float]], hits: list[Hit], end: float) -> dic
     for actor, times in acks.items():
         worst = 0.0
         for a, b in zip(times, times[1:], strict=False):
-            excused = any((h.actor is None or h.actor == actor) and h.done and a <= (h.end or end) and h.t <= b
-                          for h in hits)
+            excused = any(
+                (h.actor is None or h.actor == actor) and h.done and a <= (h.end or end) and h.t <= b for h in hits
+            )
             if not excused:
                 worst = max(worst, b - a)
         out[actor] = worst
@@ -144,10 +145,15 @@ def plot(path: Path, acks: dict[int, list[float]], hits: list[Hit], t0: float) -
     colours = {"kill learner": "red", "kill actor": "orange", "stop actor": "purple", "drop link": "blue"}
     for h in hits:
         if h.done:
-            ax.axvspan((h.t - t0) / 60, ((h.end or h.t) - t0) / 60 + 0.05, color=colours.get(h.action, "grey"),
-                       alpha=0.2, lw=0)
-    ax.set(xlabel="minutes", ylabel="seconds since the previous ack", yscale="log",
-           title="acks per actor; shaded: kill learner (red), kill actor (orange), SIGSTOP (purple), link down (blue)")
+            ax.axvspan(
+                (h.t - t0) / 60, ((h.end or h.t) - t0) / 60 + 0.05, color=colours.get(h.action, "grey"), alpha=0.2, lw=0
+            )
+    ax.set(
+        xlabel="minutes",
+        ylabel="seconds since the previous ack",
+        yscale="log",
+        title="acks per actor; shaded: kill learner (red), kill actor (orange), SIGSTOP (purple), link down (blue)",
+    )
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -241,7 +247,7 @@ def bench_chaos(args: dict[str, str]) -> int:
     return run(CHAOS, args)
 
 
-def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR0915 - one job's script, in order
+def run(kind: Kind, args: dict[str, str]) -> int:
     from robo_async.bench.hostile import HostilePeer
     from robo_async.bench.netem import LinkProxy
     from robo_async.transport.curve import create_keys
@@ -262,16 +268,32 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
     disk_min = free0 - 5 if free0 > 12 and "fill disk" in kind.actions else None
     fill = root / "disk-filler"
     rng = random.Random(int(args.get("seed", 0)))
-    cmd = [sys.executable, "-m", "robo_async.cli", "train", f"run_dir={run_dir}", f"actors={actors}",
-           "task.realtime=true", f"budget.seconds={minutes * 60:.0f}", "stop_at_success=null", "eval_episodes=0",
-           "launcher.supervise.restarts=1000", "launcher.supervise.backoff_s=0.5", "launcher.supervise.max_backoff_s=2",
-           "learner.checkpoint_every_s=10", "policy.hidden=[64,64]", "algo.hidden=[64,64]", "algo.batch_size=64",
-           "dashboard.port=null",
-           # retention under chaos: the online table kept to `keep_rows` (evicted rows archived to a second
-           # store, so every row can still be counted) and a small RAM cache, so the learner reaches its
-           # steady size early and the RSS slope measures leaks rather than the cache filling up
-           f"buffer.max_rows.online={keep_rows}", f"buffer.archive_dir={root / 'archive'}",
-           f"buffer.cache_mb={cache_mb}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "robo_async.cli",
+        "train",
+        f"run_dir={run_dir}",
+        f"actors={actors}",
+        "task.realtime=true",
+        f"budget.seconds={minutes * 60:.0f}",
+        "stop_at_success=null",
+        "eval_episodes=0",
+        "launcher.supervise.restarts=1000",
+        "launcher.supervise.backoff_s=0.5",
+        "launcher.supervise.max_backoff_s=2",
+        "learner.checkpoint_every_s=10",
+        "policy.hidden=[64,64]",
+        "algo.hidden=[64,64]",
+        "algo.batch_size=64",
+        "dashboard.port=null",
+        # retention under chaos: the online table kept to `keep_rows` (evicted rows archived to a second
+        # store, so every row can still be counted) and a small RAM cache, so the learner reaches its
+        # steady size early and the RSS slope measures leaks rather than the cache filling up
+        f"buffer.max_rows.online={keep_rows}",
+        f"buffer.archive_dir={root / 'archive'}",
+        f"buffer.cache_mb={cache_mb}",
+    ]
     if disk_min is not None:
         cmd += [f"buffer.disk_min_gb={disk_min:.1f}", f"buffer.disk_warn_gb={disk_min + 2:.1f}"]
     keys_dir = None
@@ -282,14 +304,21 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
         ports = _free_port(), _free_port()
         proxy = LinkProxy([f"tcp://127.0.0.1:{p}" for p in ports])
         fronts = proxy.__enter__()
-        cmd += [f"transport.keys={keys_dir}", f"transport.data_port={ports[0]}", f"transport.weights_port={ports[1]}",
-                f"transport.advertise=['{fronts[0]}','{fronts[1]}']"]
-    print(f"{kind.name}: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s "
-          f"({', '.join(kind.actions)}){'; a hostile peer' if kind.hostile else ''}; run in {run_dir}", flush=True)
+        cmd += [
+            f"transport.keys={keys_dir}",
+            f"transport.data_port={ports[0]}",
+            f"transport.weights_port={ports[1]}",
+            f"transport.advertise=['{fronts[0]}','{fronts[1]}']",
+        ]
+    print(
+        f"{kind.name}: {actors} real-time actors for {minutes:.0f} min, chaos every ~{every_s:.0f} s "
+        f"({', '.join(kind.actions)}){'; a hostile peer' if kind.hostile else ''}; run in {run_dir}",
+        flush=True,
+    )
     # the job's output goes straight to a file: a pipe read only at the end fills (64 KiB) within the
     # hour, and the launcher, blocked writing to it, stops supervising (a 60-minute soak stalled so)
     log_path = root / "train.log"
-    log_file = open(log_path, "w")  # noqa: SIM115 - closed after the job ends
+    log_file = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, text=True)
     pids_file = run_dir / "processes.json"
     t0 = time.monotonic()
@@ -302,8 +331,15 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
     hostile = None
     if kind.hostile and (run_dir / "addresses.json").exists():
         data, weights = json.loads((run_dir / "addresses.json").read_text())
-        hostile = HostilePeer(data, weights, keys_dir, HOSTILE_ID, list(range(actors)),
-                              rate=float(args.get("hostile_rate", 100)), seed=int(args.get("seed", 0)))
+        hostile = HostilePeer(
+            data,
+            weights,
+            keys_dir,
+            HOSTILE_ID,
+            list(range(actors)),
+            rate=float(args.get("hostile_rate", 100)),
+            seed=int(args.get("seed", 0)),
+        )
         hostile.__enter__()
         threading.Thread(target=_observe, args=(weights, keys_dir, watching, acks), daemon=True).start()
     cuts_ok = None
@@ -381,8 +417,9 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
                     hit.end = now + drop_s
                     active = hit
                 hits.append(hit)
-                print(f"  t={hit.t - t0:>6.0f} s  {action} ({who}): {'done' if hit.done else 'not possible'}",
-                      flush=True)
+                print(
+                    f"  t={hit.t - t0:>6.0f} s  {action} ({who}): {'done' if hit.done else 'not possible'}", flush=True
+                )
             time.sleep(0.5)
     finally:
         fill.unlink(missing_ok=True)
@@ -428,7 +465,7 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
     recover = []
     for i, e in enumerate(events):
         if e["event"] == "failed" and e["who"] == "learner":
-            back = next((x for x in events[i + 1:] if x["event"] == "ready" and x["who"] == "learner"), None)
+            back = next((x for x in events[i + 1 :] if x["event"] == "ready" and x["who"] == "learner"), None)
             if back is not None:
                 recover.append(back["t"] - e["t"])
     restarts = sum(e["event"] in ("restarted",) for e in events)
@@ -443,28 +480,48 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
             half = len(h) // 3  # skip the warm-up third (imports, caches filling)
             slopes[key] = float(np.polyfit(h[half:], mb[half:], 1)[0])
     stalls = ack_stalls(acks, hits, t_end) if kind.hostile else {}
-    print(f"{'produced':>10}{'stored':>10}{'lost':>6}{'dup':>6}{'restarts':>10}{'recover mean/max s':>20}"
-          f"{'missed ticks':>14}{'RSS slope max MB/h':>20}{'crashes':>9}{'ack stall max s':>17}")
-    print(f"{produced:>10,}{stored:>10,}{lost:>6}{duplicated:>6}{restarts:>10}"
-          f"{(np.mean(recover) if recover else 0):>11.1f}/{(max(recover) if recover else 0):<8.1f}{int(missed):>14}"
-          f"{(max(slopes.values()) if slopes else 0):>20.1f}{len(crashed):>9}"
-          f"{(max(stalls.values()) if stalls else 0):>17.1f}")
+    print(
+        f"{'produced':>10}{'stored':>10}{'lost':>6}{'dup':>6}{'restarts':>10}{'recover mean/max s':>20}"
+        f"{'missed ticks':>14}{'RSS slope max MB/h':>20}{'crashes':>9}{'ack stall max s':>17}"
+    )
+    print(
+        f"{produced:>10,}{stored:>10,}{lost:>6}{duplicated:>6}{restarts:>10}"
+        f"{(np.mean(recover) if recover else 0):>11.1f}/{(max(recover) if recover else 0):<8.1f}{int(missed):>14}"
+        f"{(max(slopes.values()) if slopes else 0):>20.1f}{len(crashed):>9}"
+        f"{(max(stalls.values()) if stalls else 0):>17.1f}"
+    )
     for c in crashed:
         print(f"  crash: {c['who']} (pid {c['pid']}): {c['why']}")
     result = {
-        "minutes": minutes, "actors": actors, "produced": produced, "stored": stored, "lost": lost,
-        "duplicated": duplicated, "in_store": held.get("store", 0), "archived": held.get("archive", 0),
-        "restarts": restarts, "learner_restarts": learner_restarts, "learner_recoveries": len(recover),
+        "minutes": minutes,
+        "actors": actors,
+        "produced": produced,
+        "stored": stored,
+        "lost": lost,
+        "duplicated": duplicated,
+        "in_store": held.get("store", 0),
+        "archived": held.get("archive", 0),
+        "restarts": restarts,
+        "learner_restarts": learner_restarts,
+        "learner_recoveries": len(recover),
         "recover_mean_s": round(float(np.mean(recover)), 2) if recover else None,
         "recover_max_s": round(float(max(recover)), 2) if recover else None,
-        "crashes_from_messages": len(crashed), "crashes": crashed,
-        "missed_ticks": int(missed), "ticks_learner_away": int(max((r.get("actors/ticks_learner_away", 0)
-                                                                   for r in rows), default=0)),
+        "crashes_from_messages": len(crashed),
+        "crashes": crashed,
+        "missed_ticks": int(missed),
+        "ticks_learner_away": int(max((r.get("actors/ticks_learner_away", 0) for r in rows), default=0)),
         "rss_slope_mb_per_h": {k: round(v, 1) for k, v in slopes.items()},
         "rss_slope_mb_per_h_max": round(max(slopes.values()), 1) if slopes else None,
-        "chaos": [{"t": round(h.t - t0, 1), "action": h.action, "actor": h.actor, "done": h.done,
-                   **({"victim_wait_s": round(w, 2)} if (w := victim_wait(acks, h)) is not None else {})}
-                  for h in hits],
+        "chaos": [
+            {
+                "t": round(h.t - t0, 1),
+                "action": h.action,
+                "actor": h.actor,
+                "done": h.done,
+                **({"victim_wait_s": round(w, 2)} if (w := victim_wait(acks, h)) is not None else {}),
+            }
+            for h in hits
+        ],
         "run_dir": str(run_dir),
     }
     if kind.hostile:
@@ -474,17 +531,20 @@ def run(kind: Kind, args: dict[str, str]) -> int:  # noqa: C901, PLR0912, PLR091
         result |= {
             "max_ack_stall_s": round(max(stalls.values()), 2) if stalls else None,
             "ack_stall_s_by_actor": {str(a): round(s, 2) for a, s in stalls.items()},
-            "hostile": hostile.counts if hostile is not None else {}, "hostile_rows_stored": hostile_rows,
+            "hostile": hostile.counts if hostile is not None else {},
+            "hostile_rows_stored": hostile_rows,
             "malformed_counted": int(total(rows, "transport/malformed")),
             "id_refused": int(total(rows, "transport/id_mismatch")),
             "rows_refused": int(max((r.get("buffer/rows_refused", 0) for r in rows), default=0)),
             "link": proxy.counts if proxy is not None else {},
         }
     else:
-        result |= {"link_cuts_possible": cuts_ok, "disk_fills": fills,
-                   "disk_pauses_logged": out.count("new data is NOT accepted"),
-                   "disk_min_free_gb_seen": round(min((r.get("buffer/disk_free_gb", 1e9) for r in rows),
-                                                      default=0), 1)}
+        result |= {
+            "link_cuts_possible": cuts_ok,
+            "disk_fills": fills,
+            "disk_pauses_logged": out.count("new data is NOT accepted"),
+            "disk_min_free_gb_seen": round(min((r.get("buffer/disk_free_gb", 1e9) for r in rows), default=0), 1),
+        }
     print(json.dumps(result))
     return 0
 

@@ -31,9 +31,17 @@ import numpy as np
 import zmq
 
 from robo_async.bench import register
-from robo_async.bench.mutate import Mutants, valid
-from robo_async.transport.wire import (KINDS, ChunkReply, InferRequest, LearnerStatus, TransitionBatch, Weights, decode,
-                                       encode)
+from robo_async.bench.mutate import Mutants
+from robo_async.transport.wire import (
+    KINDS,
+    ChunkReply,
+    InferRequest,
+    LearnerStatus,
+    TransitionBatch,
+    Weights,
+    decode,
+    encode,
+)
 
 SENTINEL_ROWS = 4  # rows of each sentinel batch the learner must store
 
@@ -153,8 +161,12 @@ class _Target:
             self.proc.kill()
         self.drain()
         dropped, alive, escapes = self.last[:3]
-        return {"dropped": dropped, "escaped": escapes, "died": self.died,
-                "crashes": int(bool(self.died) or not alive or self.proc.exitcode != 0) + escapes}
+        return {
+            "dropped": dropped,
+            "escaped": escapes,
+            "died": self.died,
+            "crashes": int(bool(self.died) or not alive or self.proc.exitcode != 0) + escapes,
+        }
 
 
 class _Learner(_Target):
@@ -167,9 +179,16 @@ class _Learner(_Target):
         from robo_async.learner.algorithms import PolicySpec
         from robo_async.learner.learner import LearnerConfig
 
-        super().__init__(_learner_main, LearnerConfig(
-            tempfile.mkdtemp(prefix="fuzz-learner-"), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-            PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6), tensorboard=False))
+        super().__init__(
+            _learner_main,
+            LearnerConfig(
+                tempfile.mkdtemp(prefix="fuzz-learner-"),
+                "tcp://127.0.0.1:0",
+                "tcp://127.0.0.1:0",
+                PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6),
+                tensorboard=False,
+            ),
+        )
         kind, (data, _) = self.answers.get(timeout=180)
         assert kind == "ready", kind
         self.connect(zmq.PUSH, data)
@@ -178,9 +197,26 @@ class _Learner(_Target):
 
     def sentinel(self) -> int:
         f = np.zeros((SENTINEL_ROWS, 6), np.float32)
-        self.send([bytes(b) for b in encode(TransitionBatch(0, self.rows, {
-            "obs/state": f, "next_obs/state": f, "action": f, "reward": f[:, 0], "terminated": f[:, 0] > 0,
-            "truncated": f[:, 0] > 0, "policy_version": np.zeros(SENTINEL_ROWS, np.int64)}))])
+        self.send(
+            [
+                bytes(b)
+                for b in encode(
+                    TransitionBatch(
+                        0,
+                        self.rows,
+                        {
+                            "obs/state": f,
+                            "next_obs/state": f,
+                            "action": f,
+                            "reward": f[:, 0],
+                            "terminated": f[:, 0] > 0,
+                            "truncated": f[:, 0] > 0,
+                            "policy_version": np.zeros(SENTINEL_ROWS, np.int64),
+                        },
+                    )
+                )
+            ]
+        )
         self.rows += SENTINEL_ROWS
         while self.online < self.rows:  # a report made after the sentinel's commit
             self.take(*self.get())
@@ -203,8 +239,13 @@ class _Learner(_Target):
                 return
 
     def close(self) -> dict[str, object]:
-        return {**super().close(), "store_rows": self.online, "sentinel_rows": self.rows,
-                "rows_stored": max(self.online - self.rows, 0), "errors": self.errors}
+        return {
+            **super().close(),
+            "store_rows": self.online,
+            "sentinel_rows": self.rows,
+            "rows_stored": max(self.online - self.rows, 0),
+            "errors": self.errors,
+        }
 
 
 class _Server(_Target):
@@ -251,8 +292,9 @@ class _Client(_Target):
         self.mark()
 
     def send(self, frames: list[bytes], kind: str = "") -> None:
-        self.pub.send_multipart([self.mutants.topic_for(kind, *self.topics) if self.mutants else self.topics[0],
-                                 *frames], copy=False)
+        self.pub.send_multipart(
+            [self.mutants.topic_for(kind, *self.topics) if self.mutants else self.topics[0], *frames], copy=False
+        )
         self.sent += 1
         if self.sent % self.window == 0:
             self.settle()
@@ -298,8 +340,11 @@ def run_target(target: Callable[[], _Target], mutants: Mutants, per_kind: int, r
     try:
         for r in range(rounds):
             t0 = time.monotonic()
-            batch = [(k, mutants.malformed(k)) for _ in range(per_kind * (r + 1) // rounds - per_kind * r // rounds)
-                     for k in KINDS]
+            batch = [
+                (k, mutants.malformed(k))
+                for _ in range(per_kind * (r + 1) // rounds - per_kind * r // rounds)
+                for k in KINDS
+            ]
             t1 = time.monotonic()
             for kind, frames in batch:
                 t.send(frames, kind)
@@ -308,14 +353,21 @@ def run_target(target: Callable[[], _Target], mutants: Mutants, per_kind: int, r
             gen, busy = gen + t1 - t0, busy + time.monotonic() - t1
             if sent * 10 // total > shown or r == rounds - 1:
                 shown = sent * 10 // total
-                print(f"  {t.name:<13} {sent:>9,}/{total:,} sent, {dropped:>9,} dropped, {sent / busy:>7,.0f} msgs/s",
-                      flush=True)
+                print(
+                    f"  {t.name:<13} {sent:>9,}/{total:,} sent, {dropped:>9,} dropped, {sent / busy:>7,.0f} msgs/s",
+                    flush=True,
+                )
     except ChildProcessError as e:
         t.died = str(e)
         print(f"  {t.name}: {e}", flush=True)
     row = t.close()
-    return {"messages": sent, **row, "seconds": round(busy, 1),
-            "msgs_per_s": round(sent / busy) if busy else 0, "generate_s": round(gen, 1)}
+    return {
+        "messages": sent,
+        **row,
+        "seconds": round(busy, 1),
+        "msgs_per_s": round(sent / busy) if busy else 0,
+        "generate_s": round(gen, 1),
+    }
 
 
 @register("fuzz")
@@ -329,18 +381,28 @@ def bench_fuzz(args: dict[str, str]) -> int:
         rows[target.name] = run_target(target, mutants[target.name], per_kind, round_size)
     print(f"\n{'target':<15}{'messages':>11}{'dropped':>11}{'crashes':>9}{'rows stored':>13}{'msgs/s':>9}")
     for name, r in rows.items():
-        print(f"{name:<15}{r['messages']:>11,}{r['dropped']:>11,}{r['crashes']:>9}{r.get('rows_stored', '-'):>13}"
-              f"{r['msgs_per_s']:>9,}")
+        print(
+            f"{name:<15}{r['messages']:>11,}{r['dropped']:>11,}{r['crashes']:>9}{r.get('rows_stored', '-'):>13}"
+            f"{r['msgs_per_s']:>9,}"
+        )
     gen = {k: sum(m.counts[k] for m in mutants.values()) for k in ("valid_mutants", "unnamed", "escapes")}
     reasons = sum((m.unnamed_reasons for m in mutants.values()), Counter[str]())
-    print(f"mutants decode accepted (not sent): {gen['valid_mutants']:,}; refused by decode's last-resort wrapper "
-          f"only: {gen['unnamed']:,}; other exceptions out of decode: {gen['escapes']:,}")
+    print(
+        f"mutants decode accepted (not sent): {gen['valid_mutants']:,}; refused by decode's last-resort wrapper "
+        f"only: {gen['unnamed']:,}; other exceptions out of decode: {gen['escapes']:,}"
+    )
     for why, n in reasons.most_common(5):
         print(f"  x{n:,}: {why}")
-    out = {"messages": sum(int(r["messages"]) for r in rows.values()),  # type: ignore[call-overload]
-           "crashes": sum(int(r["crashes"]) for r in rows.values()),  # type: ignore[call-overload]
-           "rows_stored": rows["learner"].get("rows_stored"),
-           "all_dropped": all(r["dropped"] == r["messages"] for r in rows.values()),
-           "per_kind": per_kind, "seed": seed, **gen, "unnamed_reasons": dict(reasons), "targets": rows}
+    out = {
+        "messages": sum(int(r["messages"]) for r in rows.values()),  # type: ignore[call-overload]
+        "crashes": sum(int(r["crashes"]) for r in rows.values()),  # type: ignore[call-overload]
+        "rows_stored": rows["learner"].get("rows_stored"),
+        "all_dropped": all(r["dropped"] == r["messages"] for r in rows.values()),
+        "per_kind": per_kind,
+        "seed": seed,
+        **gen,
+        "unnamed_reasons": dict(reasons),
+        "targets": rows,
+    }
     print(json.dumps(out))
     return 0 if out["crashes"] == 0 and out["rows_stored"] == 0 and out["all_dropped"] else 1

@@ -27,17 +27,37 @@ import msgpack
 import numpy as np
 import zmq
 
-from robo_async.transport.wire import MAX_FRAMES, KINDS, StreamGap, encode
+from robo_async.transport.wire import KINDS, MAX_FRAMES, StreamGap, encode
 
-KILLER = [msgpack.packb({"schema": 1, "kind": "transitions", "actor_id": 0, "seq": 0,
-                         "arrays": [["obs/state", "float32", [0, 1 << 40, 1 << 40]]]}), b""]
+KILLER = [
+    msgpack.packb(
+        {
+            "schema": 1,
+            "kind": "transitions",
+            "actor_id": 0,
+            "seq": 0,
+            "arrays": [["obs/state", "float32", [0, 1 << 40, 1 << 40]]],
+        }
+    ),
+    b"",
+]
 # the mix, by weight: mutants most, each named case often enough to show in an hour
-CASES = ["mutant"] * 70 + ["killer"] * 5 + ["nan_own"] * 8 + ["forged_batch"] * 8 + ["forged_gap"] * 5 + [
-    "resubscribe"] * 4
+CASES = (
+    ["mutant"] * 70 + ["killer"] * 5 + ["nan_own"] * 8 + ["forged_batch"] * 8 + ["forged_gap"] * 5 + ["resubscribe"] * 4
+)
 
 
-def hostile_main(data: str, weights: str, keys_dir: str | None, own_id: int, victims: list[int], rate: float,
-                 seed: int, stop: Any, counts_out: Any) -> None:
+def hostile_main(
+    data: str,
+    weights: str,
+    keys_dir: str | None,
+    own_id: int,
+    victims: list[int],
+    rate: float,
+    seed: int,
+    stop: Any,
+    counts_out: Any,
+) -> None:
     from robo_async.bench.mutate import Mutants, valid
     from robo_async.launch.processes import _watch_parent
     from robo_async.transport.curve import secure_client
@@ -98,8 +118,12 @@ def hostile_main(data: str, weights: str, keys_dir: str | None, own_id: int, vic
                 b = valid("transitions", nrng)
                 frames = [bytes(f) for f in encode(type(b)(rng.choice(victims), rng.randrange(0, 200_000), b.arrays))]
             else:  # a gap in a real actor's stream would make the learner pass over its rows
-                frames = [bytes(f) for f in encode(StreamGap(rng.choice(victims), rng.randrange(0, 200_000),
-                                                              rng.randrange(1, 1000), "forged"))]
+                frames = [
+                    bytes(f)
+                    for f in encode(
+                        StreamGap(rng.choice(victims), rng.randrange(0, 200_000), rng.randrange(1, 1000), "forged")
+                    )
+                ]
             try:
                 push.send_multipart(frames, flags=zmq.NOBLOCK)
                 c["sent"] += 1
@@ -116,12 +140,24 @@ def hostile_main(data: str, weights: str, keys_dir: str | None, own_id: int, vic
 class HostilePeer:
     """`hostile_main` in a process of its own; `counts` filled when it stops."""
 
-    def __init__(self, data: str, weights: str, keys_dir: str | None, own_id: int, victims: list[int],
-                 rate: float = 100.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        data: str,
+        weights: str,
+        keys_dir: str | None,
+        own_id: int,
+        victims: list[int],
+        rate: float = 100.0,
+        seed: int = 0,
+    ) -> None:
         ctx = mp.get_context("spawn")
         self._stop, self._counts = ctx.Event(), ctx.Queue()
-        self._proc = ctx.Process(target=hostile_main, daemon=True, name="hostile-peer", args=(
-            data, weights, keys_dir, own_id, list(victims), rate, seed, self._stop, self._counts))
+        self._proc = ctx.Process(
+            target=hostile_main,
+            daemon=True,
+            name="hostile-peer",
+            args=(data, weights, keys_dir, own_id, list(victims), rate, seed, self._stop, self._counts),
+        )
         self.counts: dict[str, int] = {}
 
     def __enter__(self) -> HostilePeer:

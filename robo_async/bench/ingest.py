@@ -48,8 +48,9 @@ def _ingest(address_q: Queue, stop: Event, counts: Queue, store_dir: str | None)
         if time.monotonic() >= next_status:  # the learner's cadence (status_every_s = 0.02)
             next_status = time.monotonic() + 0.02
             acked = store.high_water() if store is not None else hw
-            pub.publish_status(LearnerStatus(0, 0, sum(acked.values()), 1 << 60, False, "bench-ingest",
-                                             tuple(sorted(acked.items()))))
+            pub.publish_status(
+                LearnerStatus(0, 0, sum(acked.values()), 1 << 60, False, "bench-ingest", tuple(sorted(acked.items())))
+            )
     take(rx.poll(timeout_ms=200, max_messages=100_000))
     if store is not None:
         store.flush()

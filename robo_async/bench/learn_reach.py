@@ -44,8 +44,9 @@ def raw_sim_rate(steps: int, task: TaskArgs = TASK, episode: int = 50) -> float:
     return rate
 
 
-def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 50,
-                 uplinks: tuple[str, ...] = ("thread",)) -> dict[str, object]:
+def actor_vs_raw(
+    steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 50, uplinks: tuple[str, ...] = ("thread",)
+) -> dict[str, object]:
     """The training actor users run (SafeRobot, the control loop, Adder, Uplink with its journal,
     WeightClient, allowance gate) against a stand-in learner process that acks everything, and the
     bare simulator, alternated `rounds` times: this machine's speed drifts by tens of percent
@@ -59,10 +60,17 @@ def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 
     acts: dict[str, list[float]] = {u: [] for u in uplinks}
     ratios: dict[str, list[float]] = {u: [] for u in uplinks}
     with tempfile.TemporaryDirectory(prefix="bench-actor-") as tmp, ingest as (data, weights):
+
         def run(n: int, journal: str, uplink: str = uplinks[0]) -> float:
-            cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline",
-                                                           episode_ticks=episode),
-                              uplink=UplinkConfig(journal_dir=journal), start_seq=sent[0], uplink_in=uplink)
+            cfg = ActorConfig(
+                0,
+                data,
+                weights,
+                LoopConfig(max_steps=n, eval_every=0, inference="inline", episode_ticks=episode),
+                uplink=UplinkConfig(journal_dir=journal),
+                start_seq=sent[0],
+                uplink_in=uplink,
+            )
             robot = SafeRobot(make_robot(task))
             actor = Actor(robot, HoldPolicy(robot.spec), cfg)
             res = actor.run(threading.Event())
@@ -82,11 +90,16 @@ def actor_vs_raw(steps: int, rounds: int, task: TaskArgs = TASK, episode: int = 
     out: dict[str, object] = {"sim_steps_per_s_raw": round(float(np.median(raws)), 1)}
     for i, u in enumerate(uplinks):
         tag = "" if i == 0 else f"_{u}"
-        out.update({f"sim_steps_per_s_actor{tag}": round(float(np.median(acts[u])), 1),
-                    f"actor_over_raw{tag}": round(float(np.median(ratios[u])), 3),
-                    f"actor_over_raw_rounds{tag}": [round(r, 3) for r in ratios[u]]})
-    out.update({"actor_uplink": uplinks[0], "actor_transitions_sent": sent[0],
-                "actor_transitions_received": ingest.received})
+        out.update(
+            {
+                f"sim_steps_per_s_actor{tag}": round(float(np.median(acts[u])), 1),
+                f"actor_over_raw{tag}": round(float(np.median(ratios[u])), 3),
+                f"actor_over_raw_rounds{tag}": [round(r, 3) for r in ratios[u]],
+            }
+        )
+    out.update(
+        {"actor_uplink": uplinks[0], "actor_transitions_sent": sent[0], "actor_transitions_received": ingest.received}
+    )
     return out
 
 
@@ -103,9 +116,15 @@ def realtime_jitter(seconds: float, uplinks: tuple[str, ...], task: TaskArgs = T
         for i, u in enumerate(uplinks):
             robot = SafeRobot(make_robot(rt))
             n = int(seconds * robot.spec.hz)
-            cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=n, eval_every=0, inference="inline", realtime=True,
-                                                           episode_ticks=50),
-                              uplink=UplinkConfig(journal_dir=f"{tmp}/journal"), start_seq=sent, uplink_in=u)
+            cfg = ActorConfig(
+                0,
+                data,
+                weights,
+                LoopConfig(max_steps=n, eval_every=0, inference="inline", realtime=True, episode_ticks=50),
+                uplink=UplinkConfig(journal_dir=f"{tmp}/journal"),
+                start_seq=sent,
+                uplink_in=u,
+            )
             res = Actor(robot, HoldPolicy(robot.spec), cfg).run(threading.Event())
             assert res is not None
             sent += res.ticks
@@ -129,11 +148,15 @@ def learn(budget_s: float, actors: int) -> dict[str, float | None]:
     wall = time.perf_counter() - t0
     solved = result.reason.startswith("solved")
     p = result.progress
-    return {"solved": solved, "seconds_to_90": p.get("time/elapsed_s") if solved else None,
-            "wall_s_including_startup": wall if solved else None,
-            "env_steps_to_90": p.get("time/env_steps") if solved else None,
-            "updates_to_90": p.get("time/updates") if solved else None,
-            "final_success": p.get("charts/success_rate"), "run_dir": str(plan.run_dir)}
+    return {
+        "solved": solved,
+        "seconds_to_90": p.get("time/elapsed_s") if solved else None,
+        "wall_s_including_startup": wall if solved else None,
+        "env_steps_to_90": p.get("time/env_steps") if solved else None,
+        "updates_to_90": p.get("time/updates") if solved else None,
+        "final_success": p.get("charts/success_rate"),
+        "run_dir": str(plan.run_dir),
+    }
 
 
 @register("learn-reach")

@@ -57,7 +57,7 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig, keys: str
     signal.signal(signal.SIGTERM, _term)
     next_status = next_stats = 0.0
     while not stop:
-        for msg in (rx.poll(timeout_ms=5) if store.accepting() else time.sleep(0.005) or []):
+        for msg in rx.poll(timeout_ms=5) if store.accepting() else time.sleep(0.005) or []:
             if isinstance(msg, TransitionBatch):
                 try:
                     store.insert(msg)
@@ -66,15 +66,26 @@ def serve(store_dir: str, data: str, status: str, config: StoreConfig, keys: str
         now = time.monotonic()
         if now >= next_status:
             next_status = now + 0.02
-            pub.publish_status(LearnerStatus(0, 0, len(store), 2**62, False, boot,
-                                             tuple(sorted(store.high_water().items()))))
+            pub.publish_status(
+                LearnerStatus(0, 0, len(store), 2**62, False, boot, tuple(sorted(store.high_water().items())))
+            )
         if now >= next_stats:
             next_stats = now + 1.0
             gaps = np.diff(store.commit_times[-1000:]) * 1000 if len(store.commit_times) > 1 else np.zeros(1)
-            print(json.dumps({"count": len(store), "commits": len(store.commit_times),
-                              "commit_p50_ms": float(np.median(gaps)), "commit_p99_ms": float(np.percentile(gaps, 99)),
-                              "commit_max_ms": float(gaps.max()), "write_errors": store.write_errors,
-                              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "count": len(store),
+                        "commits": len(store.commit_times),
+                        "commit_p50_ms": float(np.median(gaps)),
+                        "commit_p99_ms": float(np.percentile(gaps, 99)),
+                        "commit_max_ms": float(gaps.max()),
+                        "write_errors": store.write_errors,
+                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                    }
+                ),
+                flush=True,
+            )
     store.close()
     rx.close()
     pub.close()
@@ -89,8 +100,9 @@ def _frame(frames: np.ndarray, seq: int) -> np.ndarray:
     return f
 
 
-def make_row(seq: int, state_dim: int, images: int, size: int,
-             frames: list[np.ndarray] | None = None) -> tuple[dict, dict]:
+def make_row(
+    seq: int, state_dim: int, images: int, size: int, frames: list[np.ndarray] | None = None
+) -> tuple[dict, dict]:
     """Observation and next observation for transition `seq` (state[0] == seq). Images are
     gradients, or (with `frames`, one array of recorded frames per camera) real renders."""
     obs = {"state": np.full(state_dim, seq, np.float32)}
@@ -106,9 +118,21 @@ def make_row(seq: int, state_dim: int, images: int, size: int,
     return obs, nxt
 
 
-def produce(data: str, status: str, journal: str | None, until: int, actor_id: int = 0, images: int = 0,
-            size: int = 128, per_s: float = 0.0, flush_every: int = 32, drain_s: float = 300.0,
-            frames_file: str | None = None, max_pending: int = 4096, keys: str | None = None) -> int:
+def produce(
+    data: str,
+    status: str,
+    journal: str | None,
+    until: int,
+    actor_id: int = 0,
+    images: int = 0,
+    size: int = 128,
+    per_s: float = 0.0,
+    flush_every: int = 32,
+    drain_s: float = 300.0,
+    frames_file: str | None = None,
+    max_pending: int = 4096,
+    keys: str | None = None,
+) -> int:
     """Send transitions up to seq `until`, then wait until all are acked. Prints the start seq,
     then `done ...` with the send and ack timings and the highest ack ever seen."""
     frames = None
@@ -123,8 +147,13 @@ def produce(data: str, status: str, journal: str | None, until: int, actor_id: i
 
         secure = partial(secure_client, keys_dir=keys, actor_id=actor_id)
     client = WeightClient(status, secure=secure).start()
-    uplink = Uplink(actor_id, data, lambda: client.status,
-                    UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50), secure=secure)
+    uplink = Uplink(
+        actor_id,
+        data,
+        lambda: client.status,
+        UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50),
+        secure=secure,
+    )
     journal_next = uplink.open()
     while client.status is None:
         time.sleep(0.01)
@@ -169,8 +198,11 @@ def produce(data: str, status: str, journal: str | None, until: int, actor_id: i
     watcher.join()
     uplink.close(drain_s=0)
     client.close()
-    print(f"done unacked={left} resends={uplink.resends} sent_s={sent_s:.3f} acked_s={acked_s:.3f} "
-          f"n={until - start} max_acked={max_acked[0]}", flush=True)
+    print(
+        f"done unacked={left} resends={uplink.resends} sent_s={sent_s:.3f} acked_s={acked_s:.3f} "
+        f"n={until - start} max_acked={max_acked[0]}",
+        flush=True,
+    )
     return 0 if left == 0 else 1
 
 
@@ -195,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "serve":
         serve(a.store, a.data, a.status, StoreConfig(commit_ms=a.commit_ms), keys=a.keys)
         return 0
-    return produce(a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s, frames_file=a.frames,
-                   keys=a.keys)
+    return produce(
+        a.data, a.status, a.journal, a.until, images=a.images, per_s=a.per_s, frames_file=a.frames, keys=a.keys
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ per-actor and learner CPU use, and lease latency; then one vectorized actor step
 simulators with one batched policy call per tick (`actor.envs`), against the best
 process-per-simulator total of the same run (`vec_over_processes`).
 
-    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16,64] [utd=0.02] [uplink=thread] [learn=reach,pick_lift]
+    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16,64] [utd=0.02] [uplink=thread]
+    [learn=reach,pick_lift]
                                  [learn_budget_s=600]
 """
 
@@ -49,17 +50,29 @@ def lease_latency(n: int = 500) -> tuple[float, float]:
     return float(np.median(acq)), float(np.median(rel))
 
 
-def one_run(actors: int, seconds: float, utd: float, root: Path, envs: int = 1, uplink: str = "thread"
-            ) -> dict[str, float]:
+def one_run(
+    actors: int, seconds: float, utd: float, root: Path, envs: int = 1, uplink: str = "thread"
+) -> dict[str, float]:
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
     from robo_async.learner.metrics import read_metrics
     from robo_async.train import prepare
 
-    cfg, plan = prepare([f"runs_root={root}", f"actors={actors}", f"actor.envs={envs}", f"budget.seconds={seconds}",
-                         "stop_at_success=null", "eval_episodes=0", f"algo.utd_ratio={utd}",
-                         "algo.limiter_slack=100000",
-                         "learner.log_every_s=0.5", "actor.journal=false", f"actor.uplink={uplink}"])
+    cfg, plan = prepare(
+        [
+            f"runs_root={root}",
+            f"actors={actors}",
+            f"actor.envs={envs}",
+            f"budget.seconds={seconds}",
+            "stop_at_success=null",
+            "eval_episodes=0",
+            f"algo.utd_ratio={utd}",
+            "algo.limiter_slack=100000",
+            "learner.log_every_s=0.5",
+            "actor.journal=false",
+            f"actor.uplink={uplink}",
+        ]
+    )
     plan.run_dir.mkdir(parents=True)
     cpu: dict[str, list[float]] = {}
     window = (seconds * 0.3, seconds * 0.9)  # skip start-up, stop before shutdown
@@ -87,14 +100,17 @@ def one_run(actors: int, seconds: float, utd: float, root: Path, envs: int = 1, 
     dt = window[1] - window[0]
     per = {w: (v[1] - v[0]) / dt for w, v in cpu.items() if len(v) == 2}
     actor_cpu = [v for w, v in per.items() if w.startswith("actor")]
-    return {"steps_per_s": steps, "updates_per_s": updates, "learner_cpu": per.get("learner", float("nan")),
-            "actor_cpu_mean": float(np.mean(actor_cpu)) if actor_cpu else float("nan")}
+    return {
+        "steps_per_s": steps,
+        "updates_per_s": updates,
+        "learner_cpu": per.get("learner", float("nan")),
+        "actor_cpu_mean": float(np.mean(actor_cpu)) if actor_cpu else float("nan"),
+    }
 
 
 # learning rows: the same job with one simulator per actor and with one vectorized actor (the
 # pick_lift row is bench learn's DSRL row from state: 20 demonstrations and the BC prior)
-LEARN = {"reach": ["task=reach"],
-         "pick_lift": None}  # built from bench learn's row (demos and the BC prior first)
+LEARN = {"reach": ["task=reach"], "pick_lift": None}  # built from bench learn's row (demos and the BC prior first)
 
 
 def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, object]:
@@ -132,10 +148,18 @@ def bench_multi_actor(args: dict[str, str]) -> int:
     table = Table(title=f"bench multi-actor ({os.cpu_count()} cores, utd {utd}, {seconds:.0f} s per run)")
     for col in ("actors x simulators", "env steps/s", "updates/s", "learner CPU", "CPU per actor", "steps/s per sim"):
         table.add_column(col, justify="right")
-    for label, n, r in [*((f"{n} x 1", int(n), r) for n, r in results.items()),
-                        *((f"1 x {n}", int(n), r) for n, r in vec.items())]:
-        table.add_row(label, f"{r['steps_per_s']:,.0f}", f"{r['updates_per_s']:,.1f}", f"{r['learner_cpu']:.2f}",
-                      f"{r['actor_cpu_mean']:.2f}", f"{r['steps_per_s'] / n:,.0f}")
+    for label, n, r in [
+        *((f"{n} x 1", int(n), r) for n, r in results.items()),
+        *((f"1 x {n}", int(n), r) for n, r in vec.items()),
+    ]:
+        table.add_row(
+            label,
+            f"{r['steps_per_s']:,.0f}",
+            f"{r['updates_per_s']:,.1f}",
+            f"{r['learner_cpu']:.2f}",
+            f"{r['actor_cpu_mean']:.2f}",
+            f"{r['steps_per_s'] / n:,.0f}",
+        )
     Console().print(table)
     best_proc = max(r["steps_per_s"] for r in results.values()) if results else None
     best_vec = max(r["steps_per_s"] for r in vec.values()) if vec else None
@@ -148,8 +172,11 @@ def bench_multi_actor(args: dict[str, str]) -> int:
         "updates_per_s": {n: round(r["updates_per_s"], 1) for n, r in results.items()},
         "actor_cpu": {n: round(r["actor_cpu_mean"], 3) for n, r in results.items()},
         "learner_cpu": {n: round(r["learner_cpu"], 3) for n, r in results.items()},
-        "lease_acquire_ms": round(acquire_ms, 4), "lease_release_ms": round(release_ms, 4),
-        "cores": os.cpu_count(), "utd_ratio": utd, "uplink": uplink,
+        "lease_acquire_ms": round(acquire_ms, 4),
+        "lease_release_ms": round(release_ms, 4),
+        "cores": os.cpu_count(),
+        "utd_ratio": utd,
+        "uplink": uplink,
     }
     learn = [t for t in args.get("learn", "reach,pick_lift").split(",") if t]
     if learn and vec:

@@ -22,52 +22,143 @@ import numpy as np
 from robo_async.buffer.codec import encode_image
 from robo_async.transport.stats import ActorStats, histogram
 from robo_async.transport.weights import PushConfig, encode_push
-from robo_async.transport.wire import (DTYPES, KINDS, MAX_FRAMES, ChunkReply, EpisodeStats, Frames, Heartbeat,
-                                       InferRequest, LearnerStatus, Message, StreamGap, TransitionBatch, WeightPart,
-                                       Weights, WireError, decode, encode)
+from robo_async.transport.wire import (
+    DTYPES,
+    KINDS,
+    MAX_FRAMES,
+    ChunkReply,
+    EpisodeStats,
+    Frames,
+    Heartbeat,
+    InferRequest,
+    LearnerStatus,
+    Message,
+    StreamGap,
+    TransitionBatch,
+    WeightPart,
+    Weights,
+    WireError,
+    decode,
+    encode,
+)
 
-EDGE_INTS = [-1, 0, 1, 2, 65, 4097, (1 << 16) + 1, 1 << 20, (1 << 20) + 1, 1 << 34, (1 << 34) + 1, 1 << 40,
-             1 << 62, (1 << 62) + 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63)]
+EDGE_INTS = [
+    -1,
+    0,
+    1,
+    2,
+    65,
+    4097,
+    (1 << 16) + 1,
+    1 << 20,
+    (1 << 20) + 1,
+    1 << 34,
+    (1 << 34) + 1,
+    1 << 40,
+    1 << 62,
+    (1 << 62) + 1,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+    -(1 << 63),
+]
 EDGE_FLOATS = [float("nan"), float("inf"), -float("inf"), 1e31, -1e31, 0.5, -0.0]
 EDGE_TEXT = ["", "x" * 65, "x" * 257, "y" * 20_000, "frames", "float32", "obs/", "d:a:0", "success", "fp8"]
-ARRAY_NAMES = ["obs/x", "next_obs/x", "final_obs/x", "obs/embedding", "obs/embedding_version", "reward", "action",
-               "terminated", "policy_version", "intervention", "policy_action", "fstate", "prefix", "actions",
-               "d:fc.bias:0", "i:fc.bias:0", "v:fc.bias:0", "d:a:x", "evil", "", "x" * 300]
+ARRAY_NAMES = [
+    "obs/x",
+    "next_obs/x",
+    "final_obs/x",
+    "obs/embedding",
+    "obs/embedding_version",
+    "reward",
+    "action",
+    "terminated",
+    "policy_version",
+    "intervention",
+    "policy_action",
+    "fstate",
+    "prefix",
+    "actions",
+    "d:fc.bias:0",
+    "i:fc.bias:0",
+    "v:fc.bias:0",
+    "d:a:x",
+    "evil",
+    "",
+    "x" * 300,
+]
 SHAPES = [[0, 1 << 34], [1 << 34, 0], [0, 1 << 20, 1 << 20], [0] * 8, [1] * 9, [], [1], [0], [2, 3], [4]]
 PLAIN_DTYPES = sorted(DTYPES)
 SPEC_DTYPES = [*PLAIN_DTYPES, "frames", "object", "<f4", "", 3]
 # weighted by repetition: the mutations that reach the kinds' own checks come most often
-OPS = ["field"] * 4 + ["reshape"] * 3 + ["add", "drop_array"] * 2 + [
-    "drop_field", "kind", "spec", "frames", "frames", "header"]
+OPS = (
+    ["field"] * 4
+    + ["reshape"] * 3
+    + ["add", "drop_array"] * 2
+    + ["drop_field", "kind", "spec", "frames", "frames", "header"]
+)
 UNNAMED = ("malformed message (", "message refused:")  # decode's last-resort wrapper, not a named check
-KEYS = sorted({"schema", "kind", "evil", ""} | {f for c in (TransitionBatch, EpisodeStats, Weights, WeightPart,
-                                                            LearnerStatus, Heartbeat, InferRequest, ChunkReply,
-                                                            StreamGap) for f in c.__dataclass_fields__})
+KEYS = sorted(
+    {"schema", "kind", "evil", ""}
+    | {
+        f
+        for c in (
+            TransitionBatch,
+            EpisodeStats,
+            Weights,
+            WeightPart,
+            LearnerStatus,
+            Heartbeat,
+            InferRequest,
+            ChunkReply,
+            StreamGap,
+        )
+        for f in c.__dataclass_fields__
+    }
+)
 
 
 def valid(kind: str, r: np.random.Generator) -> Message:
     """A small valid message of `kind`, its values drawn from `r`."""
     n, d, a = (int(x) for x in r.integers(1, 5, 3))
-    i = lambda lo, hi: int(r.integers(lo, hi))  # noqa: E731
+    i = lambda lo, hi: int(r.integers(lo, hi))
 
     def f32(*shape: int) -> np.ndarray:
         return r.standard_normal(shape, np.float32)
 
-    images = lambda m: Frames([encode_image(x) for x in r.integers(0, 255, (m, 4, 4, 3), np.uint8)],  # noqa: E731
-                              (m, 4, 4, 3))  # a camera column encoded as actors send it
+    images = lambda m: Frames(
+        [encode_image(x) for x in r.integers(0, 255, (m, 4, 4, 3), np.uint8)],
+        (m, 4, 4, 3),
+    )  # a camera column encoded as actors send it
     if kind == "transitions":
         arrays: dict[str, np.ndarray | Frames] = {
-            "obs/state": f32(n, d), "final_obs/state": f32(1, d), "action": f32(n, a), "reward": f32(n),
-            "terminated": r.random(n) < 0.2, "truncated": np.zeros(n, bool), "success": np.zeros(n, bool),
-            "policy_version": r.integers(-1, 9, n), "intervention": r.integers(0, 3, n).astype(np.uint8),
-            "policy_action": f32(n, a)}
+            "obs/state": f32(n, d),
+            "final_obs/state": f32(1, d),
+            "action": f32(n, a),
+            "reward": f32(n),
+            "terminated": r.random(n) < 0.2,
+            "truncated": np.zeros(n, bool),
+            "success": np.zeros(n, bool),
+            "policy_version": r.integers(-1, 9, n),
+            "intervention": r.integers(0, 3, n).astype(np.uint8),
+            "policy_action": f32(n, a),
+        }
         if r.random() < 0.3:
             arrays |= {"obs/cam": images(n), "final_obs/cam": images(1)}
         return TransitionBatch(i(0, 100), i(0, 1 << 40), arrays)  # type: ignore[arg-type]
     if kind == "episode":
         length = i(0, 500)
-        return EpisodeStats(i(0, 100), i(0, 1000), float(r.normal()), length, r.random() < 0.5, i(-1, 100),
-                            r.random() < 0.5, i(0, length + 1), ("", "success", "failure")[i(0, 3)])
+        return EpisodeStats(
+            i(0, 100),
+            i(0, 1000),
+            float(r.normal()),
+            length,
+            r.random() < 0.5,
+            i(-1, 100),
+            r.random() < 0.5,
+            i(0, length + 1),
+            ("", "success", "failure")[i(0, 3)],
+        )
     if kind in ("weights", "wpart"):
         w = {"fc.weight": f32(4, 3), "fc.bias": f32(4)}
         if kind == "weights":
@@ -75,12 +166,27 @@ def valid(kind: str, r: np.random.Generator) -> Message:
         parts, _, _ = encode_push(i(1, 100), w, "mlp:3-4", PushConfig(part_mb=0.00003, whole_mb=0))
         return parts[i(0, len(parts))]
     if kind == "status":
-        return LearnerStatus(i(0, 1 << 30), i(0, 1 << 30), i(0, 1 << 30), i(0, 1 << 30), r.random() < 0.1,
-                             f"boot-{i(0, 1000)}", tuple((k, i(0, 1 << 30)) for k in range(i(0, 4))))
+        return LearnerStatus(
+            i(0, 1 << 30),
+            i(0, 1 << 30),
+            i(0, 1 << 30),
+            i(0, 1 << 30),
+            r.random() < 0.1,
+            f"boot-{i(0, 1000)}",
+            tuple((k, i(0, 1 << 30)) for k in range(i(0, 4))),
+        )
     if kind == "heartbeat":
-        return Heartbeat(i(0, 100), i(0, 1 << 30), i(-1, 100), ActorStats(
-            clipped=i(0, 9), late_p99_ms=float(r.random()), late_hist=histogram(r.random(20) * 10, "late_hist"),
-            unacked=64))
+        return Heartbeat(
+            i(0, 100),
+            i(0, 1 << 30),
+            i(-1, 100),
+            ActorStats(
+                clipped=i(0, 9),
+                late_p99_ms=float(r.random()),
+                late_hist=histogram(r.random(20) * 10, "late_hist"),
+                unacked=64,
+            ),
+        )
     if kind == "infer":
         if r.random() < 0.3:
             return InferRequest(i(0, 100), i(0, 1 << 30), hello=True, spec="{}")
@@ -90,8 +196,14 @@ def valid(kind: str, r: np.random.Generator) -> Message:
         return StreamGap(i(0, 100), i(0, 1 << 40), i(1, 100), "journal entry damaged")
     assert kind == "chunk", f"no valid {kind} message here: add one"
     how = i(0, 3)  # chunk: actions, an error or a hello's answer
-    return ChunkReply(i(0, 1 << 30), i(-1, 100), "mlp:3-4", f32(8, a) if how == 0 else None,
-                      "refused" if how == 1 else "", 8 if how == 2 else 0)
+    return ChunkReply(
+        i(0, 1 << 30),
+        i(-1, 100),
+        "mlp:3-4",
+        f32(8, a) if how == 0 else None,
+        "refused" if how == 1 else "",
+        8 if how == 2 else 0,
+    )
 
 
 class Mutants:
@@ -166,7 +278,7 @@ class Mutants:
         elif op == "spec" and fits and specs and isinstance(spec := pick(specs), list) and spec:
             at = self.rand.randrange(len(spec) + 1)  # a name, dtype, shape, image lengths or one more entry
             value = (pick(ARRAY_NAMES), pick(SPEC_DTYPES), self._shape(), self._hostile())[min(at, 3)]
-            spec[at:at + 1] = [value] if rand() < 0.8 else []
+            spec[at : at + 1] = [value] if rand() < 0.8 else []
         elif fits:  # one more array, well formed
             dtype, shape = pick(PLAIN_DTYPES), self._shape()
             specs.append([pick(ARRAY_NAMES), dtype, shape])
@@ -179,10 +291,14 @@ class Mutants:
         """Another msgpack object, garbage, deep nesting, an int map key, none; rarely past the cap."""
         rr = self.rand
         how = rr.randrange(5) if rr.random() > 0.005 else 5
-        head = (lambda: msgpack.packb(self._hostile()), lambda: rr.randbytes(rr.randrange(40)),
-                lambda: b"\x81\xa6schema" + b"\x91" * self.pick([100, 1000, 5000, 100_000]) + b"\x01",
-                lambda: msgpack.packb({**header, rr.randrange(9): 1}), lambda: None,
-                lambda: msgpack.packb({**header, "evil": "z" * (1 << 20)}))[how]()
+        head = (
+            lambda: msgpack.packb(self._hostile()),
+            lambda: rr.randbytes(rr.randrange(40)),
+            lambda: b"\x81\xa6schema" + b"\x91" * self.pick([100, 1000, 5000, 100_000]) + b"\x01",
+            lambda: msgpack.packb({**header, rr.randrange(9): 1}),
+            lambda: None,
+            lambda: msgpack.packb({**header, "evil": "z" * (1 << 20)}),
+        )[how]()
         return (data or [b""]) if head is None else [head, *data]
 
     def _frames(self, frames: list[bytes]) -> list[bytes]:
@@ -191,26 +307,32 @@ class Mutants:
         rr, i = self.rand, self.rand.randrange(len(frames))
         how = rr.randrange(6) if rr.random() > 0.0005 else 6
         if how >= 3:
-            return (lambda: frames[:i] + frames[i + 1:] if i else frames[:1],
-                    lambda: frames + [rr.randbytes(rr.randrange(16)) for _ in range(rr.randrange(1, 4))],
-                    lambda: [frames[0], *reversed(frames[1:])],
-                    lambda: frames + [b""] * (MAX_FRAMES + 5 - len(frames)))[how - 3]()
+            return (
+                lambda: frames[:i] + frames[i + 1 :] if i else frames[:1],
+                lambda: frames + [rr.randbytes(rr.randrange(16)) for _ in range(rr.randrange(1, 4))],
+                lambda: [frames[0], *reversed(frames[1:])],
+                lambda: frames + [b""] * (MAX_FRAMES + 5 - len(frames)),
+            )[how - 3]()
         f = bytearray(frames[i])
         if how < 2:
-            f = f[:rr.randrange(max(len(f), 1))] if how == 0 else f + rr.randbytes(rr.randrange(1, 64))
+            f = f[: rr.randrange(max(len(f), 1))] if how == 0 else f + rr.randbytes(rr.randrange(1, 64))
         for _ in range(rr.randrange(1, 5) if f and how == 2 else 0):
             f[rr.randrange(len(f))] ^= rr.randrange(1, 256)
-        return [*frames[:i], bytes(f), *frames[i + 1:]]
+        return [*frames[:i], bytes(f), *frames[i + 1 :]]
 
     def _shape(self) -> list[int]:
-        return self.pick(SHAPES) if self.rand.random() < 0.3 else [self.rand.randrange(6) for _ in range(
-            self.rand.randrange(4))]
+        return (
+            self.pick(SHAPES)
+            if self.rand.random() < 0.3
+            else [self.rand.randrange(6) for _ in range(self.rand.randrange(4))]
+        )
 
     def _bytes(self, dtype: str, shape: list[int]) -> bytes:
         """Data for a `dtype` `shape` array: random, zeros or all 0xFF (NaNs); none past 64 KiB."""
         size = math.prod(shape) * np.dtype(dtype).itemsize
-        return b"" if size > 1 << 16 else (self.rand.randbytes(size), bytes(size), b"\xff" * size)[
-            self.rand.randrange(3)]
+        return (
+            b"" if size > 1 << 16 else (self.rand.randbytes(size), bytes(size), b"\xff" * size)[self.rand.randrange(3)]
+        )
 
     def _near(self, value: object) -> object:
         """A value of `value`'s type that may break its range; in a list, one element so."""
@@ -224,7 +346,7 @@ class Mutants:
             return pick(EDGE_FLOATS if type(value) is float else EDGE_TEXT)
         if isinstance(value, list) and value:
             i = self.rand.randrange(len(value))
-            return value * 2 if rand() < 0.2 else [*value[:i], self._near(value[i]), *value[i + 1:]]
+            return value * 2 if rand() < 0.2 else [*value[:i], self._near(value[i]), *value[i + 1 :]]
         return self._hostile()
 
     def _hostile(self, depth: int = 0) -> object:

@@ -37,8 +37,17 @@ from typing import Any
 import zmq
 
 
-def proxy_main(upstream: str, rtt_ms: float, loss: float, seed: int, drop_replies: tuple[int, ...],
-               dup_replies: tuple[int, ...], ready: Any, stop: Any, counts: Any) -> None:
+def proxy_main(
+    upstream: str,
+    rtt_ms: float,
+    loss: float,
+    seed: int,
+    drop_replies: tuple[int, ...],
+    dup_replies: tuple[int, ...],
+    ready: Any,
+    stop: Any,
+    counts: Any,
+) -> None:
     from robo_async.launch.processes import _watch_parent
 
     _watch_parent(stop)  # a parent killed with -9 leaves no proxy behind
@@ -101,13 +110,33 @@ class NetemProxy:
     connect to; leaving stops it and fills `counts` (requests, replies, dropped, duplicated).
     `rtt_ms`: the added round trip (ms), half each way; `loss`: drop probability per message."""
 
-    def __init__(self, upstream: str, rtt_ms: float = 0.0, loss: float = 0.0, seed: int = 0,
-                 drop_replies: tuple[int, ...] = (), dup_replies: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        rtt_ms: float = 0.0,
+        loss: float = 0.0,
+        seed: int = 0,
+        drop_replies: tuple[int, ...] = (),
+        dup_replies: tuple[int, ...] = (),
+    ) -> None:
         self._ctx = mp.get_context("spawn")
         self._ready, self._counts, self._stop = self._ctx.Queue(), self._ctx.Queue(), self._ctx.Event()
-        self._proc = self._ctx.Process(target=proxy_main, daemon=True, name="netem-proxy", args=(
-            upstream, rtt_ms, loss, seed, tuple(drop_replies), tuple(dup_replies), self._ready, self._stop,
-            self._counts))
+        self._proc = self._ctx.Process(
+            target=proxy_main,
+            daemon=True,
+            name="netem-proxy",
+            args=(
+                upstream,
+                rtt_ms,
+                loss,
+                seed,
+                tuple(drop_replies),
+                tuple(dup_replies),
+                self._ready,
+                self._stop,
+                self._counts,
+            ),
+        )
         self.counts: dict[str, int] = {}
         self.address = ""
 
@@ -240,8 +269,9 @@ async def _relay(upstreams: list[str], conn: Any, stop: Any) -> None:
                     link.stall(until)
             counts["stalled"] += link.until > 0
             links.add(link)
-            await asyncio.gather(pump(link, reader, up_writer, "bytes_to_upstream"),
-                                 pump(link, up_reader, writer, "bytes_to_client"))
+            await asyncio.gather(
+                pump(link, reader, up_writer, "bytes_to_upstream"), pump(link, up_reader, writer, "bytes_to_client")
+            )
             links.discard(link)
         except (OSError, asyncio.CancelledError):  # no upstream, or stopping
             writer.close()
@@ -288,8 +318,9 @@ class LinkProxy:
         self._ctx = mp.get_context("spawn")
         self._conn, self._child_conn = self._ctx.Pipe()
         self._stop = self._ctx.Event()
-        self._proc = self._ctx.Process(target=link_proxy_main, daemon=True, name="link-proxy",
-                                       args=(list(upstreams), self._child_conn, self._stop))
+        self._proc = self._ctx.Process(
+            target=link_proxy_main, daemon=True, name="link-proxy", args=(list(upstreams), self._child_conn, self._stop)
+        )
         self.counts: dict[str, int] = {}
         self.addresses: list[str] = []
 

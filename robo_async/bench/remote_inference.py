@@ -49,12 +49,23 @@ def large_policy(horizon: int):
     from sim import ReachTask
 
     spec = ReachTask().spec()
-    return FlowChunkPolicy(KEYS, DIMS, spec.joint_low, spec.joint_high, horizon=horizon, steps=5, hidden=LARGE,
-                           obs_scale=SCALE, action_mode="delta", delta_range=0.6)
+    return FlowChunkPolicy(
+        KEYS,
+        DIMS,
+        spec.joint_low,
+        spec.joint_high,
+        horizon=horizon,
+        steps=5,
+        hidden=LARGE,
+        obs_scale=SCALE,
+        action_mode="delta",
+        delta_range=0.6,
+    )
 
 
-def _server_main(horizon: int, bc_steps: int, infer_ms: float, max_batch: int, ready: Any, stop: Any,
-                 kind: str = "bench") -> None:
+def _server_main(
+    horizon: int, bc_steps: int, infer_ms: float, max_batch: int, ready: Any, stop: Any, kind: str = "bench"
+) -> None:
     """A policy server process: the benchmark's chunk policy (from the cache) with `infer_ms`
     added, or (`large`) a VLA-class flow head with its real compute."""
     import logging
@@ -89,9 +100,12 @@ class ServerProcess:
     def __init__(self, horizon: int, bc_steps: int, infer_ms: float, max_batch: int = 16, kind: str = "bench") -> None:
         ctx = mp.get_context("spawn")
         self._q, self._stop = ctx.Queue(), ctx.Event()
-        self._p = ctx.Process(target=_server_main, args=(horizon, bc_steps, infer_ms, max_batch, self._q, self._stop,
-                                                         kind),
-                              daemon=True, name="policy-server")
+        self._p = ctx.Process(
+            target=_server_main,
+            args=(horizon, bc_steps, infer_ms, max_batch, self._q, self._stop, kind),
+            daemon=True,
+            name="policy-server",
+        )
         self.stats: dict = {}
 
     def __enter__(self) -> str:
@@ -112,10 +126,13 @@ class ServerProcess:
 def _summary(rs: list[dict], timing: dict) -> dict:
     react = [x for r in rs for x in r["reactions_ms"]]
     late = timing["lateness_ms"]
-    return {"success": float(np.mean([r["success"] for r in rs])),
-            "completion_s": round(float(np.mean([r["time_s"] for r in rs])), 3),
-            "reaction_ms": round(float(np.median(react)), 1) if react else None,
-            "jitter_p99_ms": round(float(np.percentile(late, 99)), 3), "missed_ticks": timing["missed"]}
+    return {
+        "success": float(np.mean([r["success"] for r in rs])),
+        "completion_s": round(float(np.mean([r["time_s"] for r in rs])), 3),
+        "reaction_ms": round(float(np.median(react)), 1) if react else None,
+        "jitter_p99_ms": round(float(np.percentile(late, 99)), 3),
+        "missed_ticks": timing["missed"],
+    }
 
 
 def network_sweep(args: dict[str, str], out: Path) -> tuple[list[dict], dict[str, dict]]:
@@ -140,9 +157,12 @@ def network_sweep(args: dict[str, str], out: Path) -> tuple[list[dict], dict[str
         for mode in modes:  # the baseline: the same policy and inference time, on the actor
             rs, timing = cells.run(policy, mode, infer_ms, episodes)
             local[mode] = _summary(rs, timing)
-            print(f"  local  {mode:<18} success {local[mode]['success']:.0%}  time {local[mode]['completion_s']:.2f} s  "
-                  f"reaction {local[mode]['reaction_ms']} ms  jitter p99 {local[mode]['jitter_p99_ms']:.2f} ms  "
-                  f"missed {local[mode]['missed_ticks']}", flush=True)
+            print(
+                f"  local  {mode:<18} success {local[mode]['success']:.0%}  time {local[mode]['completion_s']:.2f} s  "
+                f"reaction {local[mode]['reaction_ms']} ms  jitter p99 {local[mode]['jitter_p99_ms']:.2f} ms  "
+                f"missed {local[mode]['missed_ticks']}",
+                flush=True,
+            )
         server = ServerProcess(horizon, bc_steps, infer_ms)
         with server as address:
             for rtt in rtts:
@@ -153,18 +173,29 @@ def network_sweep(args: dict[str, str], out: Path) -> tuple[list[dict], dict[str
                             remote = RemotePolicy(front, spec, actor_id=cells.next_id)
                             from robo_async.bench.async_inference import run_cell
 
-                            rs, timing = run_cell(remote, mode, None, episodes, ticks, cells.ingest, cells.next_id,
-                                                  cells.journal)
+                            rs, timing = run_cell(
+                                remote, mode, None, episodes, ticks, cells.ingest, cells.next_id, cells.journal
+                            )
                             remote.close()
-                            row = {"mode": mode, "rtt_ms": rtt, "loss": loss, **_summary(rs, timing),
-                                   "rerequests": remote.rerequests, "stale_replies": remote.stale_replies,
-                                   "latency_ticks": timing["stats"].get("latency_ticks"),
-                                   "rtt_p95_ms": timing["stats"].get("server_rtt_p95_ms")}
+                            row = {
+                                "mode": mode,
+                                "rtt_ms": rtt,
+                                "loss": loss,
+                                **_summary(rs, timing),
+                                "rerequests": remote.rerequests,
+                                "stale_replies": remote.stale_replies,
+                                "latency_ticks": timing["stats"].get("latency_ticks"),
+                                "rtt_p95_ms": timing["stats"].get("server_rtt_p95_ms"),
+                            }
                             rows.append(row)
-                            print(f"  remote {mode:<18} rtt {rtt:>4.0f} ms loss {loss:.0%}: success {row['success']:.0%}  "
-                                  f"time {row['completion_s']:.2f} s  reaction {row['reaction_ms']} ms  jitter p99 "
-                                  f"{row['jitter_p99_ms']:.2f} ms  missed {row['missed_ticks']}  latency "
-                                  f"{row['latency_ticks']} ticks  re-requests {row['rerequests']}", flush=True)
+                            print(
+                                f"  remote {mode:<18} rtt {rtt:>4.0f} ms loss {loss:.0%}: "
+                                f"success {row['success']:.0%}  "
+                                f"time {row['completion_s']:.2f} s  reaction {row['reaction_ms']} ms  jitter p99 "
+                                f"{row['jitter_p99_ms']:.2f} ms  missed {row['missed_ticks']}  latency "
+                                f"{row['latency_ticks']} ticks  re-requests {row['rerequests']}",
+                                flush=True,
+                            )
     return rows, local
 
 
@@ -191,8 +222,10 @@ def _load(address: str, actors: int, seconds: float, obs: dict) -> tuple[int, fl
     """`actors` closed-loop client processes for `seconds`: chunks received, wall time."""
     ctx = mp.get_context("spawn")
     ready, counts, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=_client_main, args=(address, i, obs, ready, go, seconds, counts), daemon=True)
-             for i in range(actors)]
+    procs = [
+        ctx.Process(target=_client_main, args=(address, i, obs, ready, go, seconds, counts), daemon=True)
+        for i in range(actors)
+    ]
     for p in procs:
         p.start()
     for _ in procs:
@@ -214,7 +247,7 @@ def compute_gain(horizon: int, rows: int = 8, reps: int = 10) -> float:
 
     p = large_policy(horizon)
     p.deterministic = True
-    obs = {k: np.zeros(d, np.float32) for k, d in zip(("state", "target", "ee_to_target"), DIMS)}
+    obs = {k: np.zeros(d, np.float32) for k, d in zip(("state", "target", "ee_to_target"), DIMS, strict=False)}
     one, many = [ChunkRequest(obs, obs["state"])], [ChunkRequest(obs, obs["state"])] * rows
     p.predict_chunks(many)
     t0 = time.perf_counter()
@@ -254,8 +287,11 @@ def batching(args: dict[str, str]) -> tuple[dict[str, dict[str, dict[str, float]
 def batching_figures(chunks_per_s: dict, sizes: dict, horizon: int) -> dict[str, object]:
     figures: dict[str, object] = {}
     main = "large" if "large" in chunks_per_s else next(iter(chunks_per_s))
-    figures["batching_policy"] = (f"flow head {'x'.join(map(str, LARGE))} (25 M parameters, random init)"
-                                  if main == "large" else "the sweep's flow policy")
+    figures["batching_policy"] = (
+        f"flow head {'x'.join(map(str, LARGE))} (25 M parameters, random init)"
+        if main == "large"
+        else "the sweep's flow policy"
+    )
     figures["server_chunks_per_s"] = chunks_per_s[main]
     figures["batching_gain_8"] = round(chunks_per_s[main]["batched"]["8"] / chunks_per_s[main]["one_by_one"]["8"], 2)
     for kind, modes in chunks_per_s.items():
@@ -265,8 +301,11 @@ def batching_figures(chunks_per_s: dict, sizes: dict, horizon: int) -> dict[str,
     if main == "large":
         figures["batching_compute_gain_8"] = round(compute_gain(horizon), 2)
     figures["batch_sizes"] = sizes
-    print(f"batching gain at 8 actors: {figures['batching_gain_8']}x (goal 3x; the policy alone batches "
-          f"{figures.get('batching_compute_gain_8')}x on this CPU)", flush=True)
+    print(
+        f"batching gain at 8 actors: {figures['batching_gain_8']}x (goal 3x; the policy alone batches "
+        f"{figures.get('batching_compute_gain_8')}x on this CPU)",
+        flush=True,
+    )
     return figures
 
 
@@ -275,8 +314,11 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     torch.set_num_threads(1)
     out = Path(args.get("out", "runs/bench-remote-inference"))
     out.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, object] = {"infer_ms": float(args.get("infer_ms", 100)), "chunk_len": int(args.get("chunk_len", 8)),
-                                  "episodes": int(args.get("episodes", 4))}
+    figures: dict[str, object] = {
+        "infer_ms": float(args.get("infer_ms", 100)),
+        "chunk_len": int(args.get("chunk_len", 8)),
+        "episodes": int(args.get("episodes", 4)),
+    }
     rows: list[dict] = []
     local: dict[str, dict] = {}
     figures.update(smolvla_tiny_infer_ms=None, tiny_vla_success=None)
@@ -288,17 +330,46 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     if args.get("batching", "true") == "true":
         print("batching: closed-loop actors against one server (real compute, no injected time)", flush=True)
         chunks_per_s, sizes = batching(args)
-    table = Table(title=f"bench remote-inference ({figures['infer_ms']:.0f} ms inference on the server, chunk "
-                        f"length {figures['chunk_len']}, {figures['episodes']} episodes per cell)")
-    for col in ("mode", "rtt ms", "loss", "success", "time s", "reaction ms", "jitter p99 ms", "missed", "latency ticks"):
+    table = Table(
+        title=f"bench remote-inference ({figures['infer_ms']:.0f} ms inference on the server, chunk "
+        f"length {figures['chunk_len']}, {figures['episodes']} episodes per cell)"
+    )
+    for col in (
+        "mode",
+        "rtt ms",
+        "loss",
+        "success",
+        "time s",
+        "reaction ms",
+        "jitter p99 ms",
+        "missed",
+        "latency ticks",
+    ):
         table.add_column(col, justify="right")
     for mode, r in local.items():
-        table.add_row(mode, "local", "-", f"{r['success']:.0%}", f"{r['completion_s']:.2f}", str(r["reaction_ms"]),
-                      f"{r['jitter_p99_ms']:.2f}", str(r["missed_ticks"]), "-")
+        table.add_row(
+            mode,
+            "local",
+            "-",
+            f"{r['success']:.0%}",
+            f"{r['completion_s']:.2f}",
+            str(r["reaction_ms"]),
+            f"{r['jitter_p99_ms']:.2f}",
+            str(r["missed_ticks"]),
+            "-",
+        )
     for r in rows:
-        table.add_row(r["mode"], f"{r['rtt_ms']:.0f}", f"{r['loss']:.0%}", f"{r['success']:.0%}",
-                      f"{r['completion_s']:.2f}", str(r["reaction_ms"]), f"{r['jitter_p99_ms']:.2f}",
-                      str(r["missed_ticks"]), str(r["latency_ticks"]))
+        table.add_row(
+            r["mode"],
+            f"{r['rtt_ms']:.0f}",
+            f"{r['loss']:.0%}",
+            f"{r['success']:.0%}",
+            f"{r['completion_s']:.2f}",
+            str(r["reaction_ms"]),
+            f"{r['jitter_p99_ms']:.2f}",
+            str(r["missed_ticks"]),
+            str(r["latency_ticks"]),
+        )
     Console().print(table)
     bt = Table(title="policy server chunks/s by actors (real compute; clients and server share this machine's cores)")
     for col in ("policy", "server", "1", "2", "4", "8"):
@@ -335,11 +406,21 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
         from sim import INSTRUCTIONS, ReachTask
 
         spec = ReachTask().spec()
-        policy = build_lerobot_policy("smolvla", state_dim=spec.state_dim, action_low=spec.joint_low,
-                                      action_high=spec.joint_high, cameras=(("front", 64, 64),), chunk_size=8,
-                                      dt=spec.dt, task=INSTRUCTIONS["reach"],
-                                      vlm_model_name=str(tiny_smolvlm_for(list(INSTRUCTIONS.values()))),
-                                      resize_imgs_with_padding=(64, 64), num_steps=5, max_state_dim=8, max_action_dim=8)
+        policy = build_lerobot_policy(
+            "smolvla",
+            state_dim=spec.state_dim,
+            action_low=spec.joint_low,
+            action_high=spec.joint_high,
+            cameras=(("front", 64, 64),),
+            chunk_size=8,
+            dt=spec.dt,
+            task=INSTRUCTIONS["reach"],
+            vlm_model_name=str(tiny_smolvlm_for(list(INSTRUCTIONS.values()))),
+            resize_imgs_with_padding=(64, 64),
+            num_steps=5,
+            max_state_dim=8,
+            max_action_dim=8,
+        )
         obs = {"state": np.zeros(spec.state_dim, np.float32), "front": np.zeros((64, 64, 3), np.uint8)}
         for _ in range(3):
             policy.predict_chunk(obs)
@@ -350,8 +431,11 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
             times.append((time.perf_counter() - t0) * 1000)
         figures["smolvla_tiny_infer_ms"] = round(float(np.median(times)), 2)
         figures["smolvla_tiny_params"] = sum(p.numel() for p in policy.policy.parameters())
-        print(f"  SmolVLA (tiny generated backbone, {figures['smolvla_tiny_params']:,} parameters): "
-              f"{figures['smolvla_tiny_infer_ms']} ms per chunk", flush=True)
+        print(
+            f"  SmolVLA (tiny generated backbone, {figures['smolvla_tiny_params']:,} parameters): "
+            f"{figures['smolvla_tiny_infer_ms']} ms per chunk",
+            flush=True,
+        )
     source = args.get("tiny_vla")
     if source != "false":
         run = Path(source) if source else out / "tiny-vla"
@@ -359,8 +443,14 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
             from robo_async.imitate import bc
 
             print(f"  training the tiny VLA: robo-async bc policy=tiny_vla run_dir={run} ...", flush=True)
-            bc(["policy=tiny_vla", f"run_dir={run}", "actor.inference=inline",
-                f"eval_episodes={int(args.get('tiny_vla_episodes', 20))}"])
+            bc(
+                [
+                    "policy=tiny_vla",
+                    f"run_dir={run}",
+                    "actor.inference=inline",
+                    f"eval_episodes={int(args.get('tiny_vla_episodes', 20))}",
+                ]
+            )
         result = json.loads((run / "eval.json").read_text())
         figures["tiny_vla_success"] = result["success"]
         figures["tiny_vla_eval"] = {"run": str(run), "mode": result["mode"], "episodes": result["episodes"]}

@@ -119,7 +119,7 @@ class ReachingHand(Buttons):
         elif k == self.episode_ticks - 1:
             self.press(TeleopEventKind.INTERVENTION_OFF)
         s = min(1.0, (k + 1) / self.reach_ticks)
-        blend = s ** 3 * (10 - 15 * s + 6 * s * s)
+        blend = s**3 * (10 - 15 * s + 6 * s * s)
         self.twin.control("hand", role="leader", q=self._start + (target - self._start) * blend)
 
 
@@ -136,9 +136,16 @@ def jump_policy(spec: RobotSpec, start: np.ndarray) -> Policy:
     return ScriptedPolicy(lambda: poses[1 - (next(ticks) // every) % 2], spec.dt, "jump")
 
 
-def run_loop(robot: SafeRobot, policy: Policy, ticks: int, *, teleops: tuple[Teleop, ...] = (),
-             observer: Callable[[TickInfo], None] | None = None, episode_ticks: int | None = None,
-             stop: threading.Event | None = None) -> tuple[LoopResult, ControlLoop]:
+def run_loop(
+    robot: SafeRobot,
+    policy: Policy,
+    ticks: int,
+    *,
+    teleops: tuple[Teleop, ...] = (),
+    observer: Callable[[TickInfo], None] | None = None,
+    episode_ticks: int | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[LoopResult, ControlLoop]:
     """The control loop at the robot's rate in real time for `ticks` (episodes of `episode_ticks`)."""
     from robo_async.actor.loop import ControlLoop, LoopConfig
 
@@ -156,13 +163,20 @@ def measure_cap(twin: TwinProcess, robot: SafeRobot, seconds: float) -> dict[str
     st = twin.state()
     cap = min(robot.spec.max_step_rad, *(v * robot.spec.dt for v in robot.spec.velocity_limits()))
     servo_step = max(st["max_goal_step"])
-    return {"max_step_seen_over_cap": round(servo_step / (cap + TICK_RAD), 6),
-            "safety_max_step_over_cap": round(robot.stats.max_step_seen / cap, 6),
-            "max_goal_step_rad": round(servo_step, 6), "cap_rad": round(cap, 6), "tick_rad": round(TICK_RAD, 6),
-            "clipped_share": round(robot.stats.clipped / max(1, robot.stats.actions), 3),
-            "jitter_p50_ms": round(result.lateness_p50_ms, 3), "jitter_p99_ms": round(result.lateness_p99_ms, 3),
-            "jitter_max_ms": round(result.lateness_max_ms, 3), "missed_ticks": result.missed_ticks,
-            "cap_ticks": result.ticks, "goal_writes": st["goal_writes"]}
+    return {
+        "max_step_seen_over_cap": round(servo_step / (cap + TICK_RAD), 6),
+        "safety_max_step_over_cap": round(robot.stats.max_step_seen / cap, 6),
+        "max_goal_step_rad": round(servo_step, 6),
+        "cap_rad": round(cap, 6),
+        "tick_rad": round(TICK_RAD, 6),
+        "clipped_share": round(robot.stats.clipped / max(1, robot.stats.actions), 3),
+        "jitter_p50_ms": round(result.lateness_p50_ms, 3),
+        "jitter_p99_ms": round(result.lateness_p99_ms, 3),
+        "jitter_max_ms": round(result.lateness_max_ms, 3),
+        "missed_ticks": result.missed_ticks,
+        "cap_ticks": result.ticks,
+        "goal_writes": st["goal_writes"],
+    }
 
 
 def measure_estop(twin: TwinProcess, robot: SafeRobot) -> dict[str, object]:
@@ -185,17 +199,35 @@ def measure_estop(twin: TwinProcess, robot: SafeRobot) -> dict[str, object]:
                 stop.set()
 
     start = robot.get_observation().state
-    run_loop(robot, jump_policy(robot.spec, start), ESTOP_AFTER_TICKS + ESTOP_WATCH_TICKS + 5,
-             teleops=(buttons,), observer=observe, stop=stop)
+    run_loop(
+        robot,
+        jump_policy(robot.spec, start),
+        ESTOP_AFTER_TICKS + ESTOP_WATCH_TICKS + 5,
+        teleops=(buttons,),
+        observer=observe,
+        stop=stop,
+    )
     moving = [i + 1 for i, c in enumerate(changes) if c > 0]
     travel = float(np.abs(np.subtract(q[-1], q[0])).max()) if len(q) == 2 else float("nan")
     robot.clear_estop()
-    return {"estop_ticks": max(moving, default=0), "estop_travel_rad": round(travel, 4),
-            "estop_goal_changes_ticks": [round(c / TICK_RAD, 2) for c in changes], "estop_stops": robot.stats.stops}
+    return {
+        "estop_ticks": max(moving, default=0),
+        "estop_travel_rad": round(travel, 4),
+        "estop_goal_changes_ticks": [round(c / TICK_RAD, 2) for c in changes],
+        "estop_stops": robot.stats.stops,
+    }
 
 
-def measure_hil(twin: TwinProcess, robot: SafeRobot, leader: Teleop, episodes: int, episode_s: float,
-                reach_s: float, tolerance_m: float, seed: int) -> dict[str, object]:
+def measure_hil(
+    twin: TwinProcess,
+    robot: SafeRobot,
+    leader: Teleop,
+    episodes: int,
+    episode_s: float,
+    reach_s: float,
+    tolerance_m: float,
+    seed: int,
+) -> dict[str, object]:
     """Figure 5: the follower follows `leader` (the twin's leader arm, connected; moved by
     `ReachingHand`) through the takeover path."""
     from hardware.lerobot_adapter import ArmKinematics
@@ -217,14 +249,23 @@ def measure_hil(twin: TwinProcess, robot: SafeRobot, leader: Teleop, episodes: i
 
     twin.control("hand", role="leader", q=twin.state()["q"])  # the leader starts where the follower is
     try:
-        _, loop = run_loop(robot, HoldPolicy(robot.spec), episodes * episode_ticks, teleops=(hand, leader),
-                           observer=observe, episode_ticks=episode_ticks)
+        _, loop = run_loop(
+            robot,
+            HoldPolicy(robot.spec),
+            episodes * episode_ticks,
+            teleops=(hand, leader),
+            observer=observe,
+            episode_ticks=episode_ticks,
+        )
     finally:
         twin.control("hand", role="leader", q=None)
     ops = loop.operators
-    return {"hil_success": round(sum(e <= tolerance_m for e in errors) / max(1, len(errors)), 3),
-            "hil_errors_m": [round(e, 4) for e in errors], "hil_takeovers": ops.takeovers if ops else 0,
-            "hil_operator_ticks": ops.operator_ticks if ops else 0}
+    return {
+        "hil_success": round(sum(e <= tolerance_m for e in errors) / max(1, len(errors)), 3),
+        "hil_errors_m": [round(e, 4) for e in errors],
+        "hil_takeovers": ops.takeovers if ops else 0,
+        "hil_operator_ticks": ops.operator_ticks if ops else 0,
+    }
 
 
 def measure_watchdog(twin: TwinProcess, robot: SafeRobot, timeout_s: float = 5.0) -> dict[str, object]:
@@ -270,8 +311,11 @@ def _options(args: dict[str, str]) -> dict[str, float]:
 
 
 ROWS = (  # (JSON key, what it means)
-    ("max_step_seen_over_cap", "largest goal change between two writes at any servo / (cap + 1 encoder tick): "
-                               "LeRobot sends goals in whole ticks (<= 1: the cap held)"),
+    (
+        "max_step_seen_over_cap",
+        "largest goal change between two writes at any servo / (cap + 1 encoder tick): "
+        "LeRobot sends goals in whole ticks (<= 1: the cap held)",
+    ),
     ("safety_max_step_over_cap", "the safety layer's own max_step_seen / cap"),
     ("max_goal_step_rad", "that largest goal change at the servos, rad (cap 0.05 + tick 0.0015)"),
     ("jitter_p99_ms", "control loop tick lateness p99 at 30 Hz, through LeRobot's bus code, ms"),
@@ -285,16 +329,28 @@ ROWS = (  # (JSON key, what it means)
 )
 
 
-def run_phases(twin: TwinProcess, robot: SafeRobot, leader: Teleop, opts: dict[str, float]
-               ) -> tuple[dict[str, object], list[str]]:
+def run_phases(
+    twin: TwinProcess, robot: SafeRobot, leader: Teleop, opts: dict[str, float]
+) -> tuple[dict[str, object], list[str]]:
     """The four measurements in order, into `figures`; what went wrong (a phase that raised ends
     the run: the arm's state is then unknown), threads' deaths included (the watchdog's)."""
     figures: dict[str, object] = {}
     phases: list[tuple[str, Callable[[], dict]]] = [
         ("cap", lambda: measure_cap(twin, robot, opts["seconds"])),
         ("estop", lambda: measure_estop(twin, robot)),
-        ("hil", lambda: measure_hil(twin, robot, leader, int(opts["episodes"]), opts["episode_s"], opts["reach_s"],
-                                    opts["tolerance_m"], int(opts["seed"]))),
+        (
+            "hil",
+            lambda: measure_hil(
+                twin,
+                robot,
+                leader,
+                int(opts["episodes"]),
+                opts["episode_s"],
+                opts["reach_s"],
+                opts["tolerance_m"],
+                int(opts["seed"]),
+            ),
+        ),
         ("watchdog", lambda: measure_watchdog(twin, robot)),  # last: it ends with the torque off
     ]
     errors: list[str] = []
@@ -350,12 +406,22 @@ def bench_twin(args: dict[str, str]) -> int:
             import shutil
 
             shutil.rmtree(root, ignore_errors=True)
-    figures = {**dict.fromkeys(k for k, _ in ROWS), **figures, "errors": errors,
-               "seconds": opts["seconds"], "episodes": int(opts["episodes"]), "episode_s": opts["episode_s"],
-               "tolerance_m": opts["tolerance_m"], "bench_s": round(time.monotonic() - t_start, 1),
-               "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count()}
-    table = Table(title=f"bench twin (SO-101 twin, LeRobot so101_follower/leader, 30 Hz; {opts['seconds']:g} s of "
-                        f"jumps, HIL: {int(opts['episodes'])} x {opts['episode_s']:g} s)")
+    figures = {
+        **dict.fromkeys(k for k, _ in ROWS),
+        **figures,
+        "errors": errors,
+        "seconds": opts["seconds"],
+        "episodes": int(opts["episodes"]),
+        "episode_s": opts["episode_s"],
+        "tolerance_m": opts["tolerance_m"],
+        "bench_s": round(time.monotonic() - t_start, 1),
+        "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
+    }
+    table = Table(
+        title=f"bench twin (SO-101 twin, LeRobot so101_follower/leader, 30 Hz; {opts['seconds']:g} s of "
+        f"jumps, HIL: {int(opts['episodes'])} x {opts['episode_s']:g} s)"
+    )
     for c in ("figure", "value", "what it means"):
         table.add_column(c, justify="right" if c == "value" else "left")
     for key, meaning in ROWS:

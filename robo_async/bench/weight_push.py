@@ -72,7 +72,7 @@ def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
                     break
             sock.close(linger=0)
             continue
-        secure = (lambda s: secure_client(s, keys, 0)) if keys else None
+        secure = (lambda s, keys=keys: secure_client(s, keys, 0)) if keys else None
         client = WeightClient(address, secure=secure).start()  # as actors run it (statuses every 50 ms)
         while client.status is None:
             time.sleep(0.001)
@@ -87,7 +87,7 @@ def _receiver(cmds: mp.Queue, answers: mp.Queue) -> None:
         client.close()
 
 
-def _await_ready(ping, answers: mp.Queue) -> None:  # noqa: ANN001 - a callable
+def _await_ready(ping, answers: mp.Queue) -> None:
     """Ping until the receiver says its subscription is live (PUB/SUB drops what comes before)."""
     while True:
         ping()
@@ -113,23 +113,35 @@ def _raw_push(arrays: dict[str, np.ndarray], cmds: mp.Queue, answers: mp.Queue) 
     return t
 
 
-def _our_push(arrays: dict[str, np.ndarray], precision: str, delta: bool, keys: Path | None,
-              cmds: mp.Queue, answers: mp.Queue, declared: bool = True) -> float:
+def _our_push(
+    arrays: dict[str, np.ndarray],
+    precision: str,
+    delta: bool,
+    keys: Path | None,
+    cmds: mp.Queue,
+    answers: mp.Queue,
+    declared: bool = True,
+) -> float:
     """Seconds for the measured push: the first (keyframe) push, or with delta the second push
     after 1% of the parameters (the head) changed. `declared`: the backbone is declared frozen,
     as an algorithm declares its untrained parameters (Algorithm.frozen_weights); else every
     array is compared with the keyframe."""
-    from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
     from robo_async.transport.curve import LearnerAuth
+    from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
     from robo_async.transport.weights import PushConfig
     from robo_async.transport.wire import LearnerStatus, Weights
 
     auth = LearnerAuth(keys).start() if keys else None
     nbytes = sum(a.nbytes for a in arrays.values())
     frozen = frozenset(k for k in arrays if k != "head.w") if delta and declared else frozenset()
-    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=3600, auth=auth, weights_bytes=nbytes,
-                          push=PushConfig(precision=precision, delta=delta),  # as the learner builds it:
-                          snapshot_bytes=snapshot_bytes(arrays, frozen, precision))
+    pub = WeightPublisher(
+        "tcp://127.0.0.1:0",
+        republish_s=3600,
+        auth=auth,
+        weights_bytes=nbytes,
+        push=PushConfig(precision=precision, delta=delta),  # as the learner builds it:
+        snapshot_bytes=snapshot_bytes(arrays, frozen, precision),
+    )
     try:
         cmds.put(("ours", pub.address, str(keys) if keys else None, (1, 2) if delta else (1,)))
         _await_ready(lambda: pub.publish_status(LearnerStatus(0, 0, 0, 0)), answers)
@@ -166,12 +178,19 @@ def bench_weight_push(args: dict[str, str]) -> int:
     keys = Path(tempfile.mkdtemp(prefix="wp-keys-"))
     create_keys(keys, [0])
     rows = []
-    variants = [("raw zmq", None), ("full fp32", ("fp32", False, None)), ("fp16", ("fp16", False, None)),
-                ("delta 1%", ("fp32", True, None)), ("delta 1% undeclared", ("fp32", True, None, "undeclared")),
-                ("full fp32 CURVE", ("fp32", False, keys)),
-                ("delta 1% CURVE", ("fp32", True, keys))]
-    print(f"{'MiB':>6}  {'variant':<20}{'push s (best of ' + str(repeats) + ')':>22}{'MB/s':>9}{'median s':>12}",
-          flush=True)
+    variants = [
+        ("raw zmq", None),
+        ("full fp32", ("fp32", False, None)),
+        ("fp16", ("fp16", False, None)),
+        ("delta 1%", ("fp32", True, None)),
+        ("delta 1% undeclared", ("fp32", True, None, "undeclared")),
+        ("full fp32 CURVE", ("fp32", False, keys)),
+        ("delta 1% CURVE", ("fp32", True, keys)),
+    ]
+    print(
+        f"{'MiB':>6}  {'variant':<20}{'push s (best of ' + str(repeats) + ')':>22}{'MB/s':>9}{'median s':>12}",
+        flush=True,
+    )
     try:
         for mb in sizes:
             arrays = _policy(mb)
@@ -183,8 +202,14 @@ def bench_weight_push(args: dict[str, str]) -> int:
                     else:
                         times.append(_our_push(arrays, *v[:3], cmds, answers, declared=len(v) == 3))
                 best = min(times)
-                rows.append({"size_mb": mb, "variant": name, "seconds": round(best, 4),
-                             "median_s": round(float(np.median(times)), 4)})
+                rows.append(
+                    {
+                        "size_mb": mb,
+                        "variant": name,
+                        "seconds": round(best, 4),
+                        "median_s": round(float(np.median(times)), 4),
+                    }
+                )
                 print(f"{mb:>6.0f}  {name:<20}{best:>22.3f}{mb / best:>9.0f}{np.median(times):>12.3f}", flush=True)
             del arrays
     finally:
@@ -207,7 +232,8 @@ def bench_weight_push(args: dict[str, str]) -> int:
         "delta_over_full_1pct": round(t(max(sizes), "delta 1%") / t(max(sizes), "full fp32"), 3),
         "delta_over_full_1pct_by_size": {str(mb): round(t(mb, "delta 1%") / t(mb, "full fp32"), 3) for mb in sizes},
         "delta_undeclared_over_full_1pct_by_size": {
-            str(mb): round(t(mb, "delta 1% undeclared") / t(mb, "full fp32"), 3) for mb in sizes},
+            str(mb): round(t(mb, "delta 1% undeclared") / t(mb, "full fp32"), 3) for mb in sizes
+        },
         "curve_overhead": round(t(max(sizes), "full fp32 CURVE") / t(max(sizes), "full fp32"), 2),
         "curve_overhead_by_size": {str(mb): round(t(mb, "full fp32 CURVE") / t(mb, "full fp32"), 2) for mb in sizes},
     }

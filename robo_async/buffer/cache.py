@@ -105,8 +105,9 @@ class TableCache:
             self.total = total
             self.first = first
 
-    def append(self, arrays: Mapping[str, np.ndarray], total_after: int, actor_id: int = -1,
-               first_seq: int = -1) -> None:
+    def append(
+        self, arrays: Mapping[str, np.ndarray], total_after: int, actor_id: int = -1, first_seq: int = -1
+    ) -> None:
         """Newly committed rows (a batch of one actor, seqs `first_seq`..., leading dim n) and the
         table size after the commit."""
         n = len(next(iter(arrays.values())))
@@ -121,9 +122,9 @@ class TableCache:
         with self.lock:
             for k, a in arrays.items():
                 col = r.cols[k]
-                col[self._next:self._next + first] = a[:first]
+                col[self._next : self._next + first] = a[:first]
                 if first < n:
-                    col[:n - first] = a[first:]
+                    col[: n - first] = a[first:]
             r.actor[slots] = actor_id
             r.seq[slots] = first_seq + np.arange(n)
             r.succ[slots[:-1]] = slots[1:]
@@ -155,9 +156,9 @@ class TableCache:
         start_seq, any_won, held, count = self._open.get(actor, (first_seq, False, [], 0))
         lo = 0
         for e in ends:
-            any_won = any_won or bool(won[lo:e + 1].any())
+            any_won = any_won or bool(won[lo : e + 1].any())
             end_seq = first_seq + int(e)
-            s = np.concatenate([*held, slots[lo:e + 1]])
+            s = np.concatenate([*held, slots[lo : e + 1]])
             # slots since overwritten (by this actor's later rows or another's) are left alone
             mine = (r.actor[s] == actor) & (r.seq[s] >= start_seq) & (r.seq[s] <= end_seq)
             r.outcome[s[mine]] = int(any_won)
@@ -174,20 +175,27 @@ class TableCache:
         (rows paged into the reservoir before an eviction stay until the pager replaces them)."""
         return max(0, self.total - self.first - self.recent_filled)
 
-    def put_reservoir(self, slot: int, table_index: int, row: Mapping[str, np.ndarray], actor_id: int = -1,
-                      seq: int = -1) -> None:
+    def put_reservoir(
+        self, slot: int, table_index: int, row: Mapping[str, np.ndarray], actor_id: int = -1, seq: int = -1
+    ) -> None:
         """One older row paged in at reservoir `slot` (see `put_reservoir_run`)."""
         self.put_reservoir_run([slot], [table_index], [row], [actor_id], [seq])
 
-    def put_reservoir_run(self, slots: list[int], table_index: list[int], rows: list[Mapping[str, np.ndarray]],
-                          actors: list[int], seqs: list[int]) -> None:
+    def put_reservoir_run(
+        self,
+        slots: list[int],
+        table_index: list[int],
+        rows: list[Mapping[str, np.ndarray]],
+        actors: list[int],
+        seqs: list[int],
+    ) -> None:
         """Rows paged in together; consecutive records of one actor among them are linked."""
         if not slots:
             return
         r = self._res
         s = np.asarray(slots, np.int64)
         with self.lock:
-            for slot, row in zip(slots, rows):
+            for slot, row in zip(slots, rows, strict=False):
                 for k, a in row.items():
                     r.cols[k][slot] = a
             r.actor[s] = actors
@@ -231,8 +239,15 @@ class TableCache:
                 parts.append((self._res, rng.integers(0, self._res.filled, size=n_old)))
             return {c.name: _gather(parts, c.name) for c in self.schema.columns}
 
-    def sample_windows(self, n: int, horizon: int, rng: np.random.Generator, tries: int = 8,
-                       lookback: int = 0, exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
+    def sample_windows(
+        self,
+        n: int,
+        horizon: int,
+        rng: np.random.Generator,
+        tries: int = 8,
+        lookback: int = 0,
+        exclude: frozenset[str] = frozenset(),
+    ) -> dict[str, np.ndarray] | None:
         """n windows of `horizon` consecutive transitions of one actor's episode (see the module
         docstring); None if no complete window is cached yet. Keys: `obs/*` (the first row),
         `next_obs/*`, `terminated`, `truncated`, `success` (the last row inside the episode),
@@ -294,15 +309,25 @@ class TableCache:
         for j in range(lookback):
             prv = r.pred[cur]
             safe = np.where(prv >= 0, prv, 0)
-            ok &= ((prv >= 0) & (r.actor[safe] == r.actor[cur]) & (r.seq[safe] == r.seq[cur] - 1)
-                   & ~(r.cols["terminated"][safe] | r.cols["truncated"][safe]))
+            ok &= (
+                (prv >= 0)
+                & (r.actor[safe] == r.actor[cur])
+                & (r.seq[safe] == r.seq[cur] - 1)
+                & ~(r.cols["terminated"][safe] | r.cols["truncated"][safe])
+            )
             back[:, j] = np.where(ok, safe, -1)
             cur = np.where(ok, safe, cur)
         return back
 
-    def _window_batch(self, picked: list[tuple[_Region, np.ndarray]], horizon: int, n: int, lookback: int = 0,
-                      rng: np.random.Generator | None = None, exclude: frozenset[str] = frozenset()
-                      ) -> dict[str, np.ndarray]:
+    def _window_batch(
+        self,
+        picked: list[tuple[_Region, np.ndarray]],
+        horizon: int,
+        n: int,
+        lookback: int = 0,
+        rng: np.random.Generator | None = None,
+        exclude: frozenset[str] = frozenset(),
+    ) -> dict[str, np.ndarray]:
         out: dict[str, list[np.ndarray]] = {}
         columns = [c for c in self.schema.columns if c.name not in exclude]
 
@@ -356,8 +381,9 @@ def _gather(parts: list[tuple[_Region, np.ndarray]], name: str) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def window_targets(rewards: np.ndarray, mask: np.ndarray, steps: np.ndarray, terminated: np.ndarray,
-                   gamma: float) -> tuple[np.ndarray, np.ndarray]:
+def window_targets(
+    rewards: np.ndarray, mask: np.ndarray, steps: np.ndarray, terminated: np.ndarray, gamma: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(discounted H-step reward sum_k gamma^k r_k over the rows inside the episode, the
     bootstrap factor gamma^steps on the value after the window, 0 after a termination; a
     truncation (time limit) still bootstraps)."""

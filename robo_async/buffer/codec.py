@@ -36,6 +36,7 @@ class CorruptRecord(ValueError):
 @dataclass(frozen=True)
 class Column:
     """One column of a table: its name, numpy dtype name and per-transition shape."""
+
     name: str
     dtype: str
     shape: tuple[int, ...]  # per transition (no leading batch dim)
@@ -59,10 +60,11 @@ class Column:
 class Schema:
     """The columns of a store's tables, sorted by name; fixed by the first batch stored and written to the
     store's meta."""
+
     columns: tuple[Column, ...]
 
     @staticmethod
-    def of(arrays: Mapping[str, np.ndarray]) -> "Schema":
+    def of(arrays: Mapping[str, np.ndarray]) -> Schema:
         """The schema of a batch (`arrays`: columns with a leading batch dim)."""
         return Schema(tuple(Column(k, a.dtype.name, tuple(a.shape[1:])) for k, a in sorted(arrays.items())))
 
@@ -102,7 +104,7 @@ class Schema:
         return {"store_schema": STORE_SCHEMA, "columns": [[c.name, c.dtype, list(c.shape)] for c in self.columns]}
 
     @staticmethod
-    def from_msgpack(d: dict) -> "Schema":
+    def from_msgpack(d: dict) -> Schema:
         """The schema back from `to_msgpack`'s form."""
         return Schema(tuple(Column(n, t, tuple(s)) for n, t, s in d["columns"]))
 
@@ -165,8 +167,12 @@ def encode_frames(arrays: Mapping[str, np.ndarray], codec: str = "qoi", jpeg_qua
     send, so learners only store bytes); other arrays, and columns already encoded, as they are."""
     from robo_async.transport.wire import Frames, is_image_column
 
-    return {k: Frames([encode_image(img, codec, jpeg_quality) for img in a], a.shape)
-            if is_image_column(a) and not isinstance(a, Frames) else a for k, a in arrays.items()}
+    return {
+        k: Frames([encode_image(img, codec, jpeg_quality) for img in a], a.shape)
+        if is_image_column(a) and not isinstance(a, Frames)
+        else a
+        for k, a in arrays.items()
+    }
 
 
 def decode_frames(frames, column: Column) -> np.ndarray:
@@ -200,14 +206,19 @@ def decode_batch_frames(arrays: Mapping[str, np.ndarray | Frames], names: list[s
     return out
 
 
-def encode_record(schema: Schema, actor_id: int, seq: int, arrays: Mapping[str, np.ndarray], i: int,
-                  image_keys: Mapping[str, bytes]) -> bytes:
+def encode_record(
+    schema: Schema, actor_id: int, seq: int, arrays: Mapping[str, np.ndarray], i: int, image_keys: Mapping[str, bytes]
+) -> bytes:
     """Row `i` of a batch as one record; `image_keys[name]` is that row's image key per image column."""
-    payload = msgpack.packb({
-        "a": actor_id, "s": seq,
-        "c": [np.ascontiguousarray(arrays[c.name][i]).tobytes() for c in schema.arrays],
-        "i": [image_keys[c.name] for c in schema.images],
-    }, use_bin_type=True)
+    payload = msgpack.packb(
+        {
+            "a": actor_id,
+            "s": seq,
+            "c": [np.ascontiguousarray(arrays[c.name][i]).tobytes() for c in schema.arrays],
+            "i": [image_keys[c.name] for c in schema.images],
+        },
+        use_bin_type=True,
+    )
     return zlib.crc32(payload).to_bytes(4, "little") + payload
 
 

@@ -21,6 +21,7 @@ from robo_async.transport.wire import FINAL_OBS, TransitionBatch
 
 class ConformanceError(AssertionError):
     """A `ReplayStore` broke the interface's contract (what, in the message)."""
+
     pass
 
 
@@ -32,9 +33,14 @@ def _check(cond: bool, what: str) -> None:
 def rows(actor: int, seq: int, n: int, compact: bool = False, action_dim: int = 6) -> TransitionBatch:
     """n consecutive transitions whose every field encodes its seq (obs = seq, next_obs = seq + 1)."""
     s = np.arange(seq, seq + n, dtype=np.float32)
-    arrays = {"obs/state": np.repeat(s[:, None], 6, 1), "action": np.repeat(s[:, None], action_dim, 1),
-              "reward": s.copy(), "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
-              "policy_version": np.zeros(n, np.int64)}
+    arrays = {
+        "obs/state": np.repeat(s[:, None], 6, 1),
+        "action": np.repeat(s[:, None], action_dim, 1),
+        "reward": s.copy(),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+        "policy_version": np.zeros(n, np.int64),
+    }
     nxt = np.repeat((s + 1)[:, None], 6, 1)
     if compact:
         arrays[f"{FINAL_OBS}state"] = nxt[-1:]
@@ -49,6 +55,7 @@ def check_store(make: Callable[[], ReplayStore]) -> None:
     ConformanceError naming the first broken rule."""
     store = make()
     try:
+
         def put(batch: TransitionBatch) -> int:
             n = store.insert(batch)
             _check(store.flush(), "flush() did not finish")
@@ -69,11 +76,18 @@ def check_store(make: Callable[[], ReplayStore]) -> None:
         _check(put(rows(2, 0, 3, compact=True)) == 3, "a compact batch must add its rows")
         _check(store.high_water() == {1: 6, 2: 3}, f"high_water {store.high_water()} != {{1: 6, 2: 3}}")
         b = store.sample(64, np.random.default_rng(0))
-        _check(b["obs/state"].shape == (64, 6) and b["next_obs/state"].shape == (64, 6),
-               "sampled obs/next_obs must have the batch's leading dimension and the stored shapes")
+        _check(
+            b["obs/state"].shape == (64, 6) and b["next_obs/state"].shape == (64, 6),
+            "sampled obs/next_obs must have the batch's leading dimension and the stored shapes",
+        )
         s = b["obs/state"][:, 0]
-        _check(bool(np.all(b["reward"] == s) and np.all(b["action"][:, 0] == s)
-                    and np.all(b["next_obs/state"][:, 0] == s + 1)),
-               "sampled rows must keep each transition's fields together (next_obs rebuilt for compact ones)")
+        _check(
+            bool(
+                np.all(b["reward"] == s)
+                and np.all(b["action"][:, 0] == s)
+                and np.all(b["next_obs/state"][:, 0] == s + 1)
+            ),
+            "sampled rows must keep each transition's fields together (next_obs rebuilt for compact ones)",
+        )
     finally:
         store.close()

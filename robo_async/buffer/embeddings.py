@@ -41,8 +41,14 @@ def _frames(arrays: Mapping[str, np.ndarray | Frames], names: list[str]) -> list
 
 def _current(arrays: Mapping[str, np.ndarray | Frames], prefix: str, encoder: FrozenEncoder) -> bool:
     v, e = arrays.get(prefix + EMBEDDING_VERSION), arrays.get(prefix + EMBEDDING)
-    return (isinstance(v, np.ndarray) and isinstance(e, np.ndarray) and v.dtype == np.int64
-            and e.dtype == np.float16 and e.shape[1:] == (encoder.dim,) and bool((v == encoder.version).all()))
+    return (
+        isinstance(v, np.ndarray)
+        and isinstance(e, np.ndarray)
+        and v.dtype == np.int64
+        and e.dtype == np.float16
+        and e.shape[1:] == (encoder.dim,)
+        and bool((v == encoder.version).all())
+    )
 
 
 def embed_batch(batch: TransitionBatch, encoder: FrozenEncoder | None) -> tuple[TransitionBatch, int]:
@@ -68,8 +74,12 @@ def embed_batch(batch: TransitionBatch, encoder: FrozenEncoder | None) -> tuple[
             raise ValueError(f"the frozen encoder embeds cameras {list(encoder.cameras)}; the batch lacks {lacking}")
         frames = np.stack(_frames(arrays, names), axis=1)
         before = done.get("obs/")
-        if prefix == "next_obs/" and before is not None and len(frames) > 1 \
-                and np.array_equal(frames[:-1], before[0][1:]):
+        if (
+            prefix == "next_obs/"
+            and before is not None
+            and len(frames) > 1
+            and np.array_equal(frames[:-1], before[0][1:])
+        ):
             emb = np.concatenate([before[1][1:], encoder(frames[-1:])])  # next_obs = obs shifted by one tick
             made += 1
         else:
@@ -81,8 +91,9 @@ def embed_batch(batch: TransitionBatch, encoder: FrozenEncoder | None) -> tuple[
     return (TransitionBatch(batch.actor_id, batch.seq, arrays) if done else batch), made
 
 
-def check_store_versions(versions: Mapping[int, int], encoder: FrozenEncoder | None, where: str,
-                         skip: bool = False) -> str | None:
+def check_store_versions(
+    versions: Mapping[int, int], encoder: FrozenEncoder | None, where: str, skip: bool = False
+) -> str | None:
     """A one-line refusal when a store holds rows embedded by another encoder than the run's
     (None: they agree, or `skip`: rows of other versions are left out of training)."""
     if encoder is None or skip:
@@ -91,6 +102,8 @@ def check_store_versions(versions: Mapping[int, int], encoder: FrozenEncoder | N
     if not other:
         return None
     old = ", ".join(f"{show_version(v)} ({n:,} rows)" for v, n in sorted(other.items()))
-    return (f"{where} holds rows embedded by encoder {old}; this run's policy has encoder "
-            f"{show_version(encoder.version)}: use the policy.path that made them, a new run_dir, or "
-            f"learner.stale_embeddings=skip to leave those rows out of training")
+    return (
+        f"{where} holds rows embedded by encoder {old}; this run's policy has encoder "
+        f"{show_version(encoder.version)}: use the policy.path that made them, a new run_dir, or "
+        f"learner.stale_embeddings=skip to leave those rows out of training"
+    )

@@ -96,11 +96,12 @@ def mirrored_rows(table: str, intervention: np.ndarray, skip: int) -> np.ndarray
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """[lo, hi) of each run of True in `mask`."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=False))
 
 
-def frame_jobs(b: TransitionBatch, skip: int, schema: Schema
-               ) -> tuple[dict[str, list[bytes]], dict[bytes, np.ndarray], dict[bytes, bytes]]:
+def frame_jobs(
+    b: TransitionBatch, skip: int, schema: Schema
+) -> tuple[dict[str, list[bytes]], dict[bytes, np.ndarray], dict[bytes, bytes]]:
     """For the rows of `b` from `skip` on: each image column's key per row; the raw frames to
     encode; the frames the actor already encoded (stored as they came). A next_obs frame equal to
     the next row's obs frame is not stored twice: its key is that obs frame's."""
@@ -117,8 +118,11 @@ def frame_jobs(b: TransitionBatch, skip: int, schema: Schema
         ks = []
         for i in range(n):
             seq = b.seq + skip + i
-            if twin is not None and i + 1 < n and (col[i] == twin[i + 1] if pre and isinstance(twin, Frames)
-                                                   else np.array_equal(col[i], twin[i + 1])):
+            if (
+                twin is not None
+                and i + 1 < n
+                and (col[i] == twin[i + 1] if pre and isinstance(twin, Frames) else np.array_equal(col[i], twin[i + 1]))
+            ):
                 assert obs_twin is not None
                 ks.append(image_key(b.actor_id, seq + 1, col_index[obs_twin]))  # stored as the next obs
                 continue
@@ -132,8 +136,13 @@ def frame_jobs(b: TransitionBatch, skip: int, schema: Schema
     return keys, todo, blobs
 
 
-def next_group(item: Pending, pending: queue.Queue[Pending | None], prepare: Callable[[Pending], Prepared | None],
-               config: StoreConfig, encode_s: float) -> tuple[list[Prepared], int, int, bool]:
+def next_group(
+    item: Pending,
+    pending: queue.Queue[Pending | None],
+    prepare: Callable[[Pending], Prepared | None],
+    config: StoreConfig,
+    encode_s: float,
+) -> tuple[list[Prepared], int, int, bool]:
     """The writer's next group: `item` and what follows it in `pending`, each prepared (its frames
     start encoding), until `commit_every` new transitions, as many frames as the encoders handle
     in `commit_ms` (one frame takes `encode_s` seconds), or `commit_ms` passed. Returns (the
@@ -163,8 +172,14 @@ def next_group(item: Pending, pending: queue.Queue[Pending | None], prepare: Cal
     return group, taken, nbytes, last
 
 
-def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema | None, group: list[Prepared], counts: dict[str, int],
-                committed_hw: Mapping[int, int]) -> tuple[dict[int, int], list[tuple[Pending, int]], int]:
+def write_group(
+    txn: lmdb.Transaction,
+    h: Handles,
+    schema: Schema | None,
+    group: list[Prepared],
+    counts: dict[str, int],
+    committed_hw: Mapping[int, int],
+) -> tuple[dict[int, int], list[tuple[Pending, int]], int]:
     """Write a group's frames and records (online rows an operator drove mirrored into
     interventions), the new counts (updated in `counts`) and high-water marks, in `txn`.
     Returns (high-water marks written, (item, skip) of each batch written, batches skipped
@@ -201,7 +216,7 @@ def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema | None, group:
         hw[b.actor_id] = b.seq + b.count
         v = b.arrays.get("obs/embedding_version")
         if isinstance(v, np.ndarray) and b.count > skip:  # rows per frozen-encoder version (buffer/embeddings.py)
-            for version, n in zip(*np.unique(v[skip:], return_counts=True)):
+            for version, n in zip(*np.unique(v[skip:], return_counts=True), strict=False):
                 embedded[int(version)] = embedded.get(int(version), 0) + int(n)
     for version, n in embedded.items():
         key = f"emb:{version:014x}".encode()
@@ -214,8 +229,9 @@ def write_group(txn: lmdb.Transaction, h: Handles, schema: Schema | None, group:
     return hw, kept, gaps
 
 
-def feed_caches(caches: Mapping[str, TableCache], kept: list[tuple[Pending, int]], counts: Mapping[str, int],
-                mirrored: int) -> None:
+def feed_caches(
+    caches: Mapping[str, TableCache], kept: list[tuple[Pending, int]], counts: Mapping[str, int], mirrored: int
+) -> None:
     """Append committed rows to their tables' caches; each run of operator ticks of an online batch
     also to the interventions cache (consecutive seqs, so windows stay inside). `mirrored` is the
     interventions count before the commit."""
@@ -227,5 +243,4 @@ def feed_caches(caches: Mapping[str, TableCache], kept: list[tuple[Pending, int]
         if mirror is not None:
             for lo, hi in runs(mirror[skip:]):
                 mirrored += hi - lo
-                caches[MIRROR].append({k: a[lo:hi] for k, a in rows.items()}, mirrored, b.actor_id,
-                                      b.seq + skip + lo)
+                caches[MIRROR].append({k: a[lo:hi] for k, a in rows.items()}, mirrored, b.actor_id, b.seq + skip + lo)

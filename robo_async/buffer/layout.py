@@ -80,8 +80,9 @@ class Handles:
     env: lmdb.Environment
     dbs: dict[str, lmdb._Database]
 
-    def read_record(self, txn: lmdb.Transaction, schema: Schema, table: str, i: int,
-                    memo: dict[bytes, np.ndarray] | None = None) -> tuple[int, int, dict[str, np.ndarray]]:
+    def read_record(
+        self, txn: lmdb.Transaction, schema: Schema, table: str, i: int, memo: dict[bytes, np.ndarray] | None = None
+    ) -> tuple[int, int, dict[str, np.ndarray]]:
         """(actor_id, seq, decoded transition) of record `i` of `table`; raises CorruptRecord.
         `memo` keeps decoded frames across calls: consecutive records share frames (a next_obs
         frame is the next record's obs frame), decoded once."""
@@ -89,7 +90,7 @@ class Handles:
         if value is None:
             raise CorruptRecord(f"record {i} of '{table}' is missing")
         actor, seq, row, img_keys = decode_record(schema, value)
-        for c, k in zip(schema.images, img_keys):
+        for c, k in zip(schema.images, img_keys, strict=False):
             if memo is not None and k in memo:
                 row[c.name] = memo[k]
                 continue

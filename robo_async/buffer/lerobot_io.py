@@ -103,13 +103,17 @@ def _lerobot_name(col: Column) -> str:
         return _FLAGS[col.name]
     if col.name in ("policy_version", "intervention", "policy_action"):  # who acted, and what the policy wanted
         return "complementary_info." + col.name
-    base = "observation.images." + name if col.is_image else (
-        "observation.state" if name == "state" else "observation." + name)
+    base = (
+        "observation.images." + name
+        if col.is_image
+        else ("observation.state" if name == "state" else "observation." + name)
+    )
     return base if prefix == "obs" else "next." + base
 
 
-def lerobot_features(schema: Schema, videos: bool = False, units: LeRobotUnits | None = None,
-                     converted: frozenset[str] = frozenset()) -> dict[str, dict]:
+def lerobot_features(
+    schema: Schema, videos: bool = False, units: LeRobotUnits | None = None, converted: frozenset[str] = frozenset()
+) -> dict[str, dict]:
     """The LeRobotDataset feature spec (`{name: {dtype, shape, names}}`) for our columns; next_obs images are
     left out (they are the next frame's), images as `video` when `videos`; the `converted` columns named
     by `units`' keys (`shoulder_pan.pos`, ...)."""
@@ -119,8 +123,11 @@ def lerobot_features(schema: Schema, videos: bool = False, units: LeRobotUnits |
             continue  # the next frame's image
         shape = c.shape if c.shape else (1,)
         if c.is_image:
-            feats[_lerobot_name(c)] = {"dtype": "video" if videos else "image", "shape": shape,
-                                       "names": ["height", "width", "channels"]}
+            feats[_lerobot_name(c)] = {
+                "dtype": "video" if videos else "image",
+                "shape": shape,
+                "names": ["height", "width", "channels"],
+            }
         else:
             names = list(units.keys) if units is not None and c.name in converted else None
             feats[_lerobot_name(c)] = {"dtype": c.dtype, "shape": shape, "names": names}
@@ -136,19 +143,31 @@ def export_units(schema: Schema, target: ImportTarget | None) -> tuple[LeRobotUn
     spec, cols = target.spec, {c.name: c for c in schema.columns}
     size = {name: int(np.prod(c.shape or (1,))) for name, c in cols.items()}
     if size.get("action") != spec.action_dim:
-        raise ImportMismatch(f"the store's action has {size.get('action')} values; task {target.task} takes "
-                             f"{spec.action_dim} (joints {list(spec.joint_names)}): export it with its own task")
+        raise ImportMismatch(
+            f"the store's action has {size.get('action')} values; task {target.task} takes "
+            f"{spec.action_dim} (joints {list(spec.joint_names)}): export it with its own task"
+        )
     converted = {"action", "policy_action"}
     if spec.state_dim == spec.action_dim:  # the state is the joints' positions
         converted |= {"obs/state", "next_obs/state"}
     keys = [f"{j}.pos" for j in spec.joint_names]
-    return (LeRobotUnits(keys, spec.joint_low, spec.joint_high),
-            frozenset(k for k in converted if size.get(k) == spec.action_dim))
+    return (
+        LeRobotUnits(keys, spec.joint_low, spec.joint_high),
+        frozenset(k for k in converted if size.get(k) == spec.action_dim),
+    )
 
 
-def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Schema, out: Path, *,
-                   task: str = "task", fps: int = 30, repo_id: str = "local/robo_async_export",
-                   videos: bool = False, target: ImportTarget | None = None) -> tuple[int, int]:
+def export_lerobot(
+    rows: Iterator[tuple[int, dict[str, np.ndarray]]],
+    schema: Schema,
+    out: Path,
+    *,
+    task: str = "task",
+    fps: int = 30,
+    repo_id: str = "local/robo_async_export",
+    videos: bool = False,
+    target: ImportTarget | None = None,
+) -> tuple[int, int]:
     """Write `rows` ((actor_id, transition) in table order) as a LeRobotDataset at `out`, camera
     frames as PNG images (lossless) or, with `videos`, as LeRobot's AV1 videos (lossy, small); the
     joints in LeRobot's units where `target` (the rows' task) drives joint positions (see the module's
@@ -159,8 +178,7 @@ def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Sc
         raise FileExistsError(f"{out} already exists; choose a new directory")
     units, converted = export_units(schema, target)
     feats = lerobot_features(schema, videos, units, converted)
-    ds = LeRobotDataset.create(repo_id, fps=fps, features=feats, root=out, use_videos=videos,
-                               video_backend="pyav")
+    ds = LeRobotDataset.create(repo_id, fps=fps, features=feats, root=out, use_videos=videos, video_backend="pyav")
     open_eps: dict[int, list[dict]] = {}
     episodes = frames = 0
 
@@ -189,10 +207,20 @@ def export_lerobot(rows: Iterator[tuple[int, dict[str, np.ndarray]]], schema: Sc
     ds.finalize()
     if units is not None and target is not None:
         spec = target.spec
-        (out / "meta" / EXPORT_META).write_text(json.dumps({
-            "units": "lerobot", "task": target.task, "joints": list(spec.joint_names),
-            "joint_low": list(spec.joint_low), "joint_high": list(spec.joint_high), "state_size": spec.state_dim,
-            "features": sorted(_lerobot_name(c) for c in schema.columns if c.name in converted)}, indent=2))
+        (out / "meta" / EXPORT_META).write_text(
+            json.dumps(
+                {
+                    "units": "lerobot",
+                    "task": target.task,
+                    "joints": list(spec.joint_names),
+                    "joint_low": list(spec.joint_low),
+                    "joint_high": list(spec.joint_high),
+                    "state_size": spec.state_dim,
+                    "features": sorted(_lerobot_name(c) for c in schema.columns if c.name in converted),
+                },
+                indent=2,
+            )
+        )
     return episodes, frames
 
 
@@ -203,9 +231,14 @@ def exported_target(root: Path, fps: float = 30.0) -> ImportTarget | None:
     if not path.exists():
         return None
     meta = json.loads(path.read_text())
-    spec = RobotSpec(name=f"export of {meta['task']}", joint_names=tuple(meta["joints"]),
-                     joint_low=tuple(meta["joint_low"]), joint_high=tuple(meta["joint_high"]), hz=fps,
-                     state_size=int(meta["state_size"]))
+    spec = RobotSpec(
+        name=f"export of {meta['task']}",
+        joint_names=tuple(meta["joints"]),
+        joint_low=tuple(meta["joint_low"]),
+        joint_high=tuple(meta["joint_high"]),
+        hz=fps,
+        state_size=int(meta["state_size"]),
+    )
     return ImportTarget(str(meta["task"]), spec)
 
 
@@ -234,15 +267,18 @@ def _motor_units(lr: str, names: list[str], joints: tuple[str, ...] | None, targ
     """LeRobot motor values (degrees, gripper 0..100) in the dataset's order -> rad in the task's."""
     have = [joint_of(n) for n in names]
     if joints is None or sorted(have) != sorted(joints):
-        raise ImportMismatch(f"{lr} holds LeRobot motors {names} (degrees, gripper 0..100); task {target.task} "
-                             f"takes " + (f"joints {list(joints)} (rad)" if joints else "no joint positions there"))
+        raise ImportMismatch(
+            f"{lr} holds LeRobot motors {names} (degrees, gripper 0..100); task {target.task} "
+            f"takes " + (f"joints {list(joints)} (rad)" if joints else "no joint positions there")
+        )
     order = [have.index(j) for j in joints]
     units = LeRobotUnits([names[i] for i in order], target.spec.joint_low, target.spec.joint_high)
     return lambda v: units.to_hal_array(np.asarray(v)[..., order])
 
 
-def plan_conversions(features: Mapping[str, Mapping], span: Callable[[str], tuple[np.ndarray, np.ndarray] | None],
-                     target: ImportTarget) -> dict[str, Convert]:
+def plan_conversions(
+    features: Mapping[str, Mapping], span: Callable[[str], tuple[np.ndarray, np.ndarray] | None], target: ImportTarget
+) -> dict[str, Convert]:
     """Per LeRobot feature (`action`, `observation.state`) that needs one, the conversion its values need to fit
     `target` (see the module's docstring), from the dataset's `features` and `span(feature)` (its
     per-entry min and max, None for no frames); `ImportMismatch` for what does not fit."""
@@ -253,8 +289,10 @@ def plan_conversions(features: Mapping[str, Mapping], span: Callable[[str], tupl
             continue
         n, want = int(np.prod(features[lr]["shape"])), spec.action_dim if vector == "action" else spec.state_dim
         if n != want:
-            raise ImportMismatch(f"{lr} has {n} values in the dataset; task {target.task} takes {want}"
-                                 + (f" (joints {list(spec.joint_names)})" if vector == "action" else ""))
+            raise ImportMismatch(
+                f"{lr} has {n} values in the dataset; task {target.task} takes {want}"
+                + (f" (joints {list(spec.joint_names)})" if vector == "action" else "")
+            )
         joints = spec.joint_names if vector == "action" or joint_state else None
         names = _names(features[lr])
         convert: Convert | None = None
@@ -272,19 +310,32 @@ def plan_conversions(features: Mapping[str, Mapping], span: Callable[[str], tupl
                 if _fits(lo[i], hi[i], a, b):
                     continue
                 if _fits(lo[i], hi[i], *r.source):
-                    log.info("%s[%d] (%s) spans %s..%s: task %s's environment's range, converted to %s..%s",
-                             lr, i, r.name, _fmt(lo[i]), _fmt(hi[i]), target.task, _fmt(a), _fmt(b))
+                    log.info(
+                        "%s[%d] (%s) spans %s..%s: task %s's environment's range, converted to %s..%s",
+                        lr,
+                        i,
+                        r.name,
+                        _fmt(lo[i]),
+                        _fmt(hi[i]),
+                        target.task,
+                        _fmt(a),
+                        _fmt(b),
+                    )
                     convert = _chain(convert, r.apply)
                     continue
-                raise ImportMismatch(f"{lr}[{i}] ({r.name}) spans {_fmt(lo[i])}..{_fmt(hi[i])} in the dataset; task "
-                                     f"{target.task} takes {_fmt(a)}..{_fmt(b)} (or {_fmt(r.source[0])}.."
-                                     f"{_fmt(r.source[1])}, which it converts)")
+                raise ImportMismatch(
+                    f"{lr}[{i}] ({r.name}) spans {_fmt(lo[i])}..{_fmt(hi[i])} in the dataset; task "
+                    f"{target.task} takes {_fmt(a)}..{_fmt(b)} (or {_fmt(r.source[0])}.."
+                    f"{_fmt(r.source[1])}, which it converts)"
+                )
             for i, (a, b) in ranges.items():
                 if i in {r.index for r in rescales} or _fits(lo[i], hi[i], a, b):
                     continue
                 how = " (converted from LeRobot's degrees and gripper 0..100)" if motors else ""
-                raise ImportMismatch(f"{lr}[{i}] ({spec.joint_names[i]}) spans {_fmt(lo[i])}..{_fmt(hi[i])} in the "
-                                     f"dataset{how}; task {target.task} takes {_fmt(a)}..{_fmt(b)}")
+                raise ImportMismatch(
+                    f"{lr}[{i}] ({spec.joint_names[i]}) spans {_fmt(lo[i])}..{_fmt(hi[i])} in the "
+                    f"dataset{how}; task {target.task} takes {_fmt(a)}..{_fmt(b)}"
+                )
         if convert is not None:
             out[lr] = convert
     return out
@@ -300,14 +351,16 @@ def _check_shapes(features: Mapping[str, Mapping], schema: Schema | None, root: 
             continue
         names = _names(features[lr])
         if names and all(k.endswith(".pos") for k in names) and not motors:
-            raise ImportMismatch(f"{lr} of {root} holds LeRobot motors {names} (degrees, gripper 0..100); import it "
-                                 f"into a run (buffer.imports) so that it is converted with the task's joint limits")
+            raise ImportMismatch(
+                f"{lr} of {root} holds LeRobot motors {names} (degrees, gripper 0..100); import it "
+                f"into a run (buffer.imports) so that it is converted with the task's joint limits"
+            )
         n = int(np.prod(features[lr]["shape"]))
         if ours in cols and n != int(np.prod(cols[ours].shape or (1,))):
             raise ImportMismatch(f"{lr} has {n} values in the dataset; the store's {ours} takes {cols[ours].shape}")
 
 
-def _span_of(ds, lr: str) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: ANN001
+def _span_of(ds, lr: str) -> tuple[np.ndarray, np.ndarray] | None:
     """A feature's per-entry (min, max): meta/stats.json's, else a pass over the frames; None without frames."""
     n = int(np.prod(ds.features[lr]["shape"]))
     st = (ds.meta.stats or {}).get(lr) or {}
@@ -321,8 +374,9 @@ def _span_of(ds, lr: str) -> tuple[np.ndarray, np.ndarray] | None:  # noqa: ANN0
     return v.min(axis=0), v.max(axis=0)
 
 
-def read_lerobot(root: Path, schema: Schema | None = None,
-                 target: ImportTarget | None = None) -> Iterator[dict[str, np.ndarray | np.generic]]:
+def read_lerobot(
+    root: Path, schema: Schema | None = None, target: ImportTarget | None = None
+) -> Iterator[dict[str, np.ndarray | np.generic]]:
     """Transitions (one dict per frame, our column names) from a LeRobotDataset at `root`,
     shaped to `schema` when given (missing columns raise ValueError naming them); without a
     schema, scalar columns are numpy scalars. With a `target` (the task imported into) the
@@ -340,7 +394,7 @@ def read_lerobot(root: Path, schema: Schema | None = None,
         twin = "complementary_info.policy_action" if lr == "action" else "next." + lr
         convert[twin] = convert[lr]
     ours: dict[str, str] = {}  # our name -> lerobot name for observations
-    for name, f in feats.items():
+    for name in feats:
         if name.startswith("observation.images."):
             ours["obs/" + name.removeprefix("observation.images.")] = name
         elif name == "observation.state":
@@ -351,9 +405,11 @@ def read_lerobot(root: Path, schema: Schema | None = None,
         need = {c.name for c in schema.columns if c.name.startswith("obs/")}
         missing = need - set(ours)
         if missing:
-            raise ValueError(f"dataset {root} has observations {sorted(ours.values())}; this store also "
-                             f"needs {sorted(missing)} (LeRobot names: observation.<name> or "
-                             f"observation.images.<camera>)")
+            raise ValueError(
+                f"dataset {root} has observations {sorted(ours.values())}; this store also "
+                f"needs {sorted(missing)} (LeRobot names: observation.<name> or "
+                f"observation.images.<camera>)"
+            )
     hf = ds.hf_dataset
     n = len(hf)
     # video-encoded cameras are not in the parquet rows: LeRobot decodes them per frame (ds[i])
@@ -384,8 +440,9 @@ def read_lerobot(root: Path, schema: Schema | None = None,
         for k, lr in ours.items():
             row[k] = _np(cur[lr], feats[lr], convert.get(lr))
             nk = "next." + lr
-            row["next_" + k] = (_np(cur[nk], feats[nk], convert.get(nk)) if nk in cur
-                                else _np(nxt[lr], feats[lr], convert.get(lr)))
+            row["next_" + k] = (
+                _np(cur[nk], feats[nk], convert.get(nk)) if nk in cur else _np(nxt[lr], feats[lr], convert.get(lr))
+            )
         row["action"] = _np(cur["action"], feats["action"], convert.get("action")).astype(np.float32)
         row["reward"] = np.float32(_scalar(cur, "next.reward", 0.0))
         done = bool(_scalar(cur, "next.done", False))
@@ -395,10 +452,16 @@ def read_lerobot(root: Path, schema: Schema | None = None,
         row["policy_version"] = np.int64(_scalar(cur, "complementary_info.policy_version", -1))
         row["intervention"] = np.uint8(_scalar(cur, "complementary_info.intervention", 0))
         pa = "complementary_info.policy_action"
-        row["policy_action"] = (_np(cur[pa], feats[pa], convert.get(pa)).astype(np.float32) if pa in cur
-                                else row["action"])
-        yield row if schema is None else {c.name: np.asarray(row[c.name], dtype=c.dtype).reshape(c.shape)
-                                           for c in schema.columns if c.name in row}
+        row["policy_action"] = (
+            _np(cur[pa], feats[pa], convert.get(pa)).astype(np.float32) if pa in cur else row["action"]
+        )
+        yield (
+            row
+            if schema is None
+            else {
+                c.name: np.asarray(row[c.name], dtype=c.dtype).reshape(c.shape) for c in schema.columns if c.name in row
+            }
+        )
 
 
 def _scalar(item: dict, key: str, default: float | bool) -> float | bool:

@@ -118,21 +118,33 @@ class PersistentReplayStore(ReplayStore):
         return self.retention.disk_free_gb
 
     # --- open / recover --------------------------------------------------------------------
-    def open(self, expect: Schema | None = None, readonly: bool = False,
-             threads: bool = True) -> "PersistentReplayStore":
+    def open(self, expect: Schema | None = None, readonly: bool = False, threads: bool = True) -> PersistentReplayStore:
         """Open (creating it if absent) and recover; `expect` is the schema this run writes (a
         store holding other columns is refused). With `threads`, start the writer, committer and
         pager. Returns the store."""
         t0 = time.monotonic()
         self.path.mkdir(parents=True, exist_ok=True)
         try:
-            env = lmdb.open(str(self.path), map_size=int(self.config.map_size_gb * 2**30), max_dbs=8,
-                            readonly=readonly, readahead=False, meminit=False)
-            self._h = Handles(env, {name: env.open_db(name.encode(), create=not readonly)
-                                    for name in ("meta", "img", *(f"t:{t}" for t in TABLES))})
+            env = lmdb.open(
+                str(self.path),
+                map_size=int(self.config.map_size_gb * 2**30),
+                max_dbs=8,
+                readonly=readonly,
+                readahead=False,
+                meminit=False,
+            )
+            self._h = Handles(
+                env,
+                {
+                    name: env.open_db(name.encode(), create=not readonly)
+                    for name in ("meta", "img", *(f"t:{t}" for t in TABLES))
+                },
+            )
         except lmdb.Error as e:
-            raise StoreError(f"replay store {self.path} cannot be opened ({type(e).__name__}: {e}); "
-                             f"it is damaged or not a replay store: move it aside and start a new one") from None
+            raise StoreError(
+                f"replay store {self.path} cannot be opened ({type(e).__name__}: {e}); "
+                f"it is damaged or not a replay store: move it aside and start a new one"
+            ) from None
         self._readonly = readonly
         self.recover()
         if expect is not None:
@@ -140,8 +152,11 @@ class PersistentReplayStore(ReplayStore):
         if not readonly and threads:
             self._pool = Encoders(self.config.encode_threads, self.config.image_codec, self.config.jpeg_quality)
             self._writer_hw = dict(self._committed_hw)
-            for target, name in ((self._writer, "replay-writer"), (self._committer, "replay-commit"),
-                                 (self._pager, "replay-pager")):
+            for target, name in (
+                (self._writer, "replay-writer"),
+                (self._committer, "replay-commit"),
+                (self._pager, "replay-pager"),
+            ):
                 t = threading.Thread(target=self._watched, args=(target, name), name=name, daemon=True)
                 t.start()
                 self._threads.append(t)
@@ -151,7 +166,7 @@ class PersistentReplayStore(ReplayStore):
     def _watched(self, target: Callable[[], None], name: str) -> None:
         try:
             target()
-        except BaseException as e:  # watched: check() raises it on the learner's thread
+        except BaseException as e:  # noqa: BLE001 - watched: check() raises it on the learner's thread
             self.thread_error = f"{name} thread died: {type(e).__name__}: {e}"
             log.error("replay store %s: %s", self.path, self.thread_error)
             with self._drained:  # nothing queued will commit now: wake flush() and insert()
@@ -170,8 +185,10 @@ class PersistentReplayStore(ReplayStore):
         have = {c.name: c for c in self.schema.columns}
         for c in expect.columns:
             if c.name in have and have[c.name] != c:
-                raise StoreError(f"replay store {self.path} holds '{c.name}' as {have[c.name].describe()}, "
-                                 f"this run produces {c.describe()}; use another run directory")
+                raise StoreError(
+                    f"replay store {self.path} holds '{c.name}' as {have[c.name].describe()}, "
+                    f"this run produces {c.describe()}; use another run directory"
+                )
 
     def recover(self) -> None:
         """Read the schema and counts, repair a damaged tail, rebuild the high-water marks (recovery.py)."""
@@ -184,8 +201,9 @@ class PersistentReplayStore(ReplayStore):
             self._accepted_hw = dict(hw)
             return
         for table in TABLES:
-            self.counts[table], repaired = repair_tail(self._h, self.schema, table, self.first[table],
-                                                       self.config.tail_check, not self._readonly, self.path)
+            self.counts[table], repaired = repair_tail(
+                self._h, self.schema, table, self.first[table], self.config.tail_check, not self._readonly, self.path
+            )
             self.repaired += [repaired] if repaired else []
             self.first[table] = min(self.first[table], self.counts[table])
             self.caches[table].set_total(self.counts[table], self.first[table])
@@ -277,9 +295,17 @@ class PersistentReplayStore(ReplayStore):
         self.rows_refused += count
         self.refusals += 1
         if self.refusals <= 20 or self.refusals % 1000 == 0:  # named, but a hostile key cannot flood the log
-            log.error("replay store %s: actor %d's transitions %d..%d refused and passed over (%s); %d rows "
-                      "refused so far (%d refusals)", self.path, actor_id, seq, seq + count - 1, reason[:300],
-                      self.rows_refused, self.refusals)
+            log.error(
+                "replay store %s: actor %d's transitions %d..%d refused and passed over (%s); %d rows "
+                "refused so far (%d refusals)",
+                self.path,
+                actor_id,
+                seq,
+                seq + count - 1,
+                reason[:300],
+                self.rows_refused,
+                self.refusals,
+            )
         return count
 
     def ack(self, actor_id: int) -> int:
@@ -385,8 +411,13 @@ class PersistentReplayStore(ReplayStore):
         keys, todo, blobs = frame_jobs(b, skip, self.schema)
         self.frames_encoded += len(todo)
         self.frames_as_sent += len(blobs)
-        return Prepared(item, skip, keys, {k: self._pool.submit(im) for k, im in todo.items()}
-                        | {k: Encoders.ready(blob) for k, blob in blobs.items()})
+        return Prepared(
+            item,
+            skip,
+            keys,
+            {k: self._pool.submit(im) for k, im in todo.items()}
+            | {k: Encoders.ready(blob) for k, blob in blobs.items()},
+        )
 
     def _commit(self, group: list[Prepared]) -> None:
         assert self._h is not None  # (no schema yet when all the store has seen is a refused range)
@@ -403,8 +434,13 @@ class PersistentReplayStore(ReplayStore):
                 for fut in p.futures.values():
                     fut.cancel()
             lost = sum(p.item.batch.count - p.skip for p in group)
-            log.error("replay store %s: commit of %d transitions failed (%s); they are not acked, "
-                      "the actors keep them and resend", self.path, lost, self.last_error)
+            log.error(
+                "replay store %s: commit of %d transitions failed (%s); they are not acked, "
+                "the actors keep them and resend",
+                self.path,
+                lost,
+                self.last_error,
+            )
             with self._lock:
                 self._accepted_hw = dict(self._committed_hw)
                 self._fail_gen += 1
@@ -429,10 +465,11 @@ class PersistentReplayStore(ReplayStore):
     def _evicted(self, table: str, first: int) -> None:
         self.caches[table].set_total(self.counts[table], first)
 
-    def _open_archive(self, schema: Schema) -> "PersistentReplayStore":
+    def _open_archive(self, schema: Schema) -> PersistentReplayStore:
         assert self.config.archive_dir is not None
         return PersistentReplayStore(self.config.archive_dir, StoreConfig(cache_transitions=2)).open(
-            expect=schema, readonly=False, threads=False)
+            expect=schema, readonly=False, threads=False
+        )
 
     def append_raw(self, table: str, records: Sequence[bytes], images: Mapping[bytes, bytes | None]) -> None:
         """Append records and images exactly as another store of this schema holds them, in one
@@ -460,20 +497,23 @@ class PersistentReplayStore(ReplayStore):
         return self._h.data_bytes()
 
     # --- reading -----------------------------------------------------------------------------
-    def _read_row(self, txn: lmdb.Transaction, table: str, i: int,
-                  memo: dict[bytes, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def _read_row(
+        self, txn: lmdb.Transaction, table: str, i: int, memo: dict[bytes, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """One decoded transition (see `Handles.read_record` for `memo`)."""
         assert self._h is not None and self.schema is not None
         return self._h.read_record(txn, self.schema, table, i, memo)[2]
 
-    def rows(self, table: str = "online", start: int = 0, stop: int | None = None
-             ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    def rows(
+        self, table: str = "online", start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Decoded transitions `[start, stop)` of a table in order; damaged ones are skipped (logged)."""
         for i, _, _, row in self.records(table, start, stop):
             yield i, row
 
-    def records(self, table: str = "online", start: int = 0, stop: int | None = None
-                ) -> Iterator[tuple[int, int, int, dict[str, np.ndarray]]]:
+    def records(
+        self, table: str = "online", start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, int, int, dict[str, np.ndarray]]]:
         """Like `rows`, with each transition's (actor_id, seq): (index, actor_id, seq, row)."""
         assert self._h is not None
         stop = self.counts[table] if stop is None else stop
@@ -501,8 +541,15 @@ class PersistentReplayStore(ReplayStore):
         c = self.caches.get(table)
         return c is not None and c.ready()
 
-    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online",
-                       lookback: int = 0, exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
+    def sample_windows(
+        self,
+        batch_size: int,
+        horizon: int,
+        rng: np.random.Generator,
+        table: str = "online",
+        lookback: int = 0,
+        exclude: frozenset[str] = frozenset(),
+    ) -> dict[str, np.ndarray] | None:
         """Windows of `horizon` consecutive transitions of one actor's episode (TableCache.sample_windows);
         None while no complete window is cached."""
         if not self.can_sample(table):

@@ -27,8 +27,14 @@ class Paged(Protocol):
     caches: dict[str, TableCache]
 
 
-def page(store: Paged, h: Handles, config: StoreConfig, stop: threading.Event, held_from: Callable[[str], int],
-         on_corrupt: Callable[[str, int, Exception], None]) -> None:
+def page(
+    store: Paged,
+    h: Handles,
+    config: StoreConfig,
+    stop: threading.Event,
+    held_from: Callable[[str], int],
+    on_corrupt: Callable[[str, int, Exception], None],
+) -> None:
     """Fill and refresh the reservoirs of `store`'s caches until `stop` is set (a thread's target).
     A missing or damaged record at or above `held_from(table)` (rows below it are evicted or being
     evicted: `Retention.held_from`) is reported to `on_corrupt(table, index, error)`; all are skipped."""
@@ -72,7 +78,7 @@ def page(store: Paged, h: Handles, config: StoreConfig, stop: threading.Event, h
                         if base + lo + j >= held_from(table):  # (not an eviction racing the pager)
                             on_corrupt(table, base + lo + j, e)
                         continue
-                    for part, v in zip(got, (slot, base + lo + j, row, actor, seq)):
+                    for part, v in zip(got, (slot, base + lo + j, row, actor, seq), strict=False):
                         part.append(v)
             cache.put_reservoir_run(*got)
         stop.wait(0.002 if busy else 0.05)

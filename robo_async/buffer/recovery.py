@@ -21,8 +21,7 @@ from robo_async.buffer.layout import TABLES, Handles, StoreError, index_key, rea
 log = logging.getLogger("robo_async.buffer.lmdb_store")
 
 
-def read_meta(h: Handles, path: Path, on_other: Callable[[bytes, bytes], None]
-              ) -> tuple[Schema | None, dict[int, int]]:
+def read_meta(h: Handles, path: Path, on_other: Callable[[bytes, bytes], None]) -> tuple[Schema | None, dict[int, int]]:
     """The stored schema (None for a new store) and committed high-water marks (`hw:<actor>`);
     every other meta entry goes to `on_other(key, value)`. Raises StoreError for a store written
     with another STORE_SCHEMA."""
@@ -33,9 +32,11 @@ def read_meta(h: Handles, path: Path, on_other: Callable[[bytes, bytes], None]
         if raw is not None:
             d = msgpack.unpackb(raw, raw=False)
             if d.get("store_schema") != STORE_SCHEMA:
-                raise StoreError(f"replay store {path} was written with store schema "
-                                 f"{d.get('store_schema')}, this version reads {STORE_SCHEMA}; "
-                                 f"export it with the version that wrote it, or start a new store")
+                raise StoreError(
+                    f"replay store {path} was written with store schema "
+                    f"{d.get('store_schema')}, this version reads {STORE_SCHEMA}; "
+                    f"export it with the version that wrote it, or start a new store"
+                )
             schema = Schema.from_msgpack(d)
         for k, v in txn.cursor():
             if k.startswith(b"hw:"):
@@ -45,8 +46,9 @@ def read_meta(h: Handles, path: Path, on_other: Callable[[bytes, bytes], None]
     return schema, hw
 
 
-def repair_tail(h: Handles, schema: Schema, table: str, first: int, tail_check: int, writable: bool,
-                path: Path) -> tuple[int, str | None]:
+def repair_tail(
+    h: Handles, schema: Schema, table: str, first: int, tail_check: int, writable: bool, path: Path
+) -> tuple[int, str | None]:
     """Check the last `tail_check` records of `table`; discard a damaged run at its end (logged; on
     disk too when `writable`). Returns (the table's count, what was repaired or None). `first`
     is the count of a table whose records were all evicted."""
@@ -64,8 +66,10 @@ def repair_tail(h: Handles, schema: Schema, table: str, first: int, tail_check: 
                 bad += 1
     if not bad and meta_n == n:
         return n, None
-    msg = (f"replay store {path}: table '{table}' had {n} records (meta said {meta_n}); "
-           f"discarded {bad} damaged record(s) at the tail; actors resend what was not acked")
+    msg = (
+        f"replay store {path}: table '{table}' had {n} records (meta said {meta_n}); "
+        f"discarded {bad} damaged record(s) at the tail; actors resend what was not acked"
+    )
     log.warning(msg)
     if writable:
         with h.env.begin(write=True) as txn:
@@ -83,7 +87,7 @@ def rebuild_high_water(h: Handles, writable: bool) -> dict[int, int]:
             for _, v in txn.cursor(db=h.dbs[f"t:{table}"]):
                 try:
                     a, s = peek_record(v)
-                except Exception:
+                except Exception:  # noqa: BLE001
                     continue
                 hw[a] = max(hw.get(a, 0), s + 1)
         cur = txn.cursor(db=h.dbs["meta"])  # ranges refused and passed over (no rows of theirs)
@@ -91,7 +95,7 @@ def rebuild_high_water(h: Handles, writable: bool) -> dict[int, int]:
             for k, v in cur:
                 if not k.startswith(b"refused:"):
                     break
-                a = int(k[len(b"refused:"):])
+                a = int(k[len(b"refused:") :])
                 hw[a] = max(hw.get(a, 0), read_int(v))
         if writable:
             with h.env.begin(write=True) as w:

@@ -59,8 +59,13 @@ class Retention:
     `open_archive(schema)` opens the archive store (called once, on the first eviction with
     `archive_dir` set); `on_evicted(table, first)` tells the store the oldest index it holds moved."""
 
-    def __init__(self, config: StoreConfig, path: Path, open_archive: Callable[[Schema], ArchiveSink],
-                 on_evicted: Callable[[str, int], None]) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        path: Path,
+        open_archive: Callable[[Schema], ArchiveSink],
+        on_evicted: Callable[[str, int], None],
+    ) -> None:
         self.config = config
         self.path = path
         self.first = dict.fromkeys(TABLES, 0)  # the oldest index still held (evicted below it)
@@ -102,11 +107,16 @@ class Retention:
         if self.disk_free_gb < cfg.disk_warn_gb and now - self._disk_warned > 60:
             self._disk_warned = now
             stop = self.disk_free_gb < cfg.disk_min_gb
-            log.error("replay store %s: %.2f GB free on its disk (%s); %s set buffer.max_rows or buffer.max_gb "
-                      "(retention, optionally buffer.archive_dir) or free space", self.path, self.disk_free_gb,
-                      f"below buffer.disk_min_gb={cfg.disk_min_gb}: new data is NOT accepted, the actors keep it"
-                      if stop else f"warning at buffer.disk_warn_gb={cfg.disk_warn_gb}",
-                      "writes are paused;" if stop else "")
+            log.error(
+                "replay store %s: %.2f GB free on its disk (%s); %s set buffer.max_rows or buffer.max_gb "
+                "(retention, optionally buffer.archive_dir) or free space",
+                self.path,
+                self.disk_free_gb,
+                f"below buffer.disk_min_gb={cfg.disk_min_gb}: new data is NOT accepted, the actors keep it"
+                if stop
+                else f"warning at buffer.disk_warn_gb={cfg.disk_warn_gb}",
+                "writes are paused;" if stop else "",
+            )
         return self.disk_free_gb >= cfg.disk_min_gb
 
     def held_from(self, table: str) -> int:
@@ -144,8 +154,9 @@ class Retention:
                 self._evict(h, schema, counts, table, min(n, self.config.evict_chunk))
             except (lmdb.Error, OSError) as e:
                 errors.append(f"retention: {type(e).__name__}: {e}")
-                log.error("replay store %s: evicting from '%s' failed (%s); nothing was deleted", self.path,
-                          table, errors[-1])
+                log.error(
+                    "replay store %s: evicting from '%s' failed (%s); nothing was deleted", self.path, table, errors[-1]
+                )
         return errors
 
     def _evict(self, h: Handles, schema: Schema, counts: Mapping[str, int], table: str, n: int) -> None:
@@ -194,11 +205,25 @@ class Retention:
         self._ev_seq[table] = ev
         self._prev_mirrored = prev
         self._on_evicted(table, hi)
-        log.info("replay store %s: retention evicted %d rows of '%s' (now %d held)", self.path, hi - lo, table,
-                 counts[table] - hi)
+        log.info(
+            "replay store %s: retention evicted %d rows of '%s' (now %d held)",
+            self.path,
+            hi - lo,
+            table,
+            counts[table] - hi,
+        )
 
-    def _delete(self, h: Handles, recs: list[_Evicted], table: str, other: str, nxt: dict[int, bool],
-                ev: dict[int, int], prev: dict[int, tuple[int, bool, list[bytes] | None]], hi: int) -> None:
+    def _delete(
+        self,
+        h: Handles,
+        recs: list[_Evicted],
+        table: str,
+        other: str,
+        nxt: dict[int, bool],
+        ev: dict[int, int],
+        prev: dict[int, tuple[int, bool, list[bytes] | None]],
+        hi: int,
+    ) -> None:
         """One transaction: delete `recs` and the images no held record uses any more; write the
         new marks (`ev` and `prev` are updated here, stored by the caller once committed)."""
         db, meta = h.dbs[f"t:{table}"], h.dbs["meta"]
@@ -218,8 +243,7 @@ class Retention:
                     p_seq, p_mirrored, p_keys = prev.get(a, (q - 1, True, None))  # unknown: assume so
                     pred_held = p_mirrored and p_seq == q - 1 and p_seq >= self._ev_seq["interventions"].get(a, 0)
                     if iv == 0 or gone_there:
-                        drop = [k for k in _own_keys(keys, a, q)
-                                if not (pred_held and (p_keys is None or k in p_keys))]
+                        drop = [k for k in _own_keys(keys, a, q) if not (pred_held and (p_keys is None or k in p_keys))]
                     prev[a] = (q, iv > 0, keys)
                 else:  # interventions: its images belong to online rows (a, q) and maybe (a, q+1)
                     if gone_there:

@@ -61,10 +61,20 @@ class Sampler:
     """Training batches from a store's RAM caches, mixed across tables by `mix` and prepared ahead on a thread
     (see the module's docstring): `start()`, then `get()` each update, `close()` at the end."""
 
-    def __init__(self, store: ReplayStore, batch_size: int, mix: Mapping[str, float],
-                 seed: int = 0, prefetch: int = 2, window: int = 1, max_lag: int | None = None,
-                 successful_only: bool = False, lookback: int = 0, exclude: frozenset[str] = frozenset(),
-                 embedding_version: int | None = None) -> None:
+    def __init__(
+        self,
+        store: ReplayStore,
+        batch_size: int,
+        mix: Mapping[str, float],
+        seed: int = 0,
+        prefetch: int = 2,
+        window: int = 1,
+        max_lag: int | None = None,
+        successful_only: bool = False,
+        lookback: int = 0,
+        exclude: frozenset[str] = frozenset(),
+        embedding_version: int | None = None,
+    ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, not {window}")
         if lookback < 0 or (lookback and window < 2):
@@ -114,8 +124,9 @@ class Sampler:
 
     def _one(self, table: str, n: int) -> dict[str, np.ndarray] | None:
         if self.window > 1:
-            return self.store.sample_windows(n, self.window, self._rng, table, lookback=self.lookback,
-                                             exclude=self.exclude)
+            return self.store.sample_windows(
+                n, self.window, self._rng, table, lookback=self.lookback, exclude=self.exclude
+            )
         return self.store.sample(n, self._rng, table)
 
     def _keep(self, part: dict[str, np.ndarray], table: str = "online") -> np.ndarray:
@@ -143,8 +154,9 @@ class Sampler:
     def _draw(self, table: str, n: int, rounds: int = 8) -> dict[str, np.ndarray] | None:
         """n rows (or windows) of one table; online rows that fail `_keep` are replaced by new draws."""
         part = self._one(table, n)
-        filters = self.embedding_version is not None or (table == "online" and (
-            self.max_lag is not None or self.successful_only))
+        filters = self.embedding_version is not None or (
+            table == "online" and (self.max_lag is not None or self.successful_only)
+        )
         if part is None or not filters:
             return part
         kept: list[dict[str, np.ndarray]] = []
@@ -165,7 +177,7 @@ class Sampler:
             return None  # nothing cached passes (too old, or no success yet): the other tables fill the batch
         return {k: np.concatenate([p[k] for p in kept])[:n] for k in kept[0]}
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         """Start the prefetch thread; returns the sampler. Without it, `get()` samples on the caller's thread."""
         self._thread = threading.Thread(target=self._run, name="replay-prefetch", daemon=True)
         self._thread.start()
@@ -195,8 +207,9 @@ class Sampler:
         if self._thread is None:
             return self.sample_now()
         if self.error is not None:
-            raise RuntimeError(f"replay prefetch thread died: {type(self.error).__name__}: {self.error}") \
-                from self.error
+            raise RuntimeError(
+                f"replay prefetch thread died: {type(self.error).__name__}: {self.error}"
+            ) from self.error
         try:
             return self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
         except queue.Empty:

@@ -41,10 +41,18 @@ class ReplayStore(abc.ABC):
         """Whether `table` holds something to sample now."""
         return len(self) > 0
 
-    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator, table: str = "online",
-                       lookback: int = 0, exclude: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
+    def sample_windows(
+        self,
+        batch_size: int,
+        horizon: int,
+        rng: np.random.Generator,
+        table: str = "online",
+        lookback: int = 0,
+        exclude: frozenset[str] = frozenset(),
+    ) -> dict[str, np.ndarray] | None:
         """`batch_size` windows of `horizon` consecutive transitions of one actor's episode (keys as
-        `TableCache.sample_windows`, less the `exclude`d observation columns); None while no complete window is held, and always None for
+        `TableCache.sample_windows`, less the `exclude`d observation columns); None while no complete window is held,
+        and always None for
         a store that keeps no episode order (the default)."""
         return None
 
@@ -73,9 +81,8 @@ class ReplayStore(abc.ABC):
         """Per actor, the next seq expected (everything below is stored); empty if not tracked."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: memory-only stores hold nothing to release
         """Release what the store holds (threads, files); a no-op for memory-only stores."""
-        pass
 
 
 class InMemoryReplayStore(ReplayStore):
@@ -109,8 +116,10 @@ class InMemoryReplayStore(ReplayStore):
                 from robo_async.buffer.codec import CorruptRecord, decode_batch_frames
 
                 try:
-                    arrays = {**arrays, **decode_batch_frames(arrays, [k for k, a in arrays.items()
-                                                                      if isinstance(a, Frames)])}
+                    arrays = {
+                        **arrays,
+                        **decode_batch_frames(arrays, [k for k, a in arrays.items() if isinstance(a, Frames)]),
+                    }
                 except CorruptRecord as e:
                     raise WireError(str(e)) from None
             batch = TransitionBatch(batch.actor_id, batch.seq, arrays)
@@ -151,8 +160,9 @@ class InMemoryReplayStore(ReplayStore):
             return 0
         self._hw[actor_id] = seq + count
         self.rows_refused += count
-        log.error("actor %d's transitions %d..%d refused and passed over (%s)", actor_id, seq, seq + count - 1,
-                  reason[:300])
+        log.error(
+            "actor %d's transitions %d..%d refused and passed over (%s)", actor_id, seq, seq + count - 1, reason[:300]
+        )
         return count
 
     def ack(self, actor_id: int) -> int:

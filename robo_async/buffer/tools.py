@@ -60,12 +60,16 @@ def inspect(path: Path) -> str:
         cols = ", ".join(f"{c.name} {c.describe()}" for c in store.schema.columns)
         versions = store.embedding_versions()
         if versions:  # stored embeddings of a frozen camera encoder (buffer/embeddings.py)
-            lines.append("embeddings: " + ", ".join(f"encoder {show_version(v)} {n:,} rows" for v, n in sorted(versions.items())))
+            lines.append(
+                "embeddings: " + ", ".join(f"encoder {show_version(v)} {n:,} rows" for v, n in sorted(versions.items()))
+            )
         last = store.last_commit()
-        lines += [f"columns: {cols}",
-                  f"disk: {store.disk_bytes() / 2**20:.1f} MiB",
-                  "last commit: " + (dt.datetime.fromtimestamp(last).isoformat(sep=" ", timespec="seconds")
-                                     if last else "never")]
+        lines += [
+            f"columns: {cols}",
+            f"disk: {store.disk_bytes() / 2**20:.1f} MiB",
+            "last commit: "
+            + (dt.datetime.fromtimestamp(last).isoformat(sep=" ", timespec="seconds") if last else "never"),
+        ]
         if store.repaired or store.corrupt_records:
             lines.append(f"damage: {'; '.join(store.repaired)} {store.corrupt_records} damaged record(s) skipped")
         return "\n".join(lines)
@@ -73,8 +77,9 @@ def inspect(path: Path) -> str:
         store.close()
 
 
-def _batches(rows: Iterator[tuple[int, Mapping[str, np.ndarray | np.generic]]], size: int = 256
-             ) -> Iterator[TransitionBatch]:
+def _batches(
+    rows: Iterator[tuple[int, Mapping[str, np.ndarray | np.generic]]], size: int = 256
+) -> Iterator[TransitionBatch]:
     """Group (actor_id, row) into contiguous per-actor batches numbered 0, 1, 2, ... per actor
     (each column stacked: a row's numpy scalars become a 1-d column)."""
     pending: dict[int, list[Mapping[str, np.ndarray | np.generic]]] = {}
@@ -104,16 +109,23 @@ def classifier_outcomes(batch: TransitionBatch, classifier: SuccessClassifier) -
         raise ValueError(f"the reward classifier reads {missing}, which the imported rows lack")
     encoded = [k for k in names if isinstance(batch.arrays[k], Frames)]
     decoded = decode_batch_frames(batch.arrays, encoded) if encoded else {}
-    frames = {c: decoded.get(k, batch.arrays[k]) for c, k in zip(classifier.meta.cameras, names)}
+    frames = {c: decoded.get(k, batch.arrays[k]) for c, k in zip(classifier.meta.cameras, names, strict=False)}
     won = classifier.probability(frames) >= classifier.meta.threshold
-    return TransitionBatch(batch.actor_id, batch.seq, {**batch.arrays, "reward": won.astype(np.float32),
-                                                        "success": won, "terminated": won})
+    return TransitionBatch(
+        batch.actor_id, batch.seq, {**batch.arrays, "reward": won.astype(np.float32), "success": won, "terminated": won}
+    )
 
 
-def import_source(store: PersistentReplayStore, source: Path, table: str,
-                  progress: Callable[[int], None] | None = None, embed: bool = False,
-                  encoder: FrozenEncoder | None = None, classifier: SuccessClassifier | None = None,
-                  target: ImportTarget | None = None) -> int:
+def import_source(
+    store: PersistentReplayStore,
+    source: Path,
+    table: str,
+    progress: Callable[[int], None] | None = None,
+    embed: bool = False,
+    encoder: FrozenEncoder | None = None,
+    classifier: SuccessClassifier | None = None,
+    target: ImportTarget | None = None,
+) -> int:
     """Copy an earlier run's store or a LeRobotDataset into `table`. Idempotent: importing the
     same source again adds nothing (its transitions keep stable ids). Returns transitions added.
     `embed`: the rows get the embeddings of `encoder` (re-encoded where another version made
@@ -152,10 +164,18 @@ def import_source(store: PersistentReplayStore, source: Path, table: str,
     return added
 
 
-def export(path: Path, out: Path, table: str = "online", task: str | None = None, fps: int | None = None,
-           videos: bool = False, target: ImportTarget | None = None) -> tuple[int, int]:
+def export(
+    path: Path,
+    out: Path,
+    table: str = "online",
+    task: str | None = None,
+    fps: int | None = None,
+    videos: bool = False,
+    target: ImportTarget | None = None,
+) -> tuple[int, int]:
     """Write `table` of the store at `path` as a LeRobotDataset at `out` (`task` and `fps` from the run's
-    config.yaml when not given); with `target` (the rows' task: `robo_async.launch.tasks.import_target`) joint positions in
+    config.yaml when not given); with `target` (the rows' task: `robo_async.launch.tasks.import_target`) joint
+    positions in
     LeRobot's names and units (see `lerobot_io`). Returns (episodes, frames)."""
     from robo_async.buffer.lerobot_io import export_lerobot
 
@@ -172,7 +192,8 @@ def export(path: Path, out: Path, table: str = "online", task: str | None = None
         if store.schema is None or store.counts[table] == 0:
             raise ValueError(f"table '{table}' of {store.path} is empty")
         rows = ((a, row) for _, a, _, row in store.records(table))
-        return export_lerobot(rows, store.schema, Path(out), task=task or "task", fps=fps or 30, videos=videos,
-                              target=target)
+        return export_lerobot(
+            rows, store.schema, Path(out), task=task or "task", fps=fps or 30, videos=videos, target=target
+        )
     finally:
         store.close()

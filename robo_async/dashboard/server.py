@@ -51,11 +51,18 @@ def _clean(x: object) -> object:
     return x
 
 
-CURVES = {"success": "charts/success_rate", "train_success": "charts/train_success_rate",
-          "return": "charts/episodic_return", "updates_per_s": "time/updates_per_s_10s",
-          "env_steps_per_s": "time/env_steps_per_s_10s", "intervention_rate": "hil/intervention_rate",
-          "takeovers": "hil/takeovers", "label_success": "hil/label_success", "label_failure": "hil/label_failure",
-          "label_rerecord": "hil/label_rerecord"}
+CURVES = {
+    "success": "charts/success_rate",
+    "train_success": "charts/train_success_rate",
+    "return": "charts/episodic_return",
+    "updates_per_s": "time/updates_per_s_10s",
+    "env_steps_per_s": "time/env_steps_per_s_10s",
+    "intervention_rate": "hil/intervention_rate",
+    "takeovers": "hil/takeovers",
+    "label_success": "hil/label_success",
+    "label_failure": "hil/label_failure",
+    "label_rerecord": "hil/label_rerecord",
+}
 
 
 class History:
@@ -102,8 +109,13 @@ class Dashboard:
         from robo_async.transport.stats import HIST_EDGES_MS
 
         # the actors' histograms' bin edges (ms), for the page's labels
-        self._state: dict = {"run": {}, "progress": {}, "actors": {}, "t": 0.0,
-                             "hist_edges": {k: list(v) for k, v in HIST_EDGES_MS.items()}}
+        self._state: dict = {
+            "run": {},
+            "progress": {},
+            "actors": {},
+            "t": 0.0,
+            "hist_edges": {k: list(v) for k, v in HIST_EDGES_MS.items()},
+        }
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,7 +137,7 @@ class Dashboard:
         with self._lock:
             return dict(self._state)
 
-    def start(self) -> "Dashboard":
+    def start(self) -> Dashboard:
         """Serve on a thread with its own event loop; returns self once `url` is set (raises if it did not start)."""
         self._thread = threading.Thread(target=self._run, name="dashboard", daemon=True)
         self._thread.start()
@@ -163,24 +175,24 @@ class Dashboard:
         finally:
             await runner.cleanup()
 
-    async def _page(self, request):  # noqa: ANN001, ANN202 - aiohttp handler
+    async def _page(self, request):
         from aiohttp import web
 
         return web.Response(text=PAGE.read_text(), content_type="text/html")
 
-    async def _json(self, request):  # noqa: ANN001, ANN202
+    async def _json(self, request):
         from aiohttp import web
 
         return web.json_response(self.state())
 
-    async def _history(self, request):  # noqa: ANN001, ANN202
+    async def _history(self, request):
         from aiohttp import web
 
         with self._lock:
             points = self.history.points()
         return web.json_response({"points": points})
 
-    async def _events(self, request):  # noqa: ANN001, ANN202
+    async def _events(self, request):
         from aiohttp import web
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -80,7 +80,6 @@ class TrainPlan:
         return self.actor_tasks[actor_id] if self.actor_tasks else self.task
 
 
-
 def algo_of(algo: dict | object) -> tuple[str, object]:
     """(name, config dataclass) of an `algo` config section (a resolved mapping, or typed)."""
     if isinstance(algo, dict):
@@ -100,8 +99,13 @@ def _algo_schema(name: str) -> type:
 def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> str:
     """`actor.inference` for training actors: `choose_inference` (actor/inference.py) decides."""
     try:
-        return choose_inference(mode, purpose="train", robot=task.robot["type"] if task.robot is not None else None,
-                                realtime=task.realtime, server=server)
+        return choose_inference(
+            mode,
+            purpose="train",
+            robot=task.robot["type"] if task.robot is not None else None,
+            realtime=task.realtime,
+            server=server,
+        )
     except InferenceModeError as e:
         raise ConfigError(str(e)) from None
 
@@ -172,19 +176,24 @@ def transport_keys(t: TransportOptions | DictConfig, actors: int) -> str | None:
         return None
     if not keys:
         if mode == "on":
-            raise ConfigError("transport.curve=on needs transport.keys=<dir>: create one with "
-                              "`robo-async keys dir=keys actors=N`")
+            raise ConfigError(
+                "transport.curve=on needs transport.keys=<dir>: create one with `robo-async keys dir=keys actors=N`"
+            )
         if not is_loopback(str(t.host)):
-            raise ConfigError(f"transport.host={t.host} binds beyond loopback without keys: anyone who reaches "
-                              f"the ports could read the weights and insert data. Create keys with "
-                              f"`robo-async keys dir=keys actors={actors}` and set transport.keys=keys, or "
-                              f"opt out with transport.curve=off")
+            raise ConfigError(
+                f"transport.host={t.host} binds beyond loopback without keys: anyone who reaches "
+                f"the ports could read the weights and insert data. Create keys with "
+                f"`robo-async keys dir=keys actors={actors}` and set transport.keys=keys, or "
+                f"opt out with transport.curve=off"
+            )
         return None
     d = Path(str(keys)).expanduser().resolve()
     missing = [str(p) for p in (d / "learner.key_secret", d / "learner.key", d / "authorized") if not p.exists()]
     if missing:
-        raise ConfigError(f"transport.keys={keys}: {', '.join(missing)} missing; create them with "
-                          f"`robo-async keys dir={keys} actors={actors}`")
+        raise ConfigError(
+            f"transport.keys={keys}: {', '.join(missing)} missing; create them with "
+            f"`robo-async keys dir={keys} actors={actors}`"
+        )
     return str(d)
 
 
@@ -195,15 +204,17 @@ def check_advertise(advertise: tuple[str, ...] | list[str] | None) -> tuple[str,
         return None
     key = "transport.advertise"
     if isinstance(advertise, str) or len(advertise) != 2:
-        raise ConfigError(f"{key} is two addresses [data, weights], e.g. [tcp://gateway:7001,tcp://gateway:7002], "
-                          f"not {advertise!r}")
+        raise ConfigError(
+            f"{key} is two addresses [data, weights], e.g. [tcp://gateway:7001,tcp://gateway:7002], not {advertise!r}"
+        )
     for what, address in zip(("data", "weights"), advertise, strict=True):
         if not isinstance(address, str) or not address.startswith("tcp://"):
             raise ConfigError(f"{key}: the {what} address must be tcp://host:port, not {address!r}")
         host, sep, port = address.removeprefix("tcp://").rpartition(":")
         if not sep or not host or host in ("*", "0.0.0.0"):
-            raise ConfigError(f"{key}: the {what} address {address!r} needs a host actors can dial and a port "
-                              "(tcp://host:port)")
+            raise ConfigError(
+                f"{key}: the {what} address {address!r} needs a host actors can dial and a port (tcp://host:port)"
+            )
         if not port.isdigit() or not 1 <= int(port) <= 65535:
             raise ConfigError(f"{key}: the {what} address {address!r} has port {port!r}; ports are 1 to 65535")
     return advertise[0], advertise[1]
@@ -222,12 +233,14 @@ def check_key_lanes(keys_dir: str | None, actors: int, envs: int) -> None:
         raise ConfigError(str(e)) from None
     short = [i for i in range(actors) if issued.get(i, 0) < envs]
     if short:
-        raise ConfigError(f"the keys in {keys_dir} do not cover actors {short[:8]} with {envs} env(s) each "
-                          f"(issued: {[issued.get(i, 0) for i in short[:8]]}); run `robo-async keys dir={keys_dir} "
-                          f"actors={actors} lanes={envs}`")
+        raise ConfigError(
+            f"the keys in {keys_dir} do not cover actors {short[:8]} with {envs} env(s) each "
+            f"(issued: {[issued.get(i, 0) for i in short[:8]]}); run `robo-async keys dir={keys_dir} "
+            f"actors={actors} lanes={envs}`"
+        )
 
 
-def check_envs(a, c, plan_task, server: str | None) -> int:  # noqa: ANN001 - actor options, config, task of actor i
+def check_envs(a, c, plan_task, server: str | None) -> int:
     """`actor.envs`: how many simulators each actor steps in one loop; more than one only where the
     loop steps as fast as it can with inline inference (simulators, no teleop, guide or server)."""
     from robo_async.actor.actor import MAX_ENVS
@@ -240,18 +253,32 @@ def check_envs(a, c, plan_task, server: str | None) -> int:  # noqa: ANN001 - ac
         return 1
     for i in range(c.actors):
         t = plan_task(i)
-        why = ("a real robot" if t.robot is not None else "task.realtime=true" if t.realtime
-               else "a teleop" if t.teleop else "actor.guide" if a.guide else "actor.inference_server" if server
-               else None if resolve_inference(a.inference, t, server) == "inline" else f"actor.inference={a.inference}")
+        why = (
+            "a real robot"
+            if t.robot is not None
+            else "task.realtime=true"
+            if t.realtime
+            else "a teleop"
+            if t.teleop
+            else "actor.guide"
+            if a.guide
+            else "actor.inference_server"
+            if server
+            else None
+            if resolve_inference(a.inference, t, server) == "inline"
+            else f"actor.inference={a.inference}"
+        )
         if why is not None:
-            raise ConfigError(f"actor.envs={envs} steps several simulators with one batched policy call per tick, "
-                              f"as fast as they go (inline inference); actor {i} has {why}")
+            raise ConfigError(
+                f"actor.envs={envs} steps several simulators with one batched policy call per tick, "
+                f"as fast as they go (inline inference); actor {i} has {why}"
+            )
     if c.actors > LANE_STRIDE:
         raise ConfigError(f"actor.envs > 1 takes at most {LANE_STRIDE} actors, not {c.actors}")
     return envs
 
 
-def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:  # noqa: ANN001 - config, algo config
+def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:
     """`learner.replicas`: 1 to 64 learner ranks; more than one only where a runner places them
     (launcher=local: processes on this machine; launcher=ray: Ray actors on the cluster) and, on
     GPUs, one GPU per rank."""
@@ -261,8 +288,10 @@ def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:  
     if not 1 <= n <= MAX_REPLICAS:
         raise ConfigError(f"learner.replicas must be 1 to {MAX_REPLICAS}, not {c.learner.replicas}")
     if n > 1 and c.launcher.name not in ("local", "ray"):
-        raise ConfigError(f"learner.replicas={n} runs its ranks as processes of launcher=local or as Ray actors "
-                          f"(launcher=ray), not launcher={c.launcher.name}")
+        raise ConfigError(
+            f"learner.replicas={n} runs its ranks as processes of launcher=local or as Ray actors "
+            f"(launcher=ray), not launcher={c.launcher.name}"
+        )
     device = resolve_device(c.learner.device)
     if n > 1 and device.startswith("cuda") and c.launcher.name == "local":  # (Ray gives each rank a GPU)
         import torch
@@ -271,8 +300,10 @@ def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:  
 
         first = torch.device(device).index or 0
         if build_algorithm(algo_name, algo_config, policy).supports_device and first + n > torch.cuda.device_count():
-            raise ConfigError(f"learner.replicas={n} on {device} needs a GPU per rank, this machine has "
-                              f"{torch.cuda.device_count()}; use fewer replicas or learner.device=cpu")
+            raise ConfigError(
+                f"learner.replicas={n} on {device} needs a GPU per rank, this machine has "
+                f"{torch.cuda.device_count()}; use fewer replicas or learner.device=cpu"
+            )
     return n
 
 
@@ -292,8 +323,12 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
             raise ConfigError(f"robots lists {len(c.robots)} robots but actors={c.actors}; give one per actor")
         # an entry with `type` is a LeRobot device; one without is the task's simulator with
         # these task keys overridden (e.g. {disconnect_after_ticks: 300} to inject a fault)
-        actor_tasks = tuple(task_args(task_values, r, safety, c.teleop) if r and r.get("type")
-                            else task_args({**task_values, **(r or {})}, None, safety, c.teleop) for r in c.robots)
+        actor_tasks = tuple(
+            task_args(task_values, r, safety, c.teleop)
+            if r and r.get("type")
+            else task_args({**task_values, **(r or {})}, None, safety, c.teleop)
+            for r in c.robots
+        )
     if c.reward_classifier:
         task = dataclasses.replace(task, reward_classifier=c.reward_classifier)
         actor_tasks = tuple(dataclasses.replace(t, reward_classifier=c.reward_classifier) for t in actor_tasks)
@@ -306,8 +341,10 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
     for i, t in enumerate(actor_tasks):
         other = task_spec(t)
         if (other.action_dim, other.state_dim, other.features) != (spec.action_dim, spec.state_dim, spec.features):
-            raise ConfigError(f"robots[{i}] ({other.name}) does not fit the policy built for {spec.name}: "
-                              f"{other.action_dim} joints, features {other.features}")
+            raise ConfigError(
+                f"robots[{i}] ({other.name}) does not fit the policy built for {spec.name}: "
+                f"{other.action_dim} joints, features {other.features}"
+            )
     a = c.actor
     server = a.inference_server or None
     algo_name, algo_config = algo_of(c.algo)
@@ -322,11 +359,23 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
     cams = [str(cam) for cam in (pol.option("cameras") or ())]
     have = [cam.name for cam in spec.cameras]
     if pol.name != "lerobot" and [cam for cam in cams if cam not in have]:
-        raise ConfigError(f"policy.cameras {[cam for cam in cams if cam not in have]} are not cameras of {spec.name} "
-                          f"(it has {have}); add them with task.cameras=[...]")
-    policy_spec = PolicySpec(pol.name, pol.obs_keys, obs_dims(spec, pol.obs_keys), spec.joint_low, spec.joint_high,
-                             pol.hidden, pol.action_mode, pol.delta_scale, dict(pol.obs_scale), spec.dt,
-                             dict(pol.options))
+        raise ConfigError(
+            f"policy.cameras {[cam for cam in cams if cam not in have]} are not cameras of {spec.name} "
+            f"(it has {have}); add them with task.cameras=[...]"
+        )
+    policy_spec = PolicySpec(
+        pol.name,
+        pol.obs_keys,
+        obs_dims(spec, pol.obs_keys),
+        spec.joint_low,
+        spec.joint_high,
+        pol.hidden,
+        pol.action_mode,
+        pol.delta_scale,
+        dict(pol.obs_scale),
+        spec.dt,
+        dict(pol.options),
+    )
     from robo_async.learner.algorithms import build_algorithm
 
     try:  # the algorithm refuses a policy it cannot train, here rather than in the learner process
@@ -346,21 +395,35 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         run_dir=str(run_dir),
         data_address=f"tcp://{t.host}:{t.data_port}",
         weights_address=f"tcp://{t.host}:{t.weights_port}",
-        policy=policy_spec, algo=algo_name, algo_config=algo_config,
-        store=store, mix=mix, prefetch=buf.prefetch, task=task.name, spec_signature=spec.signature(),
+        policy=policy_spec,
+        algo=algo_name,
+        algo_config=algo_config,
+        store=store,
+        mix=mix,
+        prefetch=buf.prefetch,
+        task=task.name,
+        spec_signature=spec.signature(),
         config_yaml=config_yaml,
-        publish_every=c.learner.publish_every, checkpoint_every_s=c.learner.checkpoint_every_s,
-        log_every_s=c.learner.log_every_s, budget_s=c.budget.seconds,
-        budget_env_steps=c.budget.env_steps, stop_at_success=c.stop_at_success,
-        success_window=c.success_window, seed=c.seed,
+        publish_every=c.learner.publish_every,
+        checkpoint_every_s=c.learner.checkpoint_every_s,
+        log_every_s=c.learner.log_every_s,
+        budget_s=c.budget.seconds,
+        budget_env_steps=c.budget.env_steps,
+        stop_at_success=c.stop_at_success,
+        success_window=c.success_window,
+        seed=c.seed,
         resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
         count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
-        threads=c.learner.threads, device=resolve_device(c.learner.device),
+        threads=c.learner.threads,
+        device=resolve_device(c.learner.device),
         precision=resolve_precision(c.learner.precision, resolve_device(c.learner.device)),
         stale_embeddings=_choice("learner.stale_embeddings", c.learner.stale_embeddings, ("refuse", "skip")),
-        keys_dir=keys_dir, max_message_mb=t.max_message_mb,
-        queue_mb=t.queue_mb, message_bytes=batch_bytes(spec, a.flush_every),
-        push=c.learner.weights, replicas=check_replicas(c, algo_name, algo_config, policy_spec),
+        keys_dir=keys_dir,
+        max_message_mb=t.max_message_mb,
+        queue_mb=t.queue_mb,
+        message_bytes=batch_bytes(spec, a.flush_every),
+        push=c.learner.weights,
+        replicas=check_replicas(c, algo_name, algo_config, policy_spec),
     )
     if server is not None and not server.startswith(("tcp://", "ipc://")):
         raise ConfigError(f"actor.inference_server must be a ZMQ address like tcp://host:5560, not {server!r}")
@@ -385,43 +448,71 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
             raise ConfigError("actor.guide_ticks and guide_step must be >= 0 and guide_window >= 1")
         for i in range(c.actors):
             if resolve_inference(a.inference, plan_task(i)) != "inline":
-                raise ConfigError("actor.guide (JSRL) runs the guide on the control thread: simulators with "
-                                  "actor.inference=inline (or auto) only")
+                raise ConfigError(
+                    "actor.guide (JSRL) runs the guide on the control thread: simulators with "
+                    "actor.inference=inline (or auto) only"
+                )
         if a.guide != "expert" and not Path(a.guide).exists():
             raise ConfigError(f"actor.guide={a.guide}: use expert or a `robo-async bc` run directory")
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
     envs = check_envs(a, c, plan_task, server)
     if c.actors * envs > learner.max_actors:  # each robot is a stream the learner keeps state for
-        raise ConfigError(f"{c.actors} actors x {envs} envs = {c.actors * envs} streams; the learner keeps "
-                          f"{learner.max_actors} (the rest would be refused): use fewer actors or envs")
+        raise ConfigError(
+            f"{c.actors} actors x {envs} envs = {c.actors * envs} streams; the learner keeps "
+            f"{learner.max_actors} (the rest would be refused): use fewer actors or envs"
+        )
     check_key_lanes(keys_dir, c.actors, envs)
     from robo_async.actor.actor import lane_actor_id
 
     def episodes_of(i: int) -> int:  # all the episodes actor i's robots made (their numbers seed resets)
         return sum(int(eps.get(str(lane_actor_id(i, j)), 0)) for j in range(envs))
+
     actors = tuple(
         ActorConfig(
-            actor_id=i, data_address="", weights_address="", envs=envs,
+            actor_id=i,
+            data_address="",
+            weights_address="",
+            envs=envs,
             loop=LoopConfig(
-                actor_id=i, episode_ticks=plan_task(i).episode_ticks(), realtime=plan_task(i).realtime,
-                seed=c.seed * 1000 + i, start_episode=episodes_of(i), eval_every=a.eval_every,
-                heartbeat_s=a.heartbeat_s, inference=resolve_inference(a.inference, plan_task(i), server),
-                replan=replan, success_reward=a.success_reward,
-                inference_workers=a.inference_workers, guide=guide, server_wait_s=a.server_wait_s),
-            flush_every=a.flush_every, start_seq=int(hw.get(str(i), 0)),
-            learner_silent_s=a.learner_silent_s, keys_dir=keys_dir, guide=a.guide or None,
-            inference_server=server, server_image_codec=a.server_image_codec, embed=a.embed,
+                actor_id=i,
+                episode_ticks=plan_task(i).episode_ticks(),
+                realtime=plan_task(i).realtime,
+                seed=c.seed * 1000 + i,
+                start_episode=episodes_of(i),
+                eval_every=a.eval_every,
+                heartbeat_s=a.heartbeat_s,
+                inference=resolve_inference(a.inference, plan_task(i), server),
+                replan=replan,
+                success_reward=a.success_reward,
+                inference_workers=a.inference_workers,
+                guide=guide,
+                server_wait_s=a.server_wait_s,
+            ),
+            flush_every=a.flush_every,
+            start_seq=int(hw.get(str(i), 0)),
+            learner_silent_s=a.learner_silent_s,
+            keys_dir=keys_dir,
+            guide=a.guide or None,
+            inference_server=server,
+            server_image_codec=a.server_image_codec,
+            embed=a.embed,
             uplink_in=_choice("actor.uplink", a.uplink, ("thread", "process")),
-            uplink=UplinkConfig(journal_dir=str(run_dir / "actors" / str(i) / "journal"),
-                                journal=a.journal, max_ram_mb=a.max_ram_mb, resend_s=a.resend_s,
-                                image_codec=buf.image_codec, queue_mb=t.queue_mb,
-                                message_bytes=batch_bytes(task_spec(plan_task(i)), a.flush_every),
-                                jpeg_quality=buf.jpeg_quality),
+            uplink=UplinkConfig(
+                journal_dir=str(run_dir / "actors" / str(i) / "journal"),
+                journal=a.journal,
+                max_ram_mb=a.max_ram_mb,
+                resend_s=a.resend_s,
+                image_codec=buf.image_codec,
+                queue_mb=t.queue_mb,
+                message_bytes=batch_bytes(task_spec(plan_task(i)), a.flush_every),
+                jpeg_quality=buf.jpeg_quality,
+            ),
         )
         for i in range(c.actors)
     )
     if not actors:
         raise ConfigError("actors must be at least 1")
-    return TrainPlan(run_dir, learner, task, pol, actors, c.launcher, actor_tasks, c.resources, c.dashboard.port,
-                     advertise)
+    return TrainPlan(
+        run_dir, learner, task, pol, actors, c.launcher, actor_tasks, c.resources, c.dashboard.port, advertise
+    )

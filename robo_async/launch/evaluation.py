@@ -38,26 +38,44 @@ class EvalResult:
     infer_p95_ms: float | None = None
 
 
-def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str | None = None,
-             seed: int = 10_000, mode: str | None = None, video_size: int = 384,
-             inference_delay_ms: float | list | None = None, compose: Compose | None = None) -> EvalResult:
+def evaluate(
+    path: Path,
+    episodes: int,
+    *,
+    video: Path | None = None,
+    task: str | None = None,
+    seed: int = 10_000,
+    mode: str | None = None,
+    video_size: int = 384,
+    inference_delay_ms: float | list | None = None,
+    compose: Compose | None = None,
+) -> EvalResult:
     """`episodes` deterministic episodes (seeds from `seed`) of a checkpoint, run directory,
     `robo-async bc` directory or (with `compose`) saved LeRobot policy; `inference_delay_ms`
     injects latency into every inference (sim studies)."""
     src = policy_source(path, task, inference_delay_ms, compose)
     if task is not None and src.what != "lerobot policy" and task != src.task.name:
-        raise CheckpointMismatch(f"{path} was trained on task '{src.task.name}', not '{task}'; "
-                                 f"evaluate it on its own task or pick one trained for '{task}'")
+        raise CheckpointMismatch(
+            f"{path} was trained on task '{src.task.name}', not '{task}'; "
+            f"evaluate it on its own task or pick one trained for '{task}'"
+        )
     robot = make_safe_robot(src.task)
     if src.spec is not None and robot.spec.signature() != src.spec:
-        raise CheckpointMismatch(f"{path} was trained for robot {src.spec.get('name')} with {src.spec}, "
-                                 f"this task builds {robot.spec.signature()}")
+        raise CheckpointMismatch(
+            f"{path} was trained for robot {src.spec.get('name')} with {src.spec}, "
+            f"this task builds {robot.spec.signature()}"
+        )
     policy = make_actor_policy(src.policy, robot.spec, deterministic=True)
     if src.weights is not None:
         policy.load_weights(src.version, src.weights)
     try:  # None or auto: inline for a one-step policy on an as-fast sim, else async_forward_rtc
-        mode = choose_inference(mode or None, purpose="evaluate", horizon=policy.horizon, realtime=src.task.realtime,
-                                robot=src.task.robot["type"] if src.task.robot is not None else None)
+        mode = choose_inference(
+            mode or None,
+            purpose="evaluate",
+            horizon=policy.horizon,
+            realtime=src.task.realtime,
+            robot=src.task.robot["type"] if src.task.robot is not None else None,
+        )
     except InferenceModeError as e:
         raise CheckpointMismatch(str(e)) from None
     frames: list[np.ndarray] = []
@@ -69,10 +87,20 @@ def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str 
         if t.episode == 0 and render is not None:
             frames.append(render(video_size))
 
-    loop = ControlLoop(robot, policy, LoopConfig(
-        episode_ticks=src.task.episode_ticks(), realtime=mode != "inline" or src.task.realtime,
-        seed=seed, eval_every=1, max_episodes=episodes, inference=mode, explore_until_weights=False),
-        observer=on_tick if video is not None else None)
+    loop = ControlLoop(
+        robot,
+        policy,
+        LoopConfig(
+            episode_ticks=src.task.episode_ticks(),
+            realtime=mode != "inline" or src.task.realtime,
+            seed=seed,
+            eval_every=1,
+            max_episodes=episodes,
+            inference=mode,
+            explore_until_weights=False,
+        ),
+        observer=on_tick if video is not None else None,
+    )
     robot.connect()
     try:
         if video is not None:  # the first frame: the start pose
@@ -83,11 +111,19 @@ def evaluate(path: Path, episodes: int, *, video: Path | None = None, task: str 
     eps = res.episodes
     written = write_mp4(video, frames, robot.spec.hz) if video is not None and frames else None
     st = loop.stats()
-    return EvalResult(len(eps), float(np.mean([e.success for e in eps])) if eps else 0.0,
-                      float(np.mean([e.episode_return for e in eps])) if eps else 0.0,
-                      float(np.mean([e.length for e in eps])) if eps else 0.0, written, mode,
-                      res.missed_ticks, res.lateness_p99_ms, int(st.get("held_ticks", 0)),
-                      st.get("infer_p50_ms"), st.get("infer_p95_ms"))
+    return EvalResult(
+        len(eps),
+        float(np.mean([e.success for e in eps])) if eps else 0.0,
+        float(np.mean([e.episode_return for e in eps])) if eps else 0.0,
+        float(np.mean([e.length for e in eps])) if eps else 0.0,
+        written,
+        mode,
+        res.missed_ticks,
+        res.lateness_p99_ms,
+        int(st.get("held_ticks", 0)),
+        st.get("infer_p50_ms"),
+        st.get("infer_p95_ms"),
+    )
 
 
 def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> str:
@@ -97,10 +133,18 @@ def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> str:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     h, w = frames[0].shape[:2]
-    writer = imageio_ffmpeg.write_frames(str(path), (w, h), fps=fps, codec="libx264", pix_fmt_in="rgb24",
-                                         pix_fmt_out="yuv420p", macro_block_size=2, quality=None,
-                                         output_params=["-crf", "20", "-movflags", "+faststart"],
-                                         ffmpeg_log_level="error")
+    writer = imageio_ffmpeg.write_frames(
+        str(path),
+        (w, h),
+        fps=fps,
+        codec="libx264",
+        pix_fmt_in="rgb24",
+        pix_fmt_out="yuv420p",
+        macro_block_size=2,
+        quality=None,
+        output_params=["-crf", "20", "-movflags", "+faststart"],
+        ffmpeg_log_level="error",
+    )
     writer.send(None)  # start the encoder
     for f in frames:
         writer.send(np.ascontiguousarray(f[:, :, :3], dtype=np.uint8))

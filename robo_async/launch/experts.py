@@ -23,8 +23,9 @@ from sim.experts import NoExpert, make_expert
 __all__ = ["EpisodeCollector", "NoExpert", "StoreOutlet", "expert_policy", "record_demos", "record_expert"]
 
 
-def expert_policy(targs: TaskArgs, robot: SafeRobot, max_step: float | None = None, miss: bool = False
-                  ) -> ScriptedPolicy:
+def expert_policy(
+    targs: TaskArgs, robot: SafeRobot, max_step: float | None = None, miss: bool = False
+) -> ScriptedPolicy:
     """The task's scripted expert (or, `miss`, its scripted near miss) as a policy (`max_step`: rad
     per tick). Raises `NoExpert` for a task without one."""
     expert = make_expert(targs.name, robot, max_step, miss)
@@ -52,9 +53,19 @@ class EpisodeCollector:
         self._rows: dict[str, list[np.ndarray]] = {}
         self._progress = progress
 
-    def add(self, obs: dict[str, np.ndarray], action: np.ndarray, reward: float, next_obs: dict[str, np.ndarray],
-            terminated: bool, truncated: bool, policy_version: int, success: bool = False, intervention: int = 0,
-            policy_action: np.ndarray | None = None) -> None:
+    def add(
+        self,
+        obs: dict[str, np.ndarray],
+        action: np.ndarray,
+        reward: float,
+        next_obs: dict[str, np.ndarray],
+        terminated: bool,
+        truncated: bool,
+        policy_version: int,
+        success: bool = False,
+        intervention: int = 0,
+        policy_action: np.ndarray | None = None,
+    ) -> None:
         for k, v in obs.items():
             self._rows.setdefault(f"obs/{k}", []).append(np.asarray(v))
         self._rows.setdefault("action", []).append(np.asarray(action, np.float32))
@@ -77,9 +88,14 @@ def _robot(targs: TaskArgs) -> SafeRobot:
     return SafeRobot(make_robot(targs))
 
 
-def record_expert(targs: TaskArgs, episodes: int, seed: int = 0, max_step: float | None = None,
-                  until_terminated: bool = False, progress: Callable[[int], None] | None = None
-                  ) -> list[dict[str, np.ndarray]]:
+def record_expert(
+    targs: TaskArgs,
+    episodes: int,
+    seed: int = 0,
+    max_step: float | None = None,
+    until_terminated: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, np.ndarray]]:
     """Expert episodes in memory, `episode_ticks` long each (the expert keeps holding the goal
     after success: BC learns to stay), or until the task ends one with `until_terminated`.
     Episode k resets with seed `seed * 100_003 + k`."""
@@ -87,11 +103,19 @@ def record_expert(targs: TaskArgs, episodes: int, seed: int = 0, max_step: float
     sink = EpisodeCollector(progress)
     robot.connect()
     try:
-        loop = ControlLoop(robot, expert_policy(targs, robot, max_step),
-                           LoopConfig(episode_ticks=targs.episode_ticks(), seed=seed,
-                                      eval_every=1, max_episodes=episodes, inference="inline",
-                                      end_on_terminated=until_terminated),
-                           sink=sink)
+        loop = ControlLoop(
+            robot,
+            expert_policy(targs, robot, max_step),
+            LoopConfig(
+                episode_ticks=targs.episode_ticks(),
+                seed=seed,
+                eval_every=1,
+                max_episodes=episodes,
+                inference="inline",
+                end_on_terminated=until_terminated,
+            ),
+            sink=sink,
+        )
         loop.run()
     finally:
         robot.close()
@@ -118,9 +142,17 @@ class _Tee(EpisodeCollector):
         self.adder.flush()
 
 
-def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table: str = "demos",
-                 progress: Callable[[int], None] | None = None, max_step: float | None = None,
-                 until_terminated: bool = True, miss: bool = False) -> tuple[int, float]:
+def record_demos(
+    targs: TaskArgs,
+    out: Path,
+    episodes: int,
+    seed: int = 0,
+    table: str = "demos",
+    progress: Callable[[int], None] | None = None,
+    max_step: float | None = None,
+    until_terminated: bool = True,
+    miss: bool = False,
+) -> tuple[int, float]:
     """Scripted-expert episodes into `out` (a new or existing store), each until the task ends
     it (or, with `until_terminated=False`, on to `episode_ticks`: the expert holds the goal) or
     `episode_ticks`; `miss`: the task's scripted near miss acts (failure episodes). Returns
@@ -141,11 +173,19 @@ def record_demos(targs: TaskArgs, out: Path, episodes: int, seed: int = 0, table
     start = store.ack(demo_actor)
     sink = _Tee(Adder(demo_actor, StoreOutlet(store, table), 256, start_seq=start), progress)
     try:
-        ControlLoop(robot, policy,
-                    LoopConfig(episode_ticks=targs.episode_ticks(), seed=seed,
-                               eval_every=1, max_episodes=episodes, inference="inline",
-                               end_on_terminated=until_terminated),
-                    sink=sink).run()
+        ControlLoop(
+            robot,
+            policy,
+            LoopConfig(
+                episode_ticks=targs.episode_ticks(),
+                seed=seed,
+                eval_every=1,
+                max_episodes=episodes,
+                inference="inline",
+                end_on_terminated=until_terminated,
+            ),
+            sink=sink,
+        ).run()
         store.flush()
         return sink.adder.seq - start, float(np.mean(sink.successes)) if sink.successes else 0.0
     finally:

@@ -39,7 +39,7 @@ class LeaseAuthority:
         for rid, h in list(self.holders.items()):
             if now - h["seen"] > ttl_s:
                 del self.holders[rid]
-        for rid, q in self.queues.items():
+        for q in self.queues.values():
             q[:] = [w for w in q if now - w["seen"] <= ttl_s]
 
     def acquire(self, resources: list[str], job: str, ttl_s: float = 30.0) -> dict:
@@ -88,23 +88,35 @@ class LeaseAuthority:
         out = {}
         for rid in sorted(set(self.holders) | {r for r, q in self.queues.items() if q}):
             h = self.holders.get(rid)
-            out[rid] = {"holder": h["job"] if h else None, "since": h["since"] if h else None,
-                        "waiting": [w["job"] for w in self.queues.get(rid, [])]}
+            out[rid] = {
+                "holder": h["job"] if h else None,
+                "since": h["since"] if h else None,
+                "waiting": [w["job"] for w in self.queues.get(rid, [])],
+            }
         return out
 
 
-def authority():  # noqa: ANN201 - a Ray actor handle
+def authority():
     import ray
 
-    return ray.remote(LeaseAuthority).options(name=NAME, namespace=NAMESPACE, lifetime="detached",
-                                              get_if_exists=True, num_cpus=0).remote()
+    return (
+        ray.remote(LeaseAuthority)
+        .options(name=NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0)
+        .remote()
+    )
 
 
 class FleetLeases:
     """A job's leases on the cluster's authority, held (and renewed) inside the `with` block."""
 
-    def __init__(self, resources: list[str], job: str, wait_s: float = 0.0, ttl_s: float = 30.0,
-                 say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        resources: list[str],
+        job: str,
+        wait_s: float = 0.0,
+        ttl_s: float = 30.0,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.resources, self.job, self.wait_s, self.ttl_s = sorted(set(resources)), job, wait_s, ttl_s
         self.say = say or (lambda _: None)
         self.waited_s = 0.0
@@ -112,7 +124,7 @@ class FleetLeases:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "FleetLeases":
+    def __enter__(self) -> FleetLeases:
         import ray
 
         if not self.resources:
@@ -123,12 +135,13 @@ class FleetLeases:
             got = ray.get(self._auth.acquire.remote(self.resources, self.job, self.ttl_s))
             if got["granted"]:
                 break
-            what = "; ".join(f"{rid} held by job '{h}' (this job is number {p} in line)"
-                             for rid, (h, p) in sorted(got["blocked"].items()))
+            what = "; ".join(
+                f"{rid} held by job '{h}' (this job is number {p} in line)"
+                for rid, (h, p) in sorted(got["blocked"].items())
+            )
             if time.monotonic() - t0 >= self.wait_s:
                 ray.get(self._auth.release.remote(self.resources, self.job))
-                raise LeaseHeld(f"job '{self.job}' cannot have {what}; waited {self.wait_s:.0f} s "
-                                f"(resources.wait_s)")
+                raise LeaseHeld(f"job '{self.job}' cannot have {what}; waited {self.wait_s:.0f} s (resources.wait_s)")
             if what != last_said:
                 self.say(f"waiting in line: {what}")
                 last_said = what
@@ -188,9 +201,12 @@ def join_cluster(address: str, **kw: object) -> None:
         ray.init(address=address, log_to_driver=False, **kw)
     except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError or Ray's AuthenticationError
         why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        hint = ("" if os.environ.get("RAY_AUTH_MODE") == "token" else
-                "; if the cluster uses token authentication (the default of `ray start`), set RAY_AUTH_MODE=token "
-                "and give this machine its token (~/.ray/auth_token or RAY_AUTH_TOKEN)")
+        hint = (
+            ""
+            if os.environ.get("RAY_AUTH_MODE") == "token"
+            else "; if the cluster uses token authentication (the default of `ray start`), set RAY_AUTH_MODE=token "
+            "and give this machine its token (~/.ray/auth_token or RAY_AUTH_TOKEN)"
+        )
         raise ConnectionError(f"cannot join the Ray cluster at {address}: {why[:300]}{hint}") from None
 
 

@@ -78,7 +78,8 @@ class _Inbox:
         while (data := self._next()) is not None:
             try:
                 out.append(ForkingPickler.loads(data))
-            except Exception as e:  # a child's message we cannot read is dropped, never the launcher's end
+            # a child's message we cannot read is dropped, never the launcher's end
+            except Exception as e:  # noqa: BLE001
                 log.error("dropped a message from a child process that could not be read: %s", e)
         return out
 
@@ -93,8 +94,8 @@ class _Inbox:
             head, (n,) = 12, struct.unpack_from("!Q", self._buf, 4)
         if len(self._buf) < head + n:
             return None
-        data = bytes(self._buf[head:head + n])
-        del self._buf[:head + n]
+        data = bytes(self._buf[head : head + n])
+        del self._buf[: head + n]
         return data
 
 
@@ -125,8 +126,13 @@ class _Process:
         if self.proc.is_alive():
             return None
         code = self.proc.exitcode
-        return Exit.CLEAN if code == 0 else Exit.ROBOT_LOST if code == ROBOT_LOST and not self.who.startswith("learner") \
+        return (
+            Exit.CLEAN
+            if code == 0
+            else Exit.ROBOT_LOST
+            if code == ROBOT_LOST and not self.who.startswith("learner")
             else Exit.FAILED
+        )
 
     def why(self) -> str:
         if self._why is None:
@@ -163,8 +169,9 @@ class _LearnerGroup:
         env = [Rendezvous("127.0.0.1", port, r, n, r).env() for r in range(n)]
         status = ctx.Queue()
         self.ranks = [_Process(ctx, "learner", rank_main, (env[0], learner_main, cfg, stop, status), status)]
-        self.ranks += [_Process(ctx, f"learner rank {r}", rank_main, (env[r], replica_main, cfg, stop), None)
-                       for r in range(1, n)]
+        self.ranks += [
+            _Process(ctx, f"learner rank {r}", rank_main, (env[r], replica_main, cfg, stop), None) for r in range(1, n)
+        ]
         self.failed: int | None = None  # the rank whose failure ended the group
         self.also: list[int] = []  # other ranks that had failed by then (often of the first one's death)
 
@@ -200,7 +207,9 @@ class _LearnerGroup:
         """The failed rank's reason (rank 0's alone, as a single learner's), then any other rank's
         that had failed by then."""
         first = self.failed if self.failed is not None else 0
-        return "; ".join([self._said(first)] + [f"also {'rank 0: ' if r == 0 else ''}{self._said(r)}" for r in self.also])
+        return "; ".join(
+            [self._said(first)] + [f"also {'rank 0: ' if r == 0 else ''}{self._said(r)}" for r in self.also]
+        )
 
     def failure(self) -> dict[str, object]:
         """What the supervisor's "failed" event adds: the rank that failed and its pid."""
@@ -238,8 +247,13 @@ class LocalRunner:
         return _Process(self.ctx, "learner", learner_main, (cfg, self.stop_event, status), status)
 
     def start_actor(self, cfg: ActorConfig) -> _Process:
-        return _Process(self.ctx, f"actor {cfg.actor_id}", actor_main,
-                        (self.plan.task_of(cfg.actor_id), self.plan.policy, cfg, self.stop_event), None)
+        return _Process(
+            self.ctx,
+            f"actor {cfg.actor_id}",
+            actor_main,
+            (self.plan.task_of(cfg.actor_id), self.plan.policy, cfg, self.stop_event),
+            None,
+        )
 
     def stop(self) -> None:
         self.stop_event.set()

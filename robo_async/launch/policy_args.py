@@ -33,13 +33,19 @@ class PolicyArgs:
         delay = p.get("inference_delay_ms")
         if delay is not None:
             lo_hi = delay if isinstance(delay, list | tuple) else [delay, delay]
-            if (len(lo_hi) != 2 or not all(isinstance(x, int | float) for x in lo_hi)
-                    or not 0 <= lo_hi[0] <= lo_hi[1]):
+            if len(lo_hi) != 2 or not all(isinstance(x, int | float) for x in lo_hi) or not 0 <= lo_hi[0] <= lo_hi[1]:
                 raise ConfigError(f"policy.inference_delay_ms must be a number >= 0 or [low, high], not {delay!r}")
         scale = tuple((str(k), float(v)) for k, v in (p.get("obs_scale") or {}).items())
         options = tuple((k, _hashable(v)) for k, v in sorted(p.items()) if k not in _POLICY_KEYS and k != "bc")
-        return PolicyArgs(p["name"], tuple(p["obs_keys"]), tuple(p.get("hidden") or ()),
-                          p.get("action_mode", "delta"), float(p.get("delta_scale", 0.15)), scale, options)
+        return PolicyArgs(
+            p["name"],
+            tuple(p["obs_keys"]),
+            tuple(p.get("hidden") or ()),
+            p.get("action_mode", "delta"),
+            float(p.get("delta_scale", 0.15)),
+            scale,
+            options,
+        )
 
     def option(self, key: str, default: object = None) -> object:
         return dict(self.options).get(key, default)
@@ -84,9 +90,12 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
         if not opts.get("path"):
             raise ConfigError("algo=dsrl steers a frozen policy: give policy.path=<a saved LeRobot policy directory>")
         try:
-            policy = SteeredLeRobotPolicy(_make_lerobot_policy(args, spec, opts), float(opts.get("noise_bound", 1.5)),
-                                          tuple(opts.get("noise_hidden") or (128, 128)),
-                                          residual_scale=float(opts.get("residual_scale", 0.1)))
+            policy = SteeredLeRobotPolicy(
+                _make_lerobot_policy(args, spec, opts),
+                float(opts.get("noise_bound", 1.5)),
+                tuple(opts.get("noise_hidden") or (128, 128)),
+                residual_scale=float(opts.get("residual_scale", 0.1)),
+            )
         except ValueError as e:
             raise ConfigError(str(e)) from None
         policy.deterministic = deterministic
@@ -98,12 +107,21 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
             dims, extra["instructions"] = vla_inputs(args.obs_keys, opts.get("tasks") or ())
         else:
             dims = obs_dims(spec, args.obs_keys)
-        policy = make_policy(args.name, obs_keys=args.obs_keys, obs_dims=dims,
-                             action_low=spec.joint_low, action_high=spec.joint_high, hidden=args.hidden,
-                             dt=spec.dt, deterministic=deterministic, action_mode=args.action_mode,
-                             delta_scale=args.delta_scale, obs_scale=dict(args.obs_scale),
-                             **extra, **{k: v for k, v in opts.items() if k not in ("path", "inference_delay_ms", "type",
-                                                                                     "tasks", "bc")})
+        policy = make_policy(
+            args.name,
+            obs_keys=args.obs_keys,
+            obs_dims=dims,
+            action_low=spec.joint_low,
+            action_high=spec.joint_high,
+            hidden=args.hidden,
+            dt=spec.dt,
+            deterministic=deterministic,
+            action_mode=args.action_mode,
+            delta_scale=args.delta_scale,
+            obs_scale=dict(args.obs_scale),
+            **extra,
+            **{k: v for k, v in opts.items() if k not in ("path", "inference_delay_ms", "type", "tasks", "bc")},
+        )
         policy.deterministic = deterministic
         if opts.get("path"):
             load_policy_file(policy, Path(str(opts["path"])))
@@ -156,11 +174,19 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
     units = str(opts.get("units", "rad"))
     try:
         if opts.get("path"):
-            return load_lerobot_policy(str(opts["path"]), action_low=spec.joint_low, action_high=spec.joint_high,
-                                       env_keys=env_keys, cameras=cams, dt=spec.dt, units=units,
-                                       task=str(opts.get("instruction", "")), state_dim=spec.state_dim,
-                                       env_dim=int(sum(obs_dims(spec, env_keys))) if env_keys else 0,
-                                       joint_names=spec.joint_names)
+            return load_lerobot_policy(
+                str(opts["path"]),
+                action_low=spec.joint_low,
+                action_high=spec.joint_high,
+                env_keys=env_keys,
+                cameras=cams,
+                dt=spec.dt,
+                units=units,
+                task=str(opts.get("instruction", "")),
+                state_dim=spec.state_dim,
+                env_dim=int(sum(obs_dims(spec, env_keys))) if env_keys else 0,
+                joint_names=spec.joint_names,
+            )
         sizes = {c.name: (c.height, c.width) for c in spec.cameras}
         missing = [c for c in cams if c not in sizes]
         if missing:
@@ -169,12 +195,22 @@ def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Polic
         overrides = dict(opts.get("overrides") or {})
         if str(opts.get("type", "act")) == "smolvla":
             overrides["vlm_model_name"] = str(vla_backbone(opts.get("backbone")))
-        return build_lerobot_policy(str(opts.get("type", "act")), state_dim=spec.state_dim,
-                                    action_low=spec.joint_low, action_high=spec.joint_high, env_keys=env_keys,
-                                    env_dim=int(sum(dims)), env_scale=float(opts.get("env_scale", 1.0)),
-                                    cameras=tuple((c, *sizes[c]) for c in cams),
-                                    chunk_size=int(opts.get("chunk_size", 10)), dt=spec.dt, units=units,
-                                    task=str(opts.get("instruction", "")), joint_names=spec.joint_names, **overrides)
+        return build_lerobot_policy(
+            str(opts.get("type", "act")),
+            state_dim=spec.state_dim,
+            action_low=spec.joint_low,
+            action_high=spec.joint_high,
+            env_keys=env_keys,
+            env_dim=int(sum(dims)),
+            env_scale=float(opts.get("env_scale", 1.0)),
+            cameras=tuple((c, *sizes[c]) for c in cams),
+            chunk_size=int(opts.get("chunk_size", 10)),
+            dt=spec.dt,
+            units=units,
+            task=str(opts.get("instruction", "")),
+            joint_names=spec.joint_names,
+            **overrides,
+        )
     except LeRobotPolicyUnavailable as e:
         raise ConfigError(str(e)) from None
 
@@ -190,8 +226,10 @@ def vla_backbone(source: object) -> Path:
     from sim import INSTRUCTIONS
 
     if not source:
-        raise ConfigError("policy=smolvla needs policy.backbone: tiny (generated here, random weights) or a local "
-                          "SmolVLM directory (config.json, processor and tokenizer files); the hub is unreachable")
+        raise ConfigError(
+            "policy=smolvla needs policy.backbone: tiny (generated here, random weights) or a local "
+            "SmolVLM directory (config.json, processor and tokenizer files); the hub is unreachable"
+        )
     if str(source) == "tiny":
         return tiny_smolvlm_for(list(INSTRUCTIONS.values()))
     try:

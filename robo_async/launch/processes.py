@@ -60,13 +60,14 @@ def learner_main(cfg: LearnerConfig, stop: StopFlag, status: Queue, errors: Queu
         learner = Learner(cfg)
         learner.open()
         status.put(("ready", learner.addresses))
+
         def report(p: dict) -> None:
             status.put(("progress", p))
             status.put(("actors", learner.actor_rows()))
 
         done = learner_loop(learner, stop.is_set, report, report_s)
         status.put(("done", done))
-    except Exception as e:  # report, then exit non-zero: the launcher names us and stops the run
+    except Exception as e:  # noqa: BLE001 - report, then exit non-zero: the launcher names us and stops the run
         _fail("learner", errors, e)
 
 
@@ -90,14 +91,15 @@ def replica_main(cfg: LearnerConfig, stop: StopFlag, errors: Queue) -> None:
         while not stop.is_set():
             time.sleep(1.0)
         time.sleep(REPLICA_GRACE_S)
-        logging.getLogger(__name__).error("%s: no stop from rank 0 within %.0f s of the run's stop; exiting",
-                                          who, REPLICA_GRACE_S)
+        logging.getLogger(__name__).error(
+            "%s: no stop from rank 0 within %.0f s of the run's stop; exiting", who, REPLICA_GRACE_S
+        )
         os._exit(1)
 
     threading.Thread(target=backstop, name="replica-backstop", daemon=True).start()
     try:
         run_replica(cfg, rdv)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         _fail(who, errors, e)
 
 
@@ -109,5 +111,5 @@ def actor_main(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: StopF
     except RobotError as e:  # unplugged / faulted: this robot stops (held, closed), the job goes on
         errors.put((who, f"robot lost: {e}"))
         sys.exit(ROBOT_LOST)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001
         _fail(who, errors, e)

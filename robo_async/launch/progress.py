@@ -24,17 +24,25 @@ def _fmt(p: dict[str, float]) -> dict[str, str]:
         "policy v": f"{int(p.get('charts/policy_version', 0))}",
         "version lag": f"{p.get('charts/version_lag', 0):.1f}",
         # human in the loop: who drives now, share of the last 2,000 ticks an operator drove
-        **({"control": "operator" if p.get("hil/in_control", 0) else "policy",
-            "operator": f"{p.get('hil/intervention_rate', 0):.0%} ({int(p.get('hil/operator_ticks', 0)):,} ticks)"}
-           if "hil/operator_ticks" in p else {}),
+        **(
+            {
+                "control": "operator" if p.get("hil/in_control", 0) else "policy",
+                "operator": f"{p.get('hil/intervention_rate', 0):.0%} ({int(p.get('hil/operator_ticks', 0)):,} ticks)",
+            }
+            if "hil/operator_ticks" in p
+            else {}
+        ),
         # what was not kept, shown once there is any: a robot's or policy's NaN, malformed messages,
         # rows the learner refused (each named in the learner's log)
         **{label: f"{int(p[key]):,}" for key, label in _TROUBLE if p.get(key)},
     }
 
 
-_TROUBLE = (("actors/nonfinite", "non-finite rows"), ("transport/malformed", "malformed msgs"),
-            ("buffer/rows_refused", "rows refused"))
+_TROUBLE = (
+    ("actors/nonfinite", "non-finite rows"),
+    ("transport/malformed", "malformed msgs"),
+    ("buffer/rows_refused", "rows refused"),
+)
 
 
 class ProgressDisplay:
@@ -50,7 +58,7 @@ class ProgressDisplay:
         self._tty = sys.stdout.isatty()
         self._unprinted: dict[str, float] | None = None  # the newest progress not yet printed
 
-    def __enter__(self) -> "ProgressDisplay":
+    def __enter__(self) -> ProgressDisplay:
         if self._tty:
             self._live = Live(self._table({}), console=self.console, refresh_per_second=4)
             self._live.__enter__()

@@ -80,8 +80,12 @@ class RayLearner:
         self.learner.open()
         ip = ray.util.get_node_ip_address()
         bound = self.learner.addresses
-        return (tuple(a.replace("0.0.0.0", ip) for a in bound), bound,  # type: ignore[return-value]
-                ray.get_runtime_context().get_node_id(), os.getpid())
+        return (
+            tuple(a.replace("0.0.0.0", ip) for a in bound),
+            bound,  # type: ignore[return-value]
+            ray.get_runtime_context().get_node_id(),
+            os.getpid(),
+        )
 
     def run(self) -> dict:
         from robo_async.launch.wiring import learner_loop
@@ -125,8 +129,15 @@ class RayActorWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def run(self, task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, resource_id: str,
-            lease_opts: ResourcesConfig, job: str) -> tuple[bool, str]:
+    def run(
+        self,
+        task: TaskArgs,
+        policy: PolicyArgs,
+        cfg: ActorConfig,
+        resource_id: str,
+        lease_opts: ResourcesConfig,
+        job: str,
+    ) -> tuple[bool, str]:
         """Lease its robot (or a sim slot) on this node, run until the learner stops. Returns (clean,
         message): clean when it ended because the learner is stopping, else its robot was lost."""
         import torch
@@ -141,8 +152,10 @@ class RayActorWorker:
         manager = LeaseManager(lease_opts.lease_dir)
         leases = [manager.acquire(resource_id, job, lease_opts.wait_s)]
         try:  # a vectorized actor: a simulator slot for each of its other simulators too
-            leases += [manager.acquire(task.resource_id(lane_actor_id(cfg.actor_id, j)), job, lease_opts.wait_s)
-                       for j in range(1, cfg.envs)]
+            leases += [
+                manager.acquire(task.resource_id(lane_actor_id(cfg.actor_id, j)), job, lease_opts.wait_s)
+                for j in range(1, cfg.envs)
+            ]
             actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
             return True, f"done: {actor.env_steps} env steps"
         except RobotError as e:
@@ -181,8 +194,13 @@ class _RayLearnerProc:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             extra["scheduling_strategy"] = NodeAffinitySchedulingStrategy(runner.node, soft=False)
-        self.handle = ray.remote(RayLearner).options(num_cpus=runner.opts.learner_num_cpus, num_gpus=runner.gpus,
-                                                     max_concurrency=2, max_restarts=0, **extra).remote(cfg)
+        self.handle = (
+            ray.remote(RayLearner)
+            .options(
+                num_cpus=runner.opts.learner_num_cpus, num_gpus=runner.gpus, max_concurrency=2, max_restarts=0, **extra
+            )
+            .remote(cfg)
+        )
         self.rdv_ref = self.handle.rendezvous.remote(cfg.replicas) if cfg.replicas > 1 else None
         self.open_ref = None if self.rdv_ref is not None else self.handle.open.remote()
         self.replicas: list[tuple[object, object, object]] = []  # (handle, pid ref, run ref) of ranks 1..
@@ -206,8 +224,11 @@ class _RayLearnerProc:
 
         n = self.cfg.replicas
         for r in range(1, n):
-            handle = ray.remote(RayReplica).options(num_cpus=self.runner.opts.learner_num_cpus,
-                                                    num_gpus=self.runner.gpus, max_restarts=0).remote()
+            handle = (
+                ray.remote(RayReplica)
+                .options(num_cpus=self.runner.opts.learner_num_cpus, num_gpus=self.runner.gpus, max_restarts=0)
+                .remote()
+            )
             pid_ref = handle.pid.remote()
             self.replicas.append((handle, pid_ref, handle.run.remote(self.cfg, Rendezvous(addr, port, r, n, 0).env())))
 
@@ -254,8 +275,9 @@ class _RayLearnerProc:
         # rank 0's loop raised (its collective broke): a replica whose process died is to blame;
         # Ray reports that death a moment later, so wait for it. Rank 0's own process died: it is.
         if self.replicas:
-            self.failed_rank = self._replica_failed(wait_s=0.0 if isinstance(e, RayActorError) else 10.0,
-                                                    died_only=True)
+            self.failed_rank = self._replica_failed(
+                wait_s=0.0 if isinstance(e, RayActorError) else 10.0, died_only=True
+            )
         if self.failed_rank is None:
             self._why = prefix + _last_line(e)
         self.kill()
@@ -317,8 +339,10 @@ class _RayLearnerProc:
             self.asked = None
             if n != self.seen and progress:  # a new report: heard ages as of now
                 self.seen = n
-                out += [("progress", progress),
-                        ("actors", {a: {**row, "heard_s": row["heard_s"] + age} for a, row in rows.items()})]
+                out += [
+                    ("progress", progress),
+                    ("actors", {a: {**row, "heard_s": row["heard_s"] + age} for a, row in rows.items()}),
+                ]
         if self.asked is None and time.monotonic() - self.asked_at >= ASK_EVERY_S:
             self.asked, self.asked_at = self.handle.progress.remote(), time.monotonic()
         return out
@@ -415,8 +439,11 @@ class RayRunner:
         t = self.plan.task_of(cfg.actor_id)
         rid = t.resource_id(cfg.actor_id)
         resources = {rid: 1} if t.robot is not None else {}
-        handle = ray.remote(RayActorWorker).options(num_cpus=self.opts.actor_num_cpus, resources=resources,
-                                                    max_restarts=0).remote()
+        handle = (
+            ray.remote(RayActorWorker)
+            .options(num_cpus=self.opts.actor_num_cpus, resources=resources, max_restarts=0)
+            .remote()
+        )
         proc = _RayActorProc(handle, (t, self.plan.policy, cfg, rid, self.plan.resources, self.plan.run_dir.name))
         self.actors.append(proc)
         return proc
@@ -443,8 +470,11 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
     from hal.leases import LeaseHeld
 
     opts = plan.launcher
-    robot_ids = {plan.task_of(c.actor_id).resource_id(c.actor_id) for c in plan.actors
-                 if plan.task_of(c.actor_id).robot is not None}
+    robot_ids = {
+        plan.task_of(c.actor_id).resource_id(c.actor_id)
+        for c in plan.actors
+        if plan.task_of(c.actor_id).robot is not None
+    }
     started = False
     if not ray.is_initialized():
         if opts.address:
@@ -455,8 +485,12 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
             except ConnectionError as e:
                 raise RunFailed(str(e)) from None
         else:  # a local Ray with this run's robots declared on this node
-            ray.init(num_cpus=opts.num_cpus, resources={r: 1 for r in robot_ids} or None,
-                     include_dashboard=False, log_to_driver=False)
+            ray.init(
+                num_cpus=opts.num_cpus,
+                resources={r: 1 for r in robot_ids} or None,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
         started = True
     try:
         from robo_async.launch.fleet import FleetLeases
@@ -465,13 +499,16 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         offered = ray.cluster_resources()
         missing = sorted(r for r in robot_ids if offered.get(r, 0) < 1)
         if missing:
-            raise RunFailed(f"no node of the Ray cluster offers {', '.join(missing)}: start the node the robot is "
-                            f"plugged into with ray start --address=<head> --resources='"
-                            f"{json.dumps({r: 1 for r in missing})}' (`robo-async resources ray=true` prints it)")
+            raise RunFailed(
+                f"no node of the Ray cluster offers {', '.join(missing)}: start the node the robot is "
+                f"plugged into with ray start --address=<head> --resources='"
+                f"{json.dumps({r: 1 for r in missing})}' (`robo-async resources ray=true` prints it)"
+            )
         # the cluster's lease authority: this job's robots, all or nothing, first come first served
         try:
-            fleet = FleetLeases(sorted(robot_ids), plan.run_dir.name, plan.resources.wait_s,
-                                say=display.message).__enter__()
+            fleet = FleetLeases(
+                sorted(robot_ids), plan.run_dir.name, plan.resources.wait_s, say=display.message
+            ).__enter__()
         except LeaseHeld as e:
             raise RunFailed(str(e)) from None
         try:
@@ -479,9 +516,16 @@ def launch_ray(plan: TrainPlan, display: ProgressDisplay) -> RunResult:
         finally:
             fleet.__exit__(None, None, None)
             if fleet.resources:
-                (plan.run_dir / "fleet.json").write_text(json.dumps(
-                    {"resources": fleet.resources, "waited_s": fleet.waited_s, "granted": fleet.granted,
-                     "released": fleet.released}))
+                (plan.run_dir / "fleet.json").write_text(
+                    json.dumps(
+                        {
+                            "resources": fleet.resources,
+                            "waited_s": fleet.waited_s,
+                            "granted": fleet.granted,
+                            "released": fleet.released,
+                        }
+                    )
+                )
     finally:
         if started:
             ray.shutdown()

@@ -102,7 +102,8 @@ class Runner(Protocol):
 
 
 def lease_resources(plan: TrainPlan) -> list[Lease]:
-    """One lease per actor's robot (its robot, or a simulator slot for each of its simulators), all or nothing, held for the run;
+    """One lease per actor's robot (its robot, or a simulator slot for each of its simulators), all or nothing, held
+    for the run;
     released by the kernel if this process dies (serial and local; Ray leases on each node)."""
     opts = plan.resources
     leases = LeaseManager(opts.lease_dir)
@@ -122,8 +123,7 @@ def lease_resources(plan: TrainPlan) -> list[Lease]:
             found += [Resource("sim", task, str(i), "local") for i in range(opts.sim_slots)]
     job = plan.run_dir.name
     try:
-        got = acquire_needs(found, parse_needs([f"{k}*{n}" for k, n in needs.items()]), leases, job,
-                            opts.wait_s)
+        got = acquire_needs(found, parse_needs([f"{k}*{n}" for k, n in needs.items()]), leases, job, opts.wait_s)
     except (LeaseHeld, LeaseError) as e:
         raise RunFailed(str(e)) from None
     return [lease for _, lease in got]

@@ -57,6 +57,7 @@ class ConfigError(ValueError):
 
 # -- choices whose schema is assembled here ------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Named:
     name: str = ""  # the choice's registered name
@@ -78,10 +79,15 @@ class BufferConfig(StoreConfig):
     """`buffer=lmdb`: the persistent store (`StoreConfig`) and how the learner's batches are drawn from it."""
 
     name: str = "lmdb"  # the store kind (only lmdb)
-    max_rows: dict[str, int | None] = field(default_factory=lambda: dict.fromkeys(TABLES))  # retention per table, oldest first (null: none), e.g. buffer.max_rows.online=5000000
-    mix: dict[str, float] = field(default_factory=_mix)  # share of each training batch per table (RLPD-style: half online, half human data); a table with no data gives its share to the others
+    # retention per table, oldest first (null: none), e.g. buffer.max_rows.online=5000000
+    max_rows: dict[str, int | None] = field(default_factory=lambda: dict.fromkeys(TABLES))
+    # share of each training batch per table (RLPD-style: half online, half human data); a table with no data gives
+    # its share to the others
+    mix: dict[str, float] = field(default_factory=_mix)
     prefetch: int = 2  # batches assembled ahead on a background thread
-    imports: tuple[dict[str, str], ...] = ()  # earlier data, e.g. [{path: runs/old/replay, table: demos}, {path: data/my_lerobot_ds, table: demos}]
+    imports: tuple[
+        dict[str, str], ...
+    ] = ()  # earlier data, e.g. [{path: runs/old/replay, table: demos}, {path: data/my_lerobot_ds, table: demos}]
 
 
 @dataclass(frozen=True)
@@ -95,14 +101,16 @@ class FlowPolicy(FlowPolicyConfig):
 class TinyVLAPolicy(TinyVLAPolicyConfig):
     """`policy=tiny_vla`: the tiny VLA's keys plus its `bc:` section (60 demos per task)."""
 
-    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=60, steps=10000, batch=128, max_delay=8))  # `robo-async bc`: demos per task and the training
+    # `robo-async bc`: demos per task and the training
+    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=60, steps=10000, batch=128, max_delay=8))
 
 
 @dataclass(frozen=True)
 class SmolVLAPolicy(SmolVLAPolicyConfig):
     """`policy=smolvla`: LeRobot's SmolVLA keys plus its `bc:` section."""
 
-    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=50, steps=300, batch=16, lr=3e-4, max_delay=0))  # `robo-async bc` (LeRobot's own loss)
+    # `robo-async bc` (LeRobot's own loss)
+    bc: BCOptions = field(default_factory=lambda: BCOptions(demos=50, steps=300, batch=16, lr=3e-4, max_delay=0))
 
 
 _POLICIES: dict[str, type] = {**POLICY_CONFIGS, "flow": FlowPolicy, "tiny_vla": TinyVLAPolicy, "smolvla": SmolVLAPolicy}
@@ -114,8 +122,12 @@ def task_schema(name: str) -> type:
     from sim import TASKS, SimImperfections
 
     _, cfg_cls = TASKS[name]
-    cls = make_dataclass(f"{cfg_cls.__name__}Task", [("name", str, field(default=name))],
-                         bases=(SimImperfections, SimTaskOptions, cfg_cls, _Named), frozen=True)
+    cls = make_dataclass(
+        f"{cfg_cls.__name__}Task",
+        [("name", str, field(default=name))],
+        bases=(SimImperfections, SimTaskOptions, cfg_cls, _Named),
+        frozen=True,
+    )
     cls.__module__ = __name__
     return cls
 
@@ -126,8 +138,9 @@ def algo_schema(name: str) -> type:
     from robo_async.learner.algorithms import config_class
 
     cfg_cls = config_class(name)
-    cls = make_dataclass(f"{cfg_cls.__name__}Choice", [("name", str, field(default=name))], bases=(cfg_cls, _Named),
-                         frozen=True)
+    cls = make_dataclass(
+        f"{cfg_cls.__name__}Choice", [("name", str, field(default=name))], bases=(cfg_cls, _Named), frozen=True
+    )
     cls.__module__ = __name__
     return cls
 
@@ -148,6 +161,7 @@ def group_schemas() -> dict[str, dict[str, type]]:
 
 # -- the run ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TrainConfig:
     """`configs/train.yaml`: the run. The groups are typed by their choice (`group_schemas()`)."""
@@ -160,14 +174,18 @@ class TrainConfig:
     teleop: dict | None = None  # teleop=<name>: a LeRobot teleoperator or the virtual operator
     launcher: LauncherConfig = field(default_factory=LauncherConfig)  # launcher=serial|local|ray
     actors: int = 1  # actor processes, one robot (or simulator) each
-    robots: tuple[dict, ...] = ()  # per-actor robots (heterogeneous): e.g. [{type: sim_so101, id: a}, {}] ({} = the task's sim)
+    robots: tuple[
+        dict, ...
+    ] = ()  # per-actor robots (heterogeneous): e.g. [{type: sim_so101, id: a}, {}] ({} = the task's sim)
     seed: int = 0  # seed of the learner and (times 1000, plus the actor id) of each actor
     runs_root: str = "runs"  # each run gets runs/<date>-<time>-<task>/
     run_dir: str | None = None  # or an explicit directory
     resume: str | None = None  # a run directory to continue from its last checkpoint
     budget: BudgetOptions = field(default_factory=BudgetOptions)  # when training stops
-    reward_classifier: str | None = None  # a `robo-async reward train` directory: actors' reward and success come from camera frames
-    stop_at_success: float | None = 0.9  # stop once the success rate over the last `success_window` deterministic episodes reaches this
+    # a `robo-async reward train` directory: actors' reward and success come from camera frames
+    reward_classifier: str | None = None
+    # stop once the success rate over the last `success_window` deterministic episodes reaches this
+    stop_at_success: float | None = 0.9
     success_window: int = 20  # deterministic episodes the success rate is taken over
     eval_episodes: int = 20  # evaluation after training (deterministic policy); 0 to skip
     video: bool = False  # write eval.mp4 of one evaluation episode into the run directory
@@ -184,6 +202,7 @@ TrainSchema = TrainConfig  # the name the docs hook walks
 
 
 # -- mirrors for Hydra -----------------------------------------------------------------------------
+
 
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
@@ -236,8 +255,13 @@ def _mirror(cls: type, loose: frozenset[str] = frozenset()) -> type:
         if f.name in loose:
             specs.append((f.name, Any, field(default=None)))
             continue
-        specs.append((f.name, _omegaconf_type(hints[f.name]),
-                      field(default_factory=functools.partial(copy.deepcopy, _plain(default)))))
+        specs.append(
+            (
+                f.name,
+                _omegaconf_type(hints[f.name]),
+                field(default_factory=functools.partial(copy.deepcopy, _plain(default))),
+            )
+        )
     return make_dataclass(f"{cls.__name__}Node", specs)
 
 
@@ -266,6 +290,7 @@ _register()
 
 
 # -- checking --------------------------------------------------------------------------------------
+
 
 def check(values: dict, schema: type, where: str, loose: frozenset[str] = frozenset()) -> dict:
     """`values` checked against `schema`'s mirror (types, unknown keys; `loose` keys untyped); returns
@@ -349,14 +374,20 @@ def typed_config(cfg: DictConfig | dict) -> TrainConfig:
     except KeyError as e:
         raise ConfigError(str(e).strip("'\"")) from None
     launcher_cls = RayLauncherConfig if groups["launcher"].get("name") == "ray" else LauncherConfig
-    return build(TrainConfig, {
-        **root, "robot": root.get("robot") or None, "teleop": root.get("teleop") or None,
-        "task": checked(task, task_schema(task["name"]), "task"),
-        "algo": checked(algo, algo_schema(str(algo["name"])), "algo"),
-        "policy": checked(policy, policy_schema(policy), "policy"),
-        "buffer": checked(dict(groups["buffer"]), BufferConfig, "buffer"),
-        "launcher": checked(dict(groups["launcher"]), launcher_cls, "launcher"),
-    }, "config")
+    return build(
+        TrainConfig,
+        {
+            **root,
+            "robot": root.get("robot") or None,
+            "teleop": root.get("teleop") or None,
+            "task": checked(task, task_schema(task["name"]), "task"),
+            "algo": checked(algo, algo_schema(str(algo["name"])), "algo"),
+            "policy": checked(policy, policy_schema(policy), "policy"),
+            "buffer": checked(dict(groups["buffer"]), BufferConfig, "buffer"),
+            "launcher": checked(dict(groups["launcher"]), launcher_cls, "launcher"),
+        },
+        "config",
+    )
 
 
 def as_dict(section: object) -> dict:

@@ -114,8 +114,10 @@ class SerialRunner:
         return _Thread("learner", body)
 
     def start_actor(self, cfg: ActorConfig) -> _Thread:
-        return _Thread(f"actor {cfg.actor_id}",
-                       lambda _: run_actor(self.plan.task_of(cfg.actor_id), self.plan.policy, cfg, self.stop_event))
+        return _Thread(
+            f"actor {cfg.actor_id}",
+            lambda _: run_actor(self.plan.task_of(cfg.actor_id), self.plan.policy, cfg, self.stop_event),
+        )
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -51,9 +51,21 @@ if TYPE_CHECKING:  # builders imports this module
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EventLog", "LauncherConfig", "RayLauncherConfig", "ResourcesConfig", "RestartBudget", "RestartPolicy",
-           "RunFailed", "RunResult", "Supervisor", "actor_addresses", "read_events", "restart_config",
-           "start_dashboard"]
+__all__ = [
+    "EventLog",
+    "LauncherConfig",
+    "RayLauncherConfig",
+    "ResourcesConfig",
+    "RestartBudget",
+    "RestartPolicy",
+    "RunFailed",
+    "RunResult",
+    "Supervisor",
+    "actor_addresses",
+    "read_events",
+    "restart_config",
+    "start_dashboard",
+]
 
 
 @dataclass(frozen=True)
@@ -67,10 +79,17 @@ class RestartPolicy:
     liveness_s: float = 30.0  # a learner that reports nothing for this long is killed and restarted
 
     def __post_init__(self) -> None:
-        if (self.restarts < 0 or self.window_s <= 0 or self.backoff_s < 0 or self.max_backoff_s < self.backoff_s
-                or self.liveness_s <= 0):
-            raise ValueError(f"launcher.supervise {self}: restarts >= 0, window_s > 0, "
-                             f"0 <= backoff_s <= max_backoff_s, liveness_s > 0")
+        if (
+            self.restarts < 0
+            or self.window_s <= 0
+            or self.backoff_s < 0
+            or self.max_backoff_s < self.backoff_s
+            or self.liveness_s <= 0
+        ):
+            raise ValueError(
+                f"launcher.supervise {self}: restarts >= 0, window_s > 0, "
+                f"0 <= backoff_s <= max_backoff_s, liveness_s > 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -140,8 +159,10 @@ class RestartBudget:
 
     def exhausted(self, why: str) -> str:
         p = self.policy
-        return (f"{self.who} failed {len(self._recent) + 1} times within {p.window_s:.0f} s "
-                f"(restart budget launcher.supervise.restarts={p.restarts}); last: {why}")
+        return (
+            f"{self.who} failed {len(self._recent) + 1} times within {p.window_s:.0f} s "
+            f"(restart budget launcher.supervise.restarts={p.restarts}); last: {why}"
+        )
 
 
 class EventLog:
@@ -168,8 +189,14 @@ def restart_config(cfg: LearnerConfig, bind: tuple[str, str], restarted: int) ->
     checkpoint if it wrote one, else counting what the store holds as this run's env steps."""
     ckpts = Path(cfg.run_dir) / "checkpoints"
     has_ckpt = any(ckpts.glob("ckpt_*.safetensors")) if ckpts.exists() else False
-    return dataclasses.replace(cfg, data_address=bind[0], weights_address=bind[1], resume=has_ckpt,
-                               count_stored=not has_ckpt, restarted=restarted)
+    return dataclasses.replace(
+        cfg,
+        data_address=bind[0],
+        weights_address=bind[1],
+        resume=has_ckpt,
+        count_stored=not has_ckpt,
+        restarted=restarted,
+    )
 
 
 def actor_addresses(ready: Ready, advertise: tuple[str, str] | None) -> tuple[str, str]:
@@ -193,8 +220,9 @@ def start_dashboard(plan: TrainPlan, display: ProgressDisplay) -> Dashboard | No
     dash.update(run={"name": plan.run_dir.name, "status": "running"})
     (plan.run_dir / "dashboard.url").write_text(dash.url)
     port_s = dash.url.split(":")[-1].strip("/")
-    display.message(f"dashboard: {dash.url} (loopback; from another machine: ssh -L {port_s}:127.0.0.1:{port_s} "
-                    f"<this host>)")
+    display.message(
+        f"dashboard: {dash.url} (loopback; from another machine: ssh -L {port_s}:127.0.0.1:{port_s} <this host>)"
+    )
     return dash
 
 
@@ -250,8 +278,10 @@ class Supervisor:
         return RunResult(done.pop("reason"), done.pop("checkpoint"), {**done, **self.restarts()}, interrupted)
 
     def restarts(self) -> dict[str, float]:
-        return {"supervisor/learner_restarts": self.learner_budget.total,
-                "supervisor/actor_restarts": sum(b.total for b in self.actor_budgets.values())}
+        return {
+            "supervisor/learner_restarts": self.learner_budget.total,
+            "supervisor/actor_restarts": sum(b.total for b in self.actor_budgets.values()),
+        }
 
     # -- start-up ---------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -311,8 +341,12 @@ class Supervisor:
         all_done_at: float | None = None  # when the last actor ended cleanly
         while self.done is None:
             now = time.monotonic()
-            if all_done_at is None and not self.actors and not self.lost_ports \
-                    and not any(w != "learner" for w in self.pending):
+            if (
+                all_done_at is None
+                and not self.actors
+                and not self.lost_ports
+                and not any(w != "learner" for w in self.pending)
+            ):
                 all_done_at = now
             if all_done_at is not None and now - all_done_at > self.plan.shutdown_timeout_s:
                 return  # every actor ended and the learner has not said "done": stop it (shutdown)
@@ -353,8 +387,9 @@ class Supervisor:
                 for a, row in rows.items():
                     self.heard_at[int(a)] = now - row["heard_s"]
                 if self.dash is not None:
-                    self.dash.update(actors={a: {**row, "resource": self.resources.get(int(a), "-")}
-                                             for a, row in rows.items()})
+                    self.dash.update(
+                        actors={a: {**row, "resource": self.resources.get(int(a), "-")} for a, row in rows.items()}
+                    )
             elif kind == "done":
                 self.done = payload  # type: ignore[assignment]
 
@@ -380,14 +415,21 @@ class Supervisor:
         else:
             why = learner.why()
         # a group of learner ranks (learner.replicas > 1) also names the rank that failed and its pid
-        self.events.write("failed", "learner", pid=learner.pid(), why=why,
-                          **(learner.failure() if hasattr(learner, "failure") else {}))
+        self.events.write(
+            "failed",
+            "learner",
+            pid=learner.pid(),
+            why=why,
+            **(learner.failure() if hasattr(learner, "failure") else {}),
+        )
         if not self.runner.restarts_learner:
             raise RunFailed(f"the learner failed: {why}; launcher={self.runner.name} does not restart it")
         delay = self.learner_budget.claim(why)
-        self.display.message(f"[red]the learner (pid {learner.pid()}) failed: {why}; restarting it in {delay:.0f} s "
-                             f"from its last checkpoint and the store (restart {self.learner_budget.total}); "
-                             f"actors keep their robots meanwhile[/]")
+        self.display.message(
+            f"[red]the learner (pid {learner.pid()}) failed: {why}; restarting it in {delay:.0f} s "
+            f"from its last checkpoint and the store (restart {self.learner_budget.total}); "
+            f"actors keep their robots meanwhile[/]"
+        )
         self.learner = None
         self.pending["learner"] = time.monotonic() + delay
 
@@ -430,8 +472,11 @@ class Supervisor:
                 if port is not None and not os.path.exists(port):  # unplugged: taken back when it returns
                     self.lost_ports[aid] = port
                     self.events.write("robot_lost", who, port=port, why=why)
-                self.display.message(f"[red]{who} (pid {p.pid()}) stopped: {why}; continuing with {left} actor(s)"
-                                     + (f"; it rejoins when {port} is back" if aid in self.lost_ports else "") + "[/]")
+                self.display.message(
+                    f"[red]{who} (pid {p.pid()}) stopped: {why}; continuing with {left} actor(s)"
+                    + (f"; it rejoins when {port} is back" if aid in self.lost_ports else "")
+                    + "[/]"
+                )
                 if not left and not self.lost_ports and not self.stopping:  # (once stopping, its result follows)
                     raise RunFailed(f"{who} (pid {p.pid()}): {why}; no robots left, stopping the run")
                 continue
@@ -439,8 +484,10 @@ class Supervisor:
                 continue
             budget = self.actor_budgets[aid]
             delay = budget.claim(why)
-            self.display.message(f"[red]{who} (pid {p.pid()}) died: {why}; restarting it in {delay:.0f} s "
-                                 f"(restart {budget.total}); it resends what it journaled[/]")
+            self.display.message(
+                f"[red]{who} (pid {p.pid()}) died: {why}; restarting it in {delay:.0f} s "
+                f"(restart {budget.total}); it resends what it journaled[/]"
+            )
             self.pending[who] = time.monotonic() + delay
 
     def _port_of(self, aid: int) -> str | None:

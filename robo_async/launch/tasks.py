@@ -54,7 +54,6 @@ class TaskArgs:
         return f"sim:{self.name}/{index}"
 
 
-
 def _dataclass_kwargs(cls: type, values: dict, where: str) -> dict:
     names = {f.name for f in fields(cls)}
     unknown = set(values) - names
@@ -63,12 +62,18 @@ def _dataclass_kwargs(cls: type, values: dict, where: str) -> dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
-IMPERFECTIONS = ("obs_latency_ticks", "action_latency_ticks", "obs_noise_std", "action_noise_std",
-                 "disconnect_after_ticks")
+IMPERFECTIONS = (
+    "obs_latency_ticks",
+    "action_latency_ticks",
+    "obs_noise_std",
+    "action_noise_std",
+    "disconnect_after_ticks",
+)
 
 
-def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None,
-              teleop: dict | None = None) -> TaskArgs:
+def task_args(
+    task: DictConfig | dict, robot: dict | None = None, safety: dict | None = None, teleop: dict | None = None
+) -> TaskArgs:
     values = OmegaConf.to_container(task, resolve=True) if isinstance(task, DictConfig) else dict(task)
     name = values.get("name")
     if name not in TASKS:
@@ -82,20 +87,39 @@ def task_args(task: DictConfig | dict, robot: dict | None = None, safety: dict |
     robot = dict(robot) if robot and robot.get("type") else None
     # a LeRobot device runs at its rate: the per-tick limits are velocities only at that rate
     realtime = realtime or robot is not None
-    return TaskArgs(name, _dataclass_kwargs(cfg_cls, values, f"task {name}"), realtime,
-                    {k: v for k, v in imperfections.items() if v}, robot, dict(safety or {}),
-                    dict(teleop) if teleop and teleop.get("type") else None)
+    return TaskArgs(
+        name,
+        _dataclass_kwargs(cfg_cls, values, f"task {name}"),
+        realtime,
+        {k: v for k, v in imperfections.items() if v},
+        robot,
+        dict(safety or {}),
+        dict(teleop) if teleop and teleop.get("type") else None,
+    )
 
 
 MOTION_LIMITS = ("max_step_rad", "max_velocity_rad_s", "max_accel_rad_s2")  # into the robot's spec
 SAFETY_KEYS = (*MOTION_LIMITS, "watchdog_s", "torque_off_s", "workspace_low", "workspace_high")
-OUR_ROBOT_KEYS = ("joint_low", "joint_high", "hz", "safety", "episode", "bus_timeout_ms")  # robot.* keys that are ours, not LeRobot's
+OUR_ROBOT_KEYS = (
+    "joint_low",
+    "joint_high",
+    "hz",
+    "safety",
+    "episode",
+    "bus_timeout_ms",
+)  # robot.* keys that are ours, not LeRobot's
 # A real arm without a `safety` block of its own still gets every guard (SO-100/SO-101 sizes):
 # 0.05 rad per tick, 1.5 rad/s, 12 rad/s^2, the watchdog holding after 0.25 s and turning the torque
 # off after 2 s, and the end effector inside a box around the base (m)
-REAL_ARM_SAFETY = {"max_step_rad": 0.05, "max_velocity_rad_s": 1.5, "max_accel_rad_s2": 12.0,
-                   "watchdog_s": 0.25, "torque_off_s": 2.0,
-                   "workspace_low": (-0.4, -0.4, 0.01), "workspace_high": (0.4, 0.4, 0.5)}
+REAL_ARM_SAFETY = {
+    "max_step_rad": 0.05,
+    "max_velocity_rad_s": 1.5,
+    "max_accel_rad_s2": 12.0,
+    "watchdog_s": 0.25,
+    "torque_off_s": 2.0,
+    "workspace_low": (-0.4, -0.4, 0.01),
+    "workspace_high": (0.4, 0.4, 0.5),
+}
 SIMULATED_DEVICES = ("sim_so101",)
 
 
@@ -128,8 +152,9 @@ def make_robot(args: TaskArgs) -> Robot:
         motion = {k: safety[k] for k in MOTION_LIMITS if k in safety and safety[k] is not None}
         device = make_lerobot_device(opts)
         set_bus_timeout(device, args.robot.get("bus_timeout_ms"))
-        return LeRobotRobot(device, *(tuple(x) if x else None for x in limits), hz=hz,
-                            limits=motion, kind=str(args.robot["type"]))
+        return LeRobotRobot(
+            device, *(tuple(x) if x else None for x in limits), hz=hz, limits=motion, kind=str(args.robot["type"])
+        )
     task_cls, cfg_cls = TASKS[args.name]
     made = task_cls(cfg_cls(**args.options))
     if isinstance(made, Robot):
@@ -151,9 +176,8 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
         except (TypeError, ValueError) as e:
             raise ConfigError(str(e)) from None
     else:
-        from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
-
         from hardware.lerobot_adapter import set_bus_timeout
+        from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
 
         opts = dict(args.teleop)
         buttons = opts.pop("events_from", None)  # a second device for the buttons: {type: keyboard_ee} ...
@@ -173,7 +197,7 @@ def make_teleops(args: TaskArgs, robot: SafeRobot) -> tuple:
     return teleops
 
 
-def end_effector_teleop(device, robot: SafeRobot):  # noqa: ANN001, ANN201  (a LeRobotTeleop -> EndEffectorTeleop)
+def end_effector_teleop(device, robot: SafeRobot):
     """An end-effector device (gamepad, keyboard_ee) on `robot`: straight into an end-effector
     action space (gym_hil: the robot's `ee_action_space`), or through inverse kinematics on a
     joint-space arm with forward kinematics (`ee_position`). On a robot with neither it gives its
@@ -217,11 +241,14 @@ def make_safe_robot(args: TaskArgs) -> SafeRobot:
 
             logging.getLogger(__name__).warning(
                 "robot %s: no forward kinematics here, so no workspace box (the joint limits, the per-tick, "
-                "velocity and acceleration caps, the watchdog and the e-stop still apply)", robot.spec.name)
+                "velocity and acceleration caps, the watchdog and the e-stop still apply)",
+                robot.spec.name,
+            )
         else:
             workspace = WorkspaceBox(fk, tuple(low), tuple(high))
-    safe = SafeRobot(robot, workspace=workspace, watchdog_s=safety.get("watchdog_s"),
-                     torque_off_s=safety.get("torque_off_s"))
+    safe = SafeRobot(
+        robot, workspace=workspace, watchdog_s=safety.get("watchdog_s"), torque_off_s=safety.get("torque_off_s")
+    )
     if args.robot is not None:  # a real arm: home and the scene's reset between episodes
         from hal.episodes import EpisodeReset
 
@@ -240,12 +267,11 @@ def obs_dims(spec: RobotSpec, keys: tuple[str, ...]) -> tuple[int, ...]:
     dims = {"state": spec.state_dim, **spec.feature_dims()}
     missing = [k for k in keys if k not in dims]
     if missing:
-        raise ConfigError(f"policy.obs_keys {missing} are not observations of {spec.name}; "
-                          f"it has {sorted(dims)}")
+        raise ConfigError(f"policy.obs_keys {missing} are not observations of {spec.name}; it has {sorted(dims)}")
     return tuple(dims[k] for k in keys)
 
 
-def import_target(args: TaskArgs):  # noqa: ANN201 - robo_async.buffer.lerobot_io.ImportTarget
+def import_target(args: TaskArgs):
     """What a LeRobotDataset imported for this task must fit, and what an export of its rows is
     written for (LeRobot's units converted to and from, or refused): the task's name, its robot's
     spec and the ranges the task declares (`dataset_rescales`). The robot is built, not connected."""

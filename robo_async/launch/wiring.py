@@ -36,10 +36,13 @@ def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEve
     for t in teleops:
         t.connect()
     try:
-        actor = Actor(robots if len(robots) > 1 else robot,
-                      remote_policy(cfg, policy, robot.spec) if cfg.inference_server
-                      else make_actor_policy(policy, robot.spec), cfg, teleops,
-                      guide=make_guide(cfg.guide, task, robot) if cfg.guide else None)
+        actor = Actor(
+            robots if len(robots) > 1 else robot,
+            remote_policy(cfg, policy, robot.spec) if cfg.inference_server else make_actor_policy(policy, robot.spec),
+            cfg,
+            teleops,
+            guide=make_guide(cfg.guide, task, robot) if cfg.guide else None,
+        )
         actor.run(stop)
         return actor
     finally:
@@ -56,8 +59,15 @@ def remote_policy(cfg: ActorConfig, policy: PolicyArgs, spec: RobotSpec) -> Poli
 
     assert cfg.inference_server is not None
     secure = partial(secure_client, keys_dir=cfg.keys_dir, actor_id=cfg.actor_id) if cfg.keys_dir else None
-    return RemotePolicy(cfg.inference_server, spec, cfg.actor_id, policy.name, secure=secure,
-                        instruction=str(policy.option("instruction") or ""), image_codec=cfg.server_image_codec)
+    return RemotePolicy(
+        cfg.inference_server,
+        spec,
+        cfg.actor_id,
+        policy.name,
+        secure=secure,
+        instruction=str(policy.option("instruction") or ""),
+        image_codec=cfg.server_image_codec,
+    )
 
 
 def make_guide(source: str, task: TaskArgs, robot: SafeRobot) -> Policy:
@@ -72,8 +82,9 @@ def make_guide(source: str, task: TaskArgs, robot: SafeRobot) -> Policy:
     return guide
 
 
-def learner_loop(learner: Learner, stop: Callable[[], bool], report: Callable[[dict], None],
-                 report_s: float = 0.5) -> dict:
+def learner_loop(
+    learner: Learner, stop: Callable[[], bool], report: Callable[[dict], None], report_s: float = 0.5
+) -> dict:
     """Step an opened learner until it is done or `stop()`; `report(progress)` every `report_s`.
     Saves, closes, and returns {"reason", "checkpoint", **progress}."""
     next_report = 0.0

@@ -94,7 +94,7 @@ def read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
-    except Exception as e:  # safetensors raises several types for a corrupt file
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a corrupt file
         raise CheckpointError(f"checkpoint {path} is unreadable ({e}); pick an older one") from None
     if "meta" not in metadata:
         raise CheckpointError(f"{path} is not a robo_async checkpoint (no 'meta')")
@@ -107,7 +107,7 @@ def meta_of(metadata: dict[str, str]) -> dict[str, object]:
 
 def module_state(tensors: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
     prefix = f"{name}/"
-    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix) and "/state/" not in k}
+    return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix) and "/state/" not in k}
 
 
 def restore(algo: Algorithm, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
@@ -120,6 +120,6 @@ def restore(algo: Algorithm, tensors: dict[str, torch.Tensor], metadata: dict[st
         prefix = f"{name}/state/"
         for k, v in tensors.items():
             if k.startswith(prefix):
-                idx, key = k[len(prefix):].split("/", 1)
+                idx, key = k[len(prefix) :].split("/", 1)
                 state.setdefault(int(idx), {})[key] = v
         opt.load_state_dict({"state": state, "param_groups": json.loads(metadata[f"{name}/param_groups"])})

@@ -58,6 +58,8 @@ def actor_figures(stats: Sequence[ActorStats]) -> dict[str, float]:
 def operator_figures(stats: Sequence[ActorStats]) -> dict[str, float]:
     """`hil/*` from the actors with operators: who is in control now, takeovers, teleops lost."""
     teleops = [s for s in stats if s.operator is not None]
-    return {"hil/in_control": sum(int(bool(s.operator)) for s in teleops),
-            "hil/takeovers": sum(s.takeovers or 0 for s in teleops),
-            "hil/teleops_lost": sum(s.teleops_lost or 0 for s in teleops)}
+    return {
+        "hil/in_control": sum(int(bool(s.operator)) for s in teleops),
+        "hil/takeovers": sum(s.takeovers or 0 for s in teleops),
+        "hil/teleops_lost": sum(s.teleops_lost or 0 for s in teleops),
+    }

@@ -41,10 +41,14 @@ class LatestFrames:
                 log.debug("no frame for actor %d %s: %s", actor, cam, e)
                 continue
             if img.shape[1] > self.width:
-                img = cv2.resize(img, (self.width, int(img.shape[0] * self.width / img.shape[1])),
-                                 interpolation=cv2.INTER_AREA)
-            ok, jpg = cv2.imencode(".jpg", np.ascontiguousarray(img[..., ::-1]) if img.shape[-1] == 3 else img,
-                                   [cv2.IMWRITE_JPEG_QUALITY, 80])
+                img = cv2.resize(
+                    img, (self.width, int(img.shape[0] * self.width / img.shape[1])), interpolation=cv2.INTER_AREA
+                )
+            ok, jpg = cv2.imencode(
+                ".jpg",
+                np.ascontiguousarray(img[..., ::-1]) if img.shape[-1] == 3 else img,
+                [cv2.IMWRITE_JPEG_QUALITY, 80],
+            )
             if ok:
                 out[cam] = "data:image/jpeg;base64," + base64.b64encode(jpg.tobytes()).decode()
         return out

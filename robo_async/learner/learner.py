@@ -36,8 +36,16 @@ from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, j
 from robo_async.transport.channels import RefusedBatch, TransitionReceiver
 from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
 from robo_async.transport.weights import PushConfig
-from robo_async.transport.wire import (MAX_ACTOR_ID, EpisodeStats, Heartbeat, LearnerStatus, StreamGap,
-                                       TransitionBatch, Weights, WireError)
+from robo_async.transport.wire import (
+    MAX_ACTOR_ID,
+    EpisodeStats,
+    Heartbeat,
+    LearnerStatus,
+    StreamGap,
+    TransitionBatch,
+    Weights,
+    WireError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +83,8 @@ class LearnerConfig:
     count_stored: bool = False  # online data already in the store counts as env steps (resume without checkpoint)
     threads: int = 1
     device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
-    precision: str = "fp32"  # fp32 | bf16: the update's forward passes under bf16 autocast (weights, optimiser state fp32)
+    # fp32 | bf16: the update's forward passes under bf16 autocast (weights, optimiser state fp32)
+    precision: str = "fp32"
     tensorboard: bool = True
     push: PushConfig = PushConfig()  # weight pushes: fp32/fp16, delta, parts (transport/weights.py)
     queue_mb: float = 64.0  # ZMQ queues sized in bytes: about this much per peer (high-water marks)
@@ -83,7 +92,8 @@ class LearnerConfig:
     max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
     keys_dir: str | None = None  # CURVE keys (`robo-async keys`): only listed actor keys connect
     max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
-    stale_embeddings: str = "refuse"  # refuse | skip: stored rows another frozen encoder embedded (learner.stale_embeddings)
+    # refuse | skip: stored rows another frozen encoder embedded (learner.stale_embeddings)
+    stale_embeddings: str = "refuse"
     restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
     replicas: int = 1  # ranks of this learner (learner.replicas; replicas.py): rank 0 samples replicas x batch_size
 
@@ -106,21 +116,32 @@ class Learner:
         self.run_dir = Path(config.run_dir)
         self.algorithm = build_learner_algorithm(config)  # seeded, on its device
         ac = config.algo_config
-        mix = dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables)) if self.algorithm.tables \
+        mix = (
+            dict.fromkeys(self.algorithm.tables, 1.0 / len(self.algorithm.tables))
+            if self.algorithm.tables
             else config.mix
+        )
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
         # a frozen camera encoder: every stored row carries its embeddings, batches bring no frames
         self.encoder = self.algorithm.frozen_encoder()
         if config.stale_embeddings not in ("refuse", "skip"):
             raise ValueError(f"learner.stale_embeddings is refuse or skip, not {config.stale_embeddings!r}")
         enc = self.encoder
-        self.sampler = Sampler(self.store, ac.batch_size * config.replicas, mix, config.seed, config.prefetch,
-                               window=self.algorithm.window, max_lag=ac.max_version_lag,
-                               successful_only=self.algorithm.successful_only,
-                               lookback=self.algorithm.lookback,
-                               exclude=frozenset(f"{p}{c}" for p in ("obs/", "next_obs/") for c in enc.cameras)
-                               if enc is not None else frozenset(),
-                               embedding_version=enc.version if enc is not None else None)
+        self.sampler = Sampler(
+            self.store,
+            ac.batch_size * config.replicas,
+            mix,
+            config.seed,
+            config.prefetch,
+            window=self.algorithm.window,
+            max_lag=ac.max_version_lag,
+            successful_only=self.algorithm.successful_only,
+            lookback=self.algorithm.lookback,
+            exclude=frozenset(f"{p}{c}" for p in ("obs/", "next_obs/") for c in enc.cameras)
+            if enc is not None
+            else frozenset(),
+            embedding_version=enc.version if enc is not None else None,
+        )
         self.embedded_rows = 0  # rows this learner (re-)embedded: from actors that did not, or with another encoder
         self.boot_id = uuid.uuid4().hex[:12]
         self._online_seen = 0  # committed online transitions already counted as env steps
@@ -163,8 +184,12 @@ class Learner:
         torch.set_num_threads(self.config.threads)
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         self.store.open()
-        problem = check_store_versions(self.store.embedding_versions(), self.encoder, f"replay store {self.store.path}",
-                                       skip=self.config.stale_embeddings == "skip")
+        problem = check_store_versions(
+            self.store.embedding_versions(),
+            self.encoder,
+            f"replay store {self.store.path}",
+            skip=self.config.stale_embeddings == "skip",
+        )
         if problem:
             self.store.close()
             raise EmbeddingMismatch(problem)
@@ -181,18 +206,27 @@ class Learner:
 
             self._auth = LearnerAuth(self.config.keys_dir).start()
         c = self.config
-        self._receiver = TransitionReceiver(c.data_address, max_message_mb=c.max_message_mb, auth=self._auth,
-                                            queue_mb=c.queue_mb, message_bytes=c.message_bytes)
+        self._receiver = TransitionReceiver(
+            c.data_address,
+            max_message_mb=c.max_message_mb,
+            auth=self._auth,
+            queue_mb=c.queue_mb,
+            message_bytes=c.message_bytes,
+        )
         weights = self.algorithm.policy_weights()
         kept = self.algorithm.frozen_weights() | self._owned()
-        self._publisher = WeightPublisher(c.weights_address, auth=self._auth, queue_mb=c.queue_mb,
-                                          weights_bytes=sum(a.nbytes for a in weights.values()), push=c.push,
-                                          snapshot_bytes=snapshot_bytes(weights, kept, c.push.precision))
+        self._publisher = WeightPublisher(
+            c.weights_address,
+            auth=self._auth,
+            queue_mb=c.queue_mb,
+            weights_bytes=sum(a.nbytes for a in weights.values()),
+            push=c.push,
+            snapshot_bytes=snapshot_bytes(weights, kept, c.push.precision),
+        )
         self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
-        self._next = {"status": 0.0, "log": now + self.config.log_every_s,
-                      "ckpt": now + self.config.checkpoint_every_s}
+        self._next = {"status": 0.0, "log": now + self.config.log_every_s, "ckpt": now + self.config.checkpoint_every_s}
         self.publish()
 
     @property
@@ -258,7 +292,7 @@ class Learner:
         """What is wrong with a batch against this run's spec, or None."""
         p = self.config.policy
         want = {"action": (len(p.action_low),)}
-        for k, d in zip(p.obs_keys, p.obs_dims):
+        for k, d in zip(p.obs_keys, p.obs_dims, strict=False):
             want[f"obs/{k}"] = want[f"next_obs/{k}"] = (d,)
         for k, shape in want.items():
             a = msg.arrays.get(k)
@@ -288,12 +322,17 @@ class Learner:
 
     def _ingest(self, msg: object) -> None:
         actor = getattr(msg, "actor_id", None)
-        if actor is not None and actor not in self._heard and actor not in self.high_water \
-                and len(self._heard) >= self.config.max_actors:
+        if (
+            actor is not None
+            and actor not in self._heard
+            and actor not in self.high_water
+            and len(self._heard) >= self.config.max_actors
+        ):
             self.refused_messages += 1  # per-peer state stays bounded: a flood of new ids is dropped
             if self.refused_messages <= 10 or self.refused_messages % 1000 == 0:
-                log.error("refused a message from actor %d: already %d actors (learner.max_actors)", actor,
-                          len(self._heard))
+                log.error(
+                    "refused a message from actor %d: already %d actors (learner.max_actors)", actor, len(self._heard)
+                )
             return
         if isinstance(msg, TransitionBatch):
             problem = self._check_batch(msg)
@@ -365,8 +404,11 @@ class Learner:
 
     def publish(self) -> None:
         assert self._publisher is not None
-        self._publisher.publish(Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture),
-                                frozen=self.algorithm.frozen_weights(), owned=self._owned())
+        self._publisher.publish(
+            Weights(self.version, self.algorithm.policy_weights(), self.algorithm.architecture),
+            frozen=self.algorithm.frozen_weights(),
+            owned=self._owned(),
+        )
 
     def _owned(self) -> frozenset[str]:
         """The policy's arrays copied off a GPU by policy_weights(): snapshots already."""
@@ -377,10 +419,17 @@ class Learner:
         allowed = self.limiter.allowed_inserts() if self.config.algo_config.limit_to_data else 1 << 62
         now = time.monotonic()
         actors = sum(now - t < 10.0 for t in self._heard.values())
-        return LearnerStatus(self.updates, self.version, self.limiter.inserted, allowed, stopping, self.boot_id,
-                             tuple(sorted((a, q) for a, q in self.store.high_water().items() if a <= MAX_ACTOR_ID)),
-                             max(actors, 1),  # (imported data is numbered from 2**40: no actor waits for its acks)
-                             paused=not self.store.accepting())
+        return LearnerStatus(
+            self.updates,
+            self.version,
+            self.limiter.inserted,
+            allowed,
+            stopping,
+            self.boot_id,
+            tuple(sorted((a, q) for a, q in self.store.high_water().items() if a <= MAX_ACTOR_ID)),
+            max(actors, 1),  # (imported data is numbered from 2**40: no actor waits for its acks)
+            paused=not self.store.accepting(),
+        )
 
     @property
     def success_rate(self) -> float | None:
@@ -388,8 +437,11 @@ class Learner:
 
     def _check_stop(self, now: float) -> None:
         c = self.config
-        if c.stop_at_success is not None and len(self.successes) >= c.success_window \
-                and (self.success_rate or 0.0) >= c.stop_at_success:
+        if (
+            c.stop_at_success is not None
+            and len(self.successes) >= c.success_window
+            and (self.success_rate or 0.0) >= c.stop_at_success
+        ):
             self.stop_reason = f"solved: success {self.success_rate:.0%} over the last {c.success_window} episodes"
         elif c.budget_s is not None and now - self._t0 >= c.budget_s:
             self.stop_reason = f"time budget of {c.budget_s:.0f} s reached"
@@ -464,10 +516,17 @@ class Learner:
         episodes, seconds since it was last heard from and its latest camera frames (JPEG data
         URLs): the dashboard's actor table."""
         now = time.monotonic()
-        return {a: {**h.stats.figures(), "env_steps": h.env_steps, "policy_version": h.policy_version,
-                    "episodes": self.episode_counts.get(a, 0), "heard_s": now - self._heard.get(a, now),
-                    "frames": self.frames.urls(a)}
-                for a, h in self.heartbeats.items()}
+        return {
+            a: {
+                **h.stats.figures(),
+                "env_steps": h.env_steps,
+                "policy_version": h.policy_version,
+                "episodes": self.episode_counts.get(a, 0),
+                "heard_s": now - self._heard.get(a, now),
+                "frames": self.frames.urls(a),
+            }
+            for a, h in self.heartbeats.items()
+        }
 
     def _commit_interval_ms(self) -> float:
         t = self.store.commit_times[-100:]
@@ -482,8 +541,11 @@ class Learner:
     # --- checkpoints ---------------------------------------------------------------------
     def counters(self) -> dict[str, object]:
         return {
-            "updates": self.updates, "version": self.version, "env_steps": self.env_steps,
-            "episodes": self.episodes, "high_water": {str(k): v for k, v in self.high_water.items()},
+            "updates": self.updates,
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "high_water": {str(k): v for k, v in self.high_water.items()},
             "episode_counts": {str(k): v for k, v in self.episode_counts.items()},
             "limiter": self.limiter.state_dict(),
             "store_counts": dict(self.store.counts),
@@ -491,9 +553,15 @@ class Learner:
         }
 
     def save(self) -> Path:
-        meta = {**self.counters(), "task": self.config.task, "spec": self.config.spec_signature,
-                "architecture": self.algorithm.architecture, "algo": self.config.algo, "obs_keys": list(self.config.policy.obs_keys),
-                "config": self.config.config_yaml}
+        meta = {
+            **self.counters(),
+            "task": self.config.task,
+            "spec": self.config.spec_signature,
+            "architecture": self.algorithm.architecture,
+            "algo": self.config.algo,
+            "obs_keys": list(self.config.policy.obs_keys),
+            "config": self.config.config_yaml,
+        }
         return checkpoint.save(self.run_dir / "checkpoints", self.algorithm, meta)
 
     def restore(self, path: Path) -> None:
@@ -502,7 +570,8 @@ class Learner:
         if meta.get("architecture") != self.algorithm.architecture or meta.get("algo", "sac") != self.config.algo:
             raise checkpoint.CheckpointError(
                 f"{path} holds {meta.get('algo', 'sac')} for {meta.get('architecture')}, this run builds "
-                f"{self.config.algo} for {self.algorithm.architecture}")
+                f"{self.config.algo} for {self.algorithm.architecture}"
+            )
         checkpoint.restore(self.algorithm, tensors, metadata)
         self.updates, self.version = int(meta["updates"]), int(meta["version"])
         self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
@@ -515,5 +584,6 @@ class Learner:
         self.env_steps += max(since, 0)
         if self.config.restarted:  # the same run, restarted by its supervisor: its clock goes on
             self._elapsed_before = float(meta.get("elapsed_s", 0.0))
-        log.info("resumed from %s: %d updates, %d env steps, policy v%d", path, self.updates,
-                 self.env_steps, self.version)
+        log.info(
+            "resumed from %s: %d updates, %d env steps, policy v%d", path, self.updates, self.env_steps, self.version
+        )

@@ -20,8 +20,7 @@ class RateWindows:
 
         self.windows = windows_s
         self.resolution = resolution_s
-        self._samples: deque[tuple[float, dict[str, float]]] = deque(
-            maxlen=int(max(windows_s) / resolution_s) + 2)
+        self._samples: deque[tuple[float, dict[str, float]]] = deque(maxlen=int(max(windows_s) / resolution_s) + 2)
 
     def rates(self, now: float, counters: dict[str, float]) -> dict[str, float]:
         """Record `counters` at `now`; `time/<name>_per_s` (shortest window) and
@@ -55,7 +54,7 @@ class MetricsLogger:
         self._tensorboard = tensorboard
         self._tb = self._writer() if tensorboard else None
 
-    def _writer(self):  # noqa: ANN202 - torch's SummaryWriter
+    def _writer(self):
         from torch.utils.tensorboard import SummaryWriter
 
         return SummaryWriter(str(self._dir / "tb"))
@@ -115,7 +114,7 @@ def plot_learning_curve(run_dir: Path) -> Path | None:
     fig, axes = plt.subplots(1, 3 if hil else 2, figsize=(15 if hil else 10, 3.6))
     ax1, ax2 = axes[0], axes[1]
     if hil:  # human in the loop: the share of recent ticks an operator drove
-        axes[2].plot(*zip(*hil), color="tab:red")
+        axes[2].plot(*zip(*hil, strict=False), color="tab:red")
         axes[2].set(xlabel="env steps", ylabel="intervention rate (last 2,000 ticks)", ylim=(-0.02, 1.02))
         axes[2].grid(alpha=0.3)
     ax1.plot(steps, [r["charts/success_rate"] for r in rows])
@@ -123,7 +122,7 @@ def plot_learning_curve(run_dir: Path) -> Path | None:
     ax1.grid(alpha=0.3)
     ret = [(r["step"], r["charts/episodic_return"]) for r in rows if "charts/episodic_return" in r]
     if ret:
-        ax2.plot(*zip(*ret))
+        ax2.plot(*zip(*ret, strict=False))
     ax2.set(xlabel="env steps", ylabel="episodic return")
     ax2.grid(alpha=0.3)
     fig.suptitle(run_dir.name)

@@ -16,13 +16,19 @@ class LearnerOptions:
     checkpoint_every_s: float = 30.0  # seconds between checkpoints
     log_every_s: float = 1.0  # seconds between metric lines
     threads: int = 1  # torch CPU threads in the learner
-    weights: PushConfig = field(default_factory=PushConfig)  # pushes to the actors, streamed in parts, each array checked (crc32) before a swap
+    # pushes to the actors, streamed in parts, each array checked (crc32) before a swap
+    weights: PushConfig = field(default_factory=PushConfig)
     # a store holding rows embedded by another frozen encoder than the run's (algo=dsrl on a pixel prior):
     # refuse (at start, naming both versions) | skip (those rows are left out of training)
     stale_embeddings: str = "refuse"
-    precision: str = "auto"  # auto (bf16 mixed precision where the device computes bf16 fast: a CPU with AMX/AVX512-BF16, a GPU with bf16; else fp32) | fp32 | bf16; applies to qc, dsrl, filtered
-    device: str = "auto"  # auto (a GPU when there is one, for algorithms that support it: qc, dsrl, filtered) | cpu | cuda | cuda:1
-    replicas: int = 1  # learner ranks, 1 to 64 (data parallelism, launcher=local or ray): gradients averaged before every optimiser step; algo.batch_size is per rank; rank 0 ingests, publishes and checkpoints
+    # auto (bf16 mixed precision where the device computes bf16 fast: a CPU with AMX/AVX512-BF16, a GPU with bf16;
+    # else fp32) | fp32 | bf16; applies to qc, dsrl, filtered
+    precision: str = "auto"
+    # auto (a GPU when there is one, for algorithms that support it: qc, dsrl, filtered) | cpu | cuda | cuda:1
+    device: str = "auto"
+    # learner ranks, 1 to 64 (data parallelism, launcher=local or ray): gradients averaged before every optimiser
+    # step; algo.batch_size is per rank; rank 0 ingests, publishes and checkpoints
+    replicas: int = 1
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ MAX_REPLICAS = 64
 TIMEOUT_S = 600.0  # a collective (or the rendezvous) waiting longer fails; the supervisor's liveness acts first
 KEEPALIVE_S = 1.0  # rank 0 sends an idle message at least this often, so waiting replicas hear it is alive
 IDLE, UPDATE, STOP = 0, 1, 2  # control messages
-DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                    "float16", "float32", "float64"})
+DTYPES = frozenset(
+    {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
+)
 HEADER_MAX = 1 << 20  # bytes of one shard header
 
 
@@ -80,16 +81,28 @@ class Rendezvous:
                 values[key] = int(raw)
             except ValueError:
                 raise ValueError(f"environment variable {key}={raw!r} is not an integer") from None
-        rdv = cls(env.get("MASTER_ADDR", "127.0.0.1"), values["MASTER_PORT"], values["RANK"],
-                  values["WORLD_SIZE"], values["LOCAL_RANK"])
+        rdv = cls(
+            env.get("MASTER_ADDR", "127.0.0.1"),
+            values["MASTER_PORT"],
+            values["RANK"],
+            values["WORLD_SIZE"],
+            values["LOCAL_RANK"],
+        )
         if not (0 <= rdv.rank < rdv.world <= MAX_REPLICAS) or not 0 < rdv.port < 65536:
-            raise ValueError(f"RANK={rdv.rank} WORLD_SIZE={rdv.world} MASTER_PORT={rdv.port}: need "
-                             f"0 <= RANK < WORLD_SIZE <= {MAX_REPLICAS} and a port")
+            raise ValueError(
+                f"RANK={rdv.rank} WORLD_SIZE={rdv.world} MASTER_PORT={rdv.port}: need "
+                f"0 <= RANK < WORLD_SIZE <= {MAX_REPLICAS} and a port"
+            )
         return rdv
 
     def env(self) -> dict[str, str]:
-        return {"MASTER_ADDR": self.addr, "MASTER_PORT": str(self.port), "RANK": str(self.rank),
-                "WORLD_SIZE": str(self.world), "LOCAL_RANK": str(self.local_rank)}
+        return {
+            "MASTER_ADDR": self.addr,
+            "MASTER_PORT": str(self.port),
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world),
+            "LOCAL_RANK": str(self.local_rank),
+        }
 
 
 def rank_device(device: str, local_rank: int) -> str:
@@ -108,8 +121,11 @@ def build_learner_algorithm(config: LearnerConfig, local_rank: int = 0) -> Algor
         if algorithm.supports_device:
             algorithm.to_device(rank_device(config.device, local_rank))
         else:
-            log.info("algo=%s updates on the CPU (learner.device=%s applies to qc, dsrl, filtered)",
-                     config.algo, config.device)
+            log.info(
+                "algo=%s updates on the CPU (learner.device=%s applies to qc, dsrl, filtered)",
+                config.algo,
+                config.device,
+            )
     return algorithm
 
 
@@ -149,20 +165,27 @@ def decode_header(data: bytes) -> Layout:
     """The layout in a shard header; ShardError naming what is wrong with a malformed one."""
     try:
         head = msgpack.unpackb(data, raw=False, strict_map_key=True, max_bin_len=0, max_ext_len=0)
-    except Exception as e:  # msgpack raises several types for bad bytes
+    except Exception as e:  # noqa: BLE001 - msgpack raises several types for bad bytes
         raise ShardError(f"replica shard header is not msgpack ({type(e).__name__}: {e})") from None
     if not isinstance(head, dict) or head.get("v") != 1 or not isinstance(head.get("arrays"), list):
         raise ShardError("replica shard header must be a map with v=1 and a list 'arrays'")
     layout: Layout = []
     for i, entry in enumerate(head["arrays"]):
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and isinstance(entry[1], str) and isinstance(entry[2], list)):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], str)
+            and isinstance(entry[2], list)
+        ):
             raise ShardError(f"replica shard header: array {i} is not [key, dtype, shape]")
         key, dtype, shape = entry
         if dtype not in DTYPES:
             raise ShardError(f"replica shard header: '{key}' has dtype {dtype!r}, not one of {sorted(DTYPES)}")
-        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31 for n in shape) \
-                or len(shape) > 8:
+        if (
+            not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31 for n in shape)
+            or len(shape) > 8
+        ):
             raise ShardError(f"replica shard header: '{key}' has shape {shape!r}, not up to 8 sizes >= 0")
         layout.append((key, dtype, tuple(shape)))
     if len({k for k, _, _ in layout}) != len(layout):
@@ -174,9 +197,9 @@ def pack(batch: Mapping[str, np.ndarray], layout: Layout, rank: int, world: int,
     """Rank `rank`'s shard of a combined batch (rows rank, rank + world, ...; `rows` of them) as bytes."""
     at, total = offsets(layout, rows)
     out = np.empty(total, np.uint8)
-    for (key, dtype, shape), o in zip(layout, at):
+    for (key, dtype, shape), o in zip(layout, at, strict=False):
         n = rows * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        out[o:o + n].view(dtype).reshape((rows, *shape))[...] = batch[key][rank:rows * world:world]
+        out[o : o + n].view(dtype).reshape((rows, *shape))[...] = batch[key][rank : rows * world : world]
     return out
 
 
@@ -185,8 +208,12 @@ def unpack(payload: np.ndarray, layout: Layout, rows: int) -> dict[str, np.ndarr
     at, total = offsets(layout, rows)
     if payload.dtype != np.uint8 or payload.ndim != 1 or len(payload) != total:
         raise ShardError(f"replica shard payload is {payload.nbytes} bytes, its header says {total}")
-    return {key: payload[o:o + rows * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize]
-            .view(dtype).reshape((rows, *shape)) for (key, dtype, shape), o in zip(layout, at)}
+    return {
+        key: payload[o : o + rows * int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize]
+        .view(dtype)
+        .reshape((rows, *shape))
+        for (key, dtype, shape), o in zip(layout, at, strict=False)
+    }
 
 
 # --- the group ---------------------------------------------------------------------------------
@@ -194,8 +221,9 @@ class ReplicaGroup:
     """One rank's view of the learner's ranks: joining, the start state, gradient averaging, and
     the shards (sent by rank 0, received by the others). See the module's docstring."""
 
-    def __init__(self, rendezvous: Rendezvous, device: torch.device | str = "cpu",
-                 timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, rendezvous: Rendezvous, device: torch.device | str = "cpu", timeout_s: float = TIMEOUT_S
+    ) -> None:
         self.rdv = rendezvous
         self.device = torch.device(device)
         self.timeout_s = timeout_s
@@ -220,8 +248,13 @@ class ReplicaGroup:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device.index or 0)  # (`cuda` alone names no index)
         timeout = datetime.timedelta(seconds=self.timeout_s)
-        dist.init_process_group(backend, init_method=f"tcp://{self.rdv.addr}:{self.rdv.port}",
-                                rank=self.rdv.rank, world_size=self.rdv.world, timeout=timeout)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{self.rdv.addr}:{self.rdv.port}",
+            rank=self.rdv.rank,
+            world_size=self.rdv.world,
+            timeout=timeout,
+        )
         self._data = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo", timeout=timeout)
         self._last_sent = time.monotonic()
         log.info("learner rank %d of %d joined (%s, %s)", self.rank, self.world, backend, self.device)
@@ -255,7 +288,7 @@ class ReplicaGroup:
         data = self._broadcast_bytes(data)
         if self.rank != 0:
             n = int.from_bytes(data[:8], "little")  # safetensors: header length, then its JSON header
-            metadata = json.loads(data[8:8 + n]).get("__metadata__", {})
+            metadata = json.loads(data[8 : 8 + n]).get("__metadata__", {})
             checkpoint.restore(algorithm, st_load(data), metadata)
             torch.manual_seed(torch.initial_seed() + 7919 * self.rank)
         for opt in algorithm.optimizers().values():
@@ -264,8 +297,11 @@ class ReplicaGroup:
     def _broadcast_bytes(self, data: bytes) -> bytes:
         size = torch.tensor([len(data)], dtype=torch.int64)
         dist.broadcast(size, 0, group=self._data)
-        buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if self.rank == 0 and data \
+        buf = (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            if self.rank == 0 and data
             else torch.empty(int(size.item()), dtype=torch.uint8)
+        )
         if len(buf):
             dist.broadcast(buf, 0, group=self._data)
         return buf.numpy().tobytes()
@@ -281,21 +317,25 @@ class ReplicaGroup:
         if not params:
             return
         dev = params[0].device
-        parts = [p.grad.detach().reshape(-1).float() if p.grad is not None
-                 else torch.zeros(p.numel(), device=dev) for p in params]
+        parts = [
+            p.grad.detach().reshape(-1).float() if p.grad is not None else torch.zeros(p.numel(), device=dev)
+            for p in params
+        ]
         parts.append(torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=dev))
         flat = torch.cat(parts)
         dist.all_reduce(flat)
-        counts = flat[-len(params):].round().to(torch.int64).tolist()
+        counts = flat[-len(params) :].round().to(torch.int64).tolist()
         if any(c not in (0, self.world) for c in counts):
-            raise RuntimeError(f"learner replicas diverged: only {min(c for c in counts if c)} of {self.world} "
-                               f"ranks have a gradient for a parameter of this optimiser")
+            raise RuntimeError(
+                f"learner replicas diverged: only {min(c for c in counts if c)} of {self.world} "
+                f"ranks have a gradient for a parameter of this optimiser"
+            )
         flat /= self.world
         at = 0
-        for p, c in zip(params, counts):
+        for p, c in zip(params, counts, strict=False):
             n = p.numel()
             if c and p.grad is not None:
-                p.grad.copy_(flat[at:at + n].view_as(p.grad))
+                p.grad.copy_(flat[at : at + n].view_as(p.grad))
             at += n
 
     # -- rank 0 ---------------------------------------------------------------------------------
@@ -347,8 +387,10 @@ class ReplicaGroup:
             if cmd == IDLE:
                 continue
             if cmd != UPDATE or rows <= 0 or not 0 <= header <= HEADER_MAX or payload < 0:
-                raise ShardError(f"replica control message [{cmd}, {rows}, {header}, {payload}] is not "
-                                 f"idle, update or stop with sizes")
+                raise ShardError(
+                    f"replica control message [{cmd}, {rows}, {header}, {payload}] is not "
+                    f"idle, update or stop with sizes"
+                )
             if header:
                 buf = torch.empty(header, dtype=torch.uint8)
                 dist.broadcast(buf, 0, group=self._data)
@@ -368,15 +410,18 @@ def join_primary(config: LearnerConfig, algorithm: Algorithm) -> ReplicaGroup | 
         return None
     rdv = Rendezvous.from_env()
     if rdv.rank != 0 or rdv.world != config.replicas:
-        raise ValueError(f"the learner is rank 0 of learner.replicas={config.replicas}, "
-                         f"not RANK={rdv.rank} of WORLD_SIZE={rdv.world}")
+        raise ValueError(
+            f"the learner is rank 0 of learner.replicas={config.replicas}, "
+            f"not RANK={rdv.rank} of WORLD_SIZE={rdv.world}"
+        )
     group = ReplicaGroup(rdv, algorithm.device).join()
     group.start(algorithm)
     return group
 
 
-def run_replica(config: LearnerConfig, rendezvous: Rendezvous,
-                on_update: Callable[[int], None] | None = None) -> Algorithm:
+def run_replica(
+    config: LearnerConfig, rendezvous: Rendezvous, on_update: Callable[[int], None] | None = None
+) -> Algorithm:
     """A replica (rank >= 1) from join to rank 0's stop: the same algorithm, started from rank 0's
     state, updated on the shards it is sent. Returns the algorithm (tests compare its weights)."""
     if rendezvous.world != config.replicas:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """`serve`: the policy server's port, weight source and batching (actors use actor.inference_server=tcp://<host>:<port>)."""
+    """`serve`: the policy server's port, weight source and batching (actors use
+    actor.inference_server=tcp://<host>:<port>)."""
 
     port: int = 5560  # bound on transport.host (beyond loopback: transport.keys, as for the learner)
     weights: str | None = None  # the learner's weight publisher (tcp://learner:<transport.weights_port>): hot swaps

@@ -32,11 +32,19 @@ import zmq
 
 from hal.spec import RobotSpec
 from policies.base import ChunkRequest, Policy, WeightsMismatch, check_architecture
-from robo_async.transport.channels import WeightClient, bind
 from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
+from robo_async.transport.channels import WeightClient, bind
 from robo_async.transport.robot_spec import spec_difference, spec_json
-from robo_async.transport.wire import (MAX_FRAMES, ChunkReply, Frames, InferRequest, WireError, decode, encode,
-                                       recv_frames)
+from robo_async.transport.wire import (
+    MAX_FRAMES,
+    ChunkReply,
+    Frames,
+    InferRequest,
+    WireError,
+    decode,
+    encode,
+    recv_frames,
+)
 
 log = logging.getLogger(__name__)
 ENVELOPE_FRAMES = 8  # a ROUTER's routing frames before the empty delimiter (one per hop: proxies)
@@ -76,8 +84,10 @@ class PolicyServer:
 
     def __init__(self, policy: Policy, spec: RobotSpec, config: ServeConfig = ServeConfig()) -> None:
         if config.max_batch < 1 or config.batch_window_ms < 0:
-            raise ValueError(f"serve: max_batch must be >= 1 and batch_window_ms >= 0, "
-                             f"not {config.max_batch} / {config.batch_window_ms}")
+            raise ValueError(
+                f"serve: max_batch must be >= 1 and batch_window_ms >= 0, "
+                f"not {config.max_batch} / {config.batch_window_ms}"
+            )
         self.policy, self.spec, self.config = policy, spec, config
         self.spec_json = spec_json(spec)
         self.requests = self.chunks = self.batches = self.malformed = self.refused = self.errors = 0
@@ -96,7 +106,7 @@ class PolicyServer:
         self.failure: BaseException | None = None
 
     # --- life cycle ---------------------------------------------------------------------------
-    def open(self) -> "PolicyServer":
+    def open(self) -> PolicyServer:
         cfg = self.config
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -120,12 +130,17 @@ class PolicyServer:
 
                 secure = partial(secure_client, keys_dir=cfg.keys_dir, actor_id=cfg.key_id)
             self._weights = WeightClient(cfg.weights_address, secure=secure).start()
-        log.info("policy server: %s (%s, horizon %d) on %s%s", type(self.policy).__name__,
-                 self.policy.architecture, self.policy.horizon, self.bound,
-                 f", weights from {cfg.weights_address}" if cfg.weights_address else "")
+        log.info(
+            "policy server: %s (%s, horizon %d) on %s%s",
+            type(self.policy).__name__,
+            self.policy.architecture,
+            self.policy.horizon,
+            self.bound,
+            f", weights from {cfg.weights_address}" if cfg.weights_address else "",
+        )
         return self
 
-    def start(self) -> "PolicyServer":
+    def start(self) -> PolicyServer:
         """Open and serve on a daemon thread (tests, benchmarks); `close()` stops it."""
         if self._sock is None:
             self.open()
@@ -136,7 +151,7 @@ class PolicyServer:
     def _serve_guarded(self) -> None:
         try:
             self.serve(self._stop)
-        except BaseException as e:  # noqa: BLE001 - kept for the owner (alive() is False)
+        except BaseException as e:
             self.failure = e
             log.exception("policy server died")
 
@@ -156,12 +171,19 @@ class PolicyServer:
             self._auth.stop()
 
     def stats(self) -> dict[str, object]:
-        return {"requests": self.requests, "chunks": self.chunks, "batches": self.batches,
-                "malformed": self.malformed, "refused": self.refused, "errors": self.errors,
-                "version": self.policy.version, "weight_swaps": self.weight_swaps,
-                "weights_rejected": self.weights_rejected,
-                "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
-                "busy_s": round(self.busy_s, 3)}
+        return {
+            "requests": self.requests,
+            "chunks": self.chunks,
+            "batches": self.batches,
+            "malformed": self.malformed,
+            "refused": self.refused,
+            "errors": self.errors,
+            "version": self.policy.version,
+            "weight_swaps": self.weight_swaps,
+            "weights_rejected": self.weights_rejected,
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+            "busy_s": round(self.busy_s, 3),
+        }
 
     # --- the loop -----------------------------------------------------------------------------
     def serve(self, stop: threading.Event | None = None) -> None:
@@ -205,7 +227,7 @@ class PolicyServer:
             return self._malformed(str(e))
         except zmq.ZMQError:
             raise
-        except Exception as e:  # noqa: BLE001 - a request our checks let through and the code below did not take
+        except Exception as e:
             log.exception("policy server: a request failed in its handling")
             return self._malformed(f"{type(e).__name__}: {str(e)[:200]}")
 
@@ -215,7 +237,7 @@ class PolicyServer:
         cut = next((i for i, f in enumerate(frames) if len(f.buffer) == 0), None)
         if cut is None or cut == 0:
             return self._malformed("no routing envelope (send [b'', header, arrays...] from a DEALER)")
-        envelope, body = [f.bytes for f in frames[: cut + 1]], frames[cut + 1:]
+        envelope, body = [f.bytes for f in frames[: cut + 1]], frames[cut + 1 :]
         try:
             msg = decode([f.buffer for f in body])
         except WireError as e:
@@ -228,17 +250,27 @@ class PolicyServer:
             admitted = actor_of(frames[-1])
             if admitted is not None and admitted != msg.actor_id:
                 self.refused += 1
-                self._send(envelope, ChunkReply(msg.req, self.policy.version, self.policy.architecture,
-                                                error=f"this connection's key is actor {admitted}'s, "
-                                                      f"not actor {msg.actor_id}'s"))
+                self._send(
+                    envelope,
+                    ChunkReply(
+                        msg.req,
+                        self.policy.version,
+                        self.policy.architecture,
+                        error=f"this connection's key is actor {admitted}'s, not actor {msg.actor_id}'s",
+                    ),
+                )
                 return None
         self._active[msg.actor_id] = time.monotonic()
         try:
             msg = _decoded(msg)
         except CorruptRecord as e:  # answered, so the actor asks again rather than waiting
             self._malformed(str(e))
-            self._send(envelope, ChunkReply(msg.req, self.policy.version, self.policy.architecture,
-                                            error=f"bad camera frame: {e}"[:1000]))
+            self._send(
+                envelope,
+                ChunkReply(
+                    msg.req, self.policy.version, self.policy.architecture, error=f"bad camera frame: {e}"[:1000]
+                ),
+            )
             return None
         if msg.hello:
             self._hello(envelope, msg)
@@ -256,18 +288,23 @@ class PolicyServer:
         p = self.policy
         error = ""
         if msg.spec != self.spec_json:
-            error = (f"robot spec differs: {spec_difference(self.spec_json, msg.spec)} "
-                     f"(this server serves {self.spec.name})")
+            error = (
+                f"robot spec differs: {spec_difference(self.spec_json, msg.spec)} (this server serves {self.spec.name})"
+            )
         elif msg.policy and self.config.policy_name and msg.policy != self.config.policy_name:
-            error = (f"this server runs policy '{self.config.policy_name}' ({p.architecture}), "
-                     f"the actor expects '{msg.policy}'")
+            error = (
+                f"this server runs policy '{self.config.policy_name}' ({p.architecture}), "
+                f"the actor expects '{msg.policy}'"
+            )
         if error:
             self.refused += 1
             log.warning("policy server: refused actor %d: %s", msg.actor_id, error)
         else:
             log.info("policy server: actor %d connected", msg.actor_id)
-        self._send(envelope, ChunkReply(msg.req, p.version, p.architecture, error=error, horizon=p.horizon,
-                                        spec=self.spec_json))
+        self._send(
+            envelope,
+            ChunkReply(msg.req, p.version, p.architecture, error=error, horizon=p.horizon, spec=self.spec_json),
+        )
 
     def _answer(self, batch: list[tuple[list, InferRequest]]) -> None:
         groups: dict[tuple[bool, str], list[tuple[list, InferRequest]]] = {}
@@ -298,7 +335,7 @@ class PolicyServer:
             self.batches += 1
             self.batch_sizes[len(items)] = self.batch_sizes.get(len(items), 0) + 1
             us = int(took * 1e6)
-            for (envelope, m), c in zip(items, chunks):
+            for (envelope, m), c in zip(items, chunks, strict=False):
                 self._send(envelope, self._reply(m, c, us, len(items)))
         self.policy.instruction = default
 
@@ -312,9 +349,12 @@ class PolicyServer:
         a = np.asarray(chunk.actions, np.float32)
         if a.ndim != 2 or a.shape[1] != self.spec.action_dim or len(a) == 0 or not np.isfinite(a).all():
             self.errors += 1
-            return ChunkReply(m.req, p.version, p.architecture,
-                              error=f"the policy returned actions of shape {a.shape} (NaN/Inf or not "
-                                    f"[H, {self.spec.action_dim}])")
+            return ChunkReply(
+                m.req,
+                p.version,
+                p.architecture,
+                error=f"the policy returned actions of shape {a.shape} (NaN/Inf or not [H, {self.spec.action_dim}])",
+            )
         self.chunks += 1
         return ChunkReply(m.req, chunk.policy_version, p.architecture, a, infer_us=infer_us, batch=batch)
 
@@ -338,4 +378,3 @@ class PolicyServer:
         except (WeightsMismatch, ValueError) as e:
             self.weights_rejected += 1
             log.error("policy server: rejected weights, keeping v%d: %s", self.policy.version, e)
-

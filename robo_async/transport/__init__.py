@@ -17,7 +17,18 @@ from robo_async.transport.wire import (
 )
 
 __all__ = [
-    "ActorStats", "EpisodeStats", "Heartbeat", "LearnerStatus", "PortInUse", "TransitionBatch",
-    "TransitionReceiver", "TransitionSender", "WeightClient", "WeightPublisher", "Weights",
-    "WireError", "decode", "encode",
+    "ActorStats",
+    "EpisodeStats",
+    "Heartbeat",
+    "LearnerStatus",
+    "PortInUse",
+    "TransitionBatch",
+    "TransitionReceiver",
+    "TransitionSender",
+    "WeightClient",
+    "WeightPublisher",
+    "Weights",
+    "WireError",
+    "decode",
+    "encode",
 ]

@@ -81,8 +81,15 @@ def hwm(queue_mb: float, message_bytes: int, low: int = 2, high: int = 10_000) -
 class TransitionReceiver:
     """Learner side of the data plane (PULL, bound)."""
 
-    def __init__(self, address: str, ctx: zmq.Context | None = None, max_message_mb: float = 64.0,
-                 auth: LearnerAuth | None = None, queue_mb: float = 64.0, message_bytes: int = 65536) -> None:
+    def __init__(
+        self,
+        address: str,
+        ctx: zmq.Context | None = None,
+        max_message_mb: float = 64.0,
+        auth: LearnerAuth | None = None,
+        queue_mb: float = 64.0,
+        message_bytes: int = 65536,
+    ) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PULL)
         self._auth = auth
@@ -122,15 +129,19 @@ class TransitionReceiver:
                     if not owns(owner, claimed):
                         self.id_mismatch += 1
                         if self.id_mismatch <= 20 or self.id_mismatch % 1000 == 0:
-                            log.warning("refused a %s message under actor id %s from the key of actor %s",
-                                        msg.kind, claimed, owner)
+                            log.warning(
+                                "refused a %s message under actor id %s from the key of actor %s",
+                                msg.kind,
+                                claimed,
+                                owner,
+                            )
                         continue
                 out.append(msg)
             except WireError as e:
                 self._drop(e)
                 if e.stream is not None and (self._auth is None or owns(admitted(frames[0]), e.stream[0])):
                     out.append(RefusedBatch(*e.stream, reason=str(e)))  # its range is passed over
-            except Exception as e:  # noqa: BLE001 - a case the checks missed: a refusal, not the learner's end
+            except Exception as e:
                 log.exception("a message from an actor failed in its checks")
                 self._drop(WireError(f"{type(e).__name__}: {str(e)[:200]}"))
         return out
@@ -198,8 +209,15 @@ class WeightClient:
     hand-offs a second for nothing. A weight push's parts are taken the moment they arrive (a
     push is not held back by the status throttle)."""
 
-    def __init__(self, address: str, ctx: zmq.Context | None = None, every_s: float = 0.05,
-                 max_message_mb: float = 16384.0, secure: Secure | None = None, weights: bool = True) -> None:
+    def __init__(
+        self,
+        address: str,
+        ctx: zmq.Context | None = None,
+        every_s: float = 0.05,
+        max_message_mb: float = 16384.0,
+        secure: Secure | None = None,
+        weights: bool = True,
+    ) -> None:
         self._ctx = ctx or zmq.Context.instance()
         self._secure = secure
         self.weights = weights  # subscribe to weight pushes too (False: statuses only)
@@ -218,7 +236,7 @@ class WeightClient:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="weight-client", daemon=True)
 
-    def start(self) -> "WeightClient":
+    def start(self) -> WeightClient:
         """Start receiving (a daemon thread); returns self."""
         self._thread.start()
         return self
@@ -272,7 +290,7 @@ class WeightClient:
             self._dropped(e)
         except zmq.ZMQError:
             raise
-        except Exception as e:  # noqa: BLE001 - a case the checks missed
+        except Exception as e:
             log.exception("a message from the learner failed in its handling")
             self._dropped(WireError(f"{type(e).__name__}: {str(e)[:200]}"))
 

@@ -56,12 +56,21 @@ MAX_ELEMENTS = 1 << 34  # elements of one array, every dimension counted (a 0 am
 # data frames of one message: the most arrays any kind may list, plus the header (receivers stop
 # reading a message's parts past it, before any is kept: `robo_async.transport.wire.recv_frames`)
 MAX_FRAMES = 1 + max(MAX_ARRAYS.values())
-TRANSITION_COLUMNS = frozenset({"action", "reward", "terminated", "truncated", "policy_version", "success",
-                                "intervention", "policy_action"})
+TRANSITION_COLUMNS = frozenset(
+    {"action", "reward", "terminated", "truncated", "policy_version", "success", "intervention", "policy_action"}
+)
 OBS_PREFIXES = ("obs/", "next_obs/", FINAL_OBS)
 # the dtype each known transition column must have
-COLUMN_DTYPES = {"reward": "float32", "terminated": "bool", "truncated": "bool", "policy_version": "int64",
-                 "success": "bool", "intervention": "uint8", "action": "float32", "policy_action": "float32"}
+COLUMN_DTYPES = {
+    "reward": "float32",
+    "terminated": "bool",
+    "truncated": "bool",
+    "policy_version": "int64",
+    "success": "bool",
+    "intervention": "uint8",
+    "action": "float32",
+    "policy_action": "float32",
+}
 _ITEMSIZE = {d: np.dtype(d).itemsize for d in DTYPES}
 _COLUMN_NP = {k: np.dtype(v) for k, v in COLUMN_DTYPES.items()}  # compared per batch (a dtype's .name is slow)
 MAX_FIGURE = 1e15  # an actor's float figures (ms, rad/s^3): far above any real one
@@ -122,8 +131,11 @@ def _show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-_EXPECTED = {bool: "true or false", int: f"an int in [0, {MAX_COUNT}]",
-             float: f"a finite number in [0, {MAX_FIGURE:g}]"}
+_EXPECTED = {
+    bool: "true or false",
+    int: f"an int in [0, {MAX_COUNT}]",
+    float: f"a finite number in [0, {MAX_FIGURE:g}]",
+}
 
 
 def actor_stats(value: object) -> ActorStats:
@@ -158,10 +170,28 @@ _KIND_FIELDS = {
     "transitions": {"actor_id", "seq"},
     "weights": {"version", "architecture"},
     "wpart": {"version", "part", "parts", "base", "precision", "architecture", "manifest", "sums"},
-    "episode": {"actor_id", "episode", "episode_return", "length", "success", "policy_version", "evaluation",
-                "operator_ticks", "label"},
-    "status": {"updates", "version", "env_steps", "allowed_env_steps", "stopping", "boot_id", "acked", "actors",
-               "paused"},
+    "episode": {
+        "actor_id",
+        "episode",
+        "episode_return",
+        "length",
+        "success",
+        "policy_version",
+        "evaluation",
+        "operator_ticks",
+        "label",
+    },
+    "status": {
+        "updates",
+        "version",
+        "env_steps",
+        "allowed_env_steps",
+        "stopping",
+        "boot_id",
+        "acked",
+        "actors",
+        "paused",
+    },
     "heartbeat": {"actor_id", "env_steps", "policy_version", "stats"},
     "infer": {"actor_id", "req", "tick", "delay", "deterministic", "hello", "policy", "spec", "instruction"},
     "chunk": {"req", "version", "architecture", "error", "horizon", "spec", "infer_us", "batch"},
@@ -173,8 +203,10 @@ def _check_transition_arrays(arrays: dict[str, np.ndarray | Frames]) -> None:
     """Known columns only, with their dtypes; float columns finite; flags and versions in range."""
     for k, a in arrays.items():
         if not (k in TRANSITION_COLUMNS or (k.startswith(OBS_PREFIXES) and len(k.split("/", 1)[1]) > 0)):
-            raise WireError(f"transitions carry an unknown array '{k}'; known: {sorted(TRANSITION_COLUMNS)} "
-                            f"and obs/<key>, next_obs/<key>, {FINAL_OBS}<key>")
+            raise WireError(
+                f"transitions carry an unknown array '{k}'; known: {sorted(TRANSITION_COLUMNS)} "
+                f"and obs/<key>, next_obs/<key>, {FINAL_OBS}<key>"
+            )
         want = _COLUMN_NP.get(k)
         if want is not None and a.dtype != want:
             raise WireError(f"transitions array '{k}' is {a.dtype.name}, expected {want.name}")
@@ -182,8 +214,12 @@ def _check_transition_arrays(arrays: dict[str, np.ndarray | Frames]) -> None:
             raise WireError(f"transitions array '{k}' has NaN or infinite values")
         tail = k.split("/", 1)[-1]
         if k.startswith(OBS_PREFIXES) and tail == "embedding_version":  # a frozen encoder's version per row
-            if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1 or \
-                    (a.size and (int(a.min()) < 0 or int(a.max()) >= 1 << 56)):
+            if (
+                not isinstance(a, np.ndarray)
+                or a.dtype != np.int64
+                or a.ndim != 1
+                or (a.size and (int(a.min()) < 0 or int(a.max()) >= 1 << 56))
+            ):
                 raise WireError(f"transitions '{k}' must be int64 [n] in [0, 2^56)")
         elif k.startswith(OBS_PREFIXES) and tail == "embedding":
             if not isinstance(a, np.ndarray) or a.dtype != np.float16 or a.ndim != 2:
@@ -208,35 +244,73 @@ def _weight_part(header: Header, arrays: Arrays) -> WeightPart:
         raise WireError(f"wpart 'manifest' must be a list of arrays in part 0 (only), got {_show(manifest)}")
     names = set()
     for m in manifest:
-        if not (isinstance(m, list) and len(m) == 4 and type(m[0]) is str and 0 < len(m[0]) <= MAX_NAME
-                and isinstance(m[1], list) and len(m[1]) <= MAX_NDIM
+        if (
+            not (
+                isinstance(m, list)
+                and len(m) == 4
+                and type(m[0]) is str
+                and 0 < len(m[0]) <= MAX_NAME
+                and isinstance(m[1], list)
+                and len(m[1]) <= MAX_NDIM
                 and all(type(d) is int and 0 <= d <= 1 << 40 for d in m[1])
-                and m[2] in DTYPES and type(m[3]) is int and 0 <= m[3] < 1 << 64) or m[0] in names:
+                and m[2] in DTYPES
+                and type(m[3]) is int
+                and 0 <= m[3] < 1 << 64
+            )
+            or m[0] in names
+        ):
             raise WireError(f"wpart manifest entry {_show(m)}: expected [name, shape, dtype, digest], names unique")
         names.add(m[0])
     sums = header.get("sums", [])
-    if not isinstance(sums, list) or len(sums) > MAX_ARRAYS["wpart"] or not all(
-            isinstance(m, list) and len(m) == 2 and type(m[0]) is str and 0 < len(m[0]) <= MAX_NAME
-            and type(m[1]) is int and 0 <= m[1] < 1 << 64 for m in sums) or len({m[0] for m in sums}) != len(sums):
+    if (
+        not isinstance(sums, list)
+        or len(sums) > MAX_ARRAYS["wpart"]
+        or not all(
+            isinstance(m, list)
+            and len(m) == 2
+            and type(m[0]) is str
+            and 0 < len(m[0]) <= MAX_NAME
+            and type(m[1]) is int
+            and 0 <= m[1] < 1 << 64
+            for m in sums
+        )
+        or len({m[0] for m in sums}) != len(sums)
+    ):
         raise WireError(f"wpart 'sums' must be a list of [array name, digest], names unique, got {_show(sums)}")
     for name, a in arrays.items():
         kind, _, rest = name.partition(":")
         key, _, off = rest.rpartition(":")
-        if kind not in ("d", "i", "v") or not key or not off.isdigit() or a.ndim != 1 \
-                or (kind == "i" and a.dtype != np.int64) or (kind == "v" and f"i:{key}:{off}" not in arrays):
+        if (
+            kind not in ("d", "i", "v")
+            or not key
+            or not off.isdigit()
+            or a.ndim != 1
+            or (kind == "i" and a.dtype != np.int64)
+            or (kind == "v" and f"i:{key}:{off}" not in arrays)
+        ):
             raise WireError(f"wpart piece '{name}': expected d:|i:|v:<name>:<offset>, 1-D (indices int64)")
         if a.dtype.kind == "f" and a.size and not _all_finite(a):
             raise WireError(f"wpart piece '{name}' has NaN or infinite values")
-    return WeightPart(version, part, parts, base, precision, _text(header, "architecture", ""),
-                      tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest), arrays,
-                      tuple((n, c) for n, c in sums))
+    return WeightPart(
+        version,
+        part,
+        parts,
+        base,
+        precision,
+        _text(header, "architecture", ""),
+        tuple((n, tuple(sh), dt, c) for n, sh, dt, c in manifest),
+        arrays,
+        tuple((n, c) for n, c in sums),
+    )
 
 
 def _finite_array(kind: str, name: str, a: np.ndarray | Frames, ndim: int | None = None) -> np.ndarray:
     """`a`, a raw array without NaN or infinities (and float32 with `ndim` dimensions if given)."""
     if isinstance(a, Frames) or (ndim is not None and (a.ndim != ndim or a.dtype != np.float32)):
-        raise WireError(f"{kind} array '{name}' must be float32 with {ndim} dimensions, "
-                        f"got {getattr(a, 'dtype', 'frames')}{getattr(a, 'shape', '')}")
+        raise WireError(
+            f"{kind} array '{name}' must be float32 with {ndim} dimensions, "
+            f"got {getattr(a, 'dtype', 'frames')}{getattr(a, 'shape', '')}"
+        )
     if a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
         raise WireError(f"{kind} array '{name}' has NaN or infinite values")
     return a
@@ -268,10 +342,19 @@ def _infer_request(header: Header, arrays: dict[str, np.ndarray | Frames]) -> In
     if hello and arrays:
         raise WireError("an infer hello carries no arrays")
     return InferRequest(
-        _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "req", 0, MAX_COUNT),
-        _int(header, "tick", 0, MAX_COUNT, 0), _int(header, "delay", 0, MAX_HORIZON, 0),
-        _bool(header, "deterministic", False), obs, fstate, prefix, hello,
-        _text(header, "policy", ""), _text(header, "spec", "", MAX_SPEC), _text(header, "instruction", ""))
+        _int(header, "actor_id", 0, MAX_ACTOR_ID),
+        _int(header, "req", 0, MAX_COUNT),
+        _int(header, "tick", 0, MAX_COUNT, 0),
+        _int(header, "delay", 0, MAX_HORIZON, 0),
+        _bool(header, "deterministic", False),
+        obs,
+        fstate,
+        prefix,
+        hello,
+        _text(header, "policy", ""),
+        _text(header, "spec", "", MAX_SPEC),
+        _text(header, "instruction", ""),
+    )
 
 
 def _chunk_reply(header: Header, arrays: Arrays) -> ChunkReply:
@@ -291,10 +374,16 @@ def _chunk_reply(header: Header, arrays: Arrays) -> ChunkReply:
         if not (1 <= len(actions) <= MAX_HORIZON and 1 <= actions.shape[1] <= MAX_ACTION_DIM):
             raise WireError(f"chunk 'actions' has shape {actions.shape}: 1-{MAX_HORIZON} x 1-{MAX_ACTION_DIM}")
     return ChunkReply(
-        _int(header, "req", 0, MAX_COUNT), _int(header, "version", -1, MAX_COUNT),
-        _text(header, "architecture", ""), actions, error, horizon,
-        _text(header, "spec", "", MAX_SPEC), _int(header, "infer_us", 0, 1 << 40, 0),
-        _int(header, "batch", 0, 1 << 20, 0))
+        _int(header, "req", 0, MAX_COUNT),
+        _int(header, "version", -1, MAX_COUNT),
+        _text(header, "architecture", ""),
+        actions,
+        error,
+        horizon,
+        _text(header, "spec", "", MAX_SPEC),
+        _int(header, "infer_us", 0, 1 << 40, 0),
+        _int(header, "batch", 0, 1 << 20, 0),
+    )
 
 
 def _transitions(header: Header, arrays: dict[str, np.ndarray | Frames]) -> TransitionBatch:
@@ -320,7 +409,7 @@ def _weights(header: Header, arrays: Arrays) -> Weights:
     for k, a in arrays.items():
         flat = a.reshape(-1) if a.dtype.kind == "f" else a.reshape(-1)[:0]  # (a 0-d array too)
         for lo in range(0, flat.size, 1 << 22):  # in slices: no full-size temporary for a big policy
-            if not np.isfinite(flat[lo:lo + (1 << 22)]).all():
+            if not np.isfinite(flat[lo : lo + (1 << 22)]).all():
                 raise WireError(f"weights array '{k}' has NaN or infinite values")
     return Weights(_int(header, "version", 0, MAX_COUNT), arrays, _text(header, "architecture", ""))
 
@@ -331,44 +420,76 @@ def _episode(header: Header, arrays: Arrays) -> EpisodeStats:
     if type(label) is not str or label not in EPISODE_LABELS:
         raise WireError(f"episode 'label' is {_show(label)}, expected one of {EPISODE_LABELS}")
     return EpisodeStats(
-        _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "episode", 0, MAX_COUNT),
-        _finite(header, "episode_return"), length, _bool(header, "success"),
-        _int(header, "policy_version", -1, MAX_COUNT), _bool(header, "evaluation", False),
-        _int(header, "operator_ticks", 0, length, 0), label,
+        _int(header, "actor_id", 0, MAX_ACTOR_ID),
+        _int(header, "episode", 0, MAX_COUNT),
+        _finite(header, "episode_return"),
+        length,
+        _bool(header, "success"),
+        _int(header, "policy_version", -1, MAX_COUNT),
+        _bool(header, "evaluation", False),
+        _int(header, "operator_ticks", 0, length, 0),
+        label,
     )
 
 
 def _status(header: Header, arrays: Arrays) -> LearnerStatus:
     acked = header.get("acked", [])
-    if not (isinstance(acked, list) and len(acked) <= MAX_ACTOR_ID and all(
-            isinstance(p, list) and len(p) == 2 and type(p[0]) is int and type(p[1]) is int
-            and 0 <= p[0] <= MAX_ACTOR_ID and 0 <= p[1] <= MAX_COUNT for p in acked)):
+    if not (
+        isinstance(acked, list)
+        and len(acked) <= MAX_ACTOR_ID
+        and all(
+            isinstance(p, list)
+            and len(p) == 2
+            and type(p[0]) is int
+            and type(p[1]) is int
+            and 0 <= p[0] <= MAX_ACTOR_ID
+            and 0 <= p[1] <= MAX_COUNT
+            for p in acked
+        )
+    ):
         raise WireError(f"status 'acked' must be a list of [actor_id, seq] pairs, got {_show(acked)}")
     return LearnerStatus(
-        _int(header, "updates", 0, MAX_COUNT), _int(header, "version", 0, MAX_COUNT),
-        _int(header, "env_steps", 0, MAX_COUNT), _int(header, "allowed_env_steps", 0, MAX_COUNT),
-        _bool(header, "stopping", False), _text(header, "boot_id", "", 64),
-        tuple((a, s) for a, s in acked), _int(header, "actors", 0, MAX_ACTOR_ID, 1), _bool(header, "paused", False),
+        _int(header, "updates", 0, MAX_COUNT),
+        _int(header, "version", 0, MAX_COUNT),
+        _int(header, "env_steps", 0, MAX_COUNT),
+        _int(header, "allowed_env_steps", 0, MAX_COUNT),
+        _bool(header, "stopping", False),
+        _text(header, "boot_id", "", 64),
+        tuple((a, s) for a, s in acked),
+        _int(header, "actors", 0, MAX_ACTOR_ID, 1),
+        _bool(header, "paused", False),
     )
 
 
 def _heartbeat(header: Header, arrays: Arrays) -> Heartbeat:
     return Heartbeat(
-        _int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "env_steps", 0, MAX_COUNT),
-        _int(header, "policy_version", -1, MAX_COUNT), actor_stats(header.get("stats", {})),
+        _int(header, "actor_id", 0, MAX_ACTOR_ID),
+        _int(header, "env_steps", 0, MAX_COUNT),
+        _int(header, "policy_version", -1, MAX_COUNT),
+        actor_stats(header.get("stats", {})),
     )
 
 
 def _gap(header: Header, arrays: Arrays) -> StreamGap:
     count = _int(header, "count", 1, 1 << 40)
-    return StreamGap(_int(header, "actor_id", 0, MAX_ACTOR_ID), _int(header, "seq", 0, MAX_COUNT - count), count,
-                     _text(header, "reason", ""))
+    return StreamGap(
+        _int(header, "actor_id", 0, MAX_ACTOR_ID),
+        _int(header, "seq", 0, MAX_COUNT - count),
+        count,
+        _text(header, "reason", ""),
+    )
 
 
 # how each kind without encoded frames is read from its checked header and arrays
 _PLAIN: dict[str, Callable[[Header, Arrays], Message]] = {
-    "weights": _weights, "wpart": _weight_part, "chunk": _chunk_reply, "episode": _episode, "status": _status,
-    "heartbeat": _heartbeat, "gap": _gap}
+    "weights": _weights,
+    "wpart": _weight_part,
+    "chunk": _chunk_reply,
+    "episode": _episode,
+    "status": _status,
+    "heartbeat": _heartbeat,
+    "gap": _gap,
+}
 
 
 def decode(frames: Sequence[bytes | memoryview]) -> Message:
@@ -397,7 +518,7 @@ def _decode(frames: Sequence[bytes | memoryview]) -> Message:
         raise WireError(f"header of {head.nbytes} bytes exceeds {MAX_HEADER_BYTES}")
     try:
         header = msgpack.unpackb(head, raw=False, strict_map_key=True, max_bin_len=0, max_ext_len=0)
-    except Exception as e:  # msgpack raises several types for garbage
+    except Exception as e:  # noqa: BLE001 - msgpack raises several types for garbage
         raise WireError(f"header is not valid msgpack: {e}") from None
     if not isinstance(header, dict):
         raise WireError(f"header must be a map, got {type(header).__name__}")
@@ -428,7 +549,7 @@ def _arrays(specs: list[object], frames: Sequence[bytes | memoryview]) -> dict[s
     if len(specs) != len(frames):
         raise WireError(f"header lists {len(specs)} arrays but {len(frames)} data frames arrived")
     out: dict[str, np.ndarray | Frames] = {}
-    for spec, frame in zip(specs, frames):
+    for spec, frame in zip(specs, frames, strict=False):
         name = spec[0] if isinstance(spec, list) and spec else None
         if type(name) is not str or not 0 < len(name) <= MAX_NAME or name in out:
             raise WireError(f"bad or repeated array name {_show(name)} (1-{MAX_NAME} chars, unique)")
@@ -440,17 +561,20 @@ def _arrays(specs: list[object], frames: Sequence[bytes | memoryview]) -> dict[s
         _, dtype, shape = spec
         if type(dtype) is not str or dtype not in DTYPES:
             raise WireError(f"array '{name}' has dtype {_show(dtype)}; allowed: {sorted(DTYPES)}")
-        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM
-                and all(type(d) is int and 0 <= d <= MAX_ELEMENTS for d in shape)
-                and math.prod(max(d, 1) for d in shape) <= MAX_ELEMENTS):
-            raise WireError(f"array '{name}' has bad shape {_show(shape)} (at most {MAX_NDIM} dimensions, "
-                            f"{MAX_ELEMENTS} elements counting each dimension)")
+        if not (
+            isinstance(shape, list)
+            and len(shape) <= MAX_NDIM
+            and all(type(d) is int and 0 <= d <= MAX_ELEMENTS for d in shape)
+            and math.prod(max(d, 1) for d in shape) <= MAX_ELEMENTS
+        ):
+            raise WireError(
+                f"array '{name}' has bad shape {_show(shape)} (at most {MAX_NDIM} dimensions, "
+                f"{MAX_ELEMENTS} elements counting each dimension)"
+            )
         buf = memoryview(frame)
         expected = math.prod(shape) * _ITEMSIZE[dtype]  # exact (Python ints), no numpy call per array
         if buf.nbytes != expected:
-            raise WireError(
-                f"array '{name}' {dtype}{tuple(shape)} needs {expected} bytes, frame has {buf.nbytes}"
-            )
+            raise WireError(f"array '{name}' {dtype}{tuple(shape)} needs {expected} bytes, frame has {buf.nbytes}")
         out[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
     return out
 
@@ -459,23 +583,30 @@ def _frames(spec: list[object], buf: memoryview) -> Frames:
     name, _, shape, lengths = spec
     if not isinstance(name, str):
         raise WireError(f"bad frames spec name {name!r}")
-    if not (isinstance(shape, list) and len(shape) == 4 and all(type(d) is int for d in shape)
-            and 0 <= shape[0] <= 1 << 20 and all(1 <= d <= MAX_SIDE for d in shape[1:3]) and shape[3] in (1, 3, 4)):
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 4
+        and all(type(d) is int for d in shape)
+        and 0 <= shape[0] <= 1 << 20
+        and all(1 <= d <= MAX_SIDE for d in shape[1:3])
+        and shape[3] in (1, 3, 4)
+    ):
         raise WireError(f"frames '{name}' have bad shape {shape!r}: expected [n, H, W, C], C in 1, 3, 4")
     cap = Frames.max_blob(shape[1:])
-    if not (isinstance(lengths, list) and len(lengths) == shape[0]
-            and all(type(n) is int and 6 <= n <= cap for n in lengths)):
+    if not (
+        isinstance(lengths, list)
+        and len(lengths) == shape[0]
+        and all(type(n) is int and 6 <= n <= cap for n in lengths)
+    ):
         raise WireError(f"frames '{name}' need {shape[0]} image lengths in [6, {cap}] bytes")
     if sum(lengths) != buf.nbytes:
         raise WireError(f"frames '{name}' list {sum(lengths)} bytes, frame has {buf.nbytes}")
     blobs: list[bytes] = []
     at = 0
     for n in lengths:
-        blob = bytes(buf[at:at + n])
+        blob = bytes(buf[at : at + n])
         if blob[0] not in FRAME_TAGS:
             raise WireError(f"frames '{name}': image {len(blobs)} has unknown codec tag {blob[:1]!r}")
         blobs.append(blob)
         at += n
     return Frames(blobs, shape)
-
-

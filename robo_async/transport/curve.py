@@ -12,7 +12,8 @@ The learner's sockets are CURVE servers; a ZAP handler (pyzmq's ThreadAuthentica
 keys in `authorized/`, so a stranger can neither insert data nor subscribe to weights. Each
 admitted connection carries its actor id and lanes as ZMQ's User-Id (`<id>:<lanes>`), and the
 learner refuses data under any id but the streams that key was issued for: its own id and, for a
-vectorized actor (`actor.envs`), id + j * LANE_STRIDE for j below its lanes. Remove a file from `authorized/` to revoke an actor (read when the learner starts).
+vectorized actor (`actor.envs`), id + j * LANE_STRIDE for j below its lanes. Remove a file from `authorized/` to
+revoke an actor (read when the learner starts).
 
     auth = LearnerAuth(keys_dir).start()         # in the learner process, before binding
     auth.secure(sock)                            # server side, before bind
@@ -87,8 +88,9 @@ def authorized(keys_dir: Path) -> dict[bytes, tuple[int, int]]:
         if m:
             out[_load(p, secret=False)[0]] = (int(m.group(1)), _lanes(p.with_suffix(".lanes")))
     if not out:
-        raise KeysError(f"{keys_dir / 'authorized'} lists no actor keys; create them with "
-                        f"`robo-async keys dir={keys_dir} actors=N`")
+        raise KeysError(
+            f"{keys_dir / 'authorized'} lists no actor keys; create them with `robo-async keys dir={keys_dir} actors=N`"
+        )
     return out
 
 
@@ -116,8 +118,9 @@ class _Authenticator(ThreadAuthenticator):
     def callback(self, domain: str, key: bytes) -> bool:  # the credentials provider
         return key in self.allowed
 
-    def _send_zap_reply(self, request_id: bytes, status_code: bytes, status_text: bytes,
-                        user_id: str = "anonymous") -> None:
+    def _send_zap_reply(
+        self, request_id: bytes, status_code: bytes, status_text: bytes, user_id: str = "anonymous"
+    ) -> None:
         if status_code != b"200":
             self.denied += 1
             if self.denied <= 20 or self.denied % 1000 == 0:
@@ -134,7 +137,7 @@ class LearnerAuth:
         self._ctx = ctx or zmq.Context.instance()
         self._auth: _Authenticator | None = None
 
-    def start(self) -> "LearnerAuth":
+    def start(self) -> LearnerAuth:
         """Load the learner's keys and the allow-list, start the ZAP handler; returns self."""
         self.public, self.secret = _load(self.keys_dir / "learner.key_secret", secret=True)
         allowed = authorized(self.keys_dir)

@@ -53,14 +53,14 @@ class Frames:
     def __len__(self) -> int:
         return len(self.blobs)
 
-    def __getitem__(self, i: int | slice) -> "bytes | Frames":
+    def __getitem__(self, i: int | slice) -> bytes | Frames:
         if isinstance(i, slice):
             blobs = self.blobs[i]
             return Frames(blobs, (len(blobs), *self.shape[1:]))
         return self.blobs[i]
 
     @staticmethod
-    def concat(parts: Sequence["Frames"]) -> "Frames":
+    def concat(parts: Sequence[Frames]) -> Frames:
         """The rows of `parts`, in order, as one column (the same image size)."""
         blobs = [b for p in parts for b in p.blobs]
         return Frames(blobs, (len(blobs), *parts[0].shape[1:]))
@@ -75,8 +75,9 @@ class Frames:
 
 def is_image_column(a: object) -> bool:
     """uint8 [n, H, W, C] arrays (C in 1, 3, 4) are camera frames (`Frames` once encoded)."""
-    return isinstance(a, Frames) or (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 4
-                                     and a.shape[3] in (1, 3, 4))
+    return isinstance(a, Frames) or (
+        isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.ndim == 4 and a.shape[3] in (1, 3, 4)
+    )
 
 
 FINAL_OBS = "final_obs/"  # compact batches: the last row's next observation (see expand_next_obs)
@@ -100,12 +101,20 @@ def standard_columns(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         out["policy_action"] = action.astype(np.float32, copy=False)
     iv, pa = out["intervention"], out["policy_action"]
     if not isinstance(iv, np.ndarray) or iv.dtype != np.uint8 or iv.shape != (n,) or (n and int(iv.max()) > TAKEOVER):
-        raise WireError(f"'intervention' must be uint8[{n}] with values 0..{TAKEOVER}, got "
-                        f"{getattr(iv, 'dtype', type(iv).__name__)}{getattr(iv, 'shape', '')}")
-    if not isinstance(pa, np.ndarray) or pa.dtype != np.float32 or pa.shape != action.shape \
-            or not np.isfinite(pa).all():
-        raise WireError(f"'policy_action' must be finite float32{action.shape} like 'action', got "
-                        f"{getattr(pa, 'dtype', type(pa).__name__)}{getattr(pa, 'shape', '')}")
+        raise WireError(
+            f"'intervention' must be uint8[{n}] with values 0..{TAKEOVER}, got "
+            f"{getattr(iv, 'dtype', type(iv).__name__)}{getattr(iv, 'shape', '')}"
+        )
+    if (
+        not isinstance(pa, np.ndarray)
+        or pa.dtype != np.float32
+        or pa.shape != action.shape
+        or not np.isfinite(pa).all()
+    ):
+        raise WireError(
+            f"'policy_action' must be finite float32{action.shape} like 'action', got "
+            f"{getattr(pa, 'dtype', type(pa).__name__)}{getattr(pa, 'shape', '')}"
+        )
     return out
 
 
@@ -117,7 +126,7 @@ def expand_next_obs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(arrays)
     out = {k: v for k, v in arrays.items() if not k.startswith(FINAL_OBS)}
     for k in finals:
-        name = k[len(FINAL_OBS):]
+        name = k[len(FINAL_OBS) :]
         obs, last = arrays.get(f"obs/{name}"), arrays[k]
         if obs is None or f"next_obs/{name}" in arrays:
             raise WireError(f"'{k}' needs 'obs/{name}' and no 'next_obs/{name}' beside it")
@@ -125,8 +134,9 @@ def expand_next_obs(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise WireError(f"'{k}' is {last.dtype}{last.shape}, expected {obs.dtype}(1, *{obs.shape[1:]})")
         if isinstance(obs, Frames) != isinstance(last, Frames):
             raise WireError(f"'{k}' and 'obs/{name}' must both be encoded frames or both raw")
-        out[f"next_obs/{name}"] = Frames.concat([obs[1:], last]) if isinstance(obs, Frames) \
-            else np.concatenate([obs[1:], last])
+        out[f"next_obs/{name}"] = (
+            Frames.concat([obs[1:], last]) if isinstance(obs, Frames) else np.concatenate([obs[1:], last])
+        )
     return out
 
 
@@ -185,9 +195,17 @@ class EpisodeStats:
     kind = "episode"
 
     def __post_init__(self) -> None:  # numpy scalars from a task become plain values (msgpack)
-        for name, cast in (("actor_id", int), ("episode", int), ("episode_return", float), ("length", int),
-                           ("success", bool), ("policy_version", int), ("evaluation", bool),
-                           ("operator_ticks", int), ("label", str)):
+        for name, cast in (
+            ("actor_id", int),
+            ("episode", int),
+            ("episode_return", float),
+            ("length", int),
+            ("success", bool),
+            ("policy_version", int),
+            ("evaluation", bool),
+            ("operator_ticks", int),
+            ("label", str),
+        ):
             object.__setattr__(self, name, cast(getattr(self, name)))
 
 
@@ -303,7 +321,28 @@ class ChunkReply:
     kind = "chunk"
 
 
-Message = (TransitionBatch | EpisodeStats | Weights | WeightPart | LearnerStatus | Heartbeat | InferRequest
-           | ChunkReply | StreamGap)
-KINDS: tuple[str, ...] = tuple(c.kind for c in (TransitionBatch, EpisodeStats, Weights, WeightPart, LearnerStatus,
-                                               Heartbeat, InferRequest, ChunkReply, StreamGap))
+Message = (
+    TransitionBatch
+    | EpisodeStats
+    | Weights
+    | WeightPart
+    | LearnerStatus
+    | Heartbeat
+    | InferRequest
+    | ChunkReply
+    | StreamGap
+)
+KINDS: tuple[str, ...] = tuple(
+    c.kind
+    for c in (
+        TransitionBatch,
+        EpisodeStats,
+        Weights,
+        WeightPart,
+        LearnerStatus,
+        Heartbeat,
+        InferRequest,
+        ChunkReply,
+        StreamGap,
+    )
+)

@@ -69,7 +69,7 @@ class SnapshotBlocks:
             if len(self._blocks) < self.keep:
                 self._blocks.append(raw)
         start = -raw.ctypes.data % ALIGN
-        return raw[start:start + nbytes]
+        return raw[start : start + nbytes]
 
 
 def _held_as(a: np.ndarray, half: bool) -> np.dtype:
@@ -77,15 +77,20 @@ def _held_as(a: np.ndarray, half: bool) -> np.dtype:
     return np.dtype(np.float16) if half and a.dtype == np.float32 else a.dtype
 
 
-def snapshot_bytes(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(), precision: str = "fp32"
-                   ) -> int:
+def snapshot_bytes(
+    arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(), precision: str = "fp32"
+) -> int:
     """The size of snapshot()'s block for these arrays (each array's bytes rounded up to ALIGN)."""
-    return sum(-(-np.asarray(v).size * _held_as(np.asarray(v), precision == "fp16").itemsize // ALIGN) * ALIGN
-               for k, v in arrays.items() if k not in keep)
+    return sum(
+        -(-np.asarray(v).size * _held_as(np.asarray(v), precision == "fp16").itemsize // ALIGN) * ALIGN
+        for k, v in arrays.items()
+        if k not in keep
+    )
 
 
-def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(),
-             blocks: SnapshotBlocks | None = None) -> dict[str, np.ndarray]:
+def snapshot(
+    arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(), blocks: SnapshotBlocks | None = None
+) -> dict[str, np.ndarray]:
     """Copies of `arrays` (but those in `keep`, taken as they are), laid out in one block: one
     allocation instead of one per array, which at a few MiB took twice the copy's time in page
     faults (17 arrays of 4 MiB in all: 1.5 ms apart, 0.6 ms in one block); from `blocks` when
@@ -96,9 +101,13 @@ def snapshot(arrays: Mapping[str, np.ndarray], keep: frozenset[str] = frozenset(
     return out
 
 
-def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: SnapshotBlocks | None,
-            half: bool = False, wide: frozenset[str] = frozenset()
-            ) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
+def _layout(
+    arrays: Mapping[str, np.ndarray],
+    keep: frozenset[str],
+    blocks: SnapshotBlocks | None,
+    half: bool = False,
+    wide: frozenset[str] = frozenset(),
+) -> tuple[dict[str, np.ndarray], list[tuple[str, np.ndarray, np.ndarray]]]:
     """snapshot()'s arrays before any copy (views of the block; `keep` ones as they are), and the
     copies to make: (name, source, destination) in the arrays' order. `half`: float32 arrays are
     held as float16 (a push in half precision: the conversion is the copy), but the `wide` ones
@@ -113,7 +122,7 @@ def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: Snap
     else:
         raw = np.empty(total + ALIGN, np.uint8)
         start = -raw.ctypes.data % ALIGN
-        block = raw[start:start + total]  # every array on a 64-byte boundary (cache lines, SIMD loads)
+        block = raw[start : start + total]  # every array on a 64-byte boundary (cache lines, SIMD loads)
     out, copies = {}, []
     for k, v in arrays.items():
         if k not in copy:
@@ -121,7 +130,7 @@ def _layout(arrays: Mapping[str, np.ndarray], keep: frozenset[str], blocks: Snap
             continue
         a = copy[k]
         held = _held_as(a, half and k not in wide)
-        out[k] = dst = block[offsets[k]:offsets[k] + a.size * held.itemsize].view(held).reshape(a.shape)
+        out[k] = dst = block[offsets[k] : offsets[k] + a.size * held.itemsize].view(held).reshape(a.shape)
         copies.append((k, a, dst))
     return out, copies
 
@@ -154,8 +163,13 @@ class _Stream:
     """The publisher's newest push: its parts sealed (a keyframe's digests computed) and encoded
     one at a time as they go, kept for repeats."""
 
-    def __init__(self, parts: list[WeightPart], tx: dict[str, np.ndarray], keyframe: tuple | None,
-                 ready: Callable[[Iterable[str]], object]) -> None:
+    def __init__(
+        self,
+        parts: list[WeightPart],
+        tx: dict[str, np.ndarray],
+        keyframe: tuple | None,
+        ready: Callable[[Iterable[str]], object],
+    ) -> None:
         self.tx = tx
         self.keyframe = keyframe  # (version, frozen names) for a keyframe, None for a delta
         self.parts: list[WeightPart] = []  # sealed so far
@@ -204,9 +218,17 @@ class WeightPublisher:
     (XPUB) it repeats the newest keyframe and delta, so actors that (re)connect late or
     missed a part still get them. Statuses (`publish_status`) go out at the thread's next wake."""
 
-    def __init__(self, address: str, republish_s: float = 1.0, ctx: zmq.Context | None = None,
-                 auth: LearnerAuth | None = None, queue_mb: float = 64.0, weights_bytes: int = 1 << 20,
-                 push: PushConfig = PushConfig(), snapshot_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        address: str,
+        republish_s: float = 1.0,
+        ctx: zmq.Context | None = None,
+        auth: LearnerAuth | None = None,
+        queue_mb: float = 64.0,
+        weights_bytes: int = 1 << 20,
+        push: PushConfig = PushConfig(),
+        snapshot_bytes: int = 0,
+    ) -> None:
         self._ctx = ctx or zmq.Context.instance()
         # publish()'s copies, in memory reused from push to push; `snapshot_bytes` (what publish()
         # will copy: snapshot_bytes() of the policy's arrays but frozen and off-GPU ones) touched now
@@ -248,8 +270,9 @@ class WeightPublisher:
         self._thread = threading.Thread(target=self._run, name="weight-publisher", daemon=True)
         self._thread.start()
 
-    def publish(self, weights: Weights, frozen: frozenset[str] = frozenset(),
-                owned: frozenset[str] = frozenset()) -> None:
+    def publish(
+        self, weights: Weights, frozen: frozenset[str] = frozenset(), owned: frozenset[str] = frozenset()
+    ) -> None:
         """Hand over the newest weights: copied before this returns (the learner's arrays change
         with the next update), except `frozen` ones (never trained: the thread reads them, a
         keyframe copies them) and `owned` ones (private snapshots already: copied off a GPU). The
@@ -258,15 +281,20 @@ class WeightPublisher:
         t = time.monotonic()
         # fp16: an array with a value beyond +-65,504 would become inf (and every actor would refuse
         # the push): it travels in float32, counted (one pass over the float32 arrays, fp16 only)
-        wide = too_wide_for_fp16({k: np.asarray(v) for k, v in weights.arrays.items() if k not in frozen},
-                                 self.push.precision)
+        wide = too_wide_for_fp16(
+            {k: np.asarray(v) for k, v in weights.arrays.items() if k not in frozen}, self.push.precision
+        )
         if wide:
             self.fp16_too_wide += len(wide)
             if self.fp16_too_wide <= 20 or self.fp16_too_wide % 1000 == 0:
-                log.warning("weights %s exceed float16's range: sent in float32 in this fp16 push (%d so far)",
-                            sorted(wide)[:4], self.fp16_too_wide)
-        arrays, copies = _layout(weights.arrays, frozen | owned, self.blocks, half=self.push.precision == "fp16",
-                                 wide=wide)
+                log.warning(
+                    "weights %s exceed float16's range: sent in float32 in this fp16 push (%d so far)",
+                    sorted(wide)[:4],
+                    self.fp16_too_wide,
+                )
+        arrays, copies = _layout(
+            weights.arrays, frozen | owned, self.blocks, half=self.push.precision == "fp16", wide=wide
+        )
         copying = _Copying([k for k, _, _ in copies], self._stop)
         # a big copy overlaps the first parts' sending; a small one is made first (a hand-off per
         # array would cost more than it saves: the two threads take turns at the GIL)
@@ -298,7 +326,7 @@ class WeightPublisher:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as e:  # watched: check() raises it on the learner's thread
+        except BaseException as e:  # noqa: BLE001 - watched: check() raises it on the learner's thread
             self.error = e
             log.error("weight publisher thread died: %s: %s", type(e).__name__, e)
 
@@ -329,8 +357,9 @@ class WeightPublisher:
                     key = stream.key()
                 if self.push.delta:
                     copying.wait()  # a delta compares values: once all are copied (fp16: converted by publish())
-                parts, tx, keyframe = plan_push(weights.version, weights.arrays, weights.architecture, self.push, key,
-                                                frozen)
+                parts, tx, keyframe = plan_push(
+                    weights.version, weights.arrays, weights.architecture, self.push, key, frozen
+                )
                 stream = _Stream(parts, tx, (weights.version, frozen) if keyframe else None, copying.wait)
                 if keyframe:
                     key_frames = stream.frames
@@ -406,9 +435,13 @@ class WeightPublisher:
             elif now - self._blocked_since >= STALL_S:
                 self.stalls += 1
                 self._lossy_until, self._blocked_since = now + LOSSY_HOLD_S, 0.0
-                log.warning("a weights subscriber has read nothing for %.0f s (stopped, or its host gone): the "
-                            "others get the weights without it for %.0f s (%d time(s) so far)", STALL_S,
-                            LOSSY_HOLD_S, self.stalls)
+                log.warning(
+                    "a weights subscriber has read nothing for %.0f s (stopped, or its host gone): the "
+                    "others get the weights without it for %.0f s (%d time(s) so far)",
+                    STALL_S,
+                    LOSSY_HOLD_S,
+                    self.stalls,
+                )
             return False
         finally:
             if lossy:

@@ -28,7 +28,7 @@ HIST_EDGES_MS: dict[str, tuple[float, ...]] = {
 }
 
 
-def histogram(samples_ms: "np.ndarray | list[float]", name: str) -> tuple[int, ...]:
+def histogram(samples_ms: np.ndarray | list[float], name: str) -> tuple[int, ...]:
     """Counts of `samples_ms` per bin of `HIST_EDGES_MS[name]`."""
     edges = np.asarray(HIST_EDGES_MS[name], np.float64)
     idx = np.searchsorted(edges, np.asarray(samples_ms, np.float64), side="right") - 1
@@ -114,6 +114,7 @@ class ActorStats:
 
 
 # each field's type without None: what the wire check holds a value to
-FIELD_TYPES: dict[str, type] = {name: (lambda t: getattr(t, "__origin__", t))(
-                                     next(a for a in get_args(hint) if a is not type(None)))
-                                 for name, hint in get_type_hints(ActorStats).items()}
+FIELD_TYPES: dict[str, type] = {
+    name: (lambda t: getattr(t, "__origin__", t))(next(a for a in get_args(hint) if a is not type(None)))
+    for name, hint in get_type_hints(ActorStats).items()
+}

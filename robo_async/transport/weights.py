@@ -17,7 +17,8 @@ Each part carries pieces of arrays, named in the wire's array list:
 A keyframe (`base` = -1) holds every element. A delta (`base` = k) holds only elements that
 differ from keyframe k as transmitted: an actor that holds keyframe k applies it; one that does
 not waits for the keyframe, which the publisher repeats (with the newest delta) when an actor
-subscribes and periodically (publisher.py). Arrays named `frozen` (parameters the algorithm never trains: a frozen backbone)
+subscribes and periodically (publisher.py). Arrays named `frozen` (parameters the algorithm never trains: a frozen
+backbone)
 are neither copied, converted nor compared for a delta: the keyframe's copy stands for them, and
 each keyframe takes a fresh copy. With `precision=fp16`, float32 arrays travel as float16 (half the bytes); actors
 turn them back into float32. The digest covers exactly what the actor ends up with, so a part lost,
@@ -55,7 +56,8 @@ class PushConfig:
     delta: bool = False  # send only the elements that changed since the last keyframe
     keyframe_every: int = 20  # versions between keyframes when delta is on
     part_mb: float = 4.0  # a push is streamed in parts of about this size (the learner never stalls on one) ...
-    whole_mb: float = 256.0  # ... but an array up to this size travels whole, so the actor keeps it as received (no copy)
+    # ... but an array up to this size travels whole, so the actor keeps it as received (no copy)
+    whole_mb: float = 256.0
     sparse_below: float = 0.25  # a changed array goes as (indices, values) below this changed fraction
 
     def __post_init__(self) -> None:
@@ -73,15 +75,20 @@ def digest(a: np.ndarray) -> int:
 def _equal(a: np.ndarray, b: np.ndarray, block: int = 1 << 20) -> bool:
     """a == b element for element, in blocks (no array-sized temporary; stops at the first change)."""
     fa, fb = a.reshape(-1), b.reshape(-1)
-    return all(np.array_equal(fa[i:i + block], fb[i:i + block]) for i in range(0, fa.size, block))
+    return all(np.array_equal(fa[i : i + block], fb[i : i + block]) for i in range(0, fa.size, block))
 
 
 def cast_into(dst: np.ndarray, src: np.ndarray) -> None:
     """dst[...] = src, converting float32 <-> float16 with torch's vectorised kernels (numpy's
     conversion took 0.35 s per 512 MiB here, torch's 0.06); small arrays and anything else with
     numpy (a torch call costs tens of microseconds)."""
-    if {dst.dtype, src.dtype} == {np.dtype(np.float16), np.dtype(np.float32)} and dst.size >= 1 << 16 \
-            and dst.flags.c_contiguous and src.flags.c_contiguous and dst.shape == src.shape:
+    if (
+        {dst.dtype, src.dtype} == {np.dtype(np.float16), np.dtype(np.float32)}
+        and dst.size >= 1 << 16
+        and dst.flags.c_contiguous
+        and src.flags.c_contiguous
+        and dst.shape == src.shape
+    ):
         import torch
 
         torch.from_numpy(dst).copy_(torch.from_numpy(src))  # (a received src is read-only: torch only reads it)
@@ -104,12 +111,16 @@ def too_wide_for_fp16(arrays: Mapping[str, np.ndarray], precision: str) -> froze
     become inf (and the actor would refuse the whole push as malformed)."""
     if precision != "fp16":
         return frozenset()
-    return frozenset(k for k, a in arrays.items() if a.dtype == np.float32 and a.size
-                     and (float(a.max()) > FP16_MAX or float(a.min()) < -FP16_MAX))
+    return frozenset(
+        k
+        for k, a in arrays.items()
+        if a.dtype == np.float32 and a.size and (float(a.max()) > FP16_MAX or float(a.min()) < -FP16_MAX)
+    )
 
 
-def transmitted(arrays: Mapping[str, np.ndarray], precision: str,
-                wide: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+def transmitted(
+    arrays: Mapping[str, np.ndarray], precision: str, wide: frozenset[str] = frozenset()
+) -> dict[str, np.ndarray]:
     """The arrays as they travel: float32 -> float16 for fp16 (but the `wide` ones), else as they
     are (contiguous)."""
     out = {}
@@ -119,9 +130,14 @@ def transmitted(arrays: Mapping[str, np.ndarray], precision: str,
     return out
 
 
-def encode_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
-                key: tuple | None = None, frozen: frozenset[str] = frozenset()
-                ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
+def encode_push(
+    version: int,
+    arrays: Mapping[str, np.ndarray],
+    architecture: str,
+    cfg: PushConfig,
+    key: tuple | None = None,
+    frozen: frozenset[str] = frozenset(),
+) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
     """(parts, transmitted arrays, is_keyframe): plan_push() with every part sealed now."""
     parts, tx, keyframe = plan_push(version, arrays, architecture, cfg, key, frozen)
     return list(seal(parts, tx)), tx, keyframe
@@ -131,8 +147,9 @@ def _array_of(piece: str) -> str:
     return piece.partition(":")[2].rpartition(":")[0]
 
 
-def seal(parts: list[WeightPart], tx: Mapping[str, np.ndarray],
-         ready: Callable[[Iterable[str]], object] = lambda names: None) -> Iterator[WeightPart]:
+def seal(
+    parts: list[WeightPart], tx: Mapping[str, np.ndarray], ready: Callable[[Iterable[str]], object] = lambda names: None
+) -> Iterator[WeightPart]:
     """A keyframe's parts as they go, each with the digests (`sums`) of the arrays whose last piece
     it carries, computed when the part is taken: the publisher digests part k while ZMQ sends the
     parts before it, and the actor checks each array the moment its last piece is in. A delta's
@@ -151,9 +168,14 @@ def seal(parts: list[WeightPart], tx: Mapping[str, np.ndarray],
         yield replace(p, sums=tuple((k, digest(tx[k])) for k in done))
 
 
-def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str, cfg: PushConfig,
-              key: tuple | None = None, frozen: frozenset[str] = frozenset()
-              ) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
+def plan_push(
+    version: int,
+    arrays: Mapping[str, np.ndarray],
+    architecture: str,
+    cfg: PushConfig,
+    key: tuple | None = None,
+    frozen: frozenset[str] = frozenset(),
+) -> tuple[list[WeightPart], dict[str, np.ndarray], bool]:
     """(parts, transmitted arrays, is_keyframe). `key` is (version, transmitted arrays[, digests]) of
     the last keyframe; a delta is made against it when cfg.delta and it is recent and has the same
     arrays. `frozen` names arrays that are unchanged since that keyframe by declaration (they may be
@@ -162,21 +184,33 @@ def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str,
     manifest. Use `keyframe_of(sealed parts, tx)` for the next call's `key` after a keyframe."""
     wide = too_wide_for_fp16({k: a for k, a in arrays.items() if k not in frozen}, cfg.precision)
     if key is not None:  # a frozen array keeps how its keyframe sent it
-        wide |= frozenset(k for k in frozen if k in key[1] and key[1][k].dtype == np.float32
-                          and arrays[k].dtype == np.float32 and cfg.precision == "fp16")
+        wide |= frozenset(
+            k
+            for k in frozen
+            if k in key[1]
+            and key[1][k].dtype == np.float32
+            and arrays[k].dtype == np.float32
+            and cfg.precision == "fp16"
+        )
 
     def spec(k: str, a: np.ndarray) -> tuple:
-        return a.shape, (np.dtype(np.float16) if cfg.precision == "fp16" and a.dtype == np.float32 and k not in wide
-                         else a.dtype)
+        return a.shape, (
+            np.dtype(np.float16) if cfg.precision == "fp16" and a.dtype == np.float32 and k not in wide else a.dtype
+        )
 
-    delta = (cfg.delta and key is not None and version - key[0] < cfg.keyframe_every
-             and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: spec(k, a) for k, a in arrays.items()})
+    delta = (
+        cfg.delta
+        and key is not None
+        and version - key[0] < cfg.keyframe_every
+        and {k: (a.shape, a.dtype) for k, a in key[1].items()} == {k: spec(k, a) for k, a in arrays.items()}
+    )
     if delta:
         assert key is not None
         # frozen now and already when the keyframe was copied (a parameter frozen later is compared)
         held = frozenset(frozen) & (key[3] if len(key) > 3 else frozenset())
-        tx = {k: key[1][k] for k in held} | transmitted({k: a for k, a in arrays.items() if k not in held},
-                                                         cfg.precision, wide)
+        tx = {k: key[1][k] for k in held} | transmitted(
+            {k: a for k, a in arrays.items() if k not in held}, cfg.precision, wide
+        )
         tx = {k: tx[k] for k in arrays}  # the arrays' own order
         same = set(held) | {k for k, a in tx.items() if k not in held and _equal(a, key[1][k])}
     else:  # a keyframe: every array, frozen ones copied now (live views must not stand in for it)
@@ -186,8 +220,10 @@ def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str,
     sums = key[2] if delta and key is not None and len(key) > 2 else {}  # type: ignore[misc]
     # a delta: the digest of every array as transmitted; an unchanged array keeps its keyframe's
     # (not recomputed). A keyframe: 0, its digests come with its parts (seal())
-    manifest = tuple((k, tuple(a.shape), a.dtype.name,
-                      (sums[k] if k in same and k in sums else digest(a)) if delta else 0) for k, a in tx.items())
+    manifest = tuple(
+        (k, tuple(a.shape), a.dtype.name, (sums[k] if k in same and k in sums else digest(a)) if delta else 0)
+        for k, a in tx.items()
+    )
     pieces: list[tuple[str, np.ndarray]] = []
     # parts of part_mb, but a small push in about MIN_PARTS parts (of at least 256 KiB): digesting,
     # sending, receiving and checking then overlap rather than run one after the other
@@ -203,14 +239,14 @@ def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str,
             if len(changed) < cfg.sparse_below * flat.size:
                 per = max(1, step // (8 + a.itemsize))
                 for lo in range(0, len(changed), per):
-                    idx = changed[lo:lo + per]
+                    idx = changed[lo : lo + per]
                     pieces += [(f"i:{k}:{lo}", idx.astype(np.int64)), (f"v:{k}:{lo}", flat[idx])]
                 continue
         per = max(1, step // max(a.itemsize, 1))
         if a.nbytes <= cfg.whole_mb * 2**20:
             per = max(per, flat.size)  # whole: one piece (a part of its own when bigger than part_mb)
         for lo in range(0, max(flat.size, 1), per):
-            pieces.append((f"d:{k}:{lo}", flat[lo:lo + per]))
+            pieces.append((f"d:{k}:{lo}", flat[lo : lo + per]))
     groups: list[list[tuple[str, np.ndarray]]] = [[]]
     size = 0
     for name, p in pieces:  # consecutive pieces into parts of about part_mb ((i, v) pairs stay together)
@@ -220,13 +256,16 @@ def plan_push(version: int, arrays: Mapping[str, np.ndarray], architecture: str,
         groups[-1].append((name, p))
         size += p.nbytes
     base = key[0] if delta and key is not None else -1
-    parts = [WeightPart(version, i, len(groups), base, cfg.precision, architecture,
-                        manifest if i == 0 else (), dict(g)) for i, g in enumerate(groups)]
+    parts = [
+        WeightPart(version, i, len(groups), base, cfg.precision, architecture, manifest if i == 0 else (), dict(g))
+        for i, g in enumerate(groups)
+    ]
     return parts, tx, not delta
 
 
-def keyframe_of(version: int, parts: list[WeightPart], tx: dict[str, np.ndarray],
-                frozen: frozenset[str] = frozenset()) -> tuple:
+def keyframe_of(
+    version: int, parts: list[WeightPart], tx: dict[str, np.ndarray], frozen: frozenset[str] = frozenset()
+) -> tuple:
     """(version, transmitted arrays, digest per array, names frozen when it was taken): what deltas
     are made against. `parts`: the keyframe's parts as sealed (their sums)."""
     sums = {n: c for n, _, _, c in parts[0].manifest} | {n: c for p in parts for n, c in p.sums}
@@ -287,10 +326,21 @@ class Assembler:
                     bufs[name] = src
                 else:  # allocated at its first piece (an array that comes whole is the piece itself)
                     bufs[name] = _Pending(tuple(shape), np.dtype(dtype))
-            self._cur = cur = {"version": p.version, "base": p.base, "parts": p.parts, "got": set(), "touched": set(),
-                               "manifest": p.manifest, "bufs": bufs, "precision": p.precision,
-                               "architecture": p.architecture, "sums": {}, "verified": set(), "in_order": True,
-                               "fp32": {}}
+            self._cur = cur = {
+                "version": p.version,
+                "base": p.base,
+                "parts": p.parts,
+                "got": set(),
+                "touched": set(),
+                "manifest": p.manifest,
+                "bufs": bufs,
+                "precision": p.precision,
+                "architecture": p.architecture,
+                "sums": {},
+                "verified": set(),
+                "in_order": True,
+                "fp32": {},
+            }
         elif cur is None or cur["version"] != p.version or cur["base"] != p.base:
             return None  # its part 0 was not seen: wait for the repeat
         if p.parts != cur["parts"] or p.part in cur["got"]:
@@ -334,8 +384,10 @@ class Assembler:
             self._key = (cur["version"], cur["bufs"], expected)
         self.completed += 1
         back = cur["fp32"]  # (float16 arrays turned back into float32 as they were checked)
-        arrays = {k: back[k] if k in back else (as_dtype(v, np.float32) if v.dtype == np.float16 else v)
-                  for k, v in cur["bufs"].items()}
+        arrays = {
+            k: back[k] if k in back else (as_dtype(v, np.float32) if v.dtype == np.float16 else v)
+            for k, v in cur["bufs"].items()
+        }
         return Weights(cur["version"], arrays, cur["architecture"])
 
     @staticmethod
@@ -377,7 +429,7 @@ class Assembler:
                 lo = int(off)
                 if lo < 0 or lo + a.size > flat.size:
                     raise ValueError(f"piece {name} runs past '{key}' ({flat.size} elements)")
-                flat[lo:lo + a.size] = a
+                flat[lo : lo + a.size] = a
             elif kind == "v":
                 idx = pieces[f"i:{key}:{off}"]
                 if idx.shape != a.shape or (idx.size and (idx.min() < 0 or idx.max() >= flat.size)):

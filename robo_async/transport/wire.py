@@ -56,10 +56,37 @@ from robo_async.transport.messages import (
 from robo_async.transport.stats import ActorStats
 
 __all__ = [
-    "DTYPES", "EPISODE_LABELS", "FINAL_OBS", "KINDS", "MAX_ACTOR_ID", "MAX_COUNT", "MAX_FIGURE", "OPERATOR",
-    "POLICY", "SCHEMA", "TAKEOVER", "ActorStats", "ChunkReply", "EpisodeStats", "Frames", "Heartbeat", "StreamGap",
-    "InferRequest", "LearnerStatus", "Message", "TransitionBatch", "WeightPart", "Weights", "WireError",
-    "MAX_FRAMES", "actor_stats", "decode", "encode", "expand_next_obs", "is_image_column", "recv_frames",
+    "DTYPES",
+    "EPISODE_LABELS",
+    "FINAL_OBS",
+    "KINDS",
+    "MAX_ACTOR_ID",
+    "MAX_COUNT",
+    "MAX_FIGURE",
+    "OPERATOR",
+    "POLICY",
+    "SCHEMA",
+    "TAKEOVER",
+    "ActorStats",
+    "ChunkReply",
+    "EpisodeStats",
+    "Frames",
+    "Heartbeat",
+    "StreamGap",
+    "InferRequest",
+    "LearnerStatus",
+    "Message",
+    "TransitionBatch",
+    "WeightPart",
+    "Weights",
+    "WireError",
+    "MAX_FRAMES",
+    "actor_stats",
+    "decode",
+    "encode",
+    "expand_next_obs",
+    "is_image_column",
+    "recv_frames",
     "standard_columns",
 ]
 
@@ -92,16 +119,28 @@ def encode(msg: Message) -> list[bytes | memoryview]:
     if isinstance(msg, Weights):
         return _pack(msg.kind, msg.arrays, version=msg.version, architecture=msg.architecture)
     if isinstance(msg, WeightPart):
-        return _pack(msg.kind, msg.arrays, version=msg.version, part=msg.part, parts=msg.parts, base=msg.base,
-                     precision=msg.precision, architecture=msg.architecture,
-                     manifest=[[n, list(sh), dt, c] for n, sh, dt, c in msg.manifest],
-                     sums=[[n, c] for n, c in msg.sums])
+        return _pack(
+            msg.kind,
+            msg.arrays,
+            version=msg.version,
+            part=msg.part,
+            parts=msg.parts,
+            base=msg.base,
+            precision=msg.precision,
+            architecture=msg.architecture,
+            manifest=[[n, list(sh), dt, c] for n, sh, dt, c in msg.manifest],
+            sums=[[n, c] for n, c in msg.sums],
+        )
     if isinstance(msg, (EpisodeStats, LearnerStatus, StreamGap)):
         return _pack(msg.kind, {}, **{k: getattr(msg, k) for k in msg.__dataclass_fields__})
     if isinstance(msg, Heartbeat):
         return _pack(
-            msg.kind, {}, actor_id=msg.actor_id, env_steps=msg.env_steps,
-            policy_version=msg.policy_version, stats=msg.stats.figures(),
+            msg.kind,
+            {},
+            actor_id=msg.actor_id,
+            env_steps=msg.env_steps,
+            policy_version=msg.policy_version,
+            stats=msg.stats.figures(),
         )
     if isinstance(msg, InferRequest):
         arrays: dict[str, np.ndarray | Frames] = {f"obs/{k}": v for k, v in msg.obs.items()}
@@ -109,13 +148,32 @@ def encode(msg: Message) -> list[bytes | memoryview]:
             arrays["fstate"] = msg.forwarded_state
         if msg.prefix is not None:
             arrays["prefix"] = msg.prefix
-        return _pack(msg.kind, arrays, actor_id=msg.actor_id, req=msg.req, tick=msg.tick, delay=msg.delay,
-                     deterministic=msg.deterministic, hello=msg.hello, policy=msg.policy, spec=msg.spec,
-                     instruction=msg.instruction)
+        return _pack(
+            msg.kind,
+            arrays,
+            actor_id=msg.actor_id,
+            req=msg.req,
+            tick=msg.tick,
+            delay=msg.delay,
+            deterministic=msg.deterministic,
+            hello=msg.hello,
+            policy=msg.policy,
+            spec=msg.spec,
+            instruction=msg.instruction,
+        )
     if isinstance(msg, ChunkReply):
-        return _pack(msg.kind, {} if msg.actions is None else {"actions": msg.actions}, req=msg.req,
-                     version=msg.version, architecture=msg.architecture, error=msg.error, horizon=msg.horizon,
-                     spec=msg.spec, infer_us=msg.infer_us, batch=msg.batch)
+        return _pack(
+            msg.kind,
+            {} if msg.actions is None else {"actions": msg.actions},
+            req=msg.req,
+            version=msg.version,
+            architecture=msg.architecture,
+            error=msg.error,
+            horizon=msg.horizon,
+            spec=msg.spec,
+            infer_us=msg.infer_us,
+            batch=msg.batch,
+        )
     raise WireError(f"cannot encode {type(msg).__name__}")
 
 

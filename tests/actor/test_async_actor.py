@@ -6,12 +6,11 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 
+from hal.safety import SafeRobot
 from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
-from hal.safety import SafeRobot
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore
@@ -27,13 +26,27 @@ def free_port():
 @pytest.mark.parametrize("mode", ["async_forward_rtc", "async_naive", "sync"])
 def test_realtime_loop_keeps_every_tick_while_a_slow_chunk_policy_thinks(tmp_path, mode):
     data, status = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    server = subprocess.Popen([sys.executable, "-m", "robo_async.bench.loadgen", "serve", "--store",
-                               str(tmp_path / "r"), "--data", data, "--status", status],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "robo_async.bench.loadgen",
+            "serve",
+            "--store",
+            str(tmp_path / "r"),
+            "--data",
+            data,
+            "--status",
+            status,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert server.stdout.readline().startswith("ready")
     spec = ReachTask().spec()
-    flow = FlowChunkPolicy(("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=10,
-                           steps=2, hidden=(32,))
+    flow = FlowChunkPolicy(
+        ("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=10, steps=2, hidden=(32,)
+    )
     policy = DelayedPolicy(flow, delay_ms=200)  # six control ticks at 30 Hz
     cfg = ActorConfig(0, data, status, LoopConfig(realtime=True, max_steps=45, eval_every=0, inference=mode))
     actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
@@ -70,8 +83,9 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     spec = ReachTask().spec()
 
     def flow(hidden):
-        return FlowChunkPolicy(("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=8,
-                               steps=2, hidden=hidden)
+        return FlowChunkPolicy(
+            ("state", "ee_to_target"), (6, 3), spec.joint_low, spec.joint_high, horizon=8, steps=2, hidden=hidden
+        )
 
     rx, pub = TransitionReceiver("tcp://127.0.0.1:0"), WeightPublisher("tcp://127.0.0.1:0")
     store = PersistentReplayStore(tmp_path / "r").open()
@@ -84,8 +98,9 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
             for msg in rx.poll(timeout_ms=5):
                 if isinstance(msg, TransitionBatch):
                     store.insert(msg)
-            pub.publish_status(LearnerStatus(0, 0, len(store), 2**62, False, boot,
-                                             tuple(sorted(store.high_water().items()))))
+            pub.publish_status(
+                LearnerStatus(0, 0, len(store), 2**62, False, boot, tuple(sorted(store.high_water().items())))
+            )
             if len(store) >= 10 and not wrong.is_set():  # another architecture: refused, old weights kept
                 pub.publish(Weights(1, flow((64,)).weights(), flow((64,)).architecture))
                 wrong.set()
@@ -98,8 +113,13 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     policy = DelayedPolicy(flow((32,)), delay_ms=60)
     # 150 ticks (5 s): the refused push and the new one make their round trip (actor -> store ->
     # stand-in learner -> publisher -> weight client) well within the run, however loaded the machine
-    cfg = ActorConfig(0, rx.address, pub.address, LoopConfig(realtime=True, max_steps=150, eval_every=0,
-                      inference="async_forward_rtc", episode_ticks=50), flush_every=4)
+    cfg = ActorConfig(
+        0,
+        rx.address,
+        pub.address,
+        LoopConfig(realtime=True, max_steps=150, eval_every=0, inference="async_forward_rtc", episode_ticks=50),
+        flush_every=4,
+    )
     actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     try:
         actor.run(threading.Event())

@@ -10,8 +10,7 @@ import torch
 
 from policies.base import ActionChunk, Policy
 from policies.flow import FlowChunkPolicy
-from robo_async.actor.inference import (AsyncChunkRunner, ChunkSchedule, InferenceEngine, LatencyTracker,
-                                        forward_state)
+from robo_async.actor.inference import AsyncChunkRunner, ChunkSchedule, InferenceEngine, LatencyTracker, forward_state
 from sim import ReachTask
 
 SPEC = ReachTask().spec()
@@ -34,8 +33,9 @@ class Scripted(Policy):
 
     def predict_chunk(self, obs, *, forwarded_state=None, prefix=None):
         i = len(self.calls)
-        self.calls.append((None if forwarded_state is None else forwarded_state.copy(),
-                           None if prefix is None else np.array(prefix)))
+        self.calls.append(
+            (None if forwarded_state is None else forwarded_state.copy(), None if prefix is None else np.array(prefix))
+        )
         self.seen.append(float(obs["state"][0]))
         self.gate.wait()
         if i < len(self.gates):
@@ -191,7 +191,7 @@ def test_flow_policy_rtc_prefix_is_exact_and_bc_learns():
     x1 = torch.as_tensor(p.normalize(targets.astype(np.float32)))
     opt = torch.optim.Adam(p.net.parameters(), lr=1e-3)
     losses = []
-    for step in range(300):
+    for _ in range(300):
         idx = torch.as_tensor(rng.integers(0, 512, 64))
         loss = p.bc_loss(cond[idx], x1[idx], torch.as_tensor(rng.integers(0, 3, 64)))
         opt.zero_grad()
@@ -244,8 +244,19 @@ def test_continuous_replanning_asks_whenever_the_engine_is_idle():
 
 
 def test_flow_policy_delta_mode_and_image_inputs():
-    p = FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, horizon=4, steps=2, hidden=(32,),
-                        action_mode="delta", delta_range=0.5, cameras=("front",), image_size=32)
+    p = FlowChunkPolicy(
+        ("state",),
+        (A,),
+        SPEC.joint_low,
+        SPEC.joint_high,
+        horizon=4,
+        steps=2,
+        hidden=(32,),
+        action_mode="delta",
+        delta_range=0.5,
+        cameras=("front",),
+        image_size=32,
+    )
     ref = np.full(A, 0.1, np.float32)
     acts = np.tile(ref + 0.2, (4, 1))
     np.testing.assert_allclose(p.denormalize(p.normalize(acts, ref), ref), acts, atol=1e-6)
@@ -274,8 +285,17 @@ def test_bc_with_camera_frames_lowers_the_loss():
         frames = (level[:, None, None, None] * 255 * np.ones((30, 16, 16, 3))).astype(np.uint8)
         acts = np.tile((level[:, None] - 0.5), (1, A)).astype(np.float32)
         eps.append({"obs/state": np.zeros((30, A), np.float32), "obs/front": frames, "action": acts})
-    p = FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, horizon=2, steps=2, hidden=(64,),
-                        cameras=("front",), image_size=16)
+    p = FlowChunkPolicy(
+        ("state",),
+        (A,),
+        SPEC.joint_low,
+        SPEC.joint_high,
+        horizon=2,
+        steps=2,
+        hidden=(64,),
+        cameras=("front",),
+        image_size=16,
+    )
     losses = clone(p, eps, 300, BCConfig(batch_size=32, max_delay=0))
     assert np.mean(losses[-20:]) < np.mean(losses[:20])
     p.deterministic = True  # the chunk follows the frame: dark -> about -0.4, bright -> about +0.4

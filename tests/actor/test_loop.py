@@ -3,6 +3,8 @@
 import threading
 
 import numpy as np
+import pytest
+import torch
 
 from hal.safety import SafeRobot
 from policies.base import ActionChunk, Policy
@@ -10,9 +12,6 @@ from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
 from robo_async.transport.wire import LearnerStatus
 from sim import ReachTask, SimRobot
-
-import pytest
-import torch
 
 
 class NaNEvery(Policy):
@@ -45,8 +44,9 @@ def test_every_action_goes_through_safety_and_episodes_reach_the_sink():
     sink = EpisodeLog()
     robot.connect()
     try:
-        res = ControlLoop(robot, NaNEvery(5), LoopConfig(episode_ticks=20, max_episodes=3, eval_every=1),
-                          sink=sink).run()
+        res = ControlLoop(
+            robot, NaNEvery(5), LoopConfig(episode_ticks=20, max_episodes=3, eval_every=1), sink=sink
+        ).run()
     finally:
         robot.close()
     assert res.ticks == 60 and len(sink.episodes) == 3
@@ -118,8 +118,9 @@ def test_inline_executes_each_chunk_whole_and_starts_a_new_one_each_episode():
     robot.connect()
     policy, sink = Counting(), Sink()
     try:
-        ControlLoop(robot, policy, LoopConfig(episode_ticks=6, max_episodes=2, inference="inline", eval_every=0),
-                    sink=sink).run()
+        ControlLoop(
+            robot, policy, LoopConfig(episode_ticks=6, max_episodes=2, inference="inline", eval_every=0), sink=sink
+        ).run()
     finally:
         robot.close()
     # 6-tick episodes: a chunk of 4, then a fresh chunk cut short by the episode end
@@ -148,8 +149,13 @@ def test_jsrl_guide_acts_first_in_training_episodes_and_hands_over_earlier_as_su
     robot.connect()
     policy, guide = Const(0.1), Const(0.2)
     # every training episode "succeeds" (threshold 0): the guide hands over 3 ticks earlier each time
-    cfg = LoopConfig(episode_ticks=8, max_episodes=6, inference="inline", eval_every=3,
-                     guide=GuideConfig(ticks=7, step=3, window=1, threshold=0.0))
+    cfg = LoopConfig(
+        episode_ticks=8,
+        max_episodes=6,
+        inference="inline",
+        eval_every=3,
+        guide=GuideConfig(ticks=7, step=3, window=1, threshold=0.0),
+    )
     loop = ControlLoop(robot, policy, cfg, observer=ticks.append, guide=guide)
     try:
         loop.run()
@@ -201,9 +207,12 @@ def test_a_non_finite_reading_or_reward_ends_the_episode_and_nothing_non_finite_
     robot = SafeRobot(FaultyReach())
     robot.connect()
     outlet = Outlet()
-    loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=10, max_episodes=2,
-                                                                inference="inline", eval_every=0),
-                       sink=Adder(0, outlet, flush_every=4))
+    loop = ControlLoop(
+        robot,
+        HoldPolicy(robot.spec),
+        LoopConfig(episode_ticks=10, max_episodes=2, inference="inline", eval_every=0),
+        sink=Adder(0, outlet, flush_every=4),
+    )
     try:
         result = loop.run()
     finally:

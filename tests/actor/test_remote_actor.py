@@ -31,24 +31,49 @@ def wait_for(condition, what: str, deadline_s: float = 120.0) -> None:
 
 
 def test_an_actor_with_its_policy_on_a_server_gets_statuses_and_acks_but_no_weights(tmp_path):
-    learner = Learner(LearnerConfig(
-        str(tmp_path / "run"), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-        PolicySpec("mlp", tuple(k for k, _ in OBS), tuple(d for _, d in OBS), tuple(SPEC.joint_low),
-                   tuple(SPEC.joint_high), hidden=(32, 32)),
-        algo_config=SACConfig(batch_size=16, warmup_steps=1 << 30, hidden=(32, 32)),  # no updates: only pushes
-        tensorboard=False, stop_at_success=None, checkpoint_every_s=3600.0))
+    learner = Learner(
+        LearnerConfig(
+            str(tmp_path / "run"),
+            "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:0",
+            PolicySpec(
+                "mlp",
+                tuple(k for k, _ in OBS),
+                tuple(d for _, d in OBS),
+                tuple(SPEC.joint_low),
+                tuple(SPEC.joint_high),
+                hidden=(32, 32),
+            ),
+            algo_config=SACConfig(batch_size=16, warmup_steps=1 << 30, hidden=(32, 32)),  # no updates: only pushes
+            tensorboard=False,
+            stop_at_success=None,
+            checkpoint_every_s=3600.0,
+        )
+    )
     learner.open()
     data, weights = learner.addresses
     stop_learner = threading.Event()
     stepping = threading.Thread(target=lambda: [learner.step() for _ in iter(stop_learner.is_set, True)])
     stepping.start()
-    server = PolicyServer(FlowChunkPolicy(("state",), (6,), SPEC.joint_low, SPEC.joint_high, horizon=8), SPEC,
-                          ServeConfig("tcp://127.0.0.1:0")).start()
+    server = PolicyServer(
+        FlowChunkPolicy(("state",), (6,), SPEC.joint_low, SPEC.joint_high, horizon=8),
+        SPEC,
+        ServeConfig("tcp://127.0.0.1:0"),
+    ).start()
     witness = WeightClient(weights, every_s=0.01).start()  # a subscriber that takes weights: they do go out
     stop = threading.Event()
-    actor = Actor(SafeRobot(SimRobot(ReachTask())), RemotePolicy(server.bound, SPEC), ActorConfig(
-        0, data, weights, LoopConfig(realtime=True, inference="async_forward", episode_ticks=50, eval_every=0),
-        uplink=UplinkConfig(journal_dir=None), drain_s=60.0))
+    actor = Actor(
+        SafeRobot(SimRobot(ReachTask())),
+        RemotePolicy(server.bound, SPEC),
+        ActorConfig(
+            0,
+            data,
+            weights,
+            LoopConfig(realtime=True, inference="async_forward", episode_ticks=50, eval_every=0),
+            uplink=UplinkConfig(journal_dir=None),
+            drain_s=60.0,
+        ),
+    )
     result = {}
     running = threading.Thread(target=lambda: result.update(r=actor.run(stop)))
     running.start()

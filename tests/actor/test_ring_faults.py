@@ -68,12 +68,14 @@ def test_a_ring_larger_than_dev_shm_fails_when_made_naming_the_sizes_and_the_fix
 
 def test_a_full_dev_shm_fails_when_made_naming_its_free_space(made, monkeypatch):
     """The same on a /dev/shm with 3 MiB of its 64 MiB free (a container's default size)."""
+
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(ring_module.os, "posix_fallocate", full)
-    monkeypatch.setattr(ring_module.os, "statvfs",
-                        lambda path: SimpleNamespace(f_frsize=4096, f_blocks=16384, f_bavail=768))
+    monkeypatch.setattr(
+        ring_module.os, "statvfs", lambda path: SimpleNamespace(f_frsize=4096, f_blocks=16384, f_bavail=768)
+    )
     with pytest.raises(SharedMemoryFull) as err:
         SlotRing.create(slots=4, slot_bytes=1 << 20)
     assert "needs 4.0 MiB of shared memory and /dev/shm has 3.0 MiB free of 64.0 MiB" in str(err.value)
@@ -88,10 +90,20 @@ def _batch(seq: int, n: int, dim: int) -> TransitionBatch:
     """Rows whose reward is their seq (so the receiver can tell each row's place)."""
     rows = np.arange(seq, seq + n, dtype=np.float32)
     state = np.repeat(rows[:, None], dim, axis=1)
-    return TransitionBatch(0, seq, {"obs/state": state, "next_obs/state": state + 1,
-                                    "action": np.zeros((n, 2), np.float32), "reward": rows,
-                                    "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
-                                    "policy_version": np.zeros(n, np.int64), "success": np.zeros(n, bool)})
+    return TransitionBatch(
+        0,
+        seq,
+        {
+            "obs/state": state,
+            "next_obs/state": state + 1,
+            "action": np.zeros((n, 2), np.float32),
+            "reward": rows,
+            "terminated": np.zeros(n, bool),
+            "truncated": np.zeros(n, bool),
+            "policy_version": np.zeros(n, np.int64),
+            "success": np.zeros(n, bool),
+        },
+    )
 
 
 class Learner:
@@ -133,8 +145,9 @@ def group():
 
     learner = Learner()
     # no journal and no acks: no slot is ever released; resend_s: no resend within the test
-    g = ProcessUplinks(0, [0], [UplinkConfig(message_bytes=1024, resend_s=3600)], learner.address,
-                       "tcp://127.0.0.1:9", ring_mb=2)
+    g = ProcessUplinks(
+        0, [0], [UplinkConfig(message_bytes=1024, resend_s=3600)], learner.address, "tcp://127.0.0.1:9", ring_mb=2
+    )
     try:
         assert g.open() == [0]
         g.start([0])

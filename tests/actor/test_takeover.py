@@ -28,12 +28,31 @@ class Rows:
     def __init__(self):
         self.rows, self.episodes = [], []
 
-    def add(self, obs, action, reward, next_obs, terminated, truncated, policy_version, success=False,
-            intervention=0, policy_action=None):
-        self.rows.append(dict(state=obs["state"].copy(), action=np.array(action), reward=reward,
-                              terminated=terminated, truncated=truncated, success=success,
-                              intervention=intervention, policy_action=None if policy_action is None
-                              else np.array(policy_action)))
+    def add(
+        self,
+        obs,
+        action,
+        reward,
+        next_obs,
+        terminated,
+        truncated,
+        policy_version,
+        success=False,
+        intervention=0,
+        policy_action=None,
+    ):
+        self.rows.append(
+            dict(
+                state=obs["state"].copy(),
+                action=np.array(action),
+                reward=reward,
+                terminated=terminated,
+                truncated=truncated,
+                success=success,
+                intervention=intervention,
+                policy_action=None if policy_action is None else np.array(policy_action),
+            )
+        )
 
     def send_episode(self, stats):
         self.episodes.append(stats)
@@ -54,9 +73,16 @@ def run(teleops, ticks, policy_target=None, sink=None, inference="inline", episo
     seen = []
     for t in teleops:
         t.connect()
-    loop = ControlLoop(robot, policy, LoopConfig(episode_ticks=episode_ticks, max_steps=ticks, eval_every=0,
-                                                 inference=inference, warmup_inference=False),
-                       sink=sink if sink is not None else Rows(), teleops=tuple(teleops), observer=seen.append)
+    loop = ControlLoop(
+        robot,
+        policy,
+        LoopConfig(
+            episode_ticks=episode_ticks, max_steps=ticks, eval_every=0, inference=inference, warmup_inference=False
+        ),
+        sink=sink if sink is not None else Rows(),
+        teleops=tuple(teleops),
+        observer=seen.append,
+    )
     loop.run()
     robot.close()
     return loop, seen, target, robot
@@ -86,8 +112,9 @@ def test_takeover_executes_the_teleops_actions_and_release_hands_back_without_a_
 def test_release_in_async_mode_asks_about_the_state_the_operator_left():
     # as fast as possible, the loop runs on while a chunk is computed: the latency measured in ticks
     # (and so how far ahead the first chunk after the release is placed) depends on the machine's load
-    loop, seen, target, robot = run([leader(events={5: "is_intervention", 15: "is_intervention"})], 1500,
-                                    inference="async_forward")
+    loop, seen, target, robot = run(
+        [leader(events={5: "is_intervention", 15: "is_intervention"})], 1500, inference="async_forward"
+    )
     # the first policy action after the release (tick 14) comes from an observation at or after it
     after = [s for s in seen[14:] if s.obs_tick >= 0]
     assert after and after[0].obs_tick >= 14
@@ -118,8 +145,9 @@ def test_intervention_rows_land_in_the_interventions_table_with_the_policys_acti
 
 def test_an_estop_from_sim_leader_inside_a_run_latches_a_hold():
     k = iter(range(10**6))
-    loop, seen, target, robot = run([leader(events={10: "estop"})], 25,
-                                    act=lambda: np.full(6, 0.3 * np.sin(next(k) / 3), np.float32))
+    loop, seen, target, robot = run(
+        [leader(events={10: "estop"})], 25, act=lambda: np.full(6, 0.3 * np.sin(next(k) / 3), np.float32)
+    )
     assert robot.estopped
     applied = np.array([s.applied for s in seen])
     assert np.abs(applied[8] - applied[7]).max() > 0.01  # moving before (poll 10 is tick 9)
@@ -127,8 +155,9 @@ def test_an_estop_from_sim_leader_inside_a_run_latches_a_hold():
         np.testing.assert_allclose(a, applied[9], atol=1e-6)  # held from tick 9 on
 
 
-@pytest.mark.parametrize("label,terminated,success", [("success", True, True), ("failure", False, False),
-                                                      ("rerecord_episode", False, False)])
+@pytest.mark.parametrize(
+    "label,terminated,success", [("success", True, True), ("failure", False, False), ("rerecord_episode", False, False)]
+)
 def test_labels_end_the_episode_with_the_right_flags(label, terminated, success):
     sink = Rows()
     run([leader(events={6: label})], 10, sink=sink)
@@ -175,9 +204,13 @@ def test_the_virtual_operator_takes_over_a_stalled_policy_and_never_in_evaluatio
     policy = ScriptedPolicy(lambda: hold, robot.spec.dt)  # never moves: it stalls
     policy.version = 0
     sink = Rows()
-    loop = ControlLoop(robot, policy, LoopConfig(episode_ticks=80, max_episodes=4, eval_every=2,
-                                                 inference="inline", warmup_inference=False),
-                       sink=sink, teleops=(op,))
+    loop = ControlLoop(
+        robot,
+        policy,
+        LoopConfig(episode_ticks=80, max_episodes=4, eval_every=2, inference="inline", warmup_inference=False),
+        sink=sink,
+        teleops=(op,),
+    )
     loop.run()
     robot.close()
     ends = np.flatnonzero([r["terminated"] or r["truncated"] for r in sink.rows]) + 1
@@ -188,7 +221,7 @@ def test_the_virtual_operator_takes_over_a_stalled_policy_and_never_in_evaluatio
     assert (iv[1] == 0).all() and (iv[3] == 0).all()  # evaluation episodes (odd ones): never
     first = int(np.argmax(iv[0] > 0))
     assert first >= 20  # only after it stalled
-    moved = np.array([r["action"] for r in sink.rows[first:first + 15]])
+    moved = np.array([r["action"] for r in sink.rows[first : first + 15]])
     assert np.abs(moved - hold).max() > 0.05  # the expert drove the arm
     assert [e.operator_ticks for e in sink.episodes][1::2] == [0, 0]
 

@@ -13,10 +13,15 @@ from robo_async.transport.wire import OPERATOR, TAKEOVER
 
 
 def test_rerecord_drops_the_episode_and_success_keeps_the_next_one_labelled(tmp_path):
-    targs = TaskArgs("reach", {"episode_ticks": 50}, teleop={"type": "sim_leader", "id": "t",
-                                                             "events": {5: "rerecord_episode", 15: "success"}})
+    targs = TaskArgs(
+        "reach",
+        {"episode_ticks": 50},
+        teleop={"type": "sim_leader", "id": "t", "events": {5: "rerecord_episode", 15: "success"}},
+    )
     seen = []
-    rec = teleop_session(targs, tmp_path / "store", episodes=1, realtime=False, on_episode=lambda s, k: seen.append((s, k)))
+    rec = teleop_session(
+        targs, tmp_path / "store", episodes=1, realtime=False, on_episode=lambda s, k: seen.append((s, k))
+    )
     assert [(s.length, s.label, k) for s, k in seen] == [(5, "rerecord", False), (10, "success", True)]
     assert rec.kept == 1 and rec.discarded == 1
     store = PersistentReplayStore(tmp_path / "store", StoreConfig()).open(readonly=True)
@@ -30,9 +35,23 @@ def test_rerecord_drops_the_episode_and_success_keeps_the_next_one_labelled(tmp_
 
 
 def test_teleop_command_records_the_virtual_operators_episodes_to_a_store_and_a_lerobot_dataset(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "robo_async.cli", "teleop", "task=push", "teleop=virtual",
-                          "teleop.always=true", f"out={tmp_path / 'store'}", "episodes=2",
-                          f"dataset={tmp_path / 'ds'}"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robo_async.cli",
+            "teleop",
+            "task=push",
+            "teleop=virtual",
+            "teleop.always=true",
+            f"out={tmp_path / 'store'}",
+            "episodes=2",
+            f"dataset={tmp_path / 'ds'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     assert "recorded 2 episodes" in res.stdout and "LeRobotDataset v3 with 2 episodes" in res.stdout
     from lerobot.datasets.lerobot_dataset import LeRobotDataset

@@ -108,8 +108,10 @@ def test_journal_survives_a_restart_and_spills_beyond_the_ram_budget(tmp_path):
     assert seqs(got)[:7] == list(range(60, 200, 20))  # read back from disk, in order
     frames = got[0].arrays["obs/cam0"]  # encoded here (QOI), stored by the learner as they come
     assert isinstance(frames, Frames) and frames.blobs[0][:1] == b"Q"
-    np.testing.assert_array_equal(decode_frames(frames, Column("obs/cam0", "uint8", (16, 16, 3))),
-                                  batch(0, 60, 20, images=1, size=16).arrays["obs/cam0"])
+    np.testing.assert_array_equal(
+        decode_frames(frames, Column("obs/cam0", "uint8", (16, 16, 3))),
+        batch(0, 60, 20, images=1, size=16).arrays["obs/cam0"],
+    )
     L.acked = 200
     L.collect(lambda g: up2.unacked == 0)
     up2.close(drain_s=0)
@@ -160,8 +162,11 @@ def test_a_damaged_journal_entry_becomes_a_declared_gap_and_the_stream_goes_on(t
                 store.refuse(m.actor_id, m.seq, m.count, m.reason)
         store.flush()
         L.acked = store.ack(0)
-    assert [(type(m).__name__, m.seq) for m in got[:3]] == [("TransitionBatch", 0), ("StreamGap", 10),
-                                                           ("TransitionBatch", 20)]
+    assert [(type(m).__name__, m.seq) for m in got[:3]] == [
+        ("TransitionBatch", 0),
+        ("StreamGap", 10),
+        ("TransitionBatch", 20),
+    ]
     assert got[1].count == 10 and "damaged" in got[1].reason
     assert store.ack(0) == 30 and len(store) == 20 and store.rows_refused == 10
     store.close()
@@ -280,6 +285,7 @@ def test_streams_sharing_one_thread_each_deliver_and_close_on_their_own_and_die_
     L = Learnerish()
     shared = UplinkThread("uplink-test")
     ups = [Uplink(a, L.rx.address, lambda: L.status, UplinkConfig(journal_dir=None, resend_s=0.3)) for a in (0, 1024)]
+
     def drivers():  # this test's uplink threads (another test's may still be ending in this process)
         return [t for t in threading.enumerate() if t.name in ("uplink-test", "uplink-0", "uplink-1024", "uplink-2048")]
 
@@ -289,7 +295,7 @@ def test_streams_sharing_one_thread_each_deliver_and_close_on_their_own_and_die_
             u.start(0, thread=shared)
         assert [t.name for t in drivers()] == ["uplink-test"]  # one thread for both
         for s in (0, 10):
-            for a, u in zip((0, 1024), ups):
+            for a, u in zip((0, 1024), ups, strict=False):
                 u.put(batch(a, s, 10))
         # nothing acked: resent (the two streams' sockets reach the receiver in no set order)
         got = L.collect(lambda g: all(sum(m.actor_id == a for m in g) >= 4 for a in (0, 1024)))
@@ -298,8 +304,9 @@ def test_streams_sharing_one_thread_each_deliver_and_close_on_their_own_and_die_
         ups[0].close(drain_s=0.0)
         assert shared._thread is not None and shared._thread.is_alive()  # still driving stream 1024
         ups[1].put(batch(1024, 20, 10))
-        assert 20 in [m.seq for m in L.collect(lambda g: 20 in [m.seq for m in g if m.actor_id == 1024])
-                      if m.actor_id == 1024]
+        assert 20 in [
+            m.seq for m in L.collect(lambda g: 20 in [m.seq for m in g if m.actor_id == 1024]) if m.actor_id == 1024
+        ]
 
         def boom(*_):
             raise RuntimeError("disk on fire")
@@ -311,7 +318,7 @@ def test_streams_sharing_one_thread_each_deliver_and_close_on_their_own_and_die_
         deadline = time.monotonic() + 60
         while ups[1].error is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        for a, u in zip((1024, 2048), ups[1:]):
+        for a, u in zip((1024, 2048), ups[1:], strict=False):
             with pytest.raises(UplinkError, match="disk on fire"):
                 u.put(batch(a, 30, 10))
         assert shared._thread is None

@@ -45,7 +45,7 @@ def test_a_damaged_slot_is_refused_naming_it():
     ring = SlotRing.create(slots=2, slot_bytes=1024)
     try:
         ring.write(0, [b"abc"])
-        ring._buf[HEADER + 4:HEADER + 8] = (1000).to_bytes(4, "little")  # frame count past MAX_FRAMES
+        ring._buf[HEADER + 4 : HEADER + 8] = (1000).to_bytes(4, "little")  # frame count past MAX_FRAMES
         with pytest.raises(RingError, match="slot 0 says 1000 frames"):
             SlotRing.attach(ring.name).read(0)
     finally:
@@ -60,8 +60,15 @@ def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
     from robo_async.launch.builders import TaskArgs, make_robot
 
     robot = SafeRobot(make_robot(TaskArgs("reach", {})))
-    cfg = ActorConfig(0, data, weights, LoopConfig(max_steps=steps, eval_every=0, inference="inline", episode_ticks=50),
-                      uplink=UplinkConfig(journal_dir=str(journal), commit_ms=commit_ms), start_seq=start_seq, uplink_in="process")
+    cfg = ActorConfig(
+        0,
+        data,
+        weights,
+        LoopConfig(max_steps=steps, eval_every=0, inference="inline", episode_ticks=50),
+        uplink=UplinkConfig(journal_dir=str(journal), commit_ms=commit_ms),
+        start_seq=start_seq,
+        uplink_in="process",
+    )
     return Actor(robot, HoldPolicy(robot.spec), cfg)
 
 
@@ -88,8 +95,9 @@ def test_a_killed_transport_process_is_replaced_and_every_row_arrives_once(tmp_p
         t = threading.Thread(target=lambda: (actor.run(threading.Event()), done.set()), daemon=True)
         t.start()
         deadline = time.monotonic() + 120
-        while (actor.transport is None or not actor.transport.alive() or actor.transport.ring.written < 20) \
-                and time.monotonic() < deadline:
+        while (
+            actor.transport is None or not actor.transport.alive() or actor.transport.ring.written < 20
+        ) and time.monotonic() < deadline:
             time.sleep(0.01)
         group = actor.transport
         pid = group._proc.pid
@@ -139,8 +147,10 @@ def test_an_actor_killed_leaves_its_transport_process_to_journal_every_batch_it_
     ingest = IngestProcess(str(tmp_path / "store"))
     handed = tmp_path / "handed.txt"
     with ingest as (data, weights):
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, data, weights, str(tmp_path / "journal"), str(handed)],
-                                cwd=Path(__file__).parents[2])
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, data, weights, str(tmp_path / "journal"), str(handed)],
+            cwd=Path(__file__).parents[2],
+        )
         try:
             deadline = time.monotonic() + 120
             while (not handed.exists() or len(handed.read_text().split()) < 20) and time.monotonic() < deadline:
@@ -179,9 +189,20 @@ def _wide(seq: int, n: int, dim: int):
 
     rows = np.arange(seq, seq + n, dtype=np.float32)
     state = np.repeat(rows[:, None], dim, axis=1)
-    return TransitionBatch(0, seq, {"obs/state": state, "next_obs/state": state + 1, "action": np.zeros((n, 2), np.float32),
-                                    "reward": rows, "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
-                                    "policy_version": np.zeros(n, np.int64), "success": np.zeros(n, bool)})
+    return TransitionBatch(
+        0,
+        seq,
+        {
+            "obs/state": state,
+            "next_obs/state": state + 1,
+            "action": np.zeros((n, 2), np.float32),
+            "reward": rows,
+            "terminated": np.zeros(n, bool),
+            "truncated": np.zeros(n, bool),
+            "policy_version": np.zeros(n, np.int64),
+            "success": np.zeros(n, bool),
+        },
+    )
 
 
 @pytest.mark.parametrize("dim", [3000, 10_000], ids=["split-into-slots", "a-row-larger-than-a-slot"])
@@ -195,8 +216,14 @@ def test_batches_larger_than_a_slot_arrive_whole_and_in_order(tmp_path, dim):
 
     ingest = IngestProcess(str(tmp_path / "store"))
     with ingest as (data, weights):
-        group = ProcessUplinks(0, [0], [UplinkConfig(journal_dir=str(tmp_path / "journal"), message_bytes=1024)],
-                               data, weights, ring_mb=0.5)
+        group = ProcessUplinks(
+            0,
+            [0],
+            [UplinkConfig(journal_dir=str(tmp_path / "journal"), message_bytes=1024)],
+            data,
+            weights,
+            ring_mb=0.5,
+        )
         try:
             assert group.open() == [0]
             group.start([0])

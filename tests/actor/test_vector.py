@@ -45,8 +45,7 @@ class Batched(Policy):
 
     def predict_chunks(self, requests):
         self.calls.append((len(requests), self.deterministic))
-        return [ActionChunk(np.asarray(r.obs["state"], np.float32)[None], self.spec.dt, self.version)
-                for r in requests]
+        return [ActionChunk(np.asarray(r.obs["state"], np.float32)[None], self.spec.dt, self.version) for r in requests]
 
     def module(self):
         import torch
@@ -65,8 +64,9 @@ def test_one_batched_call_per_tick_and_each_simulator_its_own_episodes():
     rs = robots(3)
     policy = Batched(rs[0].spec)
     sinks = [Rows() for _ in rs]
-    loop = ControlLoop(rs, policy, LoopConfig(episode_ticks=10, max_steps=3 * 40, inference="inline", eval_every=2,
-                                              seed=5), sink=sinks)
+    loop = ControlLoop(
+        rs, policy, LoopConfig(episode_ticks=10, max_steps=3 * 40, inference="inline", eval_every=2, seed=5), sink=sinks
+    )
     res = loop.run()
     for r in rs:
         r.close()
@@ -76,7 +76,7 @@ def test_one_batched_call_per_tick_and_each_simulator_its_own_episodes():
     assert len(policy.calls) == 2 * 40 and sum(n for n, _ in policy.calls) == 120
     for sink in sinks:  # each sink: one simulator's consecutive ticks, episode after episode
         assert len(sink.rows) == 40 and len(sink.episodes) == 4
-        for (_, after, end), (before, _, _) in zip(sink.rows, sink.rows[1:]):
+        for (_, after, end), (before, _, _) in zip(sink.rows, sink.rows[1:], strict=False):
             if not end:
                 np.testing.assert_array_equal(after, before)
     numbers = sorted(e.episode for s in sinks for e in s.episodes)
@@ -91,8 +91,12 @@ def test_one_batched_call_per_tick_and_each_simulator_its_own_episodes():
 def test_training_simulators_share_one_call_per_tick():
     rs = robots(4)
     policy = Batched(rs[0].spec)
-    ControlLoop(rs, policy, LoopConfig(episode_ticks=10, max_steps=4 * 25, inference="inline", eval_every=0),
-                sink=[EpisodeLog() for _ in rs]).run()
+    ControlLoop(
+        rs,
+        policy,
+        LoopConfig(episode_ticks=10, max_steps=4 * 25, inference="inline", eval_every=0),
+        sink=[EpisodeLog() for _ in rs],
+    ).run()
     for r in rs:
         r.close()
     assert policy.calls == [(4, False)] * 25
@@ -105,7 +109,7 @@ def test_a_batched_mlp_gives_each_simulator_the_action_it_would_get_alone():
     rng = np.random.default_rng(0)
     reqs = [ChunkRequest({"state": rng.uniform(-1, 1, spec.state_dim).astype(np.float32)}) for _ in range(5)]
     batched = p.predict_chunks(reqs)
-    for r, b in zip(reqs, batched):
+    for r, b in zip(reqs, batched, strict=False):
         np.testing.assert_allclose(b.actions, p.predict_chunk(r.obs).actions, atol=1e-6)
 
 
@@ -148,17 +152,33 @@ def store_streams(run_dir):
 def test_vectorized_actors_train_and_resume_with_every_simulators_stream_whole(tmp_path, launcher):
     run_dir = tmp_path / "vec"
     actors = 1 if launcher == "serial" else 2  # (serial runs one actor)
-    tiny = ["task=reach", f"launcher={launcher}", f"actors={actors}", "actor.envs=3", "algo.warmup_steps=200",
-            "algo.batch_size=32", "policy.hidden=[32,32]", "algo.hidden=[32,32]", "stop_at_success=null",
-            "eval_episodes=0", "learner.log_every_s=0.5", "dashboard.port=null"]
-    res = subprocess.run(EXE + ["train", f"run_dir={run_dir}", "budget.env_steps=1800", *tiny],
-                         capture_output=True, text=True, timeout=300)
+    tiny = [
+        "task=reach",
+        f"launcher={launcher}",
+        f"actors={actors}",
+        "actor.envs=3",
+        "algo.warmup_steps=200",
+        "algo.batch_size=32",
+        "policy.hidden=[32,32]",
+        "algo.hidden=[32,32]",
+        "stop_at_success=null",
+        "eval_episodes=0",
+        "learner.log_every_s=0.5",
+        "dashboard.port=null",
+    ]
+    res = subprocess.run(
+        EXE + ["train", f"run_dir={run_dir}", "budget.env_steps=1800", *tiny],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     first = store_streams(run_dir)
     ids = {lane_actor_id(a, j) for a in range(actors) for j in range(3)}
     assert set(first) == ids  # a stream per simulator
-    res = subprocess.run(EXE + ["train", f"resume={run_dir}", "budget.env_steps=3000"], capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        EXE + ["train", f"resume={run_dir}", "budget.env_steps=3000"], capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     after = store_streams(run_dir)
     for a, seqs in after.items():  # each stream 0..n-1, once each: nothing lost or doubled across the resume
@@ -170,10 +190,14 @@ def test_vectorized_actors_train_and_resume_with_every_simulators_stream_whole(t
 
 
 def test_actor_envs_that_cannot_step_as_one_are_refused_at_plan_time():
-    for extra, why in ((["task.realtime=true"], "task.realtime=true"), (["teleop=virtual"], "a teleop"),
-                       (["actor.inference=async_forward"], "actor.inference=async_forward")):
-        res = subprocess.run(EXE + ["train", "task=reach", "actor.envs=4", *extra], capture_output=True, text=True,
-                             timeout=120)
+    for extra, why in (
+        (["task.realtime=true"], "task.realtime=true"),
+        (["teleop=virtual"], "a teleop"),
+        (["actor.inference=async_forward"], "actor.inference=async_forward"),
+    ):
+        res = subprocess.run(
+            EXE + ["train", "task=reach", "actor.envs=4", *extra], capture_output=True, text=True, timeout=120
+        )
         assert res.returncode != 0 and f"actor 0 has {why}" in res.stderr, res.stderr[-2000:]
     res = subprocess.run(EXE + ["train", "task=reach", "actor.envs=65"], capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "actor.envs must be 1 to 64" in res.stderr
@@ -187,8 +211,14 @@ def test_a_batch_of_rl_trained_chunk_policies_acts_as_each_one_alone():
     from policies.onestep import NoiseSteeredPolicy, OneStepChunkPolicy
 
     spec = ReachTask().spec()
-    kw = dict(obs_keys=("state",), obs_dims=(spec.state_dim,), action_low=spec.joint_low,
-              action_high=spec.joint_high, horizon=4, hidden=(32, 32))
+    kw = dict(
+        obs_keys=("state",),
+        obs_dims=(spec.state_dim,),
+        action_low=spec.joint_low,
+        action_high=spec.joint_high,
+        horizon=4,
+        hidden=(32, 32),
+    )
     rng = np.random.default_rng(1)
     reqs = [ChunkRequest({"state": rng.uniform(-1, 1, spec.state_dim).astype(np.float32)}) for _ in range(3)]
     for cls in (OneStepChunkPolicy, NoiseSteeredPolicy):
@@ -198,7 +228,7 @@ def test_a_batch_of_rl_trained_chunk_policies_acts_as_each_one_alone():
                 if isinstance(m, torch.nn.Linear):
                     m.weight.normal_(0, 0.3)
         p.deterministic = True
-        for r, b in zip(reqs, p.predict_chunks(reqs)):
+        for r, b in zip(reqs, p.predict_chunks(reqs), strict=False):
             np.testing.assert_allclose(b.actions, p.predict_chunk(r.obs).actions, atol=1e-5)
 
 
@@ -219,8 +249,12 @@ def test_a_vectorized_actors_streams_share_one_uplink_thread():
     sims = [SafeRobot(SimRobot(ReachTask())) for _ in range(3)]
     ingest = IngestProcess()
     with ingest as (data, weights):
-        actor = Actor(sims, Batched(sims[0].spec), ActorConfig(5, data, weights, LoopConfig(max_steps=300, eval_every=0)),
-                      observer=observe)
+        actor = Actor(
+            sims,
+            Batched(sims[0].spec),
+            ActorConfig(5, data, weights, LoopConfig(max_steps=300, eval_every=0)),
+            observer=observe,
+        )
         result = actor.run(threading.Event())
     assert result is not None and result.ticks == 300
     assert seen == ["uplink-5"]

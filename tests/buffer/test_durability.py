@@ -1,6 +1,5 @@
 """Kill -9 the learner's ingest server, the actor, or both, with real processes: nothing is lost."""
 
-import os
 import signal
 import socket
 import subprocess
@@ -8,7 +7,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 
 from robo_async.buffer.lmdb_store import PersistentReplayStore
 
@@ -28,9 +26,12 @@ class Cluster:
         self.server = self.producer = None
 
     def _spawn(self, *args):
-        return subprocess.Popen([sys.executable, "-m", "robo_async.bench.loadgen", *args,
-                                 "--data", self.data, "--status", self.status],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "robo_async.bench.loadgen", *args, "--data", self.data, "--status", self.status],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def start_server(self):
         self.server = self._spawn("serve", "--store", self.store)
@@ -38,8 +39,7 @@ class Cluster:
         assert line.startswith("ready"), line
 
     def start_producer(self, until, per_s=4000):
-        self.producer = self._spawn("produce", "--journal", self.journal, "--until", str(until),
-                                    "--per-s", str(per_s))
+        self.producer = self._spawn("produce", "--journal", self.journal, "--until", str(until), "--per-s", str(per_s))
         line = self.producer.stdout.readline()
         assert line.startswith("start"), line
         return int(line.split()[1].split("=")[1])

@@ -26,10 +26,16 @@ def episode(actor: int, seq: int, n: int, end: bool = True, cams=("front", "wris
     rng = np.random.default_rng(seed + seq)
     frames = {c: rng.integers(0, 256, (n + 1, SIZE, SIZE, 3), dtype=np.uint8) for c in cams}
     state = np.arange(n + 1, dtype=np.float32)[:, None].repeat(3, 1)
-    arrays = {"obs/state": state[:n], "final_obs/state": state[n:],
-              "action": np.zeros((n, 2), np.float32), "reward": np.zeros(n, np.float32),
-              "terminated": np.eye(1, n, n - 1, dtype=bool)[0] & end, "truncated": np.zeros(n, bool),
-              "policy_version": np.zeros(n, np.int64), "success": np.zeros(n, bool)}
+    arrays = {
+        "obs/state": state[:n],
+        "final_obs/state": state[n:],
+        "action": np.zeros((n, 2), np.float32),
+        "reward": np.zeros(n, np.float32),
+        "terminated": np.eye(1, n, n - 1, dtype=bool)[0] & end,
+        "truncated": np.zeros(n, bool),
+        "policy_version": np.zeros(n, np.int64),
+        "success": np.zeros(n, bool),
+    }
     for c in cams:
         arrays[f"obs/{c}"], arrays[f"final_obs/{c}"] = frames[c][:n], frames[c][n:]
     return TransitionBatch(actor, seq, arrays), frames
@@ -53,7 +59,9 @@ def test_a_batch_is_embedded_once_per_frame_and_rows_of_another_version_are_re_e
     assert other.version != enc.version
     redone, made = embed_batch(out, other)
     assert made == 7 and set(redone.arrays["obs/embedding_version"]) == {other.version}
-    np.testing.assert_array_equal(redone.arrays["obs/embedding"], other(np.stack([frames["front"], frames["wrist"]], 1))[:6])
+    np.testing.assert_array_equal(
+        redone.arrays["obs/embedding"], other(np.stack([frames["front"], frames["wrist"]], 1))[:6]
+    )
     # a run without a frozen encoder stores no embeddings
     plain, _ = embed_batch(redone, None)
     assert not [k for k in plain.arrays if "embedding" in k]
@@ -95,10 +103,12 @@ def test_embedding_columns_from_the_network_are_checked():
     enc = encoder()
     b, _ = embed_batch(episode(0, 0, 4)[0], enc)
     assert isinstance(decode(encode(b)), TransitionBatch)
-    for k, bad in (("obs/embedding_version", b.arrays["obs/embedding_version"].astype(np.float64)),
-                   ("obs/embedding_version", np.full(4, -3, np.int64)),
-                   ("obs/embedding", b.arrays["obs/embedding"].astype(np.float32)),
-                   ("obs/embedding", np.full((4, enc.dim), np.nan, np.float16))):
+    for k, bad in (
+        ("obs/embedding_version", b.arrays["obs/embedding_version"].astype(np.float64)),
+        ("obs/embedding_version", np.full(4, -3, np.int64)),
+        ("obs/embedding", b.arrays["obs/embedding"].astype(np.float32)),
+        ("obs/embedding", np.full((4, enc.dim), np.nan, np.float16)),
+    ):
         arrays = dict(b.arrays)
         arrays[k] = bad
         with pytest.raises(WireError, match=k.split("/")[1]):
@@ -141,8 +151,10 @@ def test_imported_rows_take_the_classifiers_reward_not_their_sources():
     from robo_async.transport.wire import expand_next_obs
 
     # the classifier's interface (SuccessClassifier: meta + probability), judging by brightness
-    clf = SimpleNamespace(meta=SimpleNamespace(cameras=("front",), threshold=0.5),
-                          probability=lambda fr: fr["front"].reshape(len(fr["front"]), -1).mean(1) / 255.0)
+    clf = SimpleNamespace(
+        meta=SimpleNamespace(cameras=("front",), threshold=0.5),
+        probability=lambda fr: fr["front"].reshape(len(fr["front"]), -1).mean(1) / 255.0,
+    )
     b, _ = episode(0, 0, 4, cams=("front",))
     full = expand_next_obs(b.arrays)
     full["next_obs/front"] = np.zeros_like(full["next_obs/front"])

@@ -51,8 +51,17 @@ def test_export_loads_in_lerobot_and_imports_back(source, tmp_path):
     assert set(back) == set(rows)
     for key, r in rows.items():
         b = back[key]
-        for col in ("obs/state", "next_obs/state", "action", "reward", "terminated", "truncated",
-                    "success", "policy_version", "obs/cam0"):
+        for col in (
+            "obs/state",
+            "next_obs/state",
+            "action",
+            "reward",
+            "terminated",
+            "truncated",
+            "success",
+            "policy_version",
+            "obs/cam0",
+        ):
             np.testing.assert_array_equal(b[col], r[col], err_msg=f"{col} of {key}")
         if not (r["terminated"] or r["truncated"]):  # the episode's last next frame is not in LeRobot
             np.testing.assert_array_equal(b["next_obs/cam0"], r["next_obs/cam0"])

@@ -2,7 +2,6 @@
 motor names) or the task declares the mapping (gym_hil's gripper command), refused in one line
 where they do not fit; never imported as they are."""
 
-
 import numpy as np
 import pytest
 
@@ -20,18 +19,25 @@ def record(root, state, action, names=None, env=None):
     episode), entry names `names` (e.g. lerobot-record's `shoulder_pan.pos`, ...)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    feats = {"observation.state": {"dtype": "float32", "shape": (state.shape[1],), "names": names},
-             "action": {"dtype": "float32", "shape": (action.shape[1],), "names": names},
-             "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
-             "next.done": {"dtype": "bool", "shape": (1,), "names": None}}
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": (state.shape[1],), "names": names},
+        "action": {"dtype": "float32", "shape": (action.shape[1],), "names": names},
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+    }
     if env is not None:
         feats["observation.environment_state"] = {"dtype": "float32", "shape": (env.shape[1],), "names": None}
-    ds = LeRobotDataset.create("local/recorded", fps=10, features=feats, root=root, use_videos=False,
-                               video_backend="pyav")
+    ds = LeRobotDataset.create(
+        "local/recorded", fps=10, features=feats, root=root, use_videos=False, video_backend="pyav"
+    )
     for t in range(len(state)):
-        frame = {"task": "pick", "observation.state": state[t].astype(np.float32),
-                 "action": action[t].astype(np.float32), "next.reward": np.zeros(1, np.float32),
-                 "next.done": np.array([t == len(state) - 1])}
+        frame = {
+            "task": "pick",
+            "observation.state": state[t].astype(np.float32),
+            "action": action[t].astype(np.float32),
+            "next.reward": np.zeros(1, np.float32),
+            "next.done": np.array([t == len(state) - 1]),
+        }
         if env is not None:
             frame["observation.environment_state"] = env[t].astype(np.float32)
         ds.add_frame(frame)
@@ -83,7 +89,9 @@ def test_a_gym_hil_recording_gets_the_tasks_gripper_fraction(tmp_path, gym_hil):
     raw = record(tmp_path / "raw_nostats", state, action, env=env)
     (raw / "meta" / "stats.json").unlink()
     rows = imported(tmp_path / "store_nostats", (raw, gym_hil))
-    np.testing.assert_allclose([r["obs/state"][GRIPPER_INDEX] for r in rows], state[:, GRIPPER_INDEX] / 255.0, atol=1e-6)
+    np.testing.assert_allclose(
+        [r["obs/state"][GRIPPER_INDEX] for r in rows], state[:, GRIPPER_INDEX] / 255.0, atol=1e-6
+    )
 
     # data already in the task's units (our own export) is kept as it is
     state01, action, env = gym_hil_episode(grip_scale=1.0)
@@ -101,8 +109,11 @@ def test_what_does_not_fit_gym_hil_is_refused_in_one_line_and_nothing_is_stored(
         assert str(e.value) == "action[3] (a3) spans 0..255 in the dataset; task gym_hil takes 0..2"
         state, action, env = gym_hil_episode()
         state[0, GRIPPER_INDEX] = -300.0  # neither the task's 0..1 nor the env's 0..255
-        with pytest.raises(ImportMismatch, match=r"^observation.state\[14\] \(gripper command\) spans -300..255 in "
-                                                 r"the dataset; task gym_hil takes 0..1 \(or 0..255, which it converts\)$"):
+        with pytest.raises(
+            ImportMismatch,
+            match=r"^observation.state\[14\] \(gripper command\) spans -300..255 in "
+            r"the dataset; task gym_hil takes 0..1 \(or 0..255, which it converts\)$",
+        ):
             tools.import_source(store, record(tmp_path / "b", state, action, env=env), "demos", target=gym_hil)
         with pytest.raises(ImportMismatch, match=r"^action has 6 values in the dataset; task gym_hil takes 4 "):
             tools.import_source(store, record(tmp_path / "c", state, np.zeros((12, 6))), "demos", target=gym_hil)
@@ -118,8 +129,16 @@ def reach():
 
 def so101_episode(t=10):
     """lerobot-record's units for an SO-101 (use_degrees=True): arm joints in degrees, gripper 0..100."""
-    deg = np.column_stack([np.linspace(-60, 60, t), np.linspace(-45, 30, t), np.linspace(0, 80, t),
-                           np.linspace(-20, 20, t), np.linspace(-90, 90, t), np.linspace(0, 100, t)])
+    deg = np.column_stack(
+        [
+            np.linspace(-60, 60, t),
+            np.linspace(-45, 30, t),
+            np.linspace(0, 80, t),
+            np.linspace(-20, 20, t),
+            np.linspace(-90, 90, t),
+            np.linspace(0, 100, t),
+        ]
+    )
     return deg, deg + 1.0
 
 
@@ -149,8 +168,11 @@ def test_degrees_without_a_task_or_without_names_are_refused(tmp_path, reach):
         with pytest.raises(ImportMismatch, match=r"LeRobot motors .* import it into a run \(buffer.imports\)"):
             tools.import_source(store, record(tmp_path / "a", state, action, names), "demos")
         # degrees with no names to say so: out of the joints' range in rad
-        with pytest.raises(ImportMismatch, match=r"^action\[0\] \(shoulder_pan\) spans -59..61 in the dataset; "
-                                                 r"task reach takes -1.92..1.92$"):
+        with pytest.raises(
+            ImportMismatch,
+            match=r"^action\[0\] \(shoulder_pan\) spans -59..61 in the dataset; "
+            r"task reach takes -1.92..1.92$",
+        ):
             tools.import_source(store, record(tmp_path / "b", state, action), "demos", target=reach)
         other = [f"{m}.pos" for m in ("waist", *MOTORS[1:])]  # another arm's motors
         with pytest.raises(ImportMismatch, match=r"holds LeRobot motors \['waist.pos'.*task reach takes joints"):
@@ -162,8 +184,7 @@ def test_degrees_without_a_task_or_without_names_are_refused(tmp_path, reach):
 
 def test_a_run_imports_into_its_tasks_target():
     """`buffer.imports` of a run: the run's task, its spec and its declared ranges (robo_async.train)."""
-    from robo_async.launch.tasks import task_args
-    from robo_async.launch.tasks import import_target
+    from robo_async.launch.tasks import import_target, task_args
 
     target = import_target(task_args({"name": "gym_hil"}))
     assert target.task == "gym_hil" and target.rescales == (GRIPPER_STATE,) and target.spec.action_dim == 4

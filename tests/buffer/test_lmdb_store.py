@@ -1,5 +1,4 @@
 import logging
-import resource
 import subprocess
 import sys
 import time
@@ -8,9 +7,9 @@ import lmdb
 import numpy as np
 import pytest
 
+from robo_async.bench.loadgen import make_row
 from robo_async.buffer.codec import STORE_SCHEMA
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig, StoreError
-from robo_async.bench.loadgen import make_row
 from robo_async.buffer.sampler import Sampler, split
 from robo_async.buffer.store import ReplayError
 from robo_async.transport.wire import TransitionBatch
@@ -24,9 +23,14 @@ def batch(actor, seq, n, images=0, size=16, dim=4):
             cols.setdefault(f"obs/{k}", []).append(o[k])
             cols.setdefault(f"next_obs/{k}", []).append(x[k])
     arrays = {k: np.stack(v) for k, v in cols.items()}
-    arrays.update(action=np.zeros((n, 2), np.float32), reward=np.arange(seq, seq + n, dtype=np.float32),
-                  terminated=np.zeros(n, bool), truncated=np.zeros(n, bool),
-                  policy_version=np.zeros(n, np.int64), success=np.zeros(n, bool))
+    arrays.update(
+        action=np.zeros((n, 2), np.float32),
+        reward=np.arange(seq, seq + n, dtype=np.float32),
+        terminated=np.zeros(n, bool),
+        truncated=np.zeros(n, bool),
+        policy_version=np.zeros(n, np.int64),
+        success=np.zeros(n, bool),
+    )
     return TransitionBatch(actor, seq, arrays)
 
 
@@ -118,6 +122,7 @@ def test_png_and_qoi_frames_mix_in_one_store_and_a_damaged_frame_is_named(tmp_pa
         key, blob = next((k, bytes(v)) for k, v in txn.cursor() if bytes(v[:1]) == b"Q")
         bad = blob[5:20] + b"garbage"
         import zlib
+
         txn.put(key, b"Q" + zlib.crc32(bad).to_bytes(4, "little") + bad)
     with pytest.raises(Exception, match="does not decode"):
         with s._env.begin() as txn:
@@ -139,7 +144,7 @@ def test_frames_encoded_by_the_actor_are_stored_as_they_came(tmp_path):
     assert s.insert(sent) == 10
     s.flush()
     sample = s.sample(64, np.random.default_rng(0))  # the RAM cache holds the decoded pixels
-    for img, r in zip(sample["obs/cam0"], sample["reward"]):
+    for img, r in zip(sample["obs/cam0"], sample["reward"], strict=False):
         np.testing.assert_array_equal(img, raw.arrays["obs/cam0"][int(r)])
     with s._env.begin(db=s._dbs["img"]) as txn:
         stored = {bytes(v) for _, v in txn.cursor()}
@@ -223,6 +228,7 @@ def test_incompatible_or_garbage_store_is_refused(tmp_path):
     s.flush()
     with s._env.begin(write=True, db=s._dbs["meta"]) as txn:
         import msgpack
+
         d = msgpack.unpackb(txn.get(b"schema"))
         d["store_schema"] = STORE_SCHEMA + 1
         txn.put(b"schema", msgpack.packb(d))
@@ -276,8 +282,12 @@ s.close()
 
 
 def test_disk_full_during_commit_loses_nothing_acked(tmp_path):
-    out = subprocess.run([sys.executable, "-c", DISK_FULL, str(tmp_path / "r"), str(__import__("pathlib").Path(__file__).parents[2])],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", DISK_FULL, str(tmp_path / "r"), str(__import__("pathlib").Path(__file__).parents[2])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     words = out.stdout.split()
     errors, acked, sent = int(words[1]), int(words[3]), int(words[5])
@@ -331,8 +341,11 @@ def test_uniform_sampling_when_everything_fits(tmp_path):
 
 
 def test_split_and_mixed_batches(tmp_path):
-    assert split(256, {"online": 0.5, "demos": 0.25, "interventions": 0.25}) == \
-        {"online": 128, "demos": 64, "interventions": 64}
+    assert split(256, {"online": 0.5, "demos": 0.25, "interventions": 0.25}) == {
+        "online": 128,
+        "demos": 64,
+        "interventions": 64,
+    }
     assert sum(split(255, {"online": 1, "demos": 1, "interventions": 1}).values()) == 255
     s = opened(tmp_path / "r")
     s.insert(batch(0, 0, 50))

@@ -22,7 +22,7 @@ def fill(store, actors=2, per_actor=500, n=25, images=1, operated=()):
         for a in range(actors):
             b = batch(a, seq, n, images=images, size=8)
             arrays = dict(b.arrays)
-            arrays["truncated"] = ((np.arange(seq, seq + n) + 1) % 50 == 0)
+            arrays["truncated"] = (np.arange(seq, seq + n) + 1) % 50 == 0
             iv = np.zeros(n, np.uint8)
             for lo, hi in operated:
                 iv[(np.arange(seq, seq + n) >= lo) & (np.arange(seq, seq + n) < hi)] = OPERATOR

@@ -6,13 +6,18 @@ from robo_async.transport.wire import TransitionBatch
 
 
 def batch(actor, seq, n, dim=3):
-    return TransitionBatch(actor, seq, {
-        "obs/state": np.arange(seq, seq + n, dtype=np.float32)[:, None].repeat(dim, 1),
-        "action": np.zeros((n, 2), np.float32),
-        "reward": np.arange(seq, seq + n, dtype=np.float32),
-        "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
-        "policy_version": np.zeros(n, np.int64),
-    })
+    return TransitionBatch(
+        actor,
+        seq,
+        {
+            "obs/state": np.arange(seq, seq + n, dtype=np.float32)[:, None].repeat(dim, 1),
+            "action": np.zeros((n, 2), np.float32),
+            "reward": np.arange(seq, seq + n, dtype=np.float32),
+            "terminated": np.zeros(n, bool),
+            "truncated": np.zeros(n, bool),
+            "policy_version": np.zeros(n, np.int64),
+        },
+    )
 
 
 def test_insert_sample_and_duplicates_dropped():

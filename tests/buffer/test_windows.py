@@ -29,10 +29,20 @@ class Episodes:
             trunc[-1] = True
         seq = self.seq.get(actor, 0)
         self.seq[actor] = seq + n
-        return TransitionBatch(actor, seq, {
-            "obs/state": ident, "next_obs/state": nxt, "action": ident.copy(),
-            "reward": (t + 1).astype(np.float32), "terminated": term, "truncated": trunc,
-            "policy_version": np.full(n, version, np.int64), "success": term.copy()})
+        return TransitionBatch(
+            actor,
+            seq,
+            {
+                "obs/state": ident,
+                "next_obs/state": nxt,
+                "action": ident.copy(),
+                "reward": (t + 1).astype(np.float32),
+                "terminated": term,
+                "truncated": trunc,
+                "policy_version": np.full(n, version, np.int64),
+                "success": term.copy(),
+            },
+        )
 
 
 def opened(path, **kw):
@@ -42,9 +52,16 @@ def opened(path, **kw):
 def fill(store, eps: Episodes) -> None:
     # two actors, interleaved batches, episodes ending by termination, by truncation, and one
     # episode of actor 1 still running at the end
-    for b in (eps.batch(0, 0, 0, 6), eps.batch(1, 0, 0, 5), eps.batch(0, 0, 6, 3, "terminated"),
-              eps.batch(1, 0, 5, 4, "truncated"), eps.batch(0, 1, 0, 2, "terminated"),
-              eps.batch(1, 1, 0, 7), eps.batch(0, 2, 0, 9, "truncated"), eps.batch(1, 1, 7, 3)):
+    for b in (
+        eps.batch(0, 0, 0, 6),
+        eps.batch(1, 0, 0, 5),
+        eps.batch(0, 0, 6, 3, "terminated"),
+        eps.batch(1, 0, 5, 4, "truncated"),
+        eps.batch(0, 1, 0, 2, "terminated"),
+        eps.batch(1, 1, 0, 7),
+        eps.batch(0, 2, 0, 9, "truncated"),
+        eps.batch(1, 1, 7, 3),
+    ):
         store.insert(b)
     assert store.flush()
 
@@ -123,7 +140,7 @@ def test_h_step_target_matches_a_hand_computation():
     terminated = np.array([False, True, False])
     ret, boot = window_targets(rewards, mask, steps, terminated, gamma)
     np.testing.assert_allclose(ret, [1 + 0.9 * 2 + 0.81 * 3, 5 + 0.9 * 7, 4.0], rtol=1e-6)
-    np.testing.assert_allclose(boot, [0.9 ** 3, 0.0, 0.9], rtol=1e-6)
+    np.testing.assert_allclose(boot, [0.9**3, 0.0, 0.9], rtol=1e-6)
 
 
 def test_a_store_window_gives_the_hand_computed_target(tmp_path):
@@ -133,9 +150,9 @@ def test_a_store_window_gives_the_hand_computed_target(tmp_path):
     ret, boot = window_targets(w["rewards"], w["mask"], w["steps"], w["terminated"], 0.5)
     for i in range(len(ret)):
         t0, steps = int(w["obs/state"][i, 2]), int(w["steps"][i])
-        want = sum(0.5 ** k * (t0 + k + 1) for k in range(steps))  # reward of tick t is t + 1
+        want = sum(0.5**k * (t0 + k + 1) for k in range(steps))  # reward of tick t is t + 1
         assert abs(ret[i] - want) < 1e-4
-        assert boot[i] == (0.0 if w["terminated"][i] else 0.5 ** steps)
+        assert boot[i] == (0.0 if w["terminated"][i] else 0.5**steps)
     s.close()
 
 
@@ -282,8 +299,12 @@ def _rows(n: int, end: str | None = None, won: bool = False) -> dict[str, np.nda
     """n rows of an episode (the last one ending it as `end`, a success if `won`)."""
     last = np.zeros(n, bool)
     last[-1] = True
-    return {"obs/state": np.zeros((n, 2), np.float32), "terminated": last & (end == "terminated"),
-            "truncated": last & (end == "truncated"), "success": last & won}
+    return {
+        "obs/state": np.zeros((n, 2), np.float32),
+        "terminated": last & (end == "terminated"),
+        "truncated": last & (end == "truncated"),
+        "success": last & won,
+    }
 
 
 def test_an_episode_longer_than_the_ring_marks_only_its_rows_still_held():

@@ -9,12 +9,19 @@ from pathlib import Path
 from robo_async.dashboard.server import PAGE
 from robo_async.transport.stats import ActorStats
 
-ROW_KEYS = {"env_steps", "policy_version", "episodes", "heard_s", "frames", "resource"}  # Learner.actor_rows + the launcher
+ROW_KEYS = {
+    "env_steps",
+    "policy_version",
+    "episodes",
+    "heard_s",
+    "frames",
+    "resource",
+}  # Learner.actor_rows + the launcher
 
 
 def test_every_actor_figure_the_page_reads_is_declared():
     page = Path(PAGE).read_text()
-    script = page[page.index("#actors tbody"):]  # the actor table's rendering: `a` is one actor's row
+    script = page[page.index("#actors tbody") :]  # the actor table's rendering: `a` is one actor's row
     names = set(re.findall(r"\ba\.([A-Za-z_][A-Za-z0-9_]*)", script))
     declared = {f.name for f in fields(ActorStats)}
     assert names - ROW_KEYS, "the page reads no heartbeat figure: the pattern no longer matches it"

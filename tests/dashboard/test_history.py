@@ -7,8 +7,14 @@ from robo_async.dashboard.server import Dashboard, History
 
 
 def report(t, **kv):
-    return {"time/elapsed_s": t, "time/env_steps_per_s_10s": 10.0 * t, "losses/qf_loss": 1.0 / (1 + t),
-            "charts/success_rate": float("nan") if t == 3 else 0.5, "buffer/online": 7, **kv}
+    return {
+        "time/elapsed_s": t,
+        "time/env_steps_per_s_10s": 10.0 * t,
+        "losses/qf_loss": 1.0 / (1 + t),
+        "charts/success_rate": float("nan") if t == 3 else 0.5,
+        "buffer/online": 7,
+        **kv,
+    }
 
 
 def test_points_come_from_new_reports_with_the_curves_by_name():

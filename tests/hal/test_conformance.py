@@ -13,8 +13,13 @@ def test_sim_reach_state_only():
 
 
 def test_sim_reach_with_cameras_latency_and_noise():
-    check_robot(lambda: SimRobot(ReachTask(ReachConfig(cameras=("front", "wrist"), image_size=32)),
-                                 imperfections=SimImperfections(2, 1, 0.01, 0.01)), ticks=8)
+    check_robot(
+        lambda: SimRobot(
+            ReachTask(ReachConfig(cameras=("front", "wrist"), image_size=32)),
+            imperfections=SimImperfections(2, 1, 0.01, 0.01),
+        ),
+        ticks=8,
+    )
 
 
 def test_gym_adapter_box_observation():

@@ -8,15 +8,16 @@ import types
 import numpy as np
 import pytest
 
+from hal.ee_teleop import EndEffectorDevice, EndEffectorTeleop
 from hal.safety import SafeRobot
 from policies.scripted import HoldPolicy
 from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
-from hal.ee_teleop import EndEffectorDevice, EndEffectorTeleop
 from robo_async.launch.tasks import TaskArgs, make_robot, make_teleops
 
 
 class Key(enum.Enum):
     """pynput's key names (its OS backends need a desktop session, which this machine lacks)."""
+
     up, down, left, right, shift, shift_r, ctrl_r, ctrl_l, esc = range(9)
 
 
@@ -65,9 +66,14 @@ def run_with_keys(robot, teleop, device, script, ticks, episode_ticks=200):
             device._on_press(key)
 
     sink = EpisodeLog()
-    loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=episode_ticks, max_steps=ticks,
-                                                                 inference="inline", eval_every=0),
-                       sink=sink, teleops=(teleop,), observer=observe)
+    loop = ControlLoop(
+        robot,
+        HoldPolicy(robot.spec),
+        LoopConfig(episode_ticks=episode_ticks, max_steps=ticks, inference="inline", eval_every=0),
+        sink=sink,
+        teleops=(teleop,),
+        observer=observe,
+    )
     loop.run()
     return np.asarray(applied), loop
 
@@ -102,8 +108,11 @@ def test_keyboard_ee_gripper_and_labels_on_the_arm(keyboard):
         g = robot.spec.action_dim - 1
         open_q = robot.get_observation().state[g]
         # left ctrl is LeRobot's "close" (0): the gripper moves toward its lower limit, 0.2 rad a tick
-        script = {2: [("press", keyboard.Key.ctrl_l)], 6: [("release", keyboard.Key.ctrl_l), ("press", "s")],
-                  7: [("release", "s")]}
+        script = {
+            2: [("press", keyboard.Key.ctrl_l)],
+            6: [("release", keyboard.Key.ctrl_l), ("press", "s")],
+            7: [("release", "s")],
+        }
         applied, loop = run_with_keys(robot, teleop, device, script, 12)
         assert applied[6][g] == pytest.approx(max(robot.spec.low[g], open_q - 4 * 0.2), abs=1e-4)
         assert loop.episodes >= 1  # 's' labelled the episode a success and ended it
@@ -116,8 +125,12 @@ def test_keyboard_ee_drives_gym_hil_in_its_own_action_space(keyboard):
     try:
         obs = robot.reset(seed=0)
         tcp0 = obs.state[-3:].copy()
-        script = {1: [("press", keyboard.Key.shift_r)], 9: [("release", keyboard.Key.shift_r)],  # delta_z = +1
-                  10: [("press", keyboard.Key.ctrl_l)], 12: [("release", keyboard.Key.ctrl_l)]}  # LeRobot's close
+        script = {
+            1: [("press", keyboard.Key.shift_r)],
+            9: [("release", keyboard.Key.shift_r)],  # delta_z = +1
+            10: [("press", keyboard.Key.ctrl_l)],
+            12: [("release", keyboard.Key.ctrl_l)],
+        }  # LeRobot's close
         applied, _ = run_with_keys(robot, teleop, device, script, 15)
         assert applied[5].tolist() == [0.0, 0.0, 1.0, 1.0]  # up, gripper stays (gym_hil's 1)
         assert applied[12].tolist() == [0.0, 0.0, 0.0, 2.0]  # close is gym_hil's 2
@@ -228,8 +241,13 @@ def test_the_arms_analytic_jacobian_matches_finite_differences_on_random_poses()
             fd = np.stack([(kin(q + eps * e) - kin(q - eps * e)) / (2 * eps) for e in np.eye(6)], axis=1)
             np.testing.assert_allclose(jac, fd, rtol=0, atol=1e-8)  # m/rad; columns reach ~0.4
             assert not np.any(jac[:, 5])  # the gripper does not move the end effector (a site on the hand)
-            fd = np.stack([(ee_fk(scene, scratch, q + eps * e) - ee_fk(scene, scratch, q - eps * e)) / (2 * eps)
-                           for e in np.eye(6)], axis=1)
+            fd = np.stack(
+                [
+                    (ee_fk(scene, scratch, q + eps * e) - ee_fk(scene, scratch, q - eps * e)) / (2 * eps)
+                    for e in np.eye(6)
+                ],
+                axis=1,
+            )
             np.testing.assert_allclose(ee_jacobian(scene, scratch, q), fd, rtol=0, atol=1e-8)
     finally:
         robot.close()

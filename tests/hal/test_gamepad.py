@@ -47,8 +47,9 @@ class Pad:
 
     def press(self, b: int, down: bool = True) -> None:
         self.buttons[b] = int(down)
-        pygame.event.post(pygame.event.Event(pygame.JOYBUTTONDOWN if down else pygame.JOYBUTTONUP, button=b,
-                                             joy=0, instance_id=0))
+        pygame.event.post(
+            pygame.event.Event(pygame.JOYBUTTONDOWN if down else pygame.JOYBUTTONUP, button=b, joy=0, instance_id=0)
+        )
 
 
 @pytest.fixture
@@ -80,9 +81,14 @@ def drive(robot, teleop, script, ticks, episode_ticks=200):
         if info.tick in script:
             script[info.tick]()
 
-    loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=episode_ticks, max_steps=ticks,
-                                                                 inference="inline", eval_every=0),
-                       sink=sink, teleops=(teleop,), observer=observe)
+    loop = ControlLoop(
+        robot,
+        HoldPolicy(robot.spec),
+        LoopConfig(episode_ticks=episode_ticks, max_steps=ticks, inference="inline", eval_every=0),
+        sink=sink,
+        teleops=(teleop,),
+        observer=observe,
+    )
     loop.run()
     return np.asarray(applied), loop, pad_actions
 
@@ -134,8 +140,9 @@ def test_the_gamepad_drives_gym_hil_and_its_success_button_ends_the_episode(pad)
             pad.press(CLOSE, down=False)
             pad.press(SUCCESS)
 
-        applied, loop, _ = drive(robot, teleop, {1: take, 9: close, 11: success, 12: lambda: pad.press(SUCCESS, False)},
-                                 16)
+        applied, loop, _ = drive(
+            robot, teleop, {1: take, 9: close, 11: success, 12: lambda: pad.press(SUCCESS, False)}, 16
+        )
         assert applied[5].tolist() == [0.0, 0.0, 1.0, 1.0]  # up, the gripper stays (gym_hil's 1)
         assert applied[11].tolist() == [0.0, 0.0, 0.0, 2.0]  # LeRobot's close is gym_hil's 2
         assert loop.operators.labels["success"] == 1 and loop.episodes >= 1  # Y labelled the episode and ended it

@@ -5,13 +5,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from hal.leases import LeaseHeld, LeaseManager
-from hal.resources import (InventoryError, LeaseError, Resource, acquire_needs, discover, load_inventory,
-                           parse_needs)
+from hal.resources import InventoryError, LeaseError, acquire_needs, discover, load_inventory, parse_needs
 
 HOLDER = textwrap.dedent("""
     import sys, time
@@ -26,8 +24,9 @@ HOLDER = textwrap.dedent("""
 
 
 def hold(tmp_path, rid, job="other-job", seconds=600.0):
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), rid, job, str(seconds)],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path), rid, job, str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 
@@ -92,8 +91,10 @@ def test_a_refusal_names_each_holder_once_with_the_resources_it_holds(tmp_path):
 
 def test_inventory_entries_and_their_errors(tmp_path):
     inv = tmp_path / "robots.yaml"
-    inv.write_text("- {kind: robot, type: so101_follower, name: left, port: /dev/ttyACM77}\n"
-                   "- {kind: teleop, type: so101_leader, name: leader, port: /dev/null}\n")
+    inv.write_text(
+        "- {kind: robot, type: so101_follower, name: left, port: /dev/ttyACM77}\n"
+        "- {kind: teleop, type: so101_leader, name: leader, port: /dev/null}\n"
+    )
     left, leader = load_inventory(inv)
     assert left.id == "robot:so101_follower/left" and left.health.startswith("missing: /dev/ttyACM77")
     assert leader.health == "ok" and leader.option("port") == "/dev/null"
@@ -110,8 +111,13 @@ def test_inventory_entries_and_their_errors(tmp_path):
 def test_resources_command_lists_what_is_here(tmp_path):
     env = {**os.environ, "ROBO_ASYNC_LEASE_DIR": str(tmp_path)}
     p = hold(tmp_path, "sim:reach/0", job="busy-job")
-    out = subprocess.run([sys.executable, "-m", "robo_async.cli", "resources", "sims=reach:2"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "robo_async.cli", "resources", "sims=reach:2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     row = [ln for ln in out.stdout.splitlines() if "sim:reach/0" in ln][0]
     assert "busy-job" in row and str(p.pid) in row
@@ -126,8 +132,12 @@ def test_motor_buses_are_recognised_by_usb_ids_from_pyserials_port_list():
     from hal.resources import serial_buses
 
     ports = []
-    for dev, ids in {"/dev/ttyACM0": (0x1A86, 0x55D3), "/dev/ttyUSB0": (0x0403, 0x6014),
-                     "/dev/ttyACM1": (0x2341, 0x0043), "/dev/ttyS0": None}.items():
+    for dev, ids in {
+        "/dev/ttyACM0": (0x1A86, 0x55D3),
+        "/dev/ttyUSB0": (0x0403, 0x6014),
+        "/dev/ttyACM1": (0x2341, 0x0043),
+        "/dev/ttyS0": None,
+    }.items():
         p = ListPortInfo(dev, skip_link_detection=True)
         if ids:
             p.vid, p.pid = ids
@@ -139,7 +149,15 @@ def test_motor_buses_are_recognised_by_usb_ids_from_pyserials_port_list():
 def test_cameras_come_from_lerobots_finder():
     from hal.resources import cameras
 
-    found = cameras([{"name": "OpenCV Camera @ /dev/video2", "type": "OpenCV", "id": "/dev/video2",
-                      "default_stream_profile": {"width": 640, "height": 480, "fps": 30.0, "format": 0.0}}])
+    found = cameras(
+        [
+            {
+                "name": "OpenCV Camera @ /dev/video2",
+                "type": "OpenCV",
+                "id": "/dev/video2",
+                "default_stream_profile": {"width": 640, "height": 480, "fps": 30.0, "format": 0.0},
+            }
+        ]
+    )
     assert [(r.id, r.where, r.option("width")) for r in found] == [("camera:opencv/video2", "/dev/video2", 640)]
     assert cameras() == []  # this machine has none: LeRobot's finder opens nothing

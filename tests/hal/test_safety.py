@@ -235,8 +235,10 @@ def test_slowing_down_and_stopping_are_not_limited():
 def test_after_a_hold_the_ramp_starts_again_from_standstill():
     clock = FakeClock()
     r = arm(max_step_rad=0.05, max_accel_rad_s2=9.0, watchdog_s=0.1, clock=clock)
-    for hold in (lambda: r.send_action(np.full(3, np.nan, np.float32)),  # rejected: held
-                 lambda: (setattr(clock, "t", clock.t + 1), r.check_watchdog())):  # the watchdog's hold
+    for hold in (
+        lambda: r.send_action(np.full(3, np.nan, np.float32)),  # rejected: held
+        lambda: (setattr(clock, "t", clock.t + 1), r.check_watchdog()),
+    ):  # the watchdog's hold
         at = drive(r, np.ones(3), 6)[-1]  # at full speed
         hold()
         np.testing.assert_allclose(r.send_action(np.full(3, 2.0, np.float32)) - at, 0.01, atol=TOL)
@@ -267,8 +269,15 @@ def test_clips_are_counted_by_the_limit_that_set_them():
     assert (r.stats.clipped, r.stats.clipped_step, r.stats.clipped_position) == (2, 1, 1)
     names = r.stats_dict()
     assert names["safety/clipped"] == 2 and names["safety/clipped_position"] == 1
-    assert {"safety/rejected", "safety/workspace", "safety/estopped", "safety/watchdog_holds",
-            "safety/torque_offs", "safety/stops", "safety/max_step_seen"} <= set(names)
+    assert {
+        "safety/rejected",
+        "safety/workspace",
+        "safety/estopped",
+        "safety/watchdog_holds",
+        "safety/torque_offs",
+        "safety/stops",
+        "safety/max_step_seen",
+    } <= set(names)
 
 
 def test_infinite_limits_pass_any_target_within_the_joint_limits():

@@ -9,8 +9,11 @@ from sim import ReachTask, SimRobot
 
 
 def test_leader_actions_in_radians_and_events_mapped():
-    t = LeRobotTeleop(make_lerobot_teleop_device(
-        {"type": "sim_leader", "id": "t", "events": {2: "is_intervention", 3: "success", 5: "is_intervention"}}))
+    t = LeRobotTeleop(
+        make_lerobot_teleop_device(
+            {"type": "sim_leader", "id": "t", "events": {2: "is_intervention", 3: "success", 5: "is_intervention"}}
+        )
+    )
     t.connect()
     kinds = []
     for _ in range(6):
@@ -22,8 +25,11 @@ def test_leader_actions_in_radians_and_events_mapped():
 
 
 def test_a_buttons_only_device_gives_events_and_no_joint_targets():
-    t = LeRobotTeleop(make_lerobot_teleop_device(
-        {"type": "sim_leader", "id": "b", "buttons_only": True, "events": {2: "is_intervention", 3: "success"}}))
+    t = LeRobotTeleop(
+        make_lerobot_teleop_device(
+            {"type": "sim_leader", "id": "b", "buttons_only": True, "events": {2: "is_intervention", 3: "success"}}
+        )
+    )
     t.connect()
     assert t.action_dim is None and t.get_action() is None  # a takeover hands control to a leader arm
     kinds = [e.kind for _ in range(3) for e in t.events()]

@@ -31,7 +31,9 @@ def test_round_trips_both_ways_for_readings_and_arrays():
     np.testing.assert_allclose(lr[:, 5], (q[:, 5] - LOW[5]) / (HIGH[5] - LOW[5]) * 100, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(u.to_hal_array(lr), q, atol=1e-5)  # rad -> LeRobot -> rad
     values = rng.uniform([-170, -100, -90, -95, -150, 0], [170, 100, 90, 95, 160, 100], size=(3, 4, 6))
-    np.testing.assert_allclose(u.to_lerobot_array(u.to_hal_array(values)), values, atol=1e-3)  # LeRobot -> rad -> LeRobot
+    np.testing.assert_allclose(
+        u.to_lerobot_array(u.to_hal_array(values)), values, atol=1e-3
+    )  # LeRobot -> rad -> LeRobot
     for row in q:  # the dict forms agree with the array forms
         d = u.to_lerobot(row)
         assert list(d) == KEYS

@@ -32,9 +32,13 @@ GRIPPER_LOW, GRIPPER_HIGH = -0.17, 1.75  # the gripper joint's range (rad): LeRo
 BIN = Path(sys.executable).parent
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 # the hand's cycle (rad): the gripper closed (LeRobot 0) at A, open (100) at B
-CYCLE = np.array([[0.5, -0.4, 0.6, 0.3, -0.8, GRIPPER_LOW],
-                  [-0.6, 0.5, -0.4, -0.5, 1.0, GRIPPER_HIGH],
-                  [0.2, 0.8, 1.0, 0.6, 0.3, 0.8]])
+CYCLE = np.array(
+    [
+        [0.5, -0.4, 0.6, 0.3, -0.8, GRIPPER_LOW],
+        [-0.6, 0.5, -0.4, -0.5, 1.0, GRIPPER_HIGH],
+        [0.2, 0.8, 1.0, 0.6, 0.3, 0.8],
+    ]
+)
 # lerobot-record (its main(), its flags), its robot and teleoperator given the twin's bus timeout floor
 RECORD = f"""
 from hardware.lerobot_adapter import set_bus_timeout
@@ -59,7 +63,7 @@ class ScriptedHand:
     """A hand moving the twin's leader along `CYCLE` (from where it is, then around and around),
     in 10 ms steps at up to `HAND_SPEED`, holding each waypoint `DWELL_S`."""
 
-    def __init__(self, twin) -> None:  # noqa: ANN001
+    def __init__(self, twin) -> None:
         self.twin = twin
         self.start_q = np.asarray(twin.state("leader")["q"])
         self._stop = threading.Event()
@@ -92,7 +96,7 @@ class ScriptedHand:
         self._thread.join(timeout=5)
 
 
-def readings(twin, role: str) -> np.ndarray:  # noqa: ANN001
+def readings(twin, role: str) -> np.ndarray:
     """Every whole-arm position reading `role`'s bus served (rad, as the ticks sent stand for them)."""
     r = twin.control("readings", role=role, since=0)
     assert r["first"] == 0, f"the twin kept only the last {len(r['q'])} of {r['total']} readings"
@@ -115,29 +119,45 @@ def match_in_order(frames: np.ndarray, served: np.ndarray, tol: float) -> np.nda
 def run(*cmd: object, timeout: float = 240) -> subprocess.CompletedProcess:
     """A command as a user runs it (offline); it must exit 0."""
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=OFFLINE, timeout=timeout)
-    assert r.returncode == 0, (f"{' '.join(map(str, cmd[:3]))} exited {r.returncode}:\n"
-                               f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    assert r.returncode == 0, (
+        f"{' '.join(map(str, cmd[:3]))} exited {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    )
     return r
 
 
-def lerobot_record(twin, root: Path, fps: int = 20, episodes: int = 2, seconds: float = 4) -> Path:  # noqa: ANN001
+def lerobot_record(twin, root: Path, fps: int = 20, episodes: int = 2, seconds: float = 4) -> Path:
     """lerobot-record of the twin's so101_follower driven by its so101_leader, no cameras (`RECORD`)."""
     f, lead = twin.info["arms"]["follower"], twin.info["arms"]["leader"]
-    run(sys.executable, "-c", RECORD, "--robot.type=so101_follower", f"--robot.port={f['port']}",
-        f"--robot.id={f['id']}", f"--robot.calibration_dir={f['calibration_dir']}",
-        "--teleop.type=so101_leader", f"--teleop.port={lead['port']}", f"--teleop.id={lead['id']}",
+    run(
+        sys.executable,
+        "-c",
+        RECORD,
+        "--robot.type=so101_follower",
+        f"--robot.port={f['port']}",
+        f"--robot.id={f['id']}",
+        f"--robot.calibration_dir={f['calibration_dir']}",
+        "--teleop.type=so101_leader",
+        f"--teleop.port={lead['port']}",
+        f"--teleop.id={lead['id']}",
         f"--teleop.calibration_dir={lead['calibration_dir']}",
-        "--dataset.repo_id=local/twin_so101", f"--dataset.root={root}", "--dataset.single_task=reach",
-        f"--dataset.fps={fps}", f"--dataset.episode_time_s={seconds}", "--dataset.reset_time_s=0",
-        f"--dataset.num_episodes={episodes}", "--dataset.video=false", "--dataset.push_to_hub=false",
-        "--play_sounds=false", "--display_data=false")
+        "--dataset.repo_id=local/twin_so101",
+        f"--dataset.root={root}",
+        "--dataset.single_task=reach",
+        f"--dataset.fps={fps}",
+        f"--dataset.episode_time_s={seconds}",
+        "--dataset.reset_time_s=0",
+        f"--dataset.num_episodes={episodes}",
+        "--dataset.video=false",
+        "--dataset.push_to_hub=false",
+        "--play_sounds=false",
+        "--display_data=false",
+    )
     return root
 
 
 def reach_target():
     """What `robo-async train task=reach buffer.imports=[...]` converts a LeRobotDataset to."""
-    from robo_async.launch.tasks import task_args
-    from robo_async.launch.tasks import import_target
+    from robo_async.launch.tasks import import_target, task_args
 
     return import_target(task_args({"name": "reach"}))
 
@@ -172,12 +192,14 @@ def test_a_lerobot_record_dataset_imports_into_reach_in_rad_as_the_twin_moved(tw
 
     # the leader's readings (LeRobot: degrees, gripper 0..100) are the actions, in rad
     action_err = match_in_order(actions, served["leader"], 2 * TICK)
-    assert action_err.max() <= 2 * TICK, \
+    assert action_err.max() <= 2 * TICK, (
         f"frame {action_err.argmax()}'s action is {action_err.max() / TICK:.1f} ticks from the leader's readings"
+    )
     # the follower's readings are the states
     state_err = match_in_order(states, served["follower"], 2 * TICK)
-    assert state_err.max() <= 2 * TICK, \
+    assert state_err.max() <= 2 * TICK, (
         f"frame {state_err.argmax()}'s state is {state_err.max() / TICK:.1f} ticks from the follower's readings"
+    )
 
     # `robo-async buffer import ... task=reach` converts the same way
     run(BIN / "robo-async", "buffer", "import", tmp_path / "cli_store", f"from={ds}", "task=reach")
@@ -202,10 +224,20 @@ def test_our_export_of_reach_trains_in_lerobot_train_in_lerobots_units_and_impor
     gripper 0..100, which `lerobot-train` (ACT, tiny, CPU, no pretrained backbone: offline)
     normalizes by; imported back without a task, the rows are the store's, in rad."""
     store, ds, back = tmp_path / "store", tmp_path / "lerobot", tmp_path / "back"
-    run(BIN / "robo-async", "buffer", "demos", f"out={store}", "episodes=3", "task=reach", "cameras=front",
-        "image_size=64", "hold=true")
-    out = run(BIN / "robo-async", "buffer", "export", store, "--format", "lerobot", f"out={ds}", "table=demos",
-              "task=reach")
+    run(
+        BIN / "robo-async",
+        "buffer",
+        "demos",
+        f"out={store}",
+        "episodes=3",
+        "task=reach",
+        "cameras=front",
+        "image_size=64",
+        "hold=true",
+    )
+    out = run(
+        BIN / "robo-async", "buffer", "export", store, "--format", "lerobot", f"out={ds}", "table=demos", "task=reach"
+    )
     assert "LeRobot's <motor>.pos" in out.stdout
 
     keys = [f"{m}.pos" for m in MOTORS]
@@ -217,21 +249,40 @@ def test_our_export_of_reach_trains_in_lerobot_train_in_lerobots_units_and_impor
         rows = [r for _, r in src.rows("demos")]
     finally:
         src.close()
-    rad = {"action": np.stack([r["action"] for r in rows]),
-           "observation.state": np.stack([r["obs/state"] for r in rows])}
+    rad = {
+        "action": np.stack([r["action"] for r in rows]),
+        "observation.state": np.stack([r["obs/state"] for r in rows]),
+    }
     got = lerobot_columns(ds, *rad)
     for f, q in rad.items():  # LeRobot's units: degrees, the gripper 0..100 over [low, high]
         np.testing.assert_allclose(got[f][:, :5], np.rad2deg(q[:, :5]), atol=1e-3, err_msg=f)
-        np.testing.assert_allclose(got[f][:, 5], (q[:, 5] - GRIPPER_LOW) / (GRIPPER_HIGH - GRIPPER_LOW) * 100,
-                                   atol=1e-3, err_msg=f)
+        np.testing.assert_allclose(
+            got[f][:, 5], (q[:, 5] - GRIPPER_LOW) / (GRIPPER_HIGH - GRIPPER_LOW) * 100, atol=1e-3, err_msg=f
+        )
 
     train = tmp_path / "train"
-    run(BIN / "lerobot-train", "--dataset.repo_id=local/reach_export", f"--dataset.root={ds}", "--policy.type=act",
-        "--policy.device=cpu", "--policy.pretrained_backbone_weights=null", "--policy.dim_model=64",
-        "--policy.n_heads=2", "--policy.dim_feedforward=128", "--policy.n_encoder_layers=1",
-        "--policy.n_decoder_layers=1", "--policy.chunk_size=10", "--policy.n_action_steps=10", "--steps=3",
-        "--batch_size=2", "--num_workers=0", "--save_freq=3", "--policy.push_to_hub=false", "--wandb.enable=false",
-        f"--output_dir={train}")
+    run(
+        BIN / "lerobot-train",
+        "--dataset.repo_id=local/reach_export",
+        f"--dataset.root={ds}",
+        "--policy.type=act",
+        "--policy.device=cpu",
+        "--policy.pretrained_backbone_weights=null",
+        "--policy.dim_model=64",
+        "--policy.n_heads=2",
+        "--policy.dim_feedforward=128",
+        "--policy.n_encoder_layers=1",
+        "--policy.n_decoder_layers=1",
+        "--policy.chunk_size=10",
+        "--policy.n_action_steps=10",
+        "--steps=3",
+        "--batch_size=2",
+        "--num_workers=0",
+        "--save_freq=3",
+        "--policy.push_to_hub=false",
+        "--wandb.enable=false",
+        f"--output_dir={train}",
+    )
     model = train / "checkpoints" / "000003" / "pretrained_model"
     config = json.loads((model / "config.json").read_text())
     assert config["input_features"]["observation.state"]["shape"] == [6]
@@ -252,5 +303,6 @@ def test_our_export_of_reach_trains_in_lerobot_train_in_lerobots_units_and_impor
         dst.close()
     assert len(again) == len(rows)
     for col in ("action", "obs/state", "next_obs/state", "policy_action"):
-        np.testing.assert_allclose(np.stack([r[col] for r in again]), np.stack([r[col] for r in rows]),
-                                   atol=1e-5, err_msg=col)
+        np.testing.assert_allclose(
+            np.stack([r[col] for r in again]), np.stack([r[col] for r in rows]), atol=1e-5, err_msg=col
+        )

@@ -140,17 +140,23 @@ def test_a_stalled_loop_holds_then_the_torque_goes_off(twin):
 
 def test_a_killed_actor_leaves_the_arm_held(twin, tmp_path):
     script = tmp_path / "actor.py"
-    script.write_text("\n".join([
-        "import time, numpy as np",
-        "from robo_async.launch.tasks import make_safe_robot, task_args",
-        f"robot = make_safe_robot(task_args({{'name': 'reach'}}, {twin.robot()!r}))",
-        "robot.connect()",
-        "target = np.array([0.2, -0.15, 0.2, 0.1, 0.0, 0.5], np.float32)",
-        "for q in robot.approach(target):",
-        "    robot.send_action(q); time.sleep(robot.spec.dt)",
-        "print('there', flush=True)",
-        "while True:",
-        "    robot.send_action(target); time.sleep(robot.spec.dt)", ""]))
+    script.write_text(
+        "\n".join(
+            [
+                "import time, numpy as np",
+                "from robo_async.launch.tasks import make_safe_robot, task_args",
+                f"robot = make_safe_robot(task_args({{'name': 'reach'}}, {twin.robot()!r}))",
+                "robot.connect()",
+                "target = np.array([0.2, -0.15, 0.2, 0.1, 0.0, 0.5], np.float32)",
+                "for q in robot.approach(target):",
+                "    robot.send_action(q); time.sleep(robot.spec.dt)",
+                "print('there', flush=True)",
+                "while True:",
+                "    robot.send_action(target); time.sleep(robot.spec.dt)",
+                "",
+            ]
+        )
+    )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "there"
@@ -205,11 +211,16 @@ def _cli(args, cwd, timeout=240):
 def _robot_args(twin, **episode):
     f = twin.info["arms"]["follower"]
     ep = {"seconds": 1.0, "reset": "none", **episode}
-    return ["robot=so101", f"robot.port={f['port']}", f"robot.id={f['id']}",
-            f"robot.calibration_dir={f['calibration_dir']}", f"+robot.bus_timeout_ms={BUS_TIMEOUT_MS}",
-            # the torque-off stage is tested on its own; here a loaded machine's pauses must not end the run
-            "safety.torque_off_s=120",
-            *[f"robot.episode.{k}={v}" for k, v in ep.items()]]
+    return [
+        "robot=so101",
+        f"robot.port={f['port']}",
+        f"robot.id={f['id']}",
+        f"robot.calibration_dir={f['calibration_dir']}",
+        f"+robot.bus_timeout_ms={BUS_TIMEOUT_MS}",
+        # the torque-off stage is tested on its own; here a loaded machine's pauses must not end the run
+        "safety.torque_off_s=120",
+        *[f"robot.episode.{k}={v}" for k, v in ep.items()],
+    ]
 
 
 def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path):
@@ -217,18 +228,38 @@ def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path
     twin.control("set_joints", role="leader", q=far)
     a = twin.info["arms"]["leader"]
     twin.control("reset_stats")
-    res = _cli(["teleop", f"out={tmp_path / 'demos'}", "episodes=2", *_robot_args(twin, seconds=1.5),
-                "teleop=so101_leader", f"teleop.port={a['port']}", f"teleop.id={a['id']}",
-                f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
-                f"teleop.calibration_dir={a['calibration_dir']}"], tmp_path)
+    res = _cli(
+        [
+            "teleop",
+            f"out={tmp_path / 'demos'}",
+            "episodes=2",
+            *_robot_args(twin, seconds=1.5),
+            "teleop=so101_leader",
+            f"teleop.port={a['port']}",
+            f"teleop.id={a['id']}",
+            f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
+            f"teleop.calibration_dir={a['calibration_dir']}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     state = twin.state()
     assert max(state["max_goal_step"]) <= 0.05 + TICK  # no jump at the takeover
     assert np.allclose(state["q"], far, atol=0.05), state["q"]  # and it got there
     # bc from those demonstrations, evaluated on the twin (the policy shaped for the arm)
-    bc = _cli(["bc", "policy=flow", f"policy.bc.from_store={tmp_path / 'demos'}", "policy.bc.steps=30",
-               "policy.obs_keys=[state]", *_robot_args(twin, seconds=1.0), "eval_episodes=1",
-               f"run_dir={tmp_path / 'bc'}"], tmp_path)
+    bc = _cli(
+        [
+            "bc",
+            "policy=flow",
+            f"policy.bc.from_store={tmp_path / 'demos'}",
+            "policy.bc.steps=30",
+            "policy.obs_keys=[state]",
+            *_robot_args(twin, seconds=1.0),
+            "eval_episodes=1",
+            f"run_dir={tmp_path / 'bc'}",
+        ],
+        tmp_path,
+    )
     assert bc.returncode == 0, bc.stderr[-3000:]
     result = json.loads((tmp_path / "bc" / "eval.json").read_text())
     assert result["episodes"] == 1 and result["mean_ticks"] == 30, result  # one 1 s episode at 30 Hz on the arm
@@ -237,8 +268,18 @@ def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path
 
 def test_train_then_eval_on_the_twin(twin, tmp_path):
     run = tmp_path / "run"
-    res = _cli(["train", *_robot_args(twin), "policy.obs_keys=[state]", "budget.env_steps=90",
-                "launcher=serial", "eval_episodes=0", f"run_dir={run}"], tmp_path)
+    res = _cli(
+        [
+            "train",
+            *_robot_args(twin),
+            "policy.obs_keys=[state]",
+            "budget.env_steps=90",
+            "launcher=serial",
+            "eval_episodes=0",
+            f"run_dir={run}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = _cli(["buffer", "inspect", str(run)], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -264,15 +305,32 @@ def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin,
     run = tmp_path / "hil"
     events = "{10: is_intervention, 40: is_intervention, 45: success}"
     twin.control("reset_stats")
-    res = _cli(["train", *_robot_args(twin, seconds=2.0, reset="timer", reset_s=0.3), "policy.obs_keys=[state]",
-                "budget.env_steps=100", "launcher=serial", "eval_episodes=0", f"run_dir={run}",
-                "teleop=so101_leader", f"teleop.port={a['port']}", f"teleop.id={a['id']}",
-                f"teleop.calibration_dir={a['calibration_dir']}", f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
-                f"teleop.events_from={{type: sim_leader, buttons_only: true, events: {events}}}"], tmp_path)
+    res = _cli(
+        [
+            "train",
+            *_robot_args(twin, seconds=2.0, reset="timer", reset_s=0.3),
+            "policy.obs_keys=[state]",
+            "budget.env_steps=100",
+            "launcher=serial",
+            "eval_episodes=0",
+            f"run_dir={run}",
+            "teleop=so101_leader",
+            f"teleop.port={a['port']}",
+            f"teleop.id={a['id']}",
+            f"teleop.calibration_dir={a['calibration_dir']}",
+            f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
+            f"teleop.events_from={{type: sim_leader, buttons_only: true, events: {events}}}",
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     out = _cli(["buffer", "inspect", str(run)], tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    counts = {ln.split()[0]: ln.split()[1:] for ln in out.stdout.splitlines() if ln.split()[:1] in (["online"], ["interventions"])}
+    counts = {
+        ln.split()[0]: ln.split()[1:]
+        for ln in out.stdout.splitlines()
+        if ln.split()[:1] in (["online"], ["interventions"])
+    }
     assert int(counts["interventions"][0]) >= 20, out.stdout  # the operator's ~30 ticks stored as corrections
     assert counts["online"][2] != "-" and float(counts["online"][2].rstrip("%")) > 0, out.stdout  # the label counted
     assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK  # takeover, hand-back and homing: no jump
@@ -292,9 +350,23 @@ def test_a_pulled_cable_mid_run_loses_the_arm_and_the_job_takes_it_back_when_the
     lease dropped with the process), the run goes on waiting, and once the port is back the arm's
     actor starts again and the run finishes its budget, nothing acked lost."""
     run = tmp_path / "run"
-    proc = subprocess.Popen([*EXE, "train", *_robot_args(twin), "policy.obs_keys=[state]", "budget.env_steps=240",
-                             "launcher=local", "eval_episodes=0", f"run_dir={run}", "dashboard.port=null"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            *EXE,
+            "train",
+            *_robot_args(twin),
+            "policy.obs_keys=[state]",
+            "budget.env_steps=240",
+            "launcher=local",
+            "eval_episodes=0",
+            f"run_dir={run}",
+            "dashboard.port=null",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         _wait(lambda: proc.poll() is not None or twin.state()["goal_writes"] > 60, "the arm moving", timeout=180)
         assert proc.poll() is None, proc.stdout.read()[-3000:]
@@ -326,12 +398,19 @@ def test_a_camera_that_stops_delivering_ends_the_episode_and_the_next_waits_for_
     t = RunningTwin(tmp_path / "twin", camera=True)
     robot = None
     try:
-        robot = make_safe_robot(task_args({"name": "reach"}, t.robot(
-            cameras={"front": t.info["camera"]}, safety={"watchdog_s": None, "torque_off_s": None})))
+        robot = make_safe_robot(
+            task_args(
+                {"name": "reach"},
+                t.robot(cameras={"front": t.info["camera"]}, safety={"watchdog_s": None, "torque_off_s": None}),
+            )
+        )
         robot.connect()
         assert robot.get_observation().images["front"].shape == (96, 96, 3)
-        loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=45, realtime=True, max_episodes=2,
-                                                                     inference="sync", eval_every=0))
+        loop = ControlLoop(
+            robot,
+            HoldPolicy(robot.spec),
+            LoopConfig(episode_ticks=45, realtime=True, max_episodes=2, inference="sync", eval_every=0),
+        )
 
         def fault() -> None:
             _wait(lambda: loop.tick >= 10, "the first ticks")

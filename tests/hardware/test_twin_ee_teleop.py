@@ -24,6 +24,7 @@ ESTOP_BUTTON = 2  # B (hardware.lerobot_teleop's binding)
 
 class Key(enum.Enum):
     """pynput's key names (its OS backends need a desktop session, which this machine lacks)."""
+
     up, down, left, right, shift, shift_r, ctrl_r, ctrl_l, esc, space = range(10)
 
 
@@ -74,9 +75,14 @@ def drive(robot, teleop, script, ticks, every_tick=None):
         if info.tick in script:
             script[info.tick]()
 
-    loop = ControlLoop(robot, HoldPolicy(robot.spec), LoopConfig(episode_ticks=1000, max_steps=ticks, realtime=True,
-                                                                 inference="inline", eval_every=0),
-                       sink=EpisodeLog(), teleops=(teleop,), observer=observe)
+    loop = ControlLoop(
+        robot,
+        HoldPolicy(robot.spec),
+        LoopConfig(episode_ticks=1000, max_steps=ticks, realtime=True, inference="inline", eval_every=0),
+        sink=EpisodeLog(),
+        teleops=(teleop,),
+        observer=observe,
+    )
     loop.run()
     return seen, loop
 
@@ -98,6 +104,7 @@ def test_the_gamepad_drives_the_followers_end_effector_up_then_sideways_and_hand
             def act():
                 marks[name] = true_ee(twin)
                 then()
+
             return act
 
         def up():  # RB held, right stick up: LeRobot's delta_z = -axis 3 = +1
@@ -145,6 +152,7 @@ def start_up(pad):
     def take():  # RB held, right stick up
         pad.press(INTERVENE)
         pad.axes[3] = -1.0
+
     return take
 
 
@@ -153,8 +161,12 @@ def test_the_gamepads_b_button_latches_the_estop_within_the_tick(twin, pad):
     teleop.connect()
     robot.connect()
     try:
-        seen, _ = drive(robot, teleop, {2: start_up(pad), 12: lambda: pad.press(ESTOP_BUTTON),
-                                        13: lambda: pad.press(ESTOP_BUTTON, down=False)}, 25)
+        seen, _ = drive(
+            robot,
+            teleop,
+            {2: start_up(pad), 12: lambda: pad.press(ESTOP_BUTTON), 13: lambda: pad.press(ESTOP_BUTTON, down=False)},
+            25,
+        )
         assert_stopped_in_tick_13(robot, seen)
     finally:
         teleop.close()
@@ -189,6 +201,7 @@ def test_the_keyboards_estop_keys_latch_the_estop_within_the_tick(twin, keyboard
     robot.connect()
     held_keys = set()
     try:
+
         def repeat():  # a held key repeats its press each tick (a desktop's auto-repeat)
             for key in held_keys:
                 device._on_press(key)
@@ -201,8 +214,9 @@ def test_the_keyboards_estop_keys_latch_the_estop_within_the_tick(twin, keyboard
                 device._on_press(Char("e"))
                 held_keys.add(Char("e"))
 
-        seen, _ = drive(robot, teleop, {2: lambda: held_keys.add(keyboard.Key.shift_r), 12: press}, 25,
-                        every_tick=repeat)  # shift_r: LeRobot's delta_z = +1
+        seen, _ = drive(
+            robot, teleop, {2: lambda: held_keys.add(keyboard.Key.shift_r), 12: press}, 25, every_tick=repeat
+        )  # shift_r: LeRobot's delta_z = +1
         assert_stopped_in_tick_13(robot, seen)
     finally:
         robot.close()
@@ -231,7 +245,7 @@ def test_lerobots_plain_keyboard_has_the_estop_and_ready_keys_too(keyboard):
         teleop.close()
 
 
-def types_key(char: str):  # noqa: ANN201 - a pynput KeyCode stand-in
+def types_key(char: str):
     import types
 
     return types.SimpleNamespace(char=char)

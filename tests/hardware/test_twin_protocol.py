@@ -3,8 +3,19 @@
 import numpy as np
 
 from hardware.twin.arm import MOTORS, TwinArm
-from hardware.twin.protocol import (PING, READ, REG, SYNC_READ, SYNC_WRITE, WRITE, ServoBus, decode_sign_magnitude,
-                                    encode_sign_magnitude, instruction_packet, status_packet)
+from hardware.twin.protocol import (
+    PING,
+    READ,
+    REG,
+    SYNC_READ,
+    SYNC_WRITE,
+    WRITE,
+    ServoBus,
+    decode_sign_magnitude,
+    encode_sign_magnitude,
+    instruction_packet,
+    status_packet,
+)
 
 
 def _arm_bus():
@@ -43,7 +54,11 @@ def test_sync_write_moves_goals_and_sync_read_answers_each_servo():
     present = decode_sign_magnitude(int.from_bytes(reply[5:7], "little"), 15)
     goal = present + 300
     addr, n = REG["Goal_Position"]
-    bus.feed(instruction_packet(0xFE, SYNC_WRITE, bytes([addr, n, 1]) + encode_sign_magnitude(goal, 15).to_bytes(2, "little")))
+    bus.feed(
+        instruction_packet(
+            0xFE, SYNC_WRITE, bytes([addr, n, 1]) + encode_sign_magnitude(goal, 15).to_bytes(2, "little")
+        )
+    )
     assert np.isclose(arm.data.ctrl[0], 300 * 2 * np.pi / 4096, atol=2e-3)
     arm.step(1.0)
     assert np.isclose(arm.joints()[0], arm.data.ctrl[0], atol=0.02)  # the position servo got there

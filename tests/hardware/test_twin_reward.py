@@ -16,7 +16,7 @@ from tests.hardware.conftest import BUS_TIMEOUT_MS, RunningTwin
 GOAL = np.array([1.2, -0.3, 0.4, 0.3, 0.0, 0.5])  # the pose the classifier calls success (rad)
 
 
-def _frame_after(robot, previous):  # noqa: ANN001, ANN202
+def _frame_after(robot, previous):
     """The front camera's next frame that differs from `previous` (the arm was just placed)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -27,14 +27,18 @@ def _frame_after(robot, previous):  # noqa: ANN001, ANN202
     raise AssertionError("the twin's camera delivered no new frame in 60 s")
 
 
-def _classifier(twin, out):  # noqa: ANN001, ANN202
+def _classifier(twin, out):
     """Frames of the twin's follower at the goal (successes), at home and on the way (failures),
     read as a run reads them; a classifier trained on them by `robo-async reward train`'s code."""
     from robo_async.launch.tasks import make_safe_robot, task_args
     from robo_async.reward import train_classifier
 
-    robot = make_safe_robot(task_args({"name": "reach"}, twin.robot(
-        cameras={"front": twin.info["camera"]}, safety={"watchdog_s": None, "torque_off_s": None})))
+    robot = make_safe_robot(
+        task_args(
+            {"name": "reach"},
+            twin.robot(cameras={"front": twin.info["camera"]}, safety={"watchdog_s": None, "torque_off_s": None}),
+        )
+    )
     robot.connect()
     rng = np.random.default_rng(0)
     frames, labels, last = [], [], None
@@ -74,17 +78,39 @@ def test_the_reward_classifier_is_the_reward_of_a_hil_session_on_the_twin(tmp_pa
         f, a = twin.info["arms"]["follower"], twin.info["arms"]["leader"]
         run = tmp_path / "hil"
         res = subprocess.run(
-            [sys.executable, "-m", "robo_async.cli", "train", "robot=so101", f"robot.port={f['port']}",
-             f"robot.id={f['id']}", f"robot.calibration_dir={f['calibration_dir']}",
-             f"+robot.bus_timeout_ms={BUS_TIMEOUT_MS}", "safety.torque_off_s=120",
-             f"robot.cameras={camera_override(twin.info)}",  # as `robo-async twin so101 camera=true` prints it
-             "robot.episode.seconds=6", "robot.episode.reset=timer", "robot.episode.reset_s=0.5",
-             "policy.obs_keys=[state]", "budget.env_steps=150", "launcher=serial", "eval_episodes=0",
-             f"run_dir={run}", f"reward_classifier={clf}",
-             "teleop=so101_leader", f"teleop.port={a['port']}", f"teleop.id={a['id']}",
-             f"teleop.calibration_dir={a['calibration_dir']}", f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
-             "teleop.events_from={type: sim_leader, buttons_only: true, events: {3: is_intervention}}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "robo_async.cli",
+                "train",
+                "robot=so101",
+                f"robot.port={f['port']}",
+                f"robot.id={f['id']}",
+                f"robot.calibration_dir={f['calibration_dir']}",
+                f"+robot.bus_timeout_ms={BUS_TIMEOUT_MS}",
+                "safety.torque_off_s=120",
+                f"robot.cameras={camera_override(twin.info)}",  # as `robo-async twin so101 camera=true` prints it
+                "robot.episode.seconds=6",
+                "robot.episode.reset=timer",
+                "robot.episode.reset_s=0.5",
+                "policy.obs_keys=[state]",
+                "budget.env_steps=150",
+                "launcher=serial",
+                "eval_episodes=0",
+                f"run_dir={run}",
+                f"reward_classifier={clf}",
+                "teleop=so101_leader",
+                f"teleop.port={a['port']}",
+                f"teleop.id={a['id']}",
+                f"teleop.calibration_dir={a['calibration_dir']}",
+                f"+teleop.bus_timeout_ms={BUS_TIMEOUT_MS}",
+                "teleop.events_from={type: sim_leader, buttons_only: true, events: {3: is_intervention}}",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert res.returncode == 0, res.stderr[-3000:]
     finally:
         twin.close()

@@ -18,7 +18,6 @@ from robo_async.launch.runner import Exit, Ready
 from robo_async.launch.schema import ConfigError
 from robo_async.launch.supervisor import Supervisor, actor_addresses
 from robo_async.transport.options import TransportOptions
-
 from tests.launch.test_supervisor import Display, Runner, clock, finish, plan_for  # noqa: F401 (clock: the fixture)
 
 ADVERTISED = ("tcp://gateway:7001", "tcp://gateway:7002")
@@ -39,18 +38,21 @@ def test_the_key_defaults_to_none_and_overrides_are_typed():
     assert run.transport.advertise == ("tcp://a:1", "tcp://a:2")
 
 
-@pytest.mark.parametrize("advertise, want", [
-    (["tcp://gateway:7001"], "two addresses"),
-    (["tcp://g:1", "tcp://g:2", "tcp://g:3"], "two addresses"),
-    (["ipc:///tmp/data", "tcp://gateway:7002"], "the data address must be tcp://host:port"),
-    (["tcp://gateway:7001", "gateway:7002"], "the weights address must be tcp://host:port"),
-    (["tcp://gateway:0", "tcp://gateway:7002"], "ports are 1 to 65535"),
-    (["tcp://gateway:7001", "tcp://gateway:65536"], "ports are 1 to 65535"),
-    (["tcp://gateway:http", "tcp://gateway:7002"], "ports are 1 to 65535"),
-    (["tcp://gateway", "tcp://gateway:7002"], "needs a host actors can dial and a port"),
-    (["tcp://:7001", "tcp://gateway:7002"], "needs a host actors can dial and a port"),
-    (["tcp://*:7001", "tcp://gateway:7002"], "needs a host actors can dial and a port"),
-])
+@pytest.mark.parametrize(
+    "advertise, want",
+    [
+        (["tcp://gateway:7001"], "two addresses"),
+        (["tcp://g:1", "tcp://g:2", "tcp://g:3"], "two addresses"),
+        (["ipc:///tmp/data", "tcp://gateway:7002"], "the data address must be tcp://host:port"),
+        (["tcp://gateway:7001", "gateway:7002"], "the weights address must be tcp://host:port"),
+        (["tcp://gateway:0", "tcp://gateway:7002"], "ports are 1 to 65535"),
+        (["tcp://gateway:7001", "tcp://gateway:65536"], "ports are 1 to 65535"),
+        (["tcp://gateway:http", "tcp://gateway:7002"], "ports are 1 to 65535"),
+        (["tcp://gateway", "tcp://gateway:7002"], "needs a host actors can dial and a port"),
+        (["tcp://:7001", "tcp://gateway:7002"], "needs a host actors can dial and a port"),
+        (["tcp://*:7001", "tcp://gateway:7002"], "needs a host actors can dial and a port"),
+    ],
+)
 def test_a_wrong_advertise_is_refused_at_plan_time_naming_the_key(tmp_path, advertise, want):
     with pytest.raises(ConfigError) as err:
         build_plan(_stored(transport__advertise=advertise), tmp_path / "run")
@@ -75,17 +77,17 @@ def test_actor_addresses_prefers_the_advertised_pair():
 class RecordingRunner(Runner):
     """The scripted runner, keeping each actor config it was asked to start."""
 
-    def __init__(self, clock) -> None:  # noqa: ANN001
+    def __init__(self, clock) -> None:  # noqa: F811 - the fixture's value
         super().__init__(clock)
         self.actor_cfgs: list = []
 
-    def start_actor(self, cfg):  # noqa: ANN001, ANN201
+    def start_actor(self, cfg):
         self.actor_cfgs.append(cfg)
         return super().start_actor(cfg)
 
 
 @pytest.mark.parametrize("advertise", [None, ADVERTISED])
-def test_the_supervisor_gives_actors_the_advertised_addresses_restarts_too(tmp_path, clock, advertise):
+def test_the_supervisor_gives_actors_the_advertised_addresses_restarts_too(tmp_path, clock, advertise):  # noqa: F811
     runner = RecordingRunner(clock)
     plan = plan_for(tmp_path, n_actors=2, backoff_s=1, max_backoff_s=1)
     plan.advertise = advertise

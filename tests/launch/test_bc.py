@@ -10,11 +10,17 @@ import pytest
 from omegaconf import OmegaConf
 
 from robo_async.config import compose_config
-from robo_async.launch.builders import ConfigError, PolicyArgs, make_actor_policy, task_spec, task_args
+from robo_async.launch.builders import ConfigError, PolicyArgs, make_actor_policy, task_args, task_spec
 
 EXE = [sys.executable, "-m", "robo_async.cli"]
-SMALL = ["policy=flow", "policy.hidden=[64,64]", "policy.horizon=6", "policy.bc.batch=64", "task.episode_ticks=40",
-         "eval_episodes=2"]
+SMALL = [
+    "policy=flow",
+    "policy.hidden=[64,64]",
+    "policy.horizon=6",
+    "policy.bc.batch=64",
+    "task.episode_ticks=40",
+    "eval_episodes=2",
+]
 
 
 def run(args, timeout=240):
@@ -24,8 +30,17 @@ def run(args, timeout=240):
 @pytest.fixture(scope="module")
 def bc_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("bc") / "reach-bc"
-    res = run(["bc", f"run_dir={run_dir}", "policy.bc.demos=6", "policy.bc.steps=150",
-               "actor.inference=async_forward_rtc", "policy.inference_delay_ms=50", *SMALL])
+    res = run(
+        [
+            "bc",
+            f"run_dir={run_dir}",
+            "policy.bc.demos=6",
+            "policy.bc.steps=150",
+            "actor.inference=async_forward_rtc",
+            "policy.inference_delay_ms=50",
+            *SMALL,
+        ]
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     return run_dir, res
 
@@ -61,17 +76,39 @@ def test_bc_from_a_store_demos_table(tmp_path):
     store = tmp_path / "demos"
     res = run(["buffer", "demos", f"out={store}", "episodes=3"])
     assert res.returncode == 0, res.stderr + res.stdout
-    res = run(["bc", f"run_dir={tmp_path / 'b'}", f"policy.bc.from_store={store}", "policy.bc.steps=20",
-               *SMALL[:-1], "eval_episodes=0"])
+    res = run(
+        [
+            "bc",
+            f"run_dir={tmp_path / 'b'}",
+            f"policy.bc.from_store={store}",
+            "policy.bc.steps=20",
+            *SMALL[:-1],
+            "eval_episodes=0",
+        ]
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     assert "3 episodes from" in res.stdout and (tmp_path / "b" / "policy.safetensors").exists()
     cams = tmp_path / "cams"
     res = run(["buffer", "demos", f"out={cams}", "episodes=1", "cameras=front", "image_size=32"])
     assert res.returncode == 0, res.stderr + res.stdout
-    res = run(["bc", f"run_dir={tmp_path / 'c'}", f"policy.bc.from_store={cams}", "policy.bc.steps=20",
-               "task.cameras=[front]", "task.image_size=64", "policy.cameras=[front]", *SMALL[:-1], "eval_episodes=0"])
-    assert res.returncode == 2 and "demonstrations' front is 32x32x3 per tick, the task's camera front is 64x64x3" \
-        in res.stderr and str(cams) in res.stderr
+    res = run(
+        [
+            "bc",
+            f"run_dir={tmp_path / 'c'}",
+            f"policy.bc.from_store={cams}",
+            "policy.bc.steps=20",
+            "task.cameras=[front]",
+            "task.image_size=64",
+            "policy.cameras=[front]",
+            *SMALL[:-1],
+            "eval_episodes=0",
+        ]
+    )
+    assert (
+        res.returncode == 2
+        and "demonstrations' front is 32x32x3 per tick, the task's camera front is 64x64x3" in res.stderr
+        and str(cams) in res.stderr
+    )
     assert not (tmp_path / "c" / "policy.safetensors").exists()
 
 
@@ -89,9 +126,11 @@ def test_bc_bad_inputs_are_one_clear_line(tmp_path):
 
 
 def test_async_inference_config_errors_are_one_clear_line():
-    for args, want in ((["actor.inference=fast"], "actor.inference 'fast' unknown"),
-                       (["actor.replan=sometimes"], "actor.replan must be auto, due, end or continuous"),
-                       (["actor.inference_workers=0"], "actor.inference_workers must be at least 1"),
-                       (["policy.inference_delay_ms=[300,100]"], "policy.inference_delay_ms must be")):
+    for args, want in (
+        (["actor.inference=fast"], "actor.inference 'fast' unknown"),
+        (["actor.replan=sometimes"], "actor.replan must be auto, due, end or continuous"),
+        (["actor.inference_workers=0"], "actor.inference_workers must be at least 1"),
+        (["policy.inference_delay_ms=[300,100]"], "policy.inference_delay_ms must be"),
+    ):
         res = run(["train", *args])
         assert res.returncode == 2 and want in res.stderr, res.stderr

@@ -95,23 +95,29 @@ def _stored(overrides: list[str], **changes: object) -> OmegaConf:
     return cfg
 
 
-@pytest.mark.parametrize("changes, want", [
-    ({"algo__batch_size": "abc"}, "algo.batch_size: 'abc' is not valid"),
-    ({"actor__flush_every": "many"}, "actor.flush_every: 'many' is not valid"),
-    ({"task__hz": "fast"}, "task.hz: 'fast' is not valid"),
-    ({"policy__hidden": "wide"}, "policy.hidden"),
-    ({"launcher__supervise__restarts": "x"}, "launcher.supervise.restarts: 'x' is not valid"),
-    ({"actor__nope": 1}, "unknown key actor.nope"),
-    ({"nope": 1}, "unknown key nope"),
-    ({"task__nope": 1}, "unknown key task.nope"),
-    ({"policy__nope": 1}, "unknown key policy.nope"),
-    ({"buffer__nope": 1}, "unknown key buffer.nope"),
-    ({"learner__weights__precision": "fp8"}, "precision"),
-    ({"learner__replicas": 0}, "learner.replicas must be 1 to 64, not 0"),
-    ({"learner__replicas": 65}, "learner.replicas must be 1 to 64, not 65"),
-    ({"learner__replicas": 2, "launcher__name": "serial"},
-     "learner.replicas=2 runs its ranks as processes of launcher=local or as Ray actors (launcher=ray), not launcher=serial"),
-])
+@pytest.mark.parametrize(
+    "changes, want",
+    [
+        ({"algo__batch_size": "abc"}, "algo.batch_size: 'abc' is not valid"),
+        ({"actor__flush_every": "many"}, "actor.flush_every: 'many' is not valid"),
+        ({"task__hz": "fast"}, "task.hz: 'fast' is not valid"),
+        ({"policy__hidden": "wide"}, "policy.hidden"),
+        ({"launcher__supervise__restarts": "x"}, "launcher.supervise.restarts: 'x' is not valid"),
+        ({"actor__nope": 1}, "unknown key actor.nope"),
+        ({"nope": 1}, "unknown key nope"),
+        ({"task__nope": 1}, "unknown key task.nope"),
+        ({"policy__nope": 1}, "unknown key policy.nope"),
+        ({"buffer__nope": 1}, "unknown key buffer.nope"),
+        ({"learner__weights__precision": "fp8"}, "precision"),
+        ({"learner__replicas": 0}, "learner.replicas must be 1 to 64, not 0"),
+        ({"learner__replicas": 65}, "learner.replicas must be 1 to 64, not 65"),
+        (
+            {"learner__replicas": 2, "launcher__name": "serial"},
+            "learner.replicas=2 runs its ranks as processes of launcher=local or as Ray actors (launcher=ray), "
+            "not launcher=serial",
+        ),
+    ],
+)
 def test_wrong_type_or_unknown_key_is_one_line_at_plan_time(tmp_path, changes, want):
     with pytest.raises(ConfigError) as err:
         build_plan(_stored([], **changes), tmp_path / "run")

@@ -17,8 +17,12 @@ EXE = [sys.executable, "-m", "robo_async.cli"]
 @pytest.fixture(scope="module")
 def browser():
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
-        res = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
-                             capture_output=True, text=True, timeout=900)
+        res = subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert res.returncode == 0, f"installing chromium failed: {res.stderr[-2000:]}"
     try:
         from selenium import webdriver
@@ -41,11 +45,26 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
     from selenium.webdriver.common.by import By
 
     run_dir = tmp_path / "dash"
-    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "task.realtime=true", "budget.seconds=900",
-                                   "task.cameras=[front]", "task.image_size=48",  # frames recorded (the policy reads state)
-                                   "algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]",
-                                   "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        EXE
+        + [
+            "train",
+            f"run_dir={run_dir}",
+            "task.realtime=true",
+            "budget.seconds=900",
+            "task.cameras=[front]",
+            "task.image_size=48",  # frames recorded (the policy reads state)
+            "algo.warmup_steps=200",
+            "algo.batch_size=32",
+            "policy.hidden=[32,32]",
+            "algo.hidden=[32,32]",
+            "stop_at_success=null",
+            "eval_episodes=0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url_file = run_dir / "dashboard.url"
         deadline = time.monotonic() + 120
@@ -84,11 +103,14 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
         def points(selector: str) -> int:  # data points of the curves the page drew (inline SVG)
             return browser.execute_script(
                 "return [...document.querySelectorAll(arguments[0])]"
-                ".reduce((n, e) => n + Number(e.dataset.points || 0), 0);", selector)
+                ".reduce((n, e) => n + Number(e.dataset.points || 0), 0);",
+                selector,
+            )
 
         deadline = time.monotonic() + 120  # each condition its own wait (the run goes on until stopped)
-        while (points("#chart-steps polyline") < 3 or points("#loss-charts polyline") < 3) \
-                and time.monotonic() < deadline:
+        while (
+            points("#chart-steps polyline") < 3 or points("#loss-charts polyline") < 3
+        ) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert points("#chart-steps polyline") >= 3 and points("#chart-updates polyline") >= 1
         assert points("#loss-charts polyline") >= 3  # a chart per loss, once the learner updates
@@ -96,9 +118,12 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
         assert len(history) >= 3 and all(p["t"] >= 0 for p in history)
 
         def frame_loaded() -> bool:  # the actor's latest camera frame, decoded by the browser
-            return bool(browser.execute_script(
-                "const i = document.getElementById('actor-0-frame-front');"
-                "return i !== null && i.complete && i.naturalWidth === 48;"))
+            return bool(
+                browser.execute_script(
+                    "const i = document.getElementById('actor-0-frame-front');"
+                    "return i !== null && i.complete && i.naturalWidth === 48;"
+                )
+            )
 
         deadline = time.monotonic() + 120
         while not frame_loaded() and time.monotonic() < deadline:
@@ -106,8 +131,10 @@ def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, 
         assert frame_loaded()
         # the actor's tick-lateness and inference-latency histograms: bars holding its recent ticks
         counted = browser.execute_script(
-            "const n = s => [...document.querySelectorAll(s + ' rect')].reduce((t, r) => t + Number(r.dataset.count), 0);"
-            "return [n('#actor-0-late-hist'), n('#actor-0-infer-hist')];")
+            "const n = s => [...document.querySelectorAll(s + ' rect')]"
+            ".reduce((t, r) => t + Number(r.dataset.count), 0);"
+            "return [n('#actor-0-late-hist'), n('#actor-0-infer-hist')];"
+        )
         assert counted[0] > 0 and counted[1] > 0, counted
     finally:
         proc.terminate()

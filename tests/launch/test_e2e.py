@@ -16,8 +16,16 @@ from robo_async.learner import checkpoint
 from robo_async.learner.metrics import read_metrics
 
 EXE = [sys.executable, "-m", "robo_async.cli"]
-TINY = ["algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]", "algo.hidden=[32,32]",
-        "learner.publish_every=5", "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.2"]
+TINY = [
+    "algo.warmup_steps=200",
+    "algo.batch_size=32",
+    "policy.hidden=[32,32]",
+    "algo.hidden=[32,32]",
+    "learner.publish_every=5",
+    "stop_at_success=null",
+    "eval_episodes=2",
+    "learner.log_every_s=0.2",
+]
 
 
 def run(args, timeout=180, **kw):
@@ -84,8 +92,12 @@ def _no_run_outlives_its_test():
 
 def start_training(run_dir, *extra):
     """A long training run in the background; returns it once its processes are up, with their pids."""
-    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _STARTED.append(proc)
     pids = run_dir / "processes.json"
     deadline = time.monotonic() + 120
@@ -130,14 +142,17 @@ def test_learner_killed_past_its_restart_budget_stops_then_resume_loses_nothing(
     res = run(["buffer", "demos", f"out={demos}", "episodes=5"])
     assert res.returncode == 0 and "recorded" in res.stdout, res.stderr
     run_dir = tmp_path / "killed"
-    proc, pids = start_training(run_dir, f"buffer.imports=[{{path: {demos}, table: demos}}]",
-                                "launcher.supervise.restarts=0")
+    proc, pids = start_training(
+        run_dir, f"buffer.imports=[{{path: {demos}, table: demos}}]", "launcher.supervise.restarts=0"
+    )
     wait_for_env_steps(run_dir, 300)
     os.kill(pids["learner"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
-    assert "the learner failed 1 times within 3600 s (restart budget launcher.supervise.restarts=0); " \
-           "last: exit code -9 (SIGKILL)" in err
+    assert (
+        "the learner failed 1 times within 3600 s (restart budget launcher.supervise.restarts=0); "
+        "last: exit code -9 (SIGKILL)" in err
+    )
     assert "imported" in out
     before = len(actor_seqs(run_dir, 0))
     assert before > 0
@@ -164,8 +179,12 @@ def wait_for(pred, timeout=120, what="condition"):
 # The fault tests, shared by the local and the Ray runner (one supervisor, two back ends). Each
 # makes its fault happen on a running job and waits for the supervisor's answer. Outages are made
 # longer than the actor's learner_silent_s by the restart backoff, never by the machine's speed.
-HEAL = ["task.realtime=true", "actor.learner_silent_s=1", "launcher.supervise.backoff_s=3",
-        "learner.checkpoint_every_s=2"]  # the learner is away >= 3 s (its backoff) > learner_silent_s
+HEAL = [
+    "task.realtime=true",
+    "actor.learner_silent_s=1",
+    "launcher.supervise.backoff_s=3",
+    "learner.checkpoint_every_s=2",
+]  # the learner is away >= 3 s (its backoff) > learner_silent_s
 RAY = ["launcher=ray", "launcher.num_cpus=2"]
 
 
@@ -182,11 +201,13 @@ def learner_killed_comes_back(run_dir, local):
     before = pids_of(run_dir)
     seen = len(read_events(run_dir))
     os.kill(before["learner"], signal.SIGKILL)
-    ready = wait_for(lambda: [e for e in read_events(run_dir)[seen:] if e["event"] == "ready"],
-                     what="the learner back")
+    ready = wait_for(lambda: [e for e in read_events(run_dir)[seen:] if e["event"] == "ready"], what="the learner back")
     events = read_events(run_dir)[seen:]
-    assert [(e["event"], e["who"]) for e in events[:3]] == [("failed", "learner"), ("restarted", "learner"),
-                                                             ("ready", "learner")], events
+    assert [(e["event"], e["who"]) for e in events[:3]] == [
+        ("failed", "learner"),
+        ("restarted", "learner"),
+        ("ready", "learner"),
+    ], events
     assert events[0]["pid"] == before["learner"]
     if local:
         assert "SIGKILL" in events[0]["why"], events[0]
@@ -195,8 +216,10 @@ def learner_killed_comes_back(run_dir, local):
     steps_back = read_metrics(run_dir)[-1]["time/env_steps"]
     wait_for(lambda: read_metrics(run_dir)[-1]["time/env_steps"] > steps_back + 100, what="training to go on")
     # the actor ran its robot through the outage, which lasted longer than its learner_silent_s
-    wait_for(lambda: read_metrics(run_dir)[-1].get("actors/ticks_learner_away", 0) > 0,
-             what="the actor's report of ticks run while the learner was away")
+    wait_for(
+        lambda: read_metrics(run_dir)[-1].get("actors/ticks_learner_away", 0) > 0,
+        what="the actor's report of ticks run while the learner was away",
+    )
     assert pids_of(run_dir)["actor 0"] == before["actor 0"]  # the actor was never restarted
     assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] >= 1
     return steps_back
@@ -238,8 +261,15 @@ def test_learner_restore_loads_exact_weights(trained):
     run_dir, _ = trained
     tensors, metadata = checkpoint.read(checkpoint.resolve(run_dir))
     meta = checkpoint.meta_of(metadata)
-    policy = PolicySpec("mlp", ("state", "ee_to_target"), (6, 3), (-1.92, -1.75, -1.69, -1.66, -2.74, -0.17),
-                        (1.92, 1.75, 1.69, 1.66, 2.84, 1.75), (32, 32), obs_scale={"ee_to_target": 10.0})
+    policy = PolicySpec(
+        "mlp",
+        ("state", "ee_to_target"),
+        (6, 3),
+        (-1.92, -1.75, -1.69, -1.66, -2.74, -0.17),
+        (1.92, 1.75, 1.69, 1.66, 2.84, 1.75),
+        (32, 32),
+        obs_scale={"ee_to_target": 10.0},
+    )
     cfg = LearnerConfig(str(run_dir), "", "", policy, "sac", SACConfig(hidden=(32, 32)), resume=True)
     learner = Learner(cfg)
     learner.restore(checkpoint.resolve(run_dir))
@@ -272,7 +302,9 @@ def test_unknown_config_key():
 
 
 def test_unknown_task_names_options():
-    assert "unknown task 'nope'; available: gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(run(["train", "task=nope"]))
+    assert "unknown task 'nope'; available: gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(
+        run(["train", "task=nope"])
+    )
 
 
 def test_unknown_algo_and_policy():
@@ -282,8 +314,7 @@ def test_unknown_algo_and_policy():
 
 def test_checkpoint_from_another_task(trained, tmp_path):
     run_dir, _ = trained
-    assert "trained on task 'reach', not 'push'" in _one_error_line(
-        run(["eval", f"checkpoint={run_dir}", "task=push"]))
+    assert "trained on task 'reach', not 'push'" in _one_error_line(run(["eval", f"checkpoint={run_dir}", "task=push"]))
     # A checkpoint whose robot spec differs (e.g. trained with other features) is refused too.
     from safetensors.torch import load_file, save_file
 
@@ -302,8 +333,9 @@ def test_a_new_run_into_a_used_run_dir_is_refused_and_nothing_there_changes(trai
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").iterdir())
     res = run(["train", f"run_dir={run_dir}", "budget.env_steps=200", *TINY])
     assert res.returncode != 0
-    assert f"{run_dir} already holds a run (checkpoints, replay/data.mdb); continue it with resume=" \
-        in _one_error_line(res)
+    assert f"{run_dir} already holds a run (checkpoints, replay/data.mdb); continue it with resume=" in _one_error_line(
+        res
+    )
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").iterdir()) == before
 
 
@@ -344,8 +376,14 @@ def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_them
     died = f"actor 0 (pid {killed}) died: " + ("exit code -9 (SIGKILL); restarting it" if local else "")
     assert died in text and "restarting it" in text
     assert [(e["event"], e["who"]) for e in read_events(run_dir)] == [
-        ("failed", "learner"), ("restarted", "learner"), ("ready", "learner"),
-        ("failed", "actor 0"), ("restarted", "actor 0"), ("failed", "actor 0"), ("restarted", "actor 0")]
+        ("failed", "learner"),
+        ("restarted", "learner"),
+        ("ready", "learner"),
+        ("failed", "actor 0"),
+        ("restarted", "actor 0"),
+        ("failed", "actor 0"),
+        ("restarted", "actor 0"),
+    ]
     assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] == 1
     # nothing lost or doubled through all three: each new actor numbered on from its journal
     assert assert_contiguous(run_dir, 0) > steps + 100
@@ -369,8 +407,9 @@ def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_p
     os.kill(pids["actor 0"], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert "actor 0 failed 1 times within 3600 s (restart budget launcher.supervise.restarts=0); " \
-           "last: exit code -9" in err
+    assert (
+        "actor 0 failed 1 times within 3600 s (restart budget launcher.supervise.restarts=0); last: exit code -9" in err
+    )
     # The learner still wrote a final checkpoint on the way down.
     assert checkpoint.list_checkpoints(run_dir / "checkpoints")
 
@@ -378,29 +417,47 @@ def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_p
 def test_learner_refuses_batches_that_do_not_fit_the_spec(tmp_path):
     import numpy as np
 
+    from robo_async.learner.algorithms import PolicySpec
     from robo_async.learner.learner import Learner, LearnerConfig
     from robo_async.transport.wire import TransitionBatch
 
-    from robo_async.learner.algorithms import PolicySpec
-
-    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6))
+    cfg = LearnerConfig(
+        str(tmp_path),
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:0",
+        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6),
+    )
     learner = Learner(cfg)
-    good = {"obs/state": np.zeros((2, 6), np.float32), "next_obs/state": np.zeros((2, 6), np.float32),
-            "action": np.zeros((2, 6), np.float32)}
+    good = {
+        "obs/state": np.zeros((2, 6), np.float32),
+        "next_obs/state": np.zeros((2, 6), np.float32),
+        "action": np.zeros((2, 6), np.float32),
+    }
     assert learner._check_batch(TransitionBatch(0, 0, good)) is None
-    assert learner._check_batch(TransitionBatch(0, 0, {**good, "action": np.zeros((2, 5), np.float32)})) == \
-        "'action' is float32(5,), this run expects float32(6,)"
-    assert learner._check_batch(TransitionBatch(0, 0, {k: v for k, v in good.items() if k != "obs/state"})) == \
-        "'obs/state' is missing"
+    assert (
+        learner._check_batch(TransitionBatch(0, 0, {**good, "action": np.zeros((2, 5), np.float32)}))
+        == "'action' is float32(5,), this run expects float32(6,)"
+    )
+    assert (
+        learner._check_batch(TransitionBatch(0, 0, {k: v for k, v in good.items() if k != "obs/state"}))
+        == "'obs/state' is missing"
+    )
 
 
 def test_two_heterogeneous_actors_and_a_robot_unplugged_mid_run(tmp_path):
     """Actor 0 drives the MuJoCo arm directly, actor 1 the same arm through LeRobot's Robot API
     (sim_so101 via our adapter), actor 2 is unplugged after 400 ticks: it stops, the run goes on."""
     run_dir = tmp_path / "two"
-    res = run(["train", f"run_dir={run_dir}", "actors=3", "budget.env_steps=6000", *TINY,
-               "robots=[{}, {type: sim_so101, id: e2e_arm}, {disconnect_after_ticks: 400}]"])
+    res = run(
+        [
+            "train",
+            f"run_dir={run_dir}",
+            "actors=3",
+            "budget.env_steps=6000",
+            *TINY,
+            "robots=[{}, {type: sim_so101, id: e2e_arm}, {disconnect_after_ticks: 400}]",
+        ]
+    )
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     text = " ".join((res.stdout + res.stderr).split())  # the console may wrap lines
     assert "actor 2" in text and "robot lost" in text and "continuing with 2 actor(s)" in text
@@ -414,11 +471,20 @@ def test_two_heterogeneous_actors_and_a_robot_unplugged_mid_run(tmp_path):
 
 def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
     env = {**os.environ, "ROBO_ASYNC_LEASE_DIR": str(tmp_path / "leases")}
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from hal.leases import LeaseManager; "
-        "l = LeaseManager(sys.argv[1]).acquire('robot:sim_so101/shared_arm', job='someone-else'); "
-        "print('held', flush=True); time.sleep(600)"), str(tmp_path / "leases")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from hal.leases import LeaseManager; "
+                "l = LeaseManager(sys.argv[1]).acquire('robot:sim_so101/shared_arm', job='someone-else'); "
+                "print('held', flush=True); time.sleep(600)"
+            ),
+            str(tmp_path / "leases"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     res = run(["train", f"run_dir={tmp_path / 'r'}", "robot=sim_so101", "robot.id=shared_arm", *TINY], env=env)
     holder.kill()
@@ -433,18 +499,35 @@ def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
 
     run_dir = tmp_path / "ray"
     # a budget long enough for the LeRobot-backed actor to start (it imports LeRobot) under load
-    proc = subprocess.Popen(EXE + ["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=2",
-                                   "budget.env_steps=4000", *TINY, "robots=[{}, {type: sim_so101, id: ray_arm}]",
-                                   "launcher.supervise.backoff_s=0.5", "learner.checkpoint_every_s=2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        EXE
+        + [
+            "train",
+            f"run_dir={run_dir}",
+            "launcher=ray",
+            "launcher.num_cpus=2",
+            "actors=2",
+            "budget.env_steps=4000",
+            *TINY,
+            "robots=[{}, {type: sim_so101, id: ray_arm}]",
+            "launcher.supervise.backoff_s=0.5",
+            "learner.checkpoint_every_s=2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: (run_dir / "processes.json").exists(), timeout=180, what="the learner on Ray")
         wait_for_env_steps(run_dir, 1500, timeout=240)
         # the Ray launcher serves the live dashboard too: both actors, with their robots, are on it
         url = (run_dir / "dashboard.url").read_text()
         assert url.startswith("http://127.0.0.1:")
-        wait_for(lambda: len(json.loads(urllib.request.urlopen(url + "state", timeout=10).read())["actors"]) == 2,
-                 timeout=60, what="both actors on the dashboard")
+        wait_for(
+            lambda: len(json.loads(urllib.request.urlopen(url + "state", timeout=10).read())["actors"]) == 2,
+            timeout=60,
+            what="both actors on the dashboard",
+        )
         state = json.loads(urllib.request.urlopen(url + "state", timeout=10).read())
         assert state["actors"]["1"]["resource"] == "robot:sim_so101/ray_arm", state["actors"]
         assert state["progress"]["time/env_steps"] > 0  # the learner's progress, as it reports it
@@ -466,8 +549,18 @@ def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
 
 def test_any_gymnasium_env_trains_as_a_sim_resource(tmp_path):
     run_dir = tmp_path / "gym"
-    res = run(["train", f"run_dir={run_dir}", "task=gym", "task.env_id=Pendulum-v1", "policy.obs_keys=[state]",
-               "policy.action_mode=absolute", "budget.env_steps=800", *TINY])
+    res = run(
+        [
+            "train",
+            f"run_dir={run_dir}",
+            "task=gym",
+            "task.env_id=Pendulum-v1",
+            "policy.obs_keys=[state]",
+            "policy.action_mode=absolute",
+            "budget.env_steps=800",
+            *TINY,
+        ]
+    )
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     assert assert_contiguous(run_dir, 0) >= 800
 
@@ -476,8 +569,18 @@ def test_training_run_with_async_inference_reports_inference_latency(tmp_path):
     """A real-time training run whose actor runs the async inference engine (injected 40 ms):
     the engine's latency reaches the learner's metrics through the heartbeats."""
     run_dir = tmp_path / "async"
-    res = run(["train", f"run_dir={run_dir}", "budget.env_steps=240", "task.realtime=true",
-               "actor.inference=async_forward", "policy.inference_delay_ms=40", "actor.heartbeat_s=0.2", *TINY])
+    res = run(
+        [
+            "train",
+            f"run_dir={run_dir}",
+            "budget.env_steps=240",
+            "task.realtime=true",
+            "actor.inference=async_forward",
+            "policy.inference_delay_ms=40",
+            "actor.heartbeat_s=0.2",
+            *TINY,
+        ]
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "actors/infer_p50_ms" in r]
     assert rows and rows[-1]["actors/infer_p50_ms"] >= 40 and rows[-1]["actors/bad_chunks"] == 0

@@ -15,8 +15,17 @@ from robo_async.config import UserError
 from robo_async.learner.metrics import read_metrics
 
 EXE = [sys.executable, "-m", "robo_async.cli"]
-PIX = ["task=pick_lift", "task.cameras=[front]", "task.image_size=16", "policy=flow", "policy.obs_keys=[state]",
-       "policy.cameras=[front]", "policy.image_size=16", "policy.horizon=4", "policy.hidden=[32,32]"]
+PIX = [
+    "task=pick_lift",
+    "task.cameras=[front]",
+    "task.image_size=16",
+    "policy=flow",
+    "policy.obs_keys=[state]",
+    "policy.cameras=[front]",
+    "policy.image_size=16",
+    "policy.horizon=4",
+    "policy.hidden=[32,32]",
+]
 
 
 def cli(*args: str) -> str:
@@ -26,21 +35,48 @@ def cli(*args: str) -> str:
 
 
 def train_args(tmp: Path, prior: str, run: str) -> list[str]:
-    return [*PIX, f"policy.path={tmp / prior}", "algo=dsrl", "algo.warmup_steps=40", "algo.batch_size=16",
-            "algo.critic_hidden=[32]", f"buffer.imports=[{{path: {tmp / 'demos'}, table: demos}}]",
-            f"run_dir={tmp / run}", "task.episode_ticks=20", "stop_at_success=null", "eval_episodes=0"]
+    return [
+        *PIX,
+        f"policy.path={tmp / prior}",
+        "algo=dsrl",
+        "algo.warmup_steps=40",
+        "algo.batch_size=16",
+        "algo.critic_hidden=[32]",
+        f"buffer.imports=[{{path: {tmp / 'demos'}, table: demos}}]",
+        f"run_dir={tmp / run}",
+        "task.episode_ticks=20",
+        "stop_at_success=null",
+        "eval_episodes=0",
+    ]
 
 
 def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_refused(tmp_path):
     from robo_async.learner.learner import Learner
     from robo_async.train import import_history, prepare, run_encoder
 
-    cli("buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=2", "task=pick_lift", "cameras=front", "image_size=16")
+    cli(
+        "buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=2", "task=pick_lift", "cameras=front", "image_size=16"
+    )
     for name, seed in (("bc", 0), ("bc2", 1)):
-        cli("bc", *PIX, "task.cameras=[front]", "policy.bc.steps=20", "policy.bc.batch=16",
-            f"policy.bc.from_store={tmp_path / 'demos'}", f"run_dir={tmp_path / name}", "eval_episodes=0", f"seed={seed}")
-    cli("train", "launcher=serial", *train_args(tmp_path, "bc", "run"), "budget.env_steps=200", "budget.seconds=300",
-        "learner.log_every_s=0.5")
+        cli(
+            "bc",
+            *PIX,
+            "task.cameras=[front]",
+            "policy.bc.steps=20",
+            "policy.bc.batch=16",
+            f"policy.bc.from_store={tmp_path / 'demos'}",
+            f"run_dir={tmp_path / name}",
+            "eval_episodes=0",
+            f"seed={seed}",
+        )
+    cli(
+        "train",
+        "launcher=serial",
+        *train_args(tmp_path, "bc", "run"),
+        "budget.env_steps=200",
+        "budget.seconds=300",
+        "learner.log_every_s=0.5",
+    )
 
     cfg, plan = prepare(train_args(tmp_path, "bc", "other"))
     version = run_encoder(plan).version
@@ -80,17 +116,43 @@ def test_a_classifier_reward_run_relabels_its_imported_demonstrations(tmp_path):
 
     from policies.reward import SuccessClassifier
 
-    cli("buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=3", "task=pick_lift", "cameras=front", "image_size=16")
+    cli(
+        "buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=3", "task=pick_lift", "cameras=front", "image_size=16"
+    )
     src = PersistentReplayStore(tmp_path / "demos").open(readonly=True)
     sim_rewards = np.array([row["reward"] for t in ("demos",) for _, _, _, row in src.records(t)])
     src.close()
-    cli("reward", "train", f"from={tmp_path / 'demos'}", "cameras=[front]", "image_size=16", "updates=20",
-        f"out={tmp_path / 'clf'}", "holdout=0.34")
-    cli("train", "launcher=serial", "task=pick_lift", "task.cameras=[front]", "task.image_size=16", "policy=mlp",
-        "policy.obs_keys=[state]", "policy.hidden=[16,16]", "algo=sac", "algo.warmup_steps=20", "algo.batch_size=8",
-        f"buffer.imports=[{{path: {tmp_path / 'demos'}, table: demos}}]", f"reward_classifier={tmp_path / 'clf'}",
-        f"run_dir={tmp_path / 'run'}", "task.episode_ticks=10", "budget.env_steps=30", "budget.seconds=120",
-        "stop_at_success=null", "eval_episodes=0")
+    cli(
+        "reward",
+        "train",
+        f"from={tmp_path / 'demos'}",
+        "cameras=[front]",
+        "image_size=16",
+        "updates=20",
+        f"out={tmp_path / 'clf'}",
+        "holdout=0.34",
+    )
+    cli(
+        "train",
+        "launcher=serial",
+        "task=pick_lift",
+        "task.cameras=[front]",
+        "task.image_size=16",
+        "policy=mlp",
+        "policy.obs_keys=[state]",
+        "policy.hidden=[16,16]",
+        "algo=sac",
+        "algo.warmup_steps=20",
+        "algo.batch_size=8",
+        f"buffer.imports=[{{path: {tmp_path / 'demos'}, table: demos}}]",
+        f"reward_classifier={tmp_path / 'clf'}",
+        f"run_dir={tmp_path / 'run'}",
+        "task.episode_ticks=10",
+        "budget.env_steps=30",
+        "budget.seconds=120",
+        "stop_at_success=null",
+        "eval_episodes=0",
+    )
     clf = SuccessClassifier.load(tmp_path / "clf")
     store = PersistentReplayStore(tmp_path / "run" / "replay").open(readonly=True)
     rows = [row for _, _, _, row in store.records("demos")]

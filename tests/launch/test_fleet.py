@@ -57,9 +57,17 @@ def ray_cluster():
     port = _free_port()
     env_bin = str(Path(sys.executable).parent)
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
-    start = [f"{env_bin}/ray", "start", "--head", f"--port={port}", "--num-cpus=4", "--disable-usage-stats",
-             "--include-dashboard=false", f"--temp-dir={temp}",
-             '--resources={"robot:sim_so101/shared": 1}']
+    start = [
+        f"{env_bin}/ray",
+        "start",
+        "--head",
+        f"--port={port}",
+        "--num-cpus=4",
+        "--disable-usage-stats",
+        "--include-dashboard=false",
+        f"--temp-dir={temp}",
+        '--resources={"robot:sim_so101/shared": 1}',
+    ]
     res = subprocess.run(start, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     yield f"127.0.0.1:{port}"
@@ -72,6 +80,7 @@ def ray_cluster():
 def _kill_processes_mentioning(text: str, grace_s: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after `grace_s`, every process whose command line contains `text`
     (a Ray cluster's processes all name its --temp-dir in theirs)."""
+
     def matching() -> list[int]:
         pids = []
         for d in Path("/proc").iterdir():
@@ -96,27 +105,48 @@ def _kill_processes_mentioning(text: str, grace_s: float = 10.0) -> None:
 def test_two_jobs_on_a_ray_cluster_asking_for_the_same_robot_take_turns(tmp_path, ray_cluster):
     from robo_async.learner.metrics import read_metrics
 
-    common = ["launcher=ray", f"launcher.address={ray_cluster}", "robots=[{type: sim_so101, id: shared}]",
-              "resources.wait_s=600", "budget.env_steps=1500", "algo.warmup_steps=200", "algo.batch_size=32",
-              "policy.hidden=[32,32]", "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=0",
-              "learner.log_every_s=0.2"]
+    common = [
+        "launcher=ray",
+        f"launcher.address={ray_cluster}",
+        "robots=[{type: sim_so101, id: shared}]",
+        "resources.wait_s=600",
+        "budget.env_steps=1500",
+        "algo.warmup_steps=200",
+        "algo.batch_size=32",
+        "policy.hidden=[32,32]",
+        "algo.hidden=[32,32]",
+        "stop_at_success=null",
+        "eval_episodes=0",
+        "learner.log_every_s=0.2",
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     # the first job trains until it is stopped, so it holds the robot for as long as the test needs
     # (a short budget could end before the second job even asks: the race this test must not rely on)
     log1, log2 = open(tmp_path / "first.log", "w+"), open(tmp_path / "second.log", "w+")
-    first = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'first'}", *common, "budget.env_steps=100000000"],
-                             stdout=log1, stderr=subprocess.STDOUT, text=True, env=env)
+    first = subprocess.Popen(
+        EXE + ["train", f"run_dir={tmp_path / 'first'}", *common, "budget.env_steps=100000000"],
+        stdout=log1,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     deadline = time.monotonic() + 240
     while not (tmp_path / "first" / "processes.json").exists() and time.monotonic() < deadline:
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         time.sleep(0.2)
-    second = subprocess.Popen(EXE + ["train", f"run_dir={tmp_path / 'second'}", *common],
-                              stdout=log2, stderr=subprocess.STDOUT, text=True, env=env)
+    second = subprocess.Popen(
+        EXE + ["train", f"run_dir={tmp_path / 'second'}", *common],
+        stdout=log2,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     waiting = "waiting in line: robot:sim_so101/shared held by job 'first' (this job is number 1 in line)"
     deadline = time.monotonic() + 240
     while waiting not in " ".join((tmp_path / "second.log").read_text().split()):
         assert second.poll() is None and first.poll() is None and time.monotonic() < deadline, (
-            (tmp_path / "first.log").read_text()[-2000:] + (tmp_path / "second.log").read_text()[-2000:])
+            tmp_path / "first.log"
+        ).read_text()[-2000:] + (tmp_path / "second.log").read_text()[-2000:]
         time.sleep(0.2)
     assert not (tmp_path / "second" / "processes.json").exists()  # waiting: none of its processes started
     first.send_signal(signal.SIGINT)  # Ctrl-C: the first job checkpoints, stops and releases the robot
@@ -129,13 +159,22 @@ def test_two_jobs_on_a_ray_cluster_asking_for_the_same_robot_take_turns(tmp_path
     f1, f2 = (json.loads((tmp_path / n / "fleet.json").read_text()) for n in ("first", "second"))
     assert f2["granted"] >= f1["released"] > f1["granted"] and f2["waited_s"] > 0
     assert read_metrics(tmp_path / "second")[-1]["time/env_steps"] >= 1500
-    table = subprocess.run(EXE + ["resources", "fleet=true", f"address={ray_cluster}"], capture_output=True,
-                           text=True, timeout=120, env=env)
+    table = subprocess.run(
+        EXE + ["resources", "fleet=true", f"address={ray_cluster}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert table.returncode == 0, table.stderr
     assert "fleet leases" in table.stdout and "no leases held, nobody waiting" in table.stdout
     # a robot no node of the cluster declares: refused at once, naming it (not an actor waiting forever)
-    absent = subprocess.run(EXE + ["train", f"run_dir={tmp_path / 'absent'}", *common,
-                                   "robots=[{type: sim_so101, id: elsewhere}]"],
-                            capture_output=True, text=True, timeout=180, env=env)
+    absent = subprocess.run(
+        EXE + ["train", f"run_dir={tmp_path / 'absent'}", *common, "robots=[{type: sim_so101, id: elsewhere}]"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert absent.returncode == 1
     assert "no node of the Ray cluster offers robot:sim_so101/elsewhere" in absent.stderr + absent.stdout

@@ -9,8 +9,15 @@ import pytest
 
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import read_metrics
-from tests.launch.test_e2e import (_no_run_outlives_its_test, _running, assert_contiguous, pids_of,  # noqa: F401
-                                   run, start_training, wait_for, wait_for_env_steps)
+from tests.launch.test_e2e import (
+    _running,
+    assert_contiguous,
+    pids_of,
+    run,
+    start_training,
+    wait_for,
+    wait_for_env_steps,
+)
 
 STEPS = 2000
 
@@ -21,8 +28,11 @@ def group_comes_back(run_dir, seen):
 
     wait_for(lambda: [e for e in read_events(run_dir)[seen:] if e["event"] == "ready"], what="the learner group back")
     events = read_events(run_dir)[seen:]
-    assert [(e["event"], e["who"]) for e in events] == [("failed", "learner"), ("restarted", "learner"),
-                                                        ("ready", "learner")], events
+    assert [(e["event"], e["who"]) for e in events] == [
+        ("failed", "learner"),
+        ("restarted", "learner"),
+        ("ready", "learner"),
+    ], events
     return events[0]
 
 
@@ -37,9 +47,14 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     from robo_async.launch.supervisor import read_events
 
     run_dir = tmp_path / "replicas"
-    proc, pids = start_training(run_dir, "learner.replicas=2", f"budget.env_steps={STEPS}",
-                                "learner.checkpoint_every_s=2", "launcher.supervise.backoff_s=1",
-                                "launcher.supervise.liveness_s=15")
+    proc, pids = start_training(
+        run_dir,
+        "learner.replicas=2",
+        f"budget.env_steps={STEPS}",
+        "learner.checkpoint_every_s=2",
+        "launcher.supervise.backoff_s=1",
+        "launcher.supervise.liveness_s=15",
+    )
     assert set(pids) == {"learner", "learner rank 1", "actor 0"}, pids
     wait_for_env_steps(run_dir, 500)
     wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
@@ -55,8 +70,10 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     os.kill(second["learner"], signal.SIGSTOP)
     os.kill(second["learner rank 1"], signal.SIGKILL)
     failed = group_comes_back(run_dir, 3)
-    assert failed["rank"] == 1 and failed["why"] == f"learner rank 1 (pid {second['learner rank 1']}): exit code " \
-        "-9 (SIGKILL)", failed  # (rank 0 was frozen: it had not failed)
+    assert (
+        failed["rank"] == 1
+        and failed["why"] == f"learner rank 1 (pid {second['learner rank 1']}): exit code -9 (SIGKILL)"
+    ), failed  # (rank 0 was frozen: it had not failed)
     assert not _running(second["learner"])  # the frozen rank 0 was ended
     third = pids_of(run_dir)
 
@@ -97,9 +114,15 @@ def test_on_ray_the_replicas_are_ray_actors_and_a_killed_one_restarts_the_group(
     from robo_async.launch.supervisor import read_events
 
     run_dir = tmp_path / "ray-replicas"
-    proc, pids = start_training(run_dir, "launcher=ray", "launcher.num_cpus=4", "learner.replicas=2",
-                                f"budget.env_steps={STEPS}", "learner.checkpoint_every_s=2",
-                                "launcher.supervise.backoff_s=1")
+    proc, pids = start_training(
+        run_dir,
+        "launcher=ray",
+        "launcher.num_cpus=4",
+        "learner.replicas=2",
+        f"budget.env_steps={STEPS}",
+        "learner.checkpoint_every_s=2",
+        "launcher.supervise.backoff_s=1",
+    )
     assert set(pids) == {"learner", "learner rank 1", "actor 0"}, pids
     assert pids["learner rank 1"] != pids["learner"]
     wait_for_env_steps(run_dir, 500)

@@ -60,8 +60,9 @@ class Proc:
         out, self.reports = self.reports, []
         if self.who == "learner" and self.ended is None and not self.silent:
             out.append(("progress", {"time/env_steps": 1.0}))
-            out.append(("actors", {a: {"heard_s": self.runner.clock.now - heard}
-                                   for a, heard in self.runner.heard.items()}))
+            out.append(
+                ("actors", {a: {"heard_s": self.runner.clock.now - heard} for a, heard in self.runner.heard.items()})
+            )
         return out
 
     def exit(self) -> Exit | None:
@@ -178,8 +179,12 @@ def clock(monkeypatch):
 
 
 def plan_for(tmp_path: Path, n_actors: int = 1, realtime: bool = True, **policy: float) -> Plan:
-    return Plan(tmp_path, [ActorCfg(a, Loop(realtime)) for a in range(n_actors)], LearnerCfg(str(tmp_path)),
-                Launcher(RestartPolicy(**policy)))
+    return Plan(
+        tmp_path,
+        [ActorCfg(a, Loop(realtime)) for a in range(n_actors)],
+        LearnerCfg(str(tmp_path)),
+        Launcher(RestartPolicy(**policy)),
+    )
 
 
 def finish(runner: Runner) -> None:
@@ -200,8 +205,13 @@ def test_a_pending_learner_restart_is_a_time_and_the_actors_are_watched_meanwhil
     assert result.reason == "budget" and result.progress["supervisor/learner_restarts"] == 1
     events = [(e["event"], e["who"], round(e["t"] - t0)) for e in read_events(tmp_path)]
     # the actor's crash, during the learner's 10 s backoff, is seen at once and restarted on its own time
-    assert events == [("failed", "learner", 5), ("failed", "actor 0", 6), ("restarted", "learner", 15),
-                      ("ready", "learner", 15), ("restarted", "actor 0", 16)], events
+    assert events == [
+        ("failed", "learner", 5),
+        ("failed", "actor 0", 6),
+        ("restarted", "learner", 15),
+        ("ready", "learner", 15),
+        ("restarted", "actor 0", 16),
+    ], events
     assert [round(t - t0) for t, p in runner.started if p.who == "actor 0"] == [0, 16]
 
 
@@ -246,7 +256,10 @@ def test_a_spent_restart_budget_stops_the_run_naming_what_failed(tmp_path, clock
     runner = Runner(clock)
     clock.at(clock.now + 1, lambda: setattr(runner.procs("actor 0")[-1], "ended", Exit.FAILED))
     clock.at(clock.now + 3, lambda: setattr(runner.procs("actor 0")[-1], "ended", Exit.FAILED))
-    with pytest.raises(RunFailed, match=r"actor 0 failed 2 times within 3600 s \(restart budget "
-                                        r"launcher.supervise.restarts=1\); last: it crashed"):
+    with pytest.raises(
+        RunFailed,
+        match=r"actor 0 failed 2 times within 3600 s \(restart budget "
+        r"launcher.supervise.restarts=1\); last: it crashed",
+    ):
         Supervisor(plan_for(tmp_path, restarts=1, backoff_s=1), runner, Display()).run()
     assert runner.stopped  # the learner was asked to stop (and save) on the way down

@@ -15,8 +15,16 @@ LOW, HIGH = (-100.0,) * A, (100.0,) * A
 
 
 def spec(name, **options):
-    return PolicySpec(name, ("state", "tick"), (A, 1), LOW, HIGH, hidden=(16,), action_mode="absolute",
-                      options={"horizon": 4, "steps": 2, **options})
+    return PolicySpec(
+        name,
+        ("state", "tick"),
+        (A, 1),
+        LOW,
+        HIGH,
+        hidden=(16,),
+        action_mode="absolute",
+        options={"horizon": 4, "steps": 2, **options},
+    )
 
 
 def episodes(n=3, ticks=30):
@@ -24,8 +32,13 @@ def episodes(n=3, ticks=30):
     out = []
     for i in range(n):
         t = np.arange(ticks, dtype=np.float32) + 1000 * i
-        out.append({"obs/state": np.tile(t[:, None], (1, A)), "obs/tick": t[:, None],
-                    "action": np.tile(t[:, None] + 0.5, (1, A))})
+        out.append(
+            {
+                "obs/state": np.tile(t[:, None], (1, A)),
+                "obs/tick": t[:, None],
+                "action": np.tile(t[:, None] + 0.5, (1, A)),
+            }
+        )
     return out
 
 
@@ -45,7 +58,7 @@ def test_windows_stay_inside_one_episode_and_fill_missing_features():
     b = w.sample(256)
     assert b["actions"].shape == (256, 4, A) and b["lag_actions"].shape == (256, 5, A)
     inside = b["mask"] > 0
-    episode = (b["actions"][:, :, 0] // 1000)
+    episode = b["actions"][:, :, 0] // 1000
     assert (episode == episode[:, :1]).all()  # never two episodes in a window
     steps = np.diff(b["actions"][:, :, 0], axis=1)
     assert np.all(steps[inside[:, 1:]] == 1)  # consecutive ticks, repeated after the episode end
@@ -89,10 +102,21 @@ def test_demonstrations_that_do_not_fit_the_task_are_refused_naming_key_and_shap
     from hal.spec import CameraSpec, RobotSpec
     from robo_async.learner.algorithms.bc.demos import check_demos
 
-    spec = RobotSpec(name="r", joint_names=("a", "b", "c"), joint_low=(-1,) * 3, joint_high=(1,) * 3, hz=30.0,
-                     cameras=(CameraSpec("front", 64, 64),), features=(("tick", 1),))
-    good = {"obs/state": np.zeros((5, 3)), "obs/tick": np.zeros((5, 1)), "obs/front": np.zeros((5, 64, 64, 3), np.uint8),
-            "action": np.zeros((5, 3))}
+    spec = RobotSpec(
+        name="r",
+        joint_names=("a", "b", "c"),
+        joint_low=(-1,) * 3,
+        joint_high=(1,) * 3,
+        hz=30.0,
+        cameras=(CameraSpec("front", 64, 64),),
+        features=(("tick", 1),),
+    )
+    good = {
+        "obs/state": np.zeros((5, 3)),
+        "obs/tick": np.zeros((5, 1)),
+        "obs/front": np.zeros((5, 64, 64, 3), np.uint8),
+        "action": np.zeros((5, 3)),
+    }
     check_demos([good], spec, ("state", "tick", "front"))
     small = {**good, "obs/front": np.zeros((5, 32, 32, 3), np.uint8)}
     with pytest.raises(ValueError, match="front is 32x32x3 per tick, the task's camera front is 64x64x3"):

@@ -51,22 +51,54 @@ def test_dsrl_needs_a_prior_and_refuses_a_mismatched_one(tmp_path):
     other = FlowChunkPolicy(**{**KW, "hidden": (16, 16)})
     save_file(other.weights(), str(tmp_path / "policy.safetensors"))
     with pytest.raises(ValueError, match="does not fit policy=flow"):
-        build_algorithm("dsrl", DSRLConfig(), PolicySpec(**{**spec.__dict__, "options": {"horizon": 4, "path": str(tmp_path)}}))
+        build_algorithm(
+            "dsrl", DSRLConfig(), PolicySpec(**{**spec.__dict__, "options": {"horizon": 4, "path": str(tmp_path)}})
+        )
 
 
 def test_dsrl_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
-    prior = FlowChunkPolicy(obs_keys=("state",), obs_dims=(4,), action_low=(-3.0,), action_high=(3.0,), horizon=4,
-                            hidden=(64, 64), action_mode="absolute")
+    prior = FlowChunkPolicy(
+        obs_keys=("state",),
+        obs_dims=(4,),
+        action_low=(-3.0,),
+        action_high=(3.0,),
+        horizon=4,
+        hidden=(64, 64),
+        action_mode="absolute",
+    )
     (tmp_path / "bc").mkdir()
     save_file(prior.weights(), str(tmp_path / "bc" / "policy.safetensors"))  # a prior the test made
     run_dir = tmp_path / "run"
-    res = subprocess.run(EXE + [
-        "train", "launcher=serial", "task=gym", "task.env_id=InvertedPendulum-v5", "task.episode_ticks=100",
-        "policy=flow", "policy.obs_keys=[state]", "policy.action_mode=absolute", "policy.horizon=4",
-        "policy.hidden=[64,64]", f"policy.path={tmp_path / 'bc'}", "algo=dsrl", "algo.warmup_steps=300",
-        "algo.batch_size=64", "algo.critic_hidden=[64,64]", "algo.utd_ratio=0.5",
-        f"run_dir={run_dir}", "budget.env_steps=2500", "budget.seconds=600", "stop_at_success=null", "eval_episodes=2",
-        "learner.log_every_s=0.5"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        EXE
+        + [
+            "train",
+            "launcher=serial",
+            "task=gym",
+            "task.env_id=InvertedPendulum-v5",
+            "task.episode_ticks=100",
+            "policy=flow",
+            "policy.obs_keys=[state]",
+            "policy.action_mode=absolute",
+            "policy.horizon=4",
+            "policy.hidden=[64,64]",
+            f"policy.path={tmp_path / 'bc'}",
+            "algo=dsrl",
+            "algo.warmup_steps=300",
+            "algo.batch_size=64",
+            "algo.critic_hidden=[64,64]",
+            "algo.utd_ratio=0.5",
+            f"run_dir={run_dir}",
+            "budget.env_steps=2500",
+            "budget.seconds=600",
+            "stop_at_success=null",
+            "eval_episodes=2",
+            "learner.log_every_s=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "losses/qf1_values" in r]
     assert len(rows) > 4 and rows[-1]["time/updates"] > 100
@@ -81,12 +113,30 @@ def pixel_dsrl():  # type: ignore[no-untyped-def]
     from pathlib import Path
 
     low, high = (-2.0,) * 3, (2.0,) * 3
-    prior = FlowChunkPolicy(("state",), (3,), low, high, horizon=4, steps=2, hidden=(32, 32), action_mode="absolute",
-                            cameras=("front",), image_size=16)
+    prior = FlowChunkPolicy(
+        ("state",),
+        (3,),
+        low,
+        high,
+        horizon=4,
+        steps=2,
+        hidden=(32, 32),
+        action_mode="absolute",
+        cameras=("front",),
+        image_size=16,
+    )
     with tempfile.TemporaryDirectory() as d:
         save_file({k: np.ascontiguousarray(v) for k, v in prior.weights().items()}, str(Path(d) / "policy.safetensors"))
-        spec = PolicySpec("flow", ("state",), (3,), low, high, hidden=(32, 32), action_mode="absolute",
-                          options={"horizon": 4, "steps": 2, "cameras": ("front",), "image_size": 16, "path": d})
+        spec = PolicySpec(
+            "flow",
+            ("state",),
+            (3,),
+            low,
+            high,
+            hidden=(32, 32),
+            action_mode="absolute",
+            options={"horizon": 4, "steps": 2, "cameras": ("front",), "image_size": 16, "path": d},
+        )
         return build_algorithm("dsrl", DSRLConfig(batch_size=16), spec)
 
 

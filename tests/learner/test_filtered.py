@@ -13,8 +13,16 @@ from tests.buffer.test_windows import Episodes, fill
 def test_filtered_learns_only_from_what_worked(tmp_path):
     store = PersistentReplayStore(tmp_path / "r", StoreConfig(commit_ms=5)).open()
     fill(store, Episodes())
-    spec = PolicySpec("flow", ("state",), (3,), (-1.0,) * 3, (20.0,) * 3, hidden=(32, 32),
-                      action_mode="absolute", options={"horizon": 3})
+    spec = PolicySpec(
+        "flow",
+        ("state",),
+        (3,),
+        (-1.0,) * 3,
+        (20.0,) * 3,
+        hidden=(32, 32),
+        action_mode="absolute",
+        options={"horizon": 3},
+    )
     algo = build_algorithm("filtered", FilteredConfig(), spec)
     assert algo.window == 3 and algo.successful_only
     sampler = Sampler(store, 64, {"online": 1.0}, window=algo.window, successful_only=algo.successful_only)
@@ -30,15 +38,20 @@ def test_filtered_learns_only_from_what_worked(tmp_path):
 
 
 def test_table_weights_scale_each_rows_loss():
-    spec = PolicySpec("flow", ("state",), (2,), (-1.0,) * 2, (1.0,) * 2, hidden=(16,), action_mode="absolute",
-                      options={"horizon": 2})
+    spec = PolicySpec(
+        "flow", ("state",), (2,), (-1.0,) * 2, (1.0,) * 2, hidden=(16,), action_mode="absolute", options={"horizon": 2}
+    )
     algo = build_algorithm("filtered", FilteredConfig(online_weight=0.0, demo_weight=1.0), spec)
     rng = np.random.default_rng(0)
-    batch = {"obs/state": rng.normal(size=(8, 2)).astype(np.float32), "actions": rng.uniform(-1, 1, (8, 2, 2)).astype(np.float32),
-             "steps": np.full(8, 2), "table": np.zeros(8, np.int8)}
+    batch = {
+        "obs/state": rng.normal(size=(8, 2)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, (8, 2, 2)).astype(np.float32),
+        "steps": np.full(8, 2),
+        "table": np.zeros(8, np.int8),
+    }
     before = [p.detach().clone() for p in algo.policy.net.parameters()]
     algo.update(batch)  # every row online with weight 0: no gradient reaches the network
-    assert all(torch.equal(a, p) for a, p in zip(before, algo.policy.net.parameters()))
+    assert all(torch.equal(a, p) for a, p in zip(before, algo.policy.net.parameters(), strict=False))
     batch["table"][:] = 1  # demos, weight 1: it learns
     algo.update(batch)
-    assert not all(torch.equal(a, p) for a, p in zip(before, algo.policy.net.parameters()))
+    assert not all(torch.equal(a, p) for a, p in zip(before, algo.policy.net.parameters(), strict=False))

@@ -25,18 +25,31 @@ from robo_async.transport.stats import FIELD_TYPES, ActorStats
 from robo_async.transport.wire import Heartbeat, TransitionBatch, encode
 
 N = 16  # transitions per batch
-WRONG = {int: "3", float: "fast", bool: "yes", tuple: [1.5]}  # a value of another type for each declared type (histograms: counts)
+WRONG = {
+    int: "3",
+    float: "fast",
+    bool: "yes",
+    tuple: [1.5],
+}  # a value of another type for each declared type (histograms: counts)
 GOOD = ActorStats(clipped=7, unacked=3, late_p99_ms=1.5, operator=False, infer_p50_ms=4.0, infer_p95_ms=6.0)
 
 
 def batch(seq: int) -> TransitionBatch:
     rng = np.random.default_rng(seq)
-    return TransitionBatch(0, seq, {
-        "obs/state": rng.uniform(-1, 1, (N, 6)).astype(np.float32),
-        "next_obs/state": rng.uniform(-1, 1, (N, 6)).astype(np.float32),
-        "action": rng.uniform(-1, 1, (N, 6)).astype(np.float32), "reward": rng.normal(size=N).astype(np.float32),
-        "terminated": np.zeros(N, bool), "truncated": np.zeros(N, bool),
-        "policy_version": np.zeros(N, np.int64), "success": np.zeros(N, bool)})
+    return TransitionBatch(
+        0,
+        seq,
+        {
+            "obs/state": rng.uniform(-1, 1, (N, 6)).astype(np.float32),
+            "next_obs/state": rng.uniform(-1, 1, (N, 6)).astype(np.float32),
+            "action": rng.uniform(-1, 1, (N, 6)).astype(np.float32),
+            "reward": rng.normal(size=N).astype(np.float32),
+            "terminated": np.zeros(N, bool),
+            "truncated": np.zeros(N, bool),
+            "policy_version": np.zeros(N, np.int64),
+            "success": np.zeros(N, bool),
+        },
+    )
 
 
 def frames_of(msg) -> list[bytes]:
@@ -55,10 +68,16 @@ def heartbeat_with(stats: object, key: str = "stats") -> list[bytes]:
 def learner_proc(tmp_path):
     ctx = mp.get_context("spawn")
     stop, status, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
-    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6, hidden=(32, 32)),
-                        algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
-                        tensorboard=False, stop_at_success=None, checkpoint_every_s=3600.0)
+    cfg = LearnerConfig(
+        str(tmp_path),
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:0",
+        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6, hidden=(32, 32)),
+        algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
+        tensorboard=False,
+        stop_at_success=None,
+        checkpoint_every_s=3600.0,
+    )
     proc = ctx.Process(target=learner_main, args=(cfg, stop, status, errors, 0.1))
     proc.start()
     kind, addresses = status.get(timeout=180)
@@ -91,14 +110,17 @@ def acked(proc: mp.Process, errors: mp.Queue, client: WeightClient, seq: int, de
     while (client.status is None or (client.status.acked_for(0) or 0) < seq) and time.monotonic() < deadline:
         if not proc.is_alive():
             proc.join()
-            raise AssertionError(f"the learner died (exit code {proc.exitcode}): "
-                                 f"{errors.get(timeout=5) if proc.exitcode else 'no error'}")
+            raise AssertionError(
+                f"the learner died (exit code {proc.exitcode}): "
+                f"{errors.get(timeout=5) if proc.exitcode else 'no error'}"
+            )
         time.sleep(0.05)
     assert client.status is not None and client.status.acked_for(0) == seq
 
 
-def train_until(proc: mp.Process, errors: mp.Queue, status: mp.Queue, push: zmq.Socket, client: WeightClient,
-                seq: int, updates: int) -> tuple[int, dict]:
+def train_until(
+    proc: mp.Process, errors: mp.Queue, status: mp.Queue, push: zmq.Socket, client: WeightClient, seq: int, updates: int
+) -> tuple[int, dict]:
     """Send batches (each acked before the next) until the learner reports more than `updates`."""
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
@@ -123,9 +145,11 @@ def test_a_heartbeat_with_wrong_figures_is_refused_and_the_same_learner_keeps_tr
         assert before["actors/clipped"] == 7 and before["actors/unacked"] == 3  # the good heartbeat was taken
 
         bad = [heartbeat_with({name: WRONG[t]}) for name, t in FIELD_TYPES.items()]  # one per declared field
-        bad += [heartbeat_with({"pending": 1}),  # a figure nobody declared
-                heartbeat_with({"clipped": 2}, key="meta"),  # the old untyped map
-                heartbeat_with({"unacked": None, "clipped": "x"})]  # the message that killed a learner, last
+        bad += [
+            heartbeat_with({"pending": 1}),  # a figure nobody declared
+            heartbeat_with({"clipped": 2}, key="meta"),  # the old untyped map
+            heartbeat_with({"unacked": None, "clipped": "x"}),
+        ]  # the message that killed a learner, last
         assert len(bad) == len(FIELD_TYPES) + 3
         for frames in bad:
             push.send_multipart(frames)
@@ -153,10 +177,16 @@ def test_actors_count_as_heard_while_the_learner_leaves_their_messages_in_the_so
     real-time actor each liveness_s)."""
     from robo_async.learner.learner import Learner
 
-    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6, hidden=(32, 32)),
-                        algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
-                        tensorboard=False, stop_at_success=None, checkpoint_every_s=3600.0)
+    cfg = LearnerConfig(
+        str(tmp_path),
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:0",
+        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6, hidden=(32, 32)),
+        algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
+        tensorboard=False,
+        stop_at_success=None,
+        checkpoint_every_s=3600.0,
+    )
     learner = Learner(cfg)
     learner.open()
     push = zmq.Context.instance().socket(zmq.PUSH)

@@ -25,10 +25,17 @@ def spec():
 
 def batch(n, rng, operated):
     state = rng.uniform(-1, 1, (n, 3)).astype(np.float32)
-    return {"obs/state": state, "next_obs/state": state, "action": np.full((n, 3), 1.2, np.float32),
-            "reward": np.zeros(n, np.float32), "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
-            "success": np.zeros(n, bool), "policy_version": np.zeros(n, np.int64),
-            "intervention": np.where(operated, OPERATOR, POLICY).astype(np.uint8)}
+    return {
+        "obs/state": state,
+        "next_obs/state": state,
+        "action": np.full((n, 3), 1.2, np.float32),
+        "reward": np.zeros(n, np.float32),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+        "success": np.zeros(n, bool),
+        "policy_version": np.zeros(n, np.int64),
+        "intervention": np.where(operated, OPERATOR, POLICY).astype(np.uint8),
+    }
 
 
 def mean_action(algo, state):
@@ -72,11 +79,27 @@ def run(args, timeout=300):
 
 def test_hil_training_with_the_virtual_operator_records_corrections_and_learns_from_them(tmp_path):
     run_dir = tmp_path / "hil"
-    res = run(["train", "launcher=serial", "task=push", "teleop=virtual", "teleop.stall_ticks=15",
-               "teleop.hold_ticks=10", "algo.dagger_weight=1.0", "algo.intervention_penalty=1.0",
-               f"run_dir={run_dir}", "budget.env_steps=1500", "algo.warmup_steps=300", "algo.batch_size=32",
-               "policy.hidden=[32,32]", "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=2",
-               "learner.log_every_s=0.2"])
+    res = run(
+        [
+            "train",
+            "launcher=serial",
+            "task=push",
+            "teleop=virtual",
+            "teleop.stall_ticks=15",
+            "teleop.hold_ticks=10",
+            "algo.dagger_weight=1.0",
+            "algo.intervention_penalty=1.0",
+            f"run_dir={run_dir}",
+            "budget.env_steps=1500",
+            "algo.warmup_steps=300",
+            "algo.batch_size=32",
+            "policy.hidden=[32,32]",
+            "algo.hidden=[32,32]",
+            "stop_at_success=null",
+            "eval_episodes=2",
+            "learner.log_every_s=0.2",
+        ]
+    )
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     rows = read_metrics(run_dir)
     last = rows[-1]
@@ -95,10 +118,25 @@ def test_hil_training_with_the_virtual_operator_records_corrections_and_learns_f
 
 def test_hil_takeovers_under_the_ray_launcher(tmp_path):
     run_dir = tmp_path / "ray"
-    res = run(["train", f"run_dir={run_dir}", "launcher=ray", "launcher.num_cpus=2", "actors=1",
-               "budget.env_steps=1200", "algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]",
-               "algo.hidden=[32,32]", "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.2",
-               "teleop=sim_leader", "teleop.events={100: is_intervention, 140: is_intervention, 300: estop}"])
+    res = run(
+        [
+            "train",
+            f"run_dir={run_dir}",
+            "launcher=ray",
+            "launcher.num_cpus=2",
+            "actors=1",
+            "budget.env_steps=1200",
+            "algo.warmup_steps=200",
+            "algo.batch_size=32",
+            "policy.hidden=[32,32]",
+            "algo.hidden=[32,32]",
+            "stop_at_success=null",
+            "eval_episodes=2",
+            "learner.log_every_s=0.2",
+            "teleop=sim_leader",
+            "teleop.events={100: is_intervention, 140: is_intervention, 300: estop}",
+        ]
+    )
     # the e-stop at tick 300 latches a hold; the run goes on to its budget (the robot held)
     assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
     store = PersistentReplayStore(run_dir / "replay", StoreConfig()).open(readonly=True)
@@ -114,10 +152,21 @@ def test_hil_takeovers_under_the_ray_launcher(tmp_path):
 def test_dagger_pulls_the_qc_actor_toward_chunks_the_operator_drove(weight):
     from robo_async.learner.algorithms.qc.config import QCConfig
 
-    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
-                      options={"horizon": 4})
-    algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=32,
-                                          dagger_weight=weight, distill_only_updates=10**6, alpha=0.0), spec)
+    spec = PolicySpec(
+        "flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute", options={"horizon": 4}
+    )
+    algo = build_algorithm(
+        "qc",
+        QCConfig(
+            critic_hidden=(32,),
+            actor_hidden=(32,),
+            batch_size=32,
+            dagger_weight=weight,
+            distill_only_updates=10**6,
+            alpha=0.0,
+        ),
+        spec,
+    )
     rng = np.random.default_rng(0)
     chunk = np.full((32, 4, 3), 1.2, np.float32)  # what the operator drove, every window
 
@@ -125,11 +174,20 @@ def test_dagger_pulls_the_qc_actor_toward_chunks_the_operator_drove(weight):
         state = rng.uniform(-1, 1, (32, 3)).astype(np.float32)
         iv = np.full((32, 4), OPERATOR, np.uint8)
         iv[16:] = POLICY  # half the windows are the policy's own
-        return {"obs/state": state, "next_obs/state": state, "actions": chunk, "rewards": np.zeros((32, 4), np.float32),
-                "mask": np.ones((32, 4), np.float32), "steps": np.full(32, 4), "terminated": np.zeros(32, bool),
-                "truncated": np.zeros(32, bool), "success": np.zeros(32, bool),
-                "policy_version": np.zeros(32, np.int64), "episode_success": np.full(32, -1, np.int8),
-                "interventions": iv}
+        return {
+            "obs/state": state,
+            "next_obs/state": state,
+            "actions": chunk,
+            "rewards": np.zeros((32, 4), np.float32),
+            "mask": np.ones((32, 4), np.float32),
+            "steps": np.full(32, 4),
+            "terminated": np.zeros(32, bool),
+            "truncated": np.zeros(32, bool),
+            "success": np.zeros(32, bool),
+            "policy_version": np.zeros(32, np.int64),
+            "episode_success": np.full(32, -1, np.int8),
+            "interventions": iv,
+        }
 
     probe = windows()
     target = algo.chunks(probe)

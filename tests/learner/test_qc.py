@@ -18,8 +18,17 @@ LOW, HIGH = (-1.0, -2.0, 0.0), (1.0, 2.0, 1.5)
 
 
 def policy(n: int) -> OneStepChunkPolicy:
-    return OneStepChunkPolicy(obs_keys=("state",), obs_dims=(3,), action_low=LOW, action_high=HIGH, horizon=4,
-                              hidden=(32, 32), action_mode="absolute", best_of_n=n, critic_hidden=(16,))
+    return OneStepChunkPolicy(
+        obs_keys=("state",),
+        obs_dims=(3,),
+        action_low=LOW,
+        action_high=HIGH,
+        horizon=4,
+        hidden=(32, 32),
+        action_mode="absolute",
+        best_of_n=n,
+        critic_hidden=(16,),
+    )
 
 
 class ChunkSum(nn.Module):
@@ -30,7 +39,7 @@ class ChunkSum(nn.Module):
         self.width = width
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h[:, -self.width:].sum(-1, keepdim=True)
+        return h[:, -self.width :].sum(-1, keepdim=True)
 
 
 def test_best_of_n_executes_the_highest_q_candidate():
@@ -92,13 +101,37 @@ def test_qc_refuses_a_policy_it_cannot_train():
 def test_qc_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
     """InvertedPendulum pays +1 per tick until the pole falls: Q must climb from its start."""
     run_dir = tmp_path / "run"
-    res = subprocess.run(EXE + [
-        "train", "launcher=serial", "task=gym", "task.env_id=InvertedPendulum-v5", "task.episode_ticks=100",
-        "policy=flow", "policy.obs_keys=[state]", "policy.action_mode=absolute", "policy.horizon=4",
-        "policy.hidden=[64,64]", "algo=qc", "algo.warmup_steps=300", "algo.batch_size=64",
-        "algo.critic_hidden=[64,64]", "algo.actor_hidden=[64,64]", "algo.utd_ratio=0.5", "algo.max_version_lag=50",
-        f"run_dir={run_dir}", "budget.env_steps=2500", "budget.seconds=600", "stop_at_success=null", "eval_episodes=0",
-        "learner.log_every_s=0.5"], capture_output=True, text=True, timeout=240)
+    res = subprocess.run(
+        EXE
+        + [
+            "train",
+            "launcher=serial",
+            "task=gym",
+            "task.env_id=InvertedPendulum-v5",
+            "task.episode_ticks=100",
+            "policy=flow",
+            "policy.obs_keys=[state]",
+            "policy.action_mode=absolute",
+            "policy.horizon=4",
+            "policy.hidden=[64,64]",
+            "algo=qc",
+            "algo.warmup_steps=300",
+            "algo.batch_size=64",
+            "algo.critic_hidden=[64,64]",
+            "algo.actor_hidden=[64,64]",
+            "algo.utd_ratio=0.5",
+            "algo.max_version_lag=50",
+            f"run_dir={run_dir}",
+            "budget.env_steps=2500",
+            "budget.seconds=600",
+            "stop_at_success=null",
+            "eval_episodes=0",
+            "learner.log_every_s=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "losses/qf1_values" in r]
     assert len(rows) > 4 and rows[-1]["time/updates"] > 100
@@ -109,11 +142,18 @@ def test_qc_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
 
 def window_batch(b=16, h=4, a=3, cams=("front",), size=16, seed=0):
     rng = np.random.default_rng(seed)
-    batch = {"obs/state": rng.normal(size=(b, a)).astype(np.float32),
-             "actions": rng.uniform(-1, 1, (b, h, a)).astype(np.float32),
-             "rewards": np.ones((b, h), np.float32), "mask": np.ones((b, h), np.float32), "steps": np.full(b, h),
-             "terminated": np.zeros(b, bool), "truncated": np.zeros(b, bool), "success": np.zeros(b, bool),
-             "policy_version": np.zeros(b, np.int64), "episode_success": np.full(b, -1, np.int8)}
+    batch = {
+        "obs/state": rng.normal(size=(b, a)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, (b, h, a)).astype(np.float32),
+        "rewards": np.ones((b, h), np.float32),
+        "mask": np.ones((b, h), np.float32),
+        "steps": np.full(b, h),
+        "terminated": np.zeros(b, bool),
+        "truncated": np.zeros(b, bool),
+        "success": np.zeros(b, bool),
+        "policy_version": np.zeros(b, np.int64),
+        "episode_success": np.full(b, -1, np.int8),
+    }
     batch["next_obs/state"] = batch["obs/state"]
     for c in cams:
         batch[f"obs/{c}"] = rng.integers(0, 256, (b, size, size, 3), dtype=np.uint8)
@@ -122,8 +162,16 @@ def window_batch(b=16, h=4, a=3, cams=("front",), size=16, seed=0):
 
 
 def test_qc_from_pixels_shares_one_encoder_trained_by_the_critic_only():
-    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
-                      options={"horizon": 4, "cameras": ("front",), "image_size": 16})
+    spec = PolicySpec(
+        "flow",
+        ("state",),
+        (3,),
+        LOW,
+        HIGH,
+        hidden=(32, 32),
+        action_mode="absolute",
+        options={"horizon": 4, "cameras": ("front",), "image_size": 16},
+    )
     algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16), spec)
     assert algo.actor.encoder is algo.critic.encoder  # one encoder (pixel SAC / RLPD style)
     enc_ids = {id(p) for p in algo.critic.encoder.parameters()}
@@ -131,7 +179,7 @@ def test_qc_from_pixels_shares_one_encoder_trained_by_the_critic_only():
     before = [p.detach().clone() for p in algo.critic.encoder.parameters()]
     m = algo.update(window_batch())
     assert np.isfinite(m["losses/qf_loss"]) and np.isfinite(m["losses/actor_loss"])
-    assert any(not torch.equal(a, p) for a, p in zip(before, algo.critic.encoder.parameters()))
+    assert any(not torch.equal(a, p) for a, p in zip(before, algo.critic.encoder.parameters(), strict=False))
     # the published policy sees frames and makes chunks from them
     w = algo.policy_weights()
     assert any(k.startswith("actor.encoder.vision") for k in w)
@@ -143,13 +191,34 @@ def test_qc_from_pixels_trains_end_to_end_on_frames_the_actor_encoded(tmp_path):
     """Camera frames cross the wire encoded by the actor's uplink; the learner stores those bytes
     (it encodes none itself) and the chunked critic trains on them."""
     run_dir = tmp_path / "run"
-    res = subprocess.run(EXE + [
-        "train", "launcher=serial", "task=reach", "task.cameras=[front]", "task.image_size=16",
-        "policy=flow", "policy.obs_keys=[state]", "policy.cameras=[front]", "policy.horizon=4",
-        "policy.hidden=[32,32]", "algo=qc", "algo.warmup_steps=100", "algo.batch_size=16",
-        "algo.critic_hidden=[32,32]", "algo.actor_hidden=[32,32]", f"run_dir={run_dir}", "budget.env_steps=400",
-        "stop_at_success=null", "eval_episodes=0", "learner.log_every_s=0.5"], capture_output=True, text=True,
-        timeout=240)
+    res = subprocess.run(
+        EXE
+        + [
+            "train",
+            "launcher=serial",
+            "task=reach",
+            "task.cameras=[front]",
+            "task.image_size=16",
+            "policy=flow",
+            "policy.obs_keys=[state]",
+            "policy.cameras=[front]",
+            "policy.horizon=4",
+            "policy.hidden=[32,32]",
+            "algo=qc",
+            "algo.warmup_steps=100",
+            "algo.batch_size=16",
+            "algo.critic_hidden=[32,32]",
+            "algo.actor_hidden=[32,32]",
+            f"run_dir={run_dir}",
+            "budget.env_steps=400",
+            "stop_at_success=null",
+            "eval_episodes=0",
+            "learner.log_every_s=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     rows = read_metrics(run_dir)
     last = rows[-1]
@@ -173,8 +242,16 @@ def test_qc_actor_learns_from_what_an_async_actor_had_when_it_asked():
     """With lookback (async_forward actors), the one-step actor and the flow prior see the
     observation `lag` ticks before the chunk with its state forwarded to the last committed
     target, and the delay; the critic scores the chunk from the state where it started."""
-    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="delta",
-                      options={"horizon": 4, "delta_range": 0.5})
+    spec = PolicySpec(
+        "flow",
+        ("state",),
+        (3,),
+        LOW,
+        HIGH,
+        hidden=(32, 32),
+        action_mode="delta",
+        options={"horizon": 4, "delta_range": 0.5},
+    )
     algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=8, max_delay=3), spec)
     assert algo.lookback == 3
     batch = lagged(window_batch(b=8, cams=()), [0, 1, 2, 3, 0, 1, 2, 3])
@@ -183,8 +260,9 @@ def test_qc_actor_learns_from_what_an_async_actor_had_when_it_asked():
 
     def actor_rec(cond, z, images=None, features=None, delay=None):
         out = actor_forward(cond, z, images, features, delay)
-        seen.setdefault("actor", []).append((cond.detach().clone(), None if delay is None else delay.clone(),
-                                             out.detach().clone()))
+        seen.setdefault("actor", []).append(
+            (cond.detach().clone(), None if delay is None else delay.clone(), out.detach().clone())
+        )
         return out
 
     def critic_rec(cond, chunk, images=None, features=None):
@@ -203,8 +281,9 @@ def test_qc_actor_learns_from_what_an_async_actor_had_when_it_asked():
     # the critic scores the actor's chunk from the window's own first state, re-expressed there
     q_cond, q_chunk = seen["critic"][-1]
     np.testing.assert_allclose(q_cond.numpy(), batch["obs/state"], rtol=1e-6)
-    np.testing.assert_allclose(q_chunk.numpy(), algo.relative_to(out, want_state, batch["obs/state"]).numpy(),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        q_chunk.numpy(), algo.relative_to(out, want_state, batch["obs/state"]).numpy(), atol=1e-6
+    )
     assert not np.allclose(q_chunk.numpy(), out.numpy(), atol=1e-3)  # the two states differ: so do the chunks
     with torch.no_grad():
         act = actor_forward(torch.as_tensor(want_state), torch.zeros(8, 4, 3), delay=torch.as_tensor(batch["lag"]))
@@ -228,12 +307,16 @@ def test_the_one_step_actor_is_told_its_delay():
     np.testing.assert_array_equal(a3, p.predict_chunk(obs, delay_ticks=3).actions)
 
 
-@pytest.mark.parametrize("overrides, want", [
-    ([], 0),  # an as-fast sim: inline actors ask about their chunk's own first observation
-    (["actor.inference=sync"], 0),
-    (["actor.inference=async_forward"], 12),  # policy.bc.max_delay
-    (["actor.inference=async_forward", "policy.bc.max_delay=3", "policy.inference_delay_ms=200"], 8),  # 6 ticks + 2
-    (["actor.inference=async_forward", "algo.max_delay=5"], 5)])
+@pytest.mark.parametrize(
+    "overrides, want",
+    [
+        ([], 0),  # an as-fast sim: inline actors ask about their chunk's own first observation
+        (["actor.inference=sync"], 0),
+        (["actor.inference=async_forward"], 12),  # policy.bc.max_delay
+        (["actor.inference=async_forward", "policy.bc.max_delay=3", "policy.inference_delay_ms=200"], 8),  # 6 ticks + 2
+        (["actor.inference=async_forward", "algo.max_delay=5"], 5),
+    ],
+)
 def test_qc_trains_its_actor_for_the_delays_its_actors_will_have(tmp_path, overrides, want):
     from robo_async.config import compose_config
     from robo_async.launch.builders import build_plan
@@ -251,12 +334,23 @@ def test_qc_from_pixels_encodes_each_batch_of_frames_once_per_use():
     """One update: the online encoder sees the observation (trained) and the next observation (no
     gradients, for the actor and the target heads alike); the target critic's encoder is not run;
     the flow prior encodes its inputs once for its BC loss and its distillation target."""
-    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
-                      options={"horizon": 4, "cameras": ("front",), "image_size": 16})
+    spec = PolicySpec(
+        "flow",
+        ("state",),
+        (3,),
+        LOW,
+        HIGH,
+        hidden=(32, 32),
+        action_mode="absolute",
+        options={"horizon": 4, "cameras": ("front",), "image_size": 16},
+    )
     algo = build_algorithm("qc", QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16), spec)
     calls = {"online": 0, "target": 0, "flow": 0}
-    for name, module in (("online", algo.critic.encoder.vision), ("target", algo.critic_target.encoder.vision),
-                         ("flow", algo.flow.net.vision)):
+    for name, module in (
+        ("online", algo.critic.encoder.vision),
+        ("target", algo.critic_target.encoder.vision),
+        ("flow", algo.flow.net.vision),
+    ):
         module.register_forward_hook(lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
     algo.update(window_batch())
     assert calls == {"online": 2, "target": 0, "flow": 1}
@@ -269,11 +363,20 @@ def test_the_learner_updates_in_the_precision_it_was_given(tmp_path, precision):
     from robo_async.launch.builders import ConfigError, resolve_precision
     from robo_async.learner.learner import Learner, LearnerConfig
 
-    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
-                      options={"horizon": 4})
-    learner = Learner(LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", spec, "qc",
-                                    QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16),
-                                    precision=precision))
+    spec = PolicySpec(
+        "flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute", options={"horizon": 4}
+    )
+    learner = Learner(
+        LearnerConfig(
+            str(tmp_path),
+            "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:0",
+            spec,
+            "qc",
+            QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16),
+            precision=precision,
+        )
+    )
     seen = []
     first = next(m for m in learner.algorithm.critic.modules() if isinstance(m, torch.nn.Linear))
     first.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
@@ -293,11 +396,20 @@ def test_slow_updates_do_not_hold_back_the_learners_status(tmp_path, monkeypatch
     from robo_async.learner import learner as learner_module
     from robo_async.learner.learner import Learner, LearnerConfig
 
-    spec = PolicySpec("flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute",
-                      options={"horizon": 4})
-    learner = Learner(LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", spec, "qc",
-                                    QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16,
-                                             limit_to_data=False), status_every_s=0.02))
+    spec = PolicySpec(
+        "flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute", options={"horizon": 4}
+    )
+    learner = Learner(
+        LearnerConfig(
+            str(tmp_path),
+            "tcp://127.0.0.1:0",
+            "tcp://127.0.0.1:0",
+            spec,
+            "qc",
+            QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=16, limit_to_data=False),
+            status_every_s=0.02,
+        )
+    )
     learner.open()
     try:
         clock = [1000.0]

@@ -19,14 +19,25 @@ from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.bc.config import BCConfig
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.learner import LearnerConfig
-from robo_async.learner.replicas import (ReplicaGroup, Rendezvous, ShardError, build_learner_algorithm,
-                                         decode_header, encode_header, join_primary, layout_of, pack, run_replica,
-                                         unpack)
+from robo_async.learner.replicas import (
+    Rendezvous,
+    ReplicaGroup,
+    ShardError,
+    build_learner_algorithm,
+    decode_header,
+    encode_header,
+    join_primary,
+    layout_of,
+    pack,
+    run_replica,
+    unpack,
+)
 
 B, K, WORLD = 16, 5, 2  # rows per rank, updates, ranks
 LOW, HIGH = (-1.9, -1.7, -1.6, -1.6, -2.7, -0.2), (1.9, 1.7, 1.6, 1.6, 2.8, 1.7)
-POLICY = PolicySpec("mlp", ("state", "ee_to_target"), (6, 3), LOW, HIGH, hidden=(32, 32),
-                    obs_scale={"ee_to_target": 10.0})
+POLICY = PolicySpec(
+    "mlp", ("state", "ee_to_target"), (6, 3), LOW, HIGH, hidden=(32, 32), obs_scale={"ee_to_target": 10.0}
+)
 
 
 def config(algo: str, seed: int = 0) -> LearnerConfig:
@@ -41,25 +52,34 @@ def batches(seed: int = 0) -> list[dict[str, np.ndarray]]:
     for i in range(K):
         n = WORLD * B + (i == K - 1)
         state = rng.uniform(-1, 1, (n, 6)).astype(np.float32)
-        out.append({
-            "obs/state": state, "obs/ee_to_target": rng.normal(0, 0.05, (n, 3)).astype(np.float32),
-            "next_obs/state": state + rng.normal(0, 0.05, (n, 6)).astype(np.float32),
-            "next_obs/ee_to_target": rng.normal(0, 0.05, (n, 3)).astype(np.float32),
-            "action": (state + rng.normal(0, 0.1, (n, 6))).astype(np.float32),
-            "reward": rng.normal(size=n).astype(np.float32), "terminated": (rng.random(n) < 0.1).astype(np.float32),
-            "policy_version": rng.integers(0, 5, n).astype(np.int64), "success": rng.random(n) < 0.5,
-            "table": np.zeros(n, np.int8)})
+        out.append(
+            {
+                "obs/state": state,
+                "obs/ee_to_target": rng.normal(0, 0.05, (n, 3)).astype(np.float32),
+                "next_obs/state": state + rng.normal(0, 0.05, (n, 6)).astype(np.float32),
+                "next_obs/ee_to_target": rng.normal(0, 0.05, (n, 3)).astype(np.float32),
+                "action": (state + rng.normal(0, 0.1, (n, 6))).astype(np.float32),
+                "reward": rng.normal(size=n).astype(np.float32),
+                "terminated": (rng.random(n) < 0.1).astype(np.float32),
+                "policy_version": rng.integers(0, 5, n).astype(np.int64),
+                "success": rng.random(n) < 0.5,
+                "table": np.zeros(n, np.int8),
+            }
+        )
     return out
 
 
 def earlier() -> list[dict[str, np.ndarray]]:
     """Updates rank 0 made alone before the ranks met (as a learner restored from a checkpoint)."""
-    return [{k: v[:WORLD * B] for k, v in b.items()} for b in batches(seed=1)[:2]]
+    return [{k: v[: WORLD * B] for k, v in b.items()} for b in batches(seed=1)[:2]]
 
 
-def params(algorithm) -> dict[str, torch.Tensor]:  # noqa: ANN001
-    return {f"{m}/{k}": v.detach().clone().contiguous() for m, mod in algorithm.modules().items()
-            for k, v in mod.state_dict().items()}
+def params(algorithm) -> dict[str, torch.Tensor]:
+    return {
+        f"{m}/{k}": v.detach().clone().contiguous()
+        for m, mod in algorithm.modules().items()
+        for k, v in mod.state_dict().items()
+    }
 
 
 def _rank(rank: int, ports: dict[str, int], out: str) -> None:
@@ -138,7 +158,7 @@ def test_two_gloo_ranks_learn_what_one_process_learns_from_the_combined_batches(
         single.update(b)
     start = params(single)
     for b in batches():
-        single.update({k: v[:WORLD * B] for k, v in b.items()})  # the remainder row is left out by the ranks too
+        single.update({k: v[: WORLD * B] for k, v in b.items()})  # the remainder row is left out by the ranks too
     want = params(single)
     ranks = [load_file(str(trained / f"bc-rank{r}.safetensors")) for r in range(WORLD)]
     assert ranks[0].keys() == want.keys()
@@ -166,8 +186,10 @@ def test_gradients_are_averaged_and_ranks_that_diverged_fail(trained: Path) -> N
     for r in range(WORLD):
         with safe_open(str(trained / f"grads-rank{r}.safetensors"), "pt") as f:
             assert f.get_tensor("grad").tolist() == [1.5, 1.5, 1.5]
-            assert f.metadata()["said"] == "learner replicas diverged: only 1 of 2 ranks have a gradient for a " \
-                                           "parameter of this optimiser"
+            assert (
+                f.metadata()["said"] == "learner replicas diverged: only 1 of 2 ranks have a gradient for a "
+                "parameter of this optimiser"
+            )
 
 
 def test_shards_deal_rows_round_robin_and_round_trip() -> None:
@@ -178,18 +200,21 @@ def test_shards_deal_rows_round_robin_and_round_trip() -> None:
         payload = pack(b, layout, r, WORLD, B)
         got = unpack(payload, decode_header(encode_header(layout)), B)
         for k, v in b.items():
-            np.testing.assert_array_equal(got[k], v[r:WORLD * B:WORLD])
+            np.testing.assert_array_equal(got[k], v[r : WORLD * B : WORLD])
             assert got[k].dtype == v.dtype
 
 
-@pytest.mark.parametrize("header, says", [
-    (b"\xc1", "not msgpack"),
-    (msgpack.packb([1, 2]), "a map with v=1"),
-    (msgpack.packb({"v": 1, "arrays": [["obs/x", "object", [3]]]}), "'obs/x' has dtype 'object'"),
-    (msgpack.packb({"v": 1, "arrays": [["obs/x", "float32", [-3]]]}), "'obs/x' has shape [-3]"),
-    (msgpack.packb({"v": 1, "arrays": [["a", "float32", []], ["a", "int8", []]]}), "names an array twice"),
-    (msgpack.packb({"v": 1, "arrays": [["a", "float32"]]}), "array 0 is not [key, dtype, shape]"),
-])
+@pytest.mark.parametrize(
+    "header, says",
+    [
+        (b"\xc1", "not msgpack"),
+        (msgpack.packb([1, 2]), "a map with v=1"),
+        (msgpack.packb({"v": 1, "arrays": [["obs/x", "object", [3]]]}), "'obs/x' has dtype 'object'"),
+        (msgpack.packb({"v": 1, "arrays": [["obs/x", "float32", [-3]]]}), "'obs/x' has shape [-3]"),
+        (msgpack.packb({"v": 1, "arrays": [["a", "float32", []], ["a", "int8", []]]}), "names an array twice"),
+        (msgpack.packb({"v": 1, "arrays": [["a", "float32"]]}), "array 0 is not [key, dtype, shape]"),
+    ],
+)
 def test_a_malformed_shard_header_is_refused_naming_what_is_wrong(header: bytes, says: str) -> None:
     with pytest.raises(ShardError) as e:
         decode_header(header)

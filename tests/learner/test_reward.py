@@ -24,11 +24,16 @@ TASK = {"cameras": ("front",), "image_size": 64, "episode_ticks": 90}
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("reward")
     # expert episodes that go on after the lift: frames before it are failures, after it successes
-    n, rate = record_demos(TaskArgs("pick_lift", dict(TASK)), root / "store", episodes=12, max_step=0.05,
-                           until_terminated=False)
+    n, rate = record_demos(
+        TaskArgs("pick_lift", dict(TASK)), root / "store", episodes=12, max_step=0.05, until_terminated=False
+    )
     assert rate > 0.8
-    res = subprocess.run(EXE + ["reward", "train", f"from={root / 'store'}", "cameras=[front]", "updates=300",
-                                f"out={root / 'clf'}"], capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        EXE + ["reward", "train", f"from={root / 'store'}", "cameras=[front]", "updates=300", f"out={root / 'clf'}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     return root, res
 
@@ -50,15 +55,16 @@ def test_saved_weights_load_back_exactly_and_serve_as_a_warm_start(trained, tmp_
     np.testing.assert_array_equal(clf.probability({"front": frames}), again.probability({"front": frames}))
     # init= starts from these weights: a few updates stay close to them; from scratch they do not
     labels = np.array([True, False, False])
-    warm = train_classifier(frames[:, None], labels, np.array([0, 0, 1]), ("front",), 64, updates=5, holdout=0.0,
-                            init=clf)
+    warm = train_classifier(
+        frames[:, None], labels, np.array([0, 0, 1]), ("front",), 64, updates=5, holdout=0.0, init=clf
+    )
     cold = train_classifier(frames[:, None], labels, np.array([0, 0, 1]), ("front",), 64, updates=5, holdout=0.0)
     w0 = clf.net.state_dict()["head.2.weight"]
-    assert (warm.net.state_dict()["head.2.weight"] - w0).abs().max() < (cold.net.state_dict()["head.2.weight"]
-                                                                         - w0).abs().max()
+    assert (warm.net.state_dict()["head.2.weight"] - w0).abs().max() < (
+        cold.net.state_dict()["head.2.weight"] - w0
+    ).abs().max()
     with pytest.raises(RewardError, match=r"init classifier is for cameras \['front'\] at 64 px, not \['wrist'\]"):
-        train_classifier(frames[:, None], labels, np.array([0, 0, 1]), ("wrist",), 64, updates=5, holdout=0.0,
-                         init=clf)
+        train_classifier(frames[:, None], labels, np.array([0, 0, 1]), ("wrist",), 64, updates=5, holdout=0.0, init=clf)
 
 
 def test_broken_or_mismatched_weights_are_refused_naming_the_file(tmp_path, trained):
@@ -87,9 +93,12 @@ def test_an_actor_scores_its_ticks_with_the_classifier(trained):
         rewards.append(robot.outcome().reward)  # the classifier's, on the frame just returned
         truth.append(inner.outcome().success)
 
-    loop = ControlLoop(robot, expert_policy(TaskArgs("pick_lift", dict(TASK)), robot, 0.05),
-                       LoopConfig(episode_ticks=90, max_episodes=2, eval_every=1, inference="inline", seed=7),
-                       observer=on_tick)
+    loop = ControlLoop(
+        robot,
+        expert_policy(TaskArgs("pick_lift", dict(TASK)), robot, 0.05),
+        LoopConfig(episode_ticks=90, max_episodes=2, eval_every=1, inference="inline", seed=7),
+        observer=on_tick,
+    )
     result = loop.run()
     robot.close()
     assert set(rewards) <= {0.0, 1.0}

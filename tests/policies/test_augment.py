@@ -15,8 +15,12 @@ def test_random_shift_keeps_shapes_and_moves_content_by_whole_pixels():
         for n in range(2):
             src, dst = imgs[b, n].float(), out[b, n]
             padded = torch.nn.functional.pad(src.permute(2, 0, 1)[None], (3, 3, 3, 3), mode="replicate")[0]
-            hits = [(dy, dx) for dy in range(7) for dx in range(7)
-                    if torch.equal(padded[:, dy:dy + 16, dx:dx + 20].permute(1, 2, 0), dst)]
+            hits = [
+                (dy, dx)
+                for dy in range(7)
+                for dx in range(7)
+                if torch.equal(padded[:, dy : dy + 16, dx : dx + 20].permute(1, 2, 0), dst)
+            ]
             assert hits, "each output frame is the padded frame cropped at some offset"
             moved += (3, 3) not in hits
     assert moved > 0  # and offsets are random, not always the centre

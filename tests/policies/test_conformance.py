@@ -11,8 +11,11 @@ from policies.scripted import ScriptedPolicy
 from sim import ReachTask
 
 SPEC = ReachTask().spec()
-OBS = {"state": np.linspace(-0.3, 0.3, 6).astype(np.float32), "target": np.array([0.2, 0.0, 0.15], np.float32),
-       "ee_to_target": np.array([0.05, -0.02, 0.01], np.float32)}
+OBS = {
+    "state": np.linspace(-0.3, 0.3, 6).astype(np.float32),
+    "target": np.array([0.2, 0.0, 0.15], np.float32),
+    "ee_to_target": np.array([0.05, -0.02, 0.01], np.float32),
+}
 
 
 def mlp():
@@ -20,13 +23,16 @@ def mlp():
 
 
 def flow():
-    return FlowChunkPolicy(("state", "target"), (6, 3), SPEC.joint_low, SPEC.joint_high, horizon=4, steps=2,
-                           hidden=(16,))
+    return FlowChunkPolicy(
+        ("state", "target"), (6, 3), SPEC.joint_low, SPEC.joint_high, horizon=4, steps=2, hidden=(16,)
+    )
 
 
-@pytest.mark.parametrize("make", [mlp, flow, lambda: DelayedPolicy(flow(), 1.0),
-                                  lambda: ScriptedPolicy(lambda: OBS["state"], 1 / 30)],
-                         ids=["mlp", "flow", "delayed-flow", "scripted"])
+@pytest.mark.parametrize(
+    "make",
+    [mlp, flow, lambda: DelayedPolicy(flow(), 1.0), lambda: ScriptedPolicy(lambda: OBS["state"], 1 / 30)],
+    ids=["mlp", "flow", "delayed-flow", "scripted"],
+)
 def test_policies_conform(make):
     check_policy(make, OBS, action_dim=6)
 

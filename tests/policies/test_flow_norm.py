@@ -19,8 +19,18 @@ H = 4
 
 
 def make(**kw):
-    return FlowChunkPolicy(("state", "cube"), (3, 2), LOW, HIGH, horizon=H, steps=2, hidden=(32,),
-                           action_mode="delta", delta_range=0.3, **kw)
+    return FlowChunkPolicy(
+        ("state", "cube"),
+        (3, 2),
+        LOW,
+        HIGH,
+        horizon=H,
+        steps=2,
+        hidden=(32,),
+        action_mode="delta",
+        delta_range=0.3,
+        **kw,
+    )
 
 
 def demos(n=4, ticks=40, seed=0):
@@ -110,15 +120,25 @@ def test_statistics_travel_with_the_weights_and_are_fitted_once():
 def test_qc_publishes_its_bc_priors_normalisation(tmp_path):
     p = fitted()
     save_file({k: np.ascontiguousarray(v) for k, v in p.weights().items()}, str(tmp_path / "policy.safetensors"))
-    spec = PolicySpec("flow", ("state", "cube"), (3, 2), LOW, HIGH, hidden=(32,), action_mode="delta",
-                      options={"horizon": H, "steps": 2, "delta_range": 0.3, "path": str(tmp_path)})
+    spec = PolicySpec(
+        "flow",
+        ("state", "cube"),
+        (3, 2),
+        LOW,
+        HIGH,
+        hidden=(32,),
+        action_mode="delta",
+        options={"horizon": H, "steps": 2, "delta_range": 0.3, "path": str(tmp_path)},
+    )
     qc = build_algorithm("qc", QCConfig(batch_size=8), spec)
     published = qc.policy_weights()
     for k in ("act_low", "act_high", "grip_levels", "fitted"):
         np.testing.assert_array_equal(published[f"norm.{k}"], p.weights()[f"norm.{k}"])
     x = np.random.default_rng(1).uniform(-1, 1, (H, 3)).astype(np.float32)
     ref = np.zeros(3, np.float32)
-    np.testing.assert_array_equal(qc.policy.denormalize(x, ref), p.denormalize(x, ref))  # the actors act in the prior's space
+    np.testing.assert_array_equal(
+        qc.policy.denormalize(x, ref), p.denormalize(x, ref)
+    )  # the actors act in the prior's space
 
 
 def test_only_a_joint_named_gripper_is_snapped():

@@ -11,8 +11,17 @@ SPEC = ReachTask().spec()
 
 
 def policy(mode):
-    p = FlowChunkPolicy(("state",), (6,), SPEC.joint_low, SPEC.joint_high, horizon=6, steps=4, hidden=(32,),
-                        prefix_mode=mode, action_mode="absolute")
+    p = FlowChunkPolicy(
+        ("state",),
+        (6,),
+        SPEC.joint_low,
+        SPEC.joint_high,
+        horizon=6,
+        steps=4,
+        hidden=(32,),
+        prefix_mode=mode,
+        action_mode="absolute",
+    )
     p.deterministic = True
     return p
 

@@ -10,14 +10,24 @@ from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
 from sim import ReachConfig, ReachTask, SimRobot
 
 SPEC = ReachTask().spec()
-SMALL_ACT = dict(dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_vae_encoder_layers=1,
-                 latent_dim=8, use_vae=False)
+SMALL_ACT = dict(
+    dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_vae_encoder_layers=1, latent_dim=8, use_vae=False
+)
 
 
 def act(cameras=(("front", 48, 48),), chunk=6, **kw):
-    return build_lerobot_policy("act", state_dim=6, action_low=SPEC.joint_low, action_high=SPEC.joint_high,
-                                env_keys=("target", "ee_to_target"), env_dim=6, env_scale=10.0, cameras=cameras,
-                                chunk_size=chunk, **{**SMALL_ACT, **kw})
+    return build_lerobot_policy(
+        "act",
+        state_dim=6,
+        action_low=SPEC.joint_low,
+        action_high=SPEC.joint_high,
+        env_keys=("target", "ee_to_target"),
+        env_dim=6,
+        env_scale=10.0,
+        cameras=cameras,
+        chunk_size=chunk,
+        **{**SMALL_ACT, **kw},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +45,9 @@ def test_act_random_init_predicts_a_chunk_in_limits(observation):
     assert "image/front" in observation or "front" in observation
     c = p.predict_chunk(observation)
     assert c.actions.shape == (6, SPEC.action_dim)
-    assert np.all(c.actions >= np.asarray(SPEC.joint_low) - 1e-6) and np.all(c.actions <= np.asarray(SPEC.joint_high) + 1e-6)
+    assert np.all(c.actions >= np.asarray(SPEC.joint_low) - 1e-6) and np.all(
+        c.actions <= np.asarray(SPEC.joint_high) + 1e-6
+    )
     # the forwarded state is what the policy sees: a different state gives a different chunk
     other = p.predict_chunk(observation, forwarded_state=np.asarray(SPEC.joint_high, np.float32) * 0.9)
     assert not np.allclose(other.actions, c.actions)
@@ -52,8 +64,13 @@ def test_saved_policy_loads_from_a_local_directory_with_the_same_outputs(observa
     p = act()
     want = p.predict_chunk(observation).actions
     p.save(tmp_path / "act")
-    q = load_lerobot_policy(tmp_path / "act", action_low=SPEC.joint_low, action_high=SPEC.joint_high,
-                            env_keys=("target", "ee_to_target"), cameras=("front",))
+    q = load_lerobot_policy(
+        tmp_path / "act",
+        action_low=SPEC.joint_low,
+        action_high=SPEC.joint_high,
+        env_keys=("target", "ee_to_target"),
+        cameras=("front",),
+    )
     assert q.architecture == p.architecture
     np.testing.assert_allclose(q.predict_chunk(observation).actions, want, atol=1e-5)
     with pytest.raises(LeRobotPolicyUnavailable, match="config.json missing"):
@@ -82,6 +99,7 @@ def test_act_drives_the_async_runner(observation):
             assert a.shape == (SPEC.action_dim,) and np.all(np.isfinite(a))
             if k % 5 == 4:  # let the engine catch up: this test counts chunks, not time
                 import time
+
                 deadline = time.monotonic() + 10
                 while engine.busy and time.monotonic() < deadline:
                     time.sleep(0.001)
@@ -107,9 +125,16 @@ def test_policy_act_from_hydra_config_builds_the_wrapper():
     from robo_async.config import compose_config
     from robo_async.launch.builders import ConfigError, PolicyArgs, make_actor_policy, task_args, task_spec
 
-    cfg = compose_config(["policy=act", "policy.overrides.dim_model=32", "policy.overrides.n_heads=2",
-                          "policy.overrides.dim_feedforward=64", "policy.overrides.n_encoder_layers=1",
-                          "policy.inference_delay_ms=5"])
+    cfg = compose_config(
+        [
+            "policy=act",
+            "policy.overrides.dim_model=32",
+            "policy.overrides.n_heads=2",
+            "policy.overrides.dim_feedforward=64",
+            "policy.overrides.n_encoder_layers=1",
+            "policy.inference_delay_ms=5",
+        ]
+    )
     spec = task_spec(task_args(cfg.task))
     p = make_actor_policy(PolicyArgs.from_config(OmegaConf.to_container(cfg.policy, resolve=True)), spec)
     assert p.horizon == 8 and p.inner.type == "act" and p.delay_ms == 5
@@ -124,18 +149,31 @@ def test_a_checkpoint_whose_features_do_not_fit_the_robot_is_refused_naming_the_
     act().save(tmp_path / "act")  # state 6, environment 6, action 6, camera front
 
     def load(**kw):
-        base = dict(action_low=SPEC.joint_low, action_high=SPEC.joint_high, env_keys=("target", "ee_to_target"),
-                    cameras=("front",), state_dim=6, env_dim=6)
+        base = dict(
+            action_low=SPEC.joint_low,
+            action_high=SPEC.joint_high,
+            env_keys=("target", "ee_to_target"),
+            cameras=("front",),
+            state_dim=6,
+            env_dim=6,
+        )
         return load_lerobot_policy(tmp_path / "act", **{**base, **kw})
 
     assert load().action_dim == 6
-    for kw, why in ((dict(state_dim=4), r"observation.state is \(6,\), the robot gives \(4,\)"),
-                    (dict(env_dim=3), r"observation.environment_state is \(6,\), the robot gives \(3,\)"),
-                    (dict(env_dim=0, env_keys=()), r"environment_state is \(6,\), the robot gives none"),
-                    (dict(action_low=SPEC.joint_low[:4], action_high=SPEC.joint_high[:4]),
-                     r"its action is \(6,\), the robot takes \(4,\)"),
-                    (dict(cameras=("wrist",)), r"camera observation.images.front is \(3, 48, 48\), the robot gives "
-                                               r"cameras \['wrist'\]")):
+    for kw, why in (
+        (dict(state_dim=4), r"observation.state is \(6,\), the robot gives \(4,\)"),
+        (dict(env_dim=3), r"observation.environment_state is \(6,\), the robot gives \(3,\)"),
+        (dict(env_dim=0, env_keys=()), r"environment_state is \(6,\), the robot gives none"),
+        (
+            dict(action_low=SPEC.joint_low[:4], action_high=SPEC.joint_high[:4]),
+            r"its action is \(6,\), the robot takes \(4,\)",
+        ),
+        (
+            dict(cameras=("wrist",)),
+            r"camera observation.images.front is \(3, 48, 48\), the robot gives "
+            r"cameras \['wrist'\]",
+        ),
+    ):
         with pytest.raises(LeRobotPolicyUnavailable, match=why):
             load(**kw)
 
@@ -160,10 +198,20 @@ def test_units_deg_is_lerobots_arm_convention_with_the_gripper_on_its_joint_rang
         np.testing.assert_allclose(s[:5], np.rad2deg(state[:5]), rtol=1e-5)
         assert s[5] == pytest.approx(0.0, abs=1e-4)  # the joint's low end is LeRobot's gripper 0
         state[5] = high[5]
-        assert p.batch(observation, forwarded_state=state)["observation.state"].numpy()[5] == pytest.approx(100.0, abs=1e-3)
+        assert p.batch(observation, forwarded_state=state)["observation.state"].numpy()[5] == pytest.approx(
+            100.0, abs=1e-3
+        )
 
 
 def test_units_deg_refuses_a_state_that_is_not_one_value_per_joint():
     with pytest.raises(ValueError, match=r"observation.state has shape \(9,\)"):
-        build_lerobot_policy("act", state_dim=9, action_low=SPEC.joint_low, action_high=SPEC.joint_high,
-                             env_dim=3, chunk_size=4, units="deg", **SMALL_ACT)
+        build_lerobot_policy(
+            "act",
+            state_dim=9,
+            action_low=SPEC.joint_low,
+            action_high=SPEC.joint_high,
+            env_dim=3,
+            chunk_size=4,
+            units="deg",
+            **SMALL_ACT,
+        )

@@ -20,9 +20,18 @@ LOW, HIGH = [-1.0, -2.0, 0.0, -0.5], [1.0, 2.0, 1.5, 0.5]
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A small diffusion policy sampling with DDPM (stochastic per step), saved as LeRobot writes it."""
-    p = build_lerobot_policy("diffusion", state_dim=4, action_low=LOW, action_high=HIGH, env_keys=("target",),
-                             env_dim=3, chunk_size=4, down_dims=(32, 64), num_inference_steps=5,
-                             noise_scheduler_type="DDPM")
+    p = build_lerobot_policy(
+        "diffusion",
+        state_dim=4,
+        action_low=LOW,
+        action_high=HIGH,
+        env_keys=("target",),
+        env_dim=3,
+        chunk_size=4,
+        down_dims=(32, 64),
+        num_inference_steps=5,
+        noise_scheduler_type="DDPM",
+    )
     return p.save(tmp_path_factory.mktemp("diffusion"))
 
 
@@ -80,9 +89,21 @@ def test_only_the_noise_actor_travels(saved):
 
 
 def small_act(**kw):
-    return build_lerobot_policy("act", state_dim=4, action_low=LOW, action_high=HIGH, env_keys=("target",), env_dim=3,
-                                chunk_size=4, dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1,
-                                use_vae=False, **kw)
+    return build_lerobot_policy(
+        "act",
+        state_dim=4,
+        action_low=LOW,
+        action_high=HIGH,
+        env_keys=("target",),
+        env_dim=3,
+        chunk_size=4,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        use_vae=False,
+        **kw,
+    )
 
 
 def test_act_gets_a_residual_head_on_its_own_chunk(tmp_path):
@@ -111,25 +132,54 @@ def test_act_gets_a_residual_head_on_its_own_chunk(tmp_path):
 def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
     """Serial run on reach: the learner loads the saved prior, trains the noise actor and the
     critics; the actors steer the same prior with the published noise-actor weights."""
-    from robo_async.config import compose_config
-    from robo_async.launch.builders import make_actor_policy, PolicyArgs, task_args, make_safe_robot
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.to_container(compose_config(["task=reach", "policy=diffusion", "policy.chunk_size=4",
-                                                 "policy.overrides.down_dims=[32,64]",
-                                                 "policy.overrides.num_inference_steps=3"]), resolve=True)
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import PolicyArgs, make_actor_policy, make_safe_robot, task_args
+
+    cfg = OmegaConf.to_container(
+        compose_config(
+            [
+                "task=reach",
+                "policy=diffusion",
+                "policy.chunk_size=4",
+                "policy.overrides.down_dims=[32,64]",
+                "policy.overrides.num_inference_steps=3",
+            ]
+        ),
+        resolve=True,
+    )
     spec = make_safe_robot(task_args(cfg["task"])).spec
     prior = make_actor_policy(PolicyArgs.from_config(cfg["policy"]), spec)
     prior.save(tmp_path / "prior")
     run_dir = tmp_path / "run"
-    res = subprocess.run(EXE + [
-        "train", "launcher=serial", "task=reach", "policy=diffusion", "policy.chunk_size=4",
-        "policy.overrides.down_dims=[32,64]", "policy.overrides.num_inference_steps=3",
-        f"policy.path={tmp_path / 'prior'}", "algo=dsrl", "algo.warmup_steps=100", "algo.batch_size=16",
-        "algo.critic_hidden=[32,32]", "algo.noise_hidden=[32,32]", "algo.limiter_slack=32", f"run_dir={run_dir}",
-        "budget.env_steps=400",
-        "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.5"],
-        capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        EXE
+        + [
+            "train",
+            "launcher=serial",
+            "task=reach",
+            "policy=diffusion",
+            "policy.chunk_size=4",
+            "policy.overrides.down_dims=[32,64]",
+            "policy.overrides.num_inference_steps=3",
+            f"policy.path={tmp_path / 'prior'}",
+            "algo=dsrl",
+            "algo.warmup_steps=100",
+            "algo.batch_size=16",
+            "algo.critic_hidden=[32,32]",
+            "algo.noise_hidden=[32,32]",
+            "algo.limiter_slack=32",
+            f"run_dir={run_dir}",
+            "budget.env_steps=400",
+            "stop_at_success=null",
+            "eval_episodes=2",
+            "learner.log_every_s=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "losses/noise_critic_loss" in r]
     assert rows and rows[-1]["time/updates"] > 5 and np.isfinite(rows[-1]["losses/qf_loss"])
@@ -139,23 +189,49 @@ def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
 def test_a_residual_head_on_a_saved_lerobot_act_policy_end_to_end(tmp_path):
     """Serial run on reach from a LeRobot ACT checkpoint: the learner trains the residual head and the
     critics (algo=dsrl), actors run ACT plus the published head; the closing evaluation acts with it."""
-    from robo_async.config import compose_config
-    from robo_async.launch.builders import make_actor_policy, PolicyArgs, task_args, make_safe_robot
     from omegaconf import OmegaConf
 
-    small = ["policy=act", "policy.chunk_size=4", "policy.overrides.dim_model=32", "policy.overrides.n_heads=2",
-             "policy.overrides.dim_feedforward=64", "policy.overrides.n_encoder_layers=1",
-             "policy.overrides.use_vae=false"]
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import PolicyArgs, make_actor_policy, make_safe_robot, task_args
+
+    small = [
+        "policy=act",
+        "policy.chunk_size=4",
+        "policy.overrides.dim_model=32",
+        "policy.overrides.n_heads=2",
+        "policy.overrides.dim_feedforward=64",
+        "policy.overrides.n_encoder_layers=1",
+        "policy.overrides.use_vae=false",
+    ]
     cfg = OmegaConf.to_container(compose_config(["task=reach", *small]), resolve=True)
     spec = make_safe_robot(task_args(cfg["task"])).spec
     make_actor_policy(PolicyArgs.from_config(cfg["policy"]), spec).save(tmp_path / "act")
     run_dir = tmp_path / "run"
-    res = subprocess.run(EXE + [
-        "train", "launcher=serial", "task=reach", *small, f"policy.path={tmp_path / 'act'}", "algo=dsrl",
-        "algo.residual_scale=0.2", "algo.warmup_steps=100", "algo.batch_size=16", "algo.critic_hidden=[32,32]",
-        "algo.noise_hidden=[32,32]", "algo.limiter_slack=32", f"run_dir={run_dir}", "budget.env_steps=400",
-        "stop_at_success=null", "eval_episodes=2", "learner.log_every_s=0.5"],
-        capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        EXE
+        + [
+            "train",
+            "launcher=serial",
+            "task=reach",
+            *small,
+            f"policy.path={tmp_path / 'act'}",
+            "algo=dsrl",
+            "algo.residual_scale=0.2",
+            "algo.warmup_steps=100",
+            "algo.batch_size=16",
+            "algo.critic_hidden=[32,32]",
+            "algo.noise_hidden=[32,32]",
+            "algo.limiter_slack=32",
+            f"run_dir={run_dir}",
+            "budget.env_steps=400",
+            "stop_at_success=null",
+            "eval_episodes=2",
+            "learner.log_every_s=0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     rows = [r for r in read_metrics(run_dir) if "losses/noise_critic_loss" in r]
     assert rows and rows[-1]["time/updates"] > 5 and np.isfinite(rows[-1]["losses/qf_loss"])
@@ -175,9 +251,20 @@ def test_a_lerobot_act_checkpoint_and_its_residual_head_are_served_as_they_act_l
 
     spec = ReachTask().spec()
     low, high = list(spec.joint_low), list(spec.joint_high)
-    path = build_lerobot_policy("act", state_dim=spec.state_dim, action_low=low, action_high=high,
-                                env_keys=("ee_to_target",), env_dim=3, chunk_size=4, dim_model=32, n_heads=2,
-                                dim_feedforward=64, n_encoder_layers=1, use_vae=False).save(tmp_path / "act")
+    path = build_lerobot_policy(
+        "act",
+        state_dim=spec.state_dim,
+        action_low=low,
+        action_high=high,
+        env_keys=("ee_to_target",),
+        env_dim=3,
+        chunk_size=4,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        use_vae=False,
+    ).save(tmp_path / "act")
 
     def act():
         return load_lerobot_policy(path, action_low=low, action_high=high, env_keys=("ee_to_target",))
@@ -189,8 +276,10 @@ def test_a_lerobot_act_checkpoint_and_its_residual_head_are_served_as_they_act_l
                 m.weight.normal_(0, 0.5)  # a trained head: its residual is not zero
     served_head = SteeredLeRobotPolicy(act(), residual_scale=0.2)
     served_head.load_weights(7, head.weights())
-    obs = {"state": np.linspace(-0.5, 0.5, spec.state_dim).astype(np.float32),
-           "ee_to_target": np.array([0.1, -0.05, 0.02], np.float32)}
+    obs = {
+        "state": np.linspace(-0.5, 0.5, spec.state_dim).astype(np.float32),
+        "ee_to_target": np.array([0.1, -0.05, 0.02], np.float32),
+    }
     for local, served, name in ((act(), act(), "lerobot"), (head, served_head, "lerobot_dsrl")):
         local.deterministic = served.deterministic = True
         server = PolicyServer(served, spec, ServeConfig("tcp://127.0.0.1:0", policy_name=name)).start()

@@ -63,8 +63,17 @@ def test_registry_names_unknown_policy():
 
 
 def test_gsde_noise_is_held_for_sde_every_ticks_and_has_sacs_marginal():
-    p = MLPPolicy(("state",), (4,), (-1.0,) * 3, (1.0,) * 3, hidden=(32, 32), action_mode="absolute",
-             exploration="gsde", sde_every=5, seed=1)
+    p = MLPPolicy(
+        ("state",),
+        (4,),
+        (-1.0,) * 3,
+        (1.0,) * 3,
+        hidden=(32, 32),
+        action_mode="absolute",
+        exploration="gsde",
+        sde_every=5,
+        seed=1,
+    )
     p.version = 0
     obs = {"state": np.array([0.1, -0.2, 0.3, 0.0], np.float32)}
     acts = [p.predict_chunk(obs).actions[0] for _ in range(10)]
@@ -88,8 +97,16 @@ def test_gsde_commands_are_smoother_than_white_noise_on_the_sim():
     for mode in ("white", "gsde"):
         robot = make_safe_robot(TaskArgs("reach", {}))
         spec = robot.spec
-        p = MLPPolicy(("state",), (spec.state_dim,), spec.joint_low, spec.joint_high, hidden=(64, 64),
-                 exploration=mode, sde_every=8, seed=0)
+        p = MLPPolicy(
+            ("state",),
+            (spec.state_dim,),
+            spec.joint_low,
+            spec.joint_high,
+            hidden=(64, 64),
+            exploration=mode,
+            sde_every=8,
+            seed=0,
+        )
         p.version = 0
         robot.connect()
         loop = ControlLoop(robot, p, LoopConfig(episode_ticks=60, max_episodes=4, eval_every=0, inference="inline"))

@@ -26,16 +26,29 @@ def backbone(tmp_path_factory):
 
 def smolvla(backbone, instruction="reach the red target"):
     torch.manual_seed(0)
-    return build_lerobot_policy("smolvla", state_dim=SPEC.state_dim, action_low=SPEC.joint_low,
-                                action_high=SPEC.joint_high, cameras=(("front", 64, 64),), chunk_size=8,
-                                dt=SPEC.dt, task=instruction, vlm_model_name=str(backbone),
-                                resize_imgs_with_padding=(64, 64), num_steps=3, max_state_dim=8, max_action_dim=8)
+    return build_lerobot_policy(
+        "smolvla",
+        state_dim=SPEC.state_dim,
+        action_low=SPEC.joint_low,
+        action_high=SPEC.joint_high,
+        cameras=(("front", 64, 64),),
+        chunk_size=8,
+        dt=SPEC.dt,
+        task=instruction,
+        vlm_model_name=str(backbone),
+        resize_imgs_with_padding=(64, 64),
+        num_steps=3,
+        max_state_dim=8,
+        max_action_dim=8,
+    )
 
 
 def obs(i=0):
     rng = np.random.default_rng(i)
-    return {"state": rng.uniform(-0.5, 0.5, SPEC.state_dim).astype(np.float32),
-            "front": rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)}
+    return {
+        "state": rng.uniform(-0.5, 0.5, SPEC.state_dim).astype(np.float32),
+        "front": rng.integers(0, 255, (64, 64, 3), dtype=np.uint8),
+    }
 
 
 def test_the_tokenizer_is_trained_on_the_instructions():
@@ -50,8 +63,11 @@ def test_smolvla_chunks_in_the_async_actor(backbone):
     policy = smolvla(backbone)
     robot = SafeRobot(SimRobot(ReachTask(ReachConfig(cameras=("front",), image_size=64))))
     robot.connect()
-    loop = ControlLoop(robot, policy, LoopConfig(max_steps=150, realtime=True, inference="async_forward_rtc",
-                                                 eval_every=0, inference_timeout_s=30))
+    loop = ControlLoop(
+        robot,
+        policy,
+        LoopConfig(max_steps=150, realtime=True, inference="async_forward_rtc", eval_every=0, inference_timeout_s=30),
+    )
     result = loop.run()
     robot.close()
     assert result.ticks == 150 and loop.runner.chunks_merged >= 2 and loop.runner.engine.bad_chunks == 0
@@ -69,8 +85,9 @@ def test_smolvla_batched_inference_matches_one_by_one(backbone):
     assert all(a.shape == (8, 6) for a in batched)
     for i, r in enumerate(reqs):  # row i of the batch is what request i alone gives for its noise
         with torch.no_grad():
-            alone = policy.post(policy.predict_normalized(policy.pre(policy.batch(r.obs, r.forwarded_state)),
-                                                          noise=noise[i:i + 1]))
+            alone = policy.post(
+                policy.predict_normalized(policy.pre(policy.batch(r.obs, r.forwarded_state)), noise=noise[i : i + 1])
+            )
         want = np.clip(alone.numpy().reshape(8, 6), SPEC.joint_low, SPEC.joint_high)
         np.testing.assert_allclose(batched[i], want, atol=1e-4)
 
@@ -81,8 +98,9 @@ def test_save_and_load_round_trip_with_the_backbone_inside(backbone, tmp_path):
     moved = tmp_path / "elsewhere"
     shutil.copytree(saved, moved)
     shutil.rmtree(saved)
-    loaded = load_lerobot_policy(moved, action_low=SPEC.joint_low, action_high=SPEC.joint_high, cameras=("front",),
-                                 task=policy.task)
+    loaded = load_lerobot_policy(
+        moved, action_low=SPEC.joint_low, action_high=SPEC.joint_high, cameras=("front",), task=policy.task
+    )
     assert loaded.architecture == policy.architecture
     for k, v in policy.weights().items():
         np.testing.assert_array_equal(loaded.weights()[k], v)
@@ -96,7 +114,9 @@ def test_save_and_load_round_trip_with_the_backbone_inside(backbone, tmp_path):
         load_lerobot_policy(moved, action_low=SPEC.joint_low, action_high=SPEC.joint_high, cameras=("front",))
     shutil.copy(backbone / "tokenizer.json", moved / "backbone")
     (moved / "model.safetensors").unlink()
-    with pytest.raises(LeRobotPolicyUnavailable, match=f"LeRobot policy directory {moved} is missing model.safetensors"):
+    with pytest.raises(
+        LeRobotPolicyUnavailable, match=f"LeRobot policy directory {moved} is missing model.safetensors"
+    ):
         load_lerobot_policy(moved, action_low=SPEC.joint_low, action_high=SPEC.joint_high, cameras=("front",))
 
 
@@ -153,9 +173,25 @@ def test_bc_trains_smolvla_with_its_own_loss_and_evaluates_it(tmp_path):
     import sys
 
     run_dir = tmp_path / "sbc"
-    res = subprocess.run([sys.executable, "-m", "robo_async.cli", "bc", "policy=smolvla", "task.cameras=[front]",
-                          "task.image_size=64", "policy.bc.demos=2", "policy.bc.steps=6", "policy.bc.batch=4",
-                          "eval_episodes=1", f"run_dir={run_dir}"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robo_async.cli",
+            "bc",
+            "policy=smolvla",
+            "task.cameras=[front]",
+            "task.image_size=64",
+            "policy.bc.demos=2",
+            "policy.bc.steps=6",
+            "policy.bc.batch=4",
+            "eval_episodes=1",
+            f"run_dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     for f in ("config.json", "model.safetensors", "policy_preprocessor.json", "backbone/tokenizer.json", "policy.yaml"):
         assert (run_dir / f).is_file(), f
@@ -179,11 +215,32 @@ def test_dsrl_trains_online_on_a_saved_smolvla(backbone, tmp_path):
 
     saved = smolvla(backbone).save(tmp_path / "smolvla")
     run_dir = tmp_path / "dsrl"
-    res = subprocess.run([sys.executable, "-m", "robo_async.cli", "train", "task=reach", "task.cameras=[front]",
-                          "task.image_size=64", "policy=smolvla", f"policy.path={saved}", "algo=dsrl",
-                          "algo.warmup_steps=100", "algo.batch_size=16", "budget.env_steps=700", "eval_episodes=0",
-                          "stop_at_success=null", "learner.publish_every=5", "dashboard.port=null",
-                          "actor.journal=false", f"run_dir={run_dir}"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robo_async.cli",
+            "train",
+            "task=reach",
+            "task.cameras=[front]",
+            "task.image_size=64",
+            "policy=smolvla",
+            f"policy.path={saved}",
+            "algo=dsrl",
+            "algo.warmup_steps=100",
+            "algo.batch_size=16",
+            "budget.env_steps=700",
+            "eval_episodes=0",
+            "stop_at_success=null",
+            "learner.publish_every=5",
+            "dashboard.port=null",
+            "actor.journal=false",
+            f"run_dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     last = read_metrics(run_dir)[-1]
     # (the actor is gated by the learner's allowance, so 600 post-warm-up ticks mean several published versions)

@@ -19,8 +19,18 @@ INSTR = ("move left", "move right")
 
 def vla(**kw):
     torch.manual_seed(0)
-    return TinyVLA(("state", "target"), (6, 3), SPEC.joint_low, SPEC.joint_high, instructions=INSTR, horizon=4,
-                   hidden=(64, 64), action_mode="delta", delta_range=0.6, **kw)
+    return TinyVLA(
+        ("state", "target"),
+        (6, 3),
+        SPEC.joint_low,
+        SPEC.joint_high,
+        instructions=INSTR,
+        horizon=4,
+        hidden=(64, 64),
+        action_mode="delta",
+        delta_range=0.6,
+        **kw,
+    )
 
 
 def test_tokens():
@@ -40,8 +50,14 @@ def _demos(policy, n=40, t=12):
         target = rng.uniform(-0.3, 0.3, 3).astype(np.float32)
         acts = np.tile(state, (t, 1))
         acts[:, 0] += sign * 0.4
-        eps.append({"obs/state": np.tile(state, (t, 1)), "obs/target": np.tile(target, (t, 1)), "action": acts,
-                    "obs/instruction": np.tile(policy.tokens(INSTR[i % 2]), (t, 1))})
+        eps.append(
+            {
+                "obs/state": np.tile(state, (t, 1)),
+                "obs/target": np.tile(target, (t, 1)),
+                "action": acts,
+                "obs/instruction": np.tile(policy.tokens(INSTR[i % 2]), (t, 1)),
+            }
+        )
     return eps
 
 
@@ -76,14 +92,30 @@ def test_an_untrained_policy_does_not_separate_them_by_construction():
 
 def test_bc_on_all_sim_tasks_at_once_reports_success_per_instruction(tmp_path):
     run_dir = tmp_path / "vla"
-    res = subprocess.run([sys.executable, "-m", "robo_async.cli", "bc", "policy=tiny_vla", "policy.bc.demos=2",
-                          "policy.bc.steps=10", "policy.bc.batch=16", "eval_episodes=1", "actor.inference=inline",
-                          f"run_dir={run_dir}"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robo_async.cli",
+            "bc",
+            "policy=tiny_vla",
+            "policy.bc.demos=2",
+            "policy.bc.steps=10",
+            "policy.bc.batch=16",
+            "eval_episodes=1",
+            "actor.inference=inline",
+            f"run_dir={run_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     result = json.loads((run_dir / "eval.json").read_text())
     assert set(result["success"]) == {"reach the red target", "push the cube into the square", "lift the cube"}
-    from robo_async.launch.builders import PolicyArgs, make_actor_policy
     import yaml
+
+    from robo_async.launch.builders import PolicyArgs, make_actor_policy
 
     meta = yaml.safe_load((run_dir / "policy.yaml").read_text())
     assert meta["tasks"] == ["reach", "push", "pick_lift"] and meta["demos"] == 6

@@ -10,9 +10,17 @@ import time
 from robo_async.learner.metrics import read_metrics
 
 EXE = [sys.executable, "-m", "robo_async.cli"]
-TINY = ["algo.warmup_steps=200", "algo.batch_size=32", "policy.hidden=[32,32]", "algo.hidden=[32,32]",
-        "learner.publish_every=5", "stop_at_success=null", "eval_episodes=0", "learner.log_every_s=0.2",
-        "dashboard.port=null"]
+TINY = [
+    "algo.warmup_steps=200",
+    "algo.batch_size=32",
+    "policy.hidden=[32,32]",
+    "algo.hidden=[32,32]",
+    "learner.publish_every=5",
+    "stop_at_success=null",
+    "eval_episodes=0",
+    "learner.log_every_s=0.2",
+    "dashboard.port=null",
+]
 
 
 def free_port() -> int:
@@ -23,15 +31,38 @@ def free_port() -> int:
 
 def test_training_with_the_policy_on_a_server(tmp_path):
     serve_port, weights_port = free_port(), free_port()
-    server = subprocess.Popen(EXE + ["serve", "task=reach", f"serve.port={serve_port}", "policy.hidden=[32,32]",
-                                     f"serve.weights=tcp://127.0.0.1:{weights_port}", "serve.summary_s=1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        EXE
+        + [
+            "serve",
+            "task=reach",
+            f"serve.port={serve_port}",
+            "policy.hidden=[32,32]",
+            f"serve.weights=tcp://127.0.0.1:{weights_port}",
+            "serve.summary_s=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         run_dir = tmp_path / "remote"
-        res = subprocess.run(EXE + ["train", f"run_dir={run_dir}", "task=reach", "task.realtime=true",
-                                    "budget.env_steps=450", f"transport.weights_port={weights_port}",
-                                    f"actor.inference_server=tcp://127.0.0.1:{serve_port}", *TINY],
-                             capture_output=True, text=True, timeout=240)
+        res = subprocess.run(
+            EXE
+            + [
+                "train",
+                f"run_dir={run_dir}",
+                "task=reach",
+                "task.realtime=true",
+                "budget.env_steps=450",
+                f"transport.weights_port={weights_port}",
+                f"actor.inference_server=tcp://127.0.0.1:{serve_port}",
+                *TINY,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert res.returncode == 0, res.stderr[-3000:] + res.stdout[-2000:]
         time.sleep(1.5)  # one more summary line
     finally:
@@ -51,9 +82,14 @@ def test_training_with_the_policy_on_a_server(tmp_path):
 
 
 def test_inline_with_a_server_is_refused_by_name():
-    res = subprocess.run(EXE + ["train", "actor.inference=inline", "actor.inference_server=tcp://127.0.0.1:5999"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        EXE + ["train", "actor.inference=inline", "actor.inference_server=tcp://127.0.0.1:5999"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode != 0 and "would wait on the network on the control thread" in res.stderr
-    res = subprocess.run(EXE + ["train", "actor.inference_server=localhost:5999"], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        EXE + ["train", "actor.inference_server=localhost:5999"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode != 0 and "must be a ZMQ address like tcp://host:5560" in res.stderr

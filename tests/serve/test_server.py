@@ -54,7 +54,7 @@ class Echo(Policy):
         if forwarded_state is not None:
             a[0] = forwarded_state[:A]
         if prefix is not None:
-            a[1:1 + len(prefix)] = prefix[: self.horizon - 2]
+            a[1 : 1 + len(prefix)] = prefix[: self.horizon - 2]
         a[-1] = delay_ticks
         return ActionChunk(a, SPEC.dt, self.version)
 
@@ -161,11 +161,17 @@ def test_batched_flow_equals_one_by_one():
     p = flow()
     p.deterministic = True
     rng = np.random.default_rng(2)
-    reqs = [ChunkRequest({"state": rng.uniform(-1, 1, SPEC.state_dim).astype(np.float32)},
-                         rng.uniform(-1, 1, SPEC.state_dim).astype(np.float32),
-                         None if i % 2 else rng.uniform(-1, 1, (2, A)).astype(np.float32), i) for i in range(6)]
+    reqs = [
+        ChunkRequest(
+            {"state": rng.uniform(-1, 1, SPEC.state_dim).astype(np.float32)},
+            rng.uniform(-1, 1, SPEC.state_dim).astype(np.float32),
+            None if i % 2 else rng.uniform(-1, 1, (2, A)).astype(np.float32),
+            i,
+        )
+        for i in range(6)
+    ]
     batched = p.predict_chunks(reqs)
-    for r, b in zip(reqs, batched):
+    for r, b in zip(reqs, batched, strict=False):
         single = p.predict_chunk(r.obs, forwarded_state=r.forwarded_state, prefix=r.prefix, delay_ticks=r.delay_ticks)
         np.testing.assert_allclose(b.actions, single.actions, atol=1e-5)
 
@@ -173,8 +179,16 @@ def test_batched_flow_equals_one_by_one():
 def loop(policy, ticks, observer=None, realtime=True):
     robot = SafeRobot(SimRobot(ReachTask()))
     robot.connect()
-    cfg = LoopConfig(episode_ticks=10_000, realtime=realtime, max_steps=ticks, inference="async_forward_rtc",
-                     inference_timeout_s=30, warmup_inference=False, eval_every=0, server_wait_s=30)
+    cfg = LoopConfig(
+        episode_ticks=10_000,
+        realtime=realtime,
+        max_steps=ticks,
+        inference="async_forward_rtc",
+        inference_timeout_s=30,
+        warmup_inference=False,
+        eval_every=0,
+        server_wait_s=30,
+    )
     lp = ControlLoop(robot, policy, cfg, observer=observer)
     return lp, lp.run()
 
@@ -269,7 +283,9 @@ def test_malformed_and_foreign_replies_are_dropped_and_counted():
             frames = router.recv_multipart()
             env, req = frames[:2], decode(frames[2:])
             if req.hello:
-                router.send_multipart([*env, *encode(ChunkReply(req.req, 0, "arch-a", horizon=8, spec=remote._spec_json))])
+                router.send_multipart(
+                    [*env, *encode(ChunkReply(req.req, 0, "arch-a", horizon=8, spec=remote._spec_json))]
+                )
                 continue
             good = ChunkReply(req.req, 1, "arch-a", np.zeros((8, A), np.float32))
             nan = [bytes(f) for f in encode(ChunkReply(req.req, 1, "arch-a", np.zeros((8, A), np.float32)))]
@@ -357,7 +373,9 @@ def test_a_batch_waits_only_for_actors_that_are_asking(serve):
     b = RemotePolicy(server.bound, SPEC, actor_id=1, give_up_s=30)
     b.connect(10)
     got = {}
-    t = threading.Thread(target=lambda: got.setdefault("a", a.predict_chunk({"state": np.ones(SPEC.state_dim, np.float32)})))
+    t = threading.Thread(
+        target=lambda: got.setdefault("a", a.predict_chunk({"state": np.ones(SPEC.state_dim, np.float32)}))
+    )
     t.start()
     got["b"] = b.predict_chunk({"state": np.full(SPEC.state_dim, 2, np.float32)})
     t.join(30)
@@ -390,20 +408,27 @@ def test_curve_only_listed_actor_keys_get_chunks_and_ids_are_bound_to_keys(tmp_p
         server.close()
 
 
-BAD_FIELDS = {"actor_id": [-1, "0", 1.5, None, 1 << 40, True], "req": [-1, "1", None, 1 << 63],
-              "tick": [-1, "0", 1.5], "delay": [-1, 5000, "2"], "deterministic": [1, "yes", None],
-              "hello": [1, "no"], "policy": [3, "x" * 300], "spec": [7, "x" * 20000],
-              "instruction": [5, None, "x" * 300],
-              "arrays": ["x", None, [["a", "float32", [1]]] * 100], "evil": [1], "schema": [2, None],
-              "kind": ["chunk", "nope", 3]}
+BAD_FIELDS = {
+    "actor_id": [-1, "0", 1.5, None, 1 << 40, True],
+    "req": [-1, "1", None, 1 << 63],
+    "tick": [-1, "0", 1.5],
+    "delay": [-1, 5000, "2"],
+    "deterministic": [1, "yes", None],
+    "hello": [1, "no"],
+    "policy": [3, "x" * 300],
+    "spec": [7, "x" * 20000],
+    "instruction": [5, None, "x" * 300],
+    "arrays": ["x", None, [["a", "float32", [1]]] * 100],
+    "evil": [1],
+    "schema": [2, None],
+    "kind": ["chunk", "nope", 3],
+}
 
 
 def test_every_field_of_a_request_is_checked_and_a_bad_one_dropped(serve):
     """Each mutation of an infer request is dropped and counted; the valid sentinel sent after
     them on the same socket is answered (so 'dropped' is not 'not processed yet')."""
     import msgpack
-
-    from robo_async.transport.wire import InferRequest
 
     server = serve(flow())
     dealer = zmq.Context.instance().socket(zmq.DEALER)
@@ -455,8 +480,16 @@ def test_each_actor_is_answered_under_its_own_instruction(serve):
 
 def test_camera_frames_travel_encoded_lossless_ones_give_identical_chunks(serve):
     def cam_policy():
-        p = FlowChunkPolicy(("state",), (SPEC.state_dim,), SPEC.joint_low, SPEC.joint_high, horizon=8, seed=3,
-                            cameras=("front",), image_size=32)
+        p = FlowChunkPolicy(
+            ("state",),
+            (SPEC.state_dim,),
+            SPEC.joint_low,
+            SPEC.joint_high,
+            horizon=8,
+            seed=3,
+            cameras=("front",),
+            image_size=32,
+        )
         p.deterministic = True
         return p
 
@@ -480,16 +513,18 @@ def test_camera_frames_travel_encoded_lossless_ones_give_identical_chunks(serve)
 
 
 def test_a_corrupt_camera_frame_is_refused_by_name_and_counted(serve):
-    from robo_async.transport.wire import Frames, InferRequest
+    from robo_async.transport.wire import Frames
 
     server = serve(flow())
     remote = RemotePolicy(server.bound, SPEC)
     remote.connect(10)
-    frame = bytearray(RemotePolicy(server.bound, SPEC)._encoded(
-        {"front": np.zeros((16, 16, 3), np.uint8)})["front"].blobs[0])
+    frame = bytearray(
+        RemotePolicy(server.bound, SPEC)._encoded({"front": np.zeros((16, 16, 3), np.uint8)})["front"].blobs[0]
+    )
     frame[-1] ^= 0xFF  # fails its checksum
-    req = InferRequest(0, 99, obs={"state": np.zeros(SPEC.state_dim, np.float32),
-                                   "front": Frames([bytes(frame)], (1, 16, 16, 3))})
+    req = InferRequest(
+        0, 99, obs={"state": np.zeros(SPEC.state_dim, np.float32), "front": Frames([bytes(frame)], (1, 16, 16, 3))}
+    )
     reply = remote._exchange(req, 10)
     assert "bad camera frame" in reply.error and "obs/front" in reply.error and server.malformed == 1
     remote.close()

@@ -8,10 +8,10 @@ import pytest
 
 from hal.conformance import check_robot
 from hal.robot import RobotError
+from hal.safety import SafeRobot
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.launch.experts import EpisodeCollector, expert_policy
 from robo_async.launch.tasks import TaskArgs, make_robot
-from hal.safety import SafeRobot
 from sim import GymConfig, GymRobot
 from sim.gym_robot import load_callable
 
@@ -26,8 +26,10 @@ class ToyEnv(gym.Env):
     def __init__(self, key="succeed", limit=6, nested=True):
         self.key, self.limit, self.nested = key, limit, nested
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        spaces = {"agent_pos": gym.spaces.Box(-9, 9, (3,), np.float32),
-                  "environment_state": gym.spaces.Box(-9, 9, (2,), np.float32)}
+        spaces = {
+            "agent_pos": gym.spaces.Box(-9, 9, (3,), np.float32),
+            "environment_state": gym.spaces.Box(-9, 9, (2,), np.float32),
+        }
         if nested:
             spaces["pixels"] = gym.spaces.Dict({"front": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)})
         self.observation_space = gym.spaces.Dict(spaces)
@@ -141,9 +143,12 @@ def _run_expert(robot, episodes=1):
     sink = _Sink()
     robot.connect()
     try:
-        ControlLoop(robot, expert_policy(TaskArgs("gym", {}), robot),
-                    LoopConfig(episode_ticks=50, max_episodes=episodes, inference="inline", eval_every=1),
-                    sink=sink).run()
+        ControlLoop(
+            robot,
+            expert_policy(TaskArgs("gym", {}), robot),
+            LoopConfig(episode_ticks=50, max_episodes=episodes, inference="inline", eval_every=1),
+            sink=sink,
+        ).run()
     finally:
         robot.close()
     return sink
@@ -160,8 +165,12 @@ def test_outside_experts_load_by_name_and_bad_names_are_one_line():
     obs = {"environment_state": np.array([0.25, 0.0], np.float32)}
     assert load_callable("tests.sim.test_gym_envs:push_right")(obs)[1] == pytest.approx(0.25)
     assert load_callable("tests.sim.test_gym_envs:PushRightPolicy")(obs)[0] == 1.0
-    for bad, why in (("nocolon", "not module:callable"), ("no_such_module_x:f", "cannot be imported"),
-                     ("tests.sim.test_gym_envs:nope", "has no nope"), ("tests.sim.test_gym_envs:ENV", "not callable")):
+    for bad, why in (
+        ("nocolon", "not module:callable"),
+        ("no_such_module_x:f", "cannot be imported"),
+        ("tests.sim.test_gym_envs:nope", "has no nope"),
+        ("tests.sim.test_gym_envs:ENV", "not callable"),
+    ):
         with pytest.raises(ValueError, match=why):
             load_callable(bad)
     from sim.experts import NoExpert, make_expert
@@ -179,8 +188,20 @@ def test_buffer_demos_with_an_outside_expert_and_a_refusal_that_leaves_nothing(t
     assert main(["buffer", "demos", "task=gym", f"out={out}", "episodes=1"]) == 2
     assert "task.expert=module:callable" in capsys.readouterr().err and not out.exists()
     out = tmp_path / "toy"
-    assert main(["buffer", "demos", "task=gym", f"task.env_id={ENV}", f"out={out}", "episodes=2",
-                 "task.expert=tests.sim.test_gym_envs:PushRightPolicy"]) == 0
+    assert (
+        main(
+            [
+                "buffer",
+                "demos",
+                "task=gym",
+                f"task.env_id={ENV}",
+                f"out={out}",
+                "episodes=2",
+                "task.expert=tests.sim.test_gym_envs:PushRightPolicy",
+            ]
+        )
+        == 0
+    )
     assert "(100% successful episodes)" in capsys.readouterr().out
     from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 
@@ -201,15 +222,19 @@ def test_train_cfg_takes_hydras_spelling_and_tasks_bring_their_policy_keys(capsy
         assert main(["train", *args]) == 0
         printed = yaml.safe_load(capsys.readouterr().out)
         assert printed["task"]["env_id"] == "gym_hil/PandaPickCube-v0", args
-        assert printed["policy"]["obs_keys"] == ["state", "environment_state"] and printed["policy"]["action_mode"] == "absolute"
+        assert (
+            printed["policy"]["obs_keys"] == ["state", "environment_state"]
+            and printed["policy"]["action_mode"] == "absolute"
+        )
     cfg = compose_config(["task=gym_hil", "policy=flow", "policy.obs_keys=[state]"])
     assert list(cfg.policy.obs_keys) == ["state"] and cfg.policy.action_mode == "absolute"  # the user's key wins
     assert compose_config(["task=reach"]).policy.action_mode == "delta"  # our sims bring none
     assert list(compose_config(["task=metaworld"]).policy.obs_keys) == ["state"]
 
 
-@pytest.mark.parametrize("task, name, actions", [("gym_hil", "gym_gym_hil_PandaPickCube-v0", 4),
-                                                 ("metaworld", "metaworld_pick-place-v3", 4)])
+@pytest.mark.parametrize(
+    "task, name, actions", [("gym_hil", "gym_gym_hil_PandaPickCube-v0", 4), ("metaworld", "metaworld_pick-place-v3", 4)]
+)
 def test_peer_envs_are_sim_resources_whose_experts_succeed(task, name, actions):
     from robo_async.config import compose_config
     from robo_async.launch.builders import task_args
@@ -221,9 +246,18 @@ def test_peer_envs_are_sim_resources_whose_experts_succeed(task, name, actions):
     sink = _Sink()
     robot.connect()
     try:
-        ControlLoop(robot, expert_policy(targs, robot),
-                    LoopConfig(episode_ticks=int(targs.options.get("episode_ticks", 100)), max_episodes=2, seed=3,
-                               inference="inline", eval_every=1), sink=sink).run()
+        ControlLoop(
+            robot,
+            expert_policy(targs, robot),
+            LoopConfig(
+                episode_ticks=int(targs.options.get("episode_ticks", 100)),
+                max_episodes=2,
+                seed=3,
+                inference="inline",
+                eval_every=1,
+            ),
+            sink=sink,
+        ).run()
     finally:
         robot.close()
     assert sink.successes == [True, True]  # the scripted expert, through the safety layer and the one loop
@@ -257,9 +291,12 @@ def test_gym_hil_from_cameras_the_expert_alone_sees_the_cube():
 
         flags = robot.inner._env.unwrapped._viewer.scene.flags  # rendered without the costly effects
         assert not flags[mujoco.mjtRndFlag.mjRND_SHADOW] and not flags[mujoco.mjtRndFlag.mjRND_REFLECTION]
-        ControlLoop(robot, expert_policy(targs, robot),
-                    LoopConfig(episode_ticks=100, max_episodes=1, seed=5, inference="inline", eval_every=1),
-                    sink=sink).run()
+        ControlLoop(
+            robot,
+            expert_policy(targs, robot),
+            LoopConfig(episode_ticks=100, max_episodes=1, seed=5, inference="inline", eval_every=1),
+            sink=sink,
+        ).run()
     finally:
         robot.close()
     assert sink.successes == [True]  # the expert read the simulator's cube ...
@@ -279,8 +316,13 @@ def one_operated_episode(robot, op, policy, ticks):
     sink = Note()
     robot.connect()
     try:
-        ControlLoop(robot, policy, LoopConfig(episode_ticks=ticks, max_episodes=1, inference="inline", eval_every=0),
-                    sink=sink, teleops=(op,)).run()
+        ControlLoop(
+            robot,
+            policy,
+            LoopConfig(episode_ticks=ticks, max_episodes=1, inference="inline", eval_every=0),
+            sink=sink,
+            teleops=(op,),
+        ).run()
     finally:
         robot.close()
     return sink, interventions
@@ -292,14 +334,18 @@ def test_the_virtual_operator_drives_an_outside_env_with_its_outside_expert():
 
     options = {"env_id": ENV, "kwargs": (("limit", 30),), "expert": "tests.sim.test_gym_envs:PushRightPolicy"}
     robot = SafeRobot(make_robot(TaskArgs("gym", options)))
-    (op,) = make_teleops(TaskArgs("gym", options, teleop={"type": "virtual", "stall_ticks": 4, "hold_ticks": 10}),
-                         robot)
+    (op,) = make_teleops(
+        TaskArgs("gym", options, teleop={"type": "virtual", "stall_ticks": 4, "hold_ticks": 10}), robot
+    )
     # the policy holds (never succeeds); the operator takes over after 4 ticks without progress
     sink, interventions = one_operated_episode(robot, op, HoldPolicy(robot.spec), 30)
     assert op.takeovers == 1 and sink.successes == [True]
     assert interventions[:4] == [0, 0, 0, 0] and interventions[4] == 2 and set(interventions[5:]) == {1}
     with pytest.raises(Exception, match="task.expert=module:callable"):
-        make_teleops(TaskArgs("gym", {"env_id": ENV}, teleop={"type": "virtual"}), SafeRobot(make_robot(TaskArgs("gym", {"env_id": ENV}))))
+        make_teleops(
+            TaskArgs("gym", {"env_id": ENV}, teleop={"type": "virtual"}),
+            SafeRobot(make_robot(TaskArgs("gym", {"env_id": ENV}))),
+        )
 
 
 def test_gym_hil_state_gives_the_gripper_as_a_fraction_closed():
@@ -325,12 +371,13 @@ def test_gym_hil_state_gives_the_gripper_as_a_fraction_closed():
 def test_the_virtual_operator_takes_over_on_gym_hil_when_the_policy_strays_from_the_cube():
     """On gym_hil the operator judges progress as a person watching would (gripper to cube, lift), so a
     policy moving away from the cube is taken over at once, long before stall_ticks would."""
-    from robo_async.launch.tasks import make_teleops
     from policies.scripted import ScriptedPolicy
+    from robo_async.launch.tasks import make_teleops
 
     robot = SafeRobot(make_robot(TaskArgs("gym_hil", {})))
-    (op,) = make_teleops(TaskArgs("gym_hil", {}, teleop={"type": "virtual", "stall_ticks": 40, "hold_ticks": 30}),
-                         robot)
+    (op,) = make_teleops(
+        TaskArgs("gym_hil", {}, teleop={"type": "virtual", "stall_ticks": 40, "hold_ticks": 30}), robot
+    )
     away = ScriptedPolicy(lambda: np.array([0.0, 0.0, 1.0, 1.0], np.float32), robot.spec.dt, "up")  # rises away
     robot.connect()
     robot.reset(seed=0)

@@ -105,7 +105,7 @@ def test_the_pick_lift_near_miss_closes_beside_the_cube_and_rises_empty():
         task.reset(np.random.default_rng(seed))
         miss = PickLiftMiss(task, max_step=0.05)
         cube0 = task.cube_pos.copy()
-        closest, top = 1.0, 0.0
+        closest = 1.0
         for _ in range(100):
             q = miss.act()
             task.step(q)

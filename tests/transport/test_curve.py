@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import zmq
 import zmq.auth
@@ -18,12 +17,13 @@ from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.learner import LearnerConfig
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.curve import LANE_STRIDE, secure_client
-from robo_async.transport.wire import TransitionBatch, encode
+from robo_async.transport.wire import encode
 from tests.transport.test_fuzz import batch, progress_when
 
 EXE = [sys.executable, "-m", "robo_async.cli"]
-HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,14 @@ def keys(tmp_path_factory):
 
 
 def test_keys_writes_the_learner_pair_one_pair_per_actor_and_the_allow_list(keys):
-    for p in ("learner.key", "learner.key_secret", "actors/actor-0.key_secret", "actors/actor-1.key_secret",
-              "authorized/actor-0.key", "authorized/actor-1.key"):
+    for p in (
+        "learner.key",
+        "learner.key_secret",
+        "actors/actor-0.key_secret",
+        "actors/actor-1.key_secret",
+        "authorized/actor-0.key",
+        "authorized/actor-1.key",
+    ):
         assert (keys / p).exists(), p
     assert stat.S_IMODE((keys / "learner.key_secret").stat().st_mode) == 0o600
     assert stat.S_IMODE((keys / "actors/actor-1.key_secret").stat().st_mode) == 0o600
@@ -53,9 +59,14 @@ def test_keys_writes_the_learner_pair_one_pair_per_actor_and_the_allow_list(keys
 def secure_learner(tmp_path, keys):
     ctx = mp.get_context("spawn")
     stop, status, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
-    cfg = LearnerConfig(str(tmp_path / "run"), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6), tensorboard=False,
-                        keys_dir=str(keys))
+    cfg = LearnerConfig(
+        str(tmp_path / "run"),
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:0",
+        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6),
+        tensorboard=False,
+        keys_dir=str(keys),
+    )
     proc = ctx.Process(target=learner_main, args=(cfg, stop, status, errors, 0.1))
     proc.start()
     kind, addresses = status.get(timeout=120)
@@ -112,7 +123,7 @@ def test_strangers_get_no_weights_and_cannot_insert_and_keys_bind_actor_ids(secu
         handshake_fails(rogue_sub, weights)
         handshake_fails(rogue_push, data)
         for s in (clear_push, rogue_push):  # queued on the stranger's side, or refused at once when its
-            try:                               # failed connection is already gone: no delivery either way
+            try:  # failed connection is already gone: no delivery either way
                 s.send_multipart(encode(batch(0, actor=0)), flags=zmq.NOBLOCK)
             except zmq.Again:
                 pass
@@ -143,20 +154,29 @@ def test_strangers_get_no_weights_and_cannot_insert_and_keys_bind_actor_ids(secu
 
 
 def test_streams_beyond_the_keys_lanes_or_the_learners_capacity_are_refused_at_plan_time(keys):
-    res = subprocess.run(EXE + ["train", f"transport.keys={keys}", "actors=2", "actor.envs=2", "budget.env_steps=10"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        EXE + ["train", f"transport.keys={keys}", "actors=2", "actor.envs=2", "budget.env_steps=10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     err = res.stderr.strip().splitlines()
     assert res.returncode != 0 and len(err) == 1, res.stderr
     assert "do not cover actors [0, 1] with 2 env(s) each" in err[0] and "lanes=2" in err[0], err[0]
-    res = subprocess.run(EXE + ["train", "actors=600", "actor.envs=2", "budget.env_steps=10"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        EXE + ["train", "actors=600", "actor.envs=2", "budget.env_steps=10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     err = res.stderr.strip().splitlines()
     assert res.returncode != 0 and len(err) == 1 and "1200 streams; the learner keeps 1024" in err[0], res.stderr
 
 
 def test_binding_beyond_loopback_in_the_clear_is_refused_in_one_line():
-    res = subprocess.run(EXE + ["train", "transport.host=0.0.0.0", "budget.env_steps=10"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        EXE + ["train", "transport.host=0.0.0.0", "budget.env_steps=10"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode != 0
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and "transport.host=0.0.0.0 binds beyond loopback without keys" in err[0], res.stderr
@@ -166,11 +186,27 @@ def test_a_training_run_over_curve_links(tmp_path, keys):
     from robo_async.learner.metrics import read_metrics
 
     run_dir = tmp_path / "curve"
-    res = subprocess.run(EXE + ["train", f"run_dir={run_dir}", f"transport.keys={keys}", "actors=2",
-                                "budget.env_steps=3000", "algo.warmup_steps=200", "algo.batch_size=32",
-                                "policy.hidden=[32,32]", "algo.hidden=[32,32]", "stop_at_success=null",
-                                "eval_episodes=0", "learner.log_every_s=0.2", "learner.publish_every=2"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        EXE
+        + [
+            "train",
+            f"run_dir={run_dir}",
+            f"transport.keys={keys}",
+            "actors=2",
+            "budget.env_steps=3000",
+            "algo.warmup_steps=200",
+            "algo.batch_size=32",
+            "policy.hidden=[32,32]",
+            "algo.hidden=[32,32]",
+            "stop_at_success=null",
+            "eval_episodes=0",
+            "learner.log_every_s=0.2",
+            "learner.publish_every=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     last = read_metrics(run_dir)[-1]
     assert last["time/env_steps"] >= 3000 and last["charts/actor_policy_version"] > 0  # weights crossed CURVE

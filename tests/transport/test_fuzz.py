@@ -40,13 +40,22 @@ N = 4
 
 def batch(seq: int, actor: int = 0) -> TransitionBatch:
     rng = np.random.default_rng(seq)
-    return TransitionBatch(actor, seq, {
-        "obs/state": rng.normal(size=(N, 6)).astype(np.float32),
-        "next_obs/state": rng.normal(size=(N, 6)).astype(np.float32),
-        "action": np.zeros((N, 6), np.float32), "reward": np.zeros(N, np.float32),
-        "terminated": np.zeros(N, bool), "truncated": np.zeros(N, bool),
-        "policy_version": np.zeros(N, np.int64), "success": np.zeros(N, bool),
-        "intervention": np.zeros(N, np.uint8), "policy_action": np.zeros((N, 6), np.float32)})
+    return TransitionBatch(
+        actor,
+        seq,
+        {
+            "obs/state": rng.normal(size=(N, 6)).astype(np.float32),
+            "next_obs/state": rng.normal(size=(N, 6)).astype(np.float32),
+            "action": np.zeros((N, 6), np.float32),
+            "reward": np.zeros(N, np.float32),
+            "terminated": np.zeros(N, bool),
+            "truncated": np.zeros(N, bool),
+            "policy_version": np.zeros(N, np.int64),
+            "success": np.zeros(N, bool),
+            "intervention": np.zeros(N, np.uint8),
+            "policy_action": np.zeros((N, 6), np.float32),
+        },
+    )
 
 
 def frames_of(msg) -> list[bytes]:
@@ -65,18 +74,42 @@ def with_header(frames: list[bytes], key: str, value: object) -> list[bytes]:
 # invalid values for each header field, by kind (each one must be refused)
 COMMON = {"schema": [2, "1", None, MISSING], "kind": ["nope", 3, None, MISSING]}
 HEADER_BAD = {
-    "transitions": {"actor_id": [-1, "0", 1.0, None, MISSING, 1 << 40, True],
-                    "seq": [-1, "0", 0.5, None, MISSING, 1 << 63],
-                    "arrays": ["x", None, MISSING, [], [["a", "float32", [1]]] * 300]},
-    "episode": {"actor_id": [-1, "a", MISSING], "episode": [-1, 2.5, MISSING],
-                "episode_return": [math.nan, math.inf, "x", None, MISSING], "length": [-1, "5", MISSING],
-                "success": ["yes", 1, None, MISSING], "policy_version": [-2, "v", MISSING],
-                "evaluation": ["no", 0], "operator_ticks": [-1, 51, "3"], "label": ["maybe", 3, None]},
-    "heartbeat": {"actor_id": [-1, "x", MISSING], "env_steps": [-1, 0.5, MISSING],
-                  "policy_version": [-2, "1", MISSING],
-                  "stats": ["x", {1: 2}, {"k": [1]}, {f"k{i}": i for i in range(100)}, {"k": "x" * 300},
-                            {"": 1}, {"clipped": 1 << 63}, {"unacked": None, "clipped": "x"}, {"clipped": -1},
-                            {"late_p99_ms": math.nan}, {"late_p99_ms": "1"}, {"operator": 1}, {"unacked": 2.0}]},
+    "transitions": {
+        "actor_id": [-1, "0", 1.0, None, MISSING, 1 << 40, True],
+        "seq": [-1, "0", 0.5, None, MISSING, 1 << 63],
+        "arrays": ["x", None, MISSING, [], [["a", "float32", [1]]] * 300],
+    },
+    "episode": {
+        "actor_id": [-1, "a", MISSING],
+        "episode": [-1, 2.5, MISSING],
+        "episode_return": [math.nan, math.inf, "x", None, MISSING],
+        "length": [-1, "5", MISSING],
+        "success": ["yes", 1, None, MISSING],
+        "policy_version": [-2, "v", MISSING],
+        "evaluation": ["no", 0],
+        "operator_ticks": [-1, 51, "3"],
+        "label": ["maybe", 3, None],
+    },
+    "heartbeat": {
+        "actor_id": [-1, "x", MISSING],
+        "env_steps": [-1, 0.5, MISSING],
+        "policy_version": [-2, "1", MISSING],
+        "stats": [
+            "x",
+            {1: 2},
+            {"k": [1]},
+            {f"k{i}": i for i in range(100)},
+            {"k": "x" * 300},
+            {"": 1},
+            {"clipped": 1 << 63},
+            {"unacked": None, "clipped": "x"},
+            {"clipped": -1},
+            {"late_p99_ms": math.nan},
+            {"late_p99_ms": "1"},
+            {"operator": 1},
+            {"unacked": 2.0},
+        ],
+    },
 }
 
 
@@ -90,7 +123,7 @@ def array_mutations(frames: list[bytes]) -> list[list[bytes]]:
         h["arrays"][i][j] = value
         return [msgpack.packb(h, use_bin_type=True), *frames[1:]]
 
-    for i, (name, dtype, shape) in enumerate(header["arrays"]):
+    for i, (_name, _dtype, shape) in enumerate(header["arrays"]):
         other = header["arrays"][(i + 1) % len(header["arrays"])][0]
         out += [spec_variant(i, 0, v) for v in ("", 5, other, "x" * 300)]
         out += [spec_variant(i, 1, v) for v in ("float16", "object", 3)]
@@ -108,24 +141,57 @@ def column_mutations(b: TransitionBatch) -> list[list[bytes]]:
     nan_obs[1, 2] = np.nan
     inf_action = a["action"].copy()
     inf_action[0, 0] = np.inf
-    variants = [{**a, "obs/state": nan_obs}, {**a, "action": inf_action},
-                {**a, "reward": np.full(N, np.nan, np.float32)},
-                {**a, "terminated": np.zeros(N, np.uint8)}, {**a, "policy_version": np.full(N, -5, np.int64)},
-                {**a, "intervention": np.full(N, 7, np.uint8)}, {**a, "evil": np.zeros(N, np.float32)},
-                {**a, "obs/": np.zeros((N, 1), np.float32)}, {k: v for k, v in a.items() if k != "reward"}]
+    variants = [
+        {**a, "obs/state": nan_obs},
+        {**a, "action": inf_action},
+        {**a, "reward": np.full(N, np.nan, np.float32)},
+        {**a, "terminated": np.zeros(N, np.uint8)},
+        {**a, "policy_version": np.full(N, -5, np.int64)},
+        {**a, "intervention": np.full(N, 7, np.uint8)},
+        {**a, "evil": np.zeros(N, np.float32)},
+        {**a, "obs/": np.zeros((N, 1), np.float32)},
+        {k: v for k, v in a.items() if k != "reward"},
+    ]
     return [frames_of(TransitionBatch(b.actor_id, b.seq, v)) for v in variants]
 
 
 # the 88-byte message that killed a learner (issue 37): an empty array of 2^80 elements
-HUGE_EMPTY = [msgpack.packb({"schema": 1, "kind": "transitions", "actor_id": 0, "seq": 0,
-                             "arrays": [["obs/state", "float32", [0, 1 << 40, 1 << 40]]]}), b""]
+HUGE_EMPTY = [
+    msgpack.packb(
+        {
+            "schema": 1,
+            "kind": "transitions",
+            "actor_id": 0,
+            "seq": 0,
+            "arrays": [["obs/state", "float32", [0, 1 << 40, 1 << 40]]],
+        }
+    ),
+    b"",
+]
 
 
 def garbage() -> list[list[bytes]]:
-    return [[b""], [b"\xc1\xc1\xc1"], [msgpack.packb([1, 2, 3])], [msgpack.packb({"x": "y" * (2 << 20)})],
-            HUGE_EMPTY, [frames_of(batch(0))[0]] + [b""] * (MAX_FRAMES + 10),  # more parts than any message has
-            [msgpack.packb({"schema": 1, "kind": "heartbeat", "actor_id": 0, "env_steps": 0,
-                            "policy_version": 0, "stats": {"k": [[[[[[[[1]]]]]]]]}, "arrays": []})]]
+    return [
+        [b""],
+        [b"\xc1\xc1\xc1"],
+        [msgpack.packb([1, 2, 3])],
+        [msgpack.packb({"x": "y" * (2 << 20)})],
+        HUGE_EMPTY,
+        [frames_of(batch(0))[0]] + [b""] * (MAX_FRAMES + 10),  # more parts than any message has
+        [
+            msgpack.packb(
+                {
+                    "schema": 1,
+                    "kind": "heartbeat",
+                    "actor_id": 0,
+                    "env_steps": 0,
+                    "policy_version": 0,
+                    "stats": {"k": [[[[[[[[1]]]]]]]]},
+                    "arrays": [],
+                }
+            )
+        ],
+    ]
 
 
 def mutations_for(kind: str, frames: list[bytes]) -> list[list[bytes]]:
@@ -140,9 +206,14 @@ def mutations_for(kind: str, frames: list[bytes]) -> list[list[bytes]]:
 def learner_proc(tmp_path):
     ctx = mp.get_context("spawn")
     stop, status, errors = ctx.Event(), ctx.Queue(), ctx.Queue()
-    cfg = LearnerConfig(str(tmp_path), "tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
-                        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6), tensorboard=False,
-                        max_actors=4)
+    cfg = LearnerConfig(
+        str(tmp_path),
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:0",
+        PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6),
+        tensorboard=False,
+        max_actors=4,
+    )
     proc = ctx.Process(target=learner_main, args=(cfg, stop, status, errors, 0.1))
     proc.start()
     kind, addresses = status.get(timeout=120)
@@ -167,7 +238,7 @@ def fresh_progress(status: mp.Queue) -> dict:
             return p
 
 
-def progress_when(status: mp.Queue, ready, timeout: float = 60.0) -> dict:  # noqa: ANN001 - a predicate
+def progress_when(status: mp.Queue, ready, timeout: float = 60.0) -> dict:
     """The first progress report for which `ready(report)` holds (counters only grow: a report
     still in the queue's feeder may predate the last message counted); the newest one at the
     deadline otherwise, for the caller's assertion to name."""
@@ -192,11 +263,14 @@ def test_every_field_mutation_reaching_a_learner_is_dropped_and_counted(learner_
     client = WeightClient(weights, every_s=0.01).start()
     try:
         good = batch(0)
-        bad = (mutations_for("transitions", frames_of(good)) + array_mutations(frames_of(good))
-               + column_mutations(batch(0, actor=1))  # (another stream: passed over, below)
-               + mutations_for("episode", frames_of(EpisodeStats(0, 0, 1.0, 50, False, 0)))
-               + mutations_for("heartbeat", frames_of(Heartbeat(0, 10, 0, ActorStats(unacked=0))))
-               + garbage())
+        bad = (
+            mutations_for("transitions", frames_of(good))
+            + array_mutations(frames_of(good))
+            + column_mutations(batch(0, actor=1))  # (another stream: passed over, below)
+            + mutations_for("episode", frames_of(EpisodeStats(0, 0, 1.0, 50, False, 0)))
+            + mutations_for("heartbeat", frames_of(Heartbeat(0, 10, 0, ActorStats(unacked=0))))
+            + garbage()
+        )
         # well-formed messages from more actor ids than the learner keeps state for (max_actors=4)
         strangers = [frames_of(Heartbeat(100 + i, 1, 0)) for i in range(6)]
         assert len(bad) > 150
@@ -239,11 +313,21 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
             time.sleep(0.02)
         w = Weights(3, {"fc.weight": np.ones((4, 3), np.float32), "fc.bias": np.zeros(4, np.float32)}, "mlp:3-4")
         pub.send_multipart([WEIGHTS_TOPIC, *frames_of(w)])
-        status_bad = {"updates": [-1, "1", MISSING], "version": [-1, None, MISSING], "env_steps": [0.5, MISSING],
-                      "allowed_env_steps": [-3, "x", MISSING], "stopping": ["no", 1], "boot_id": [7, "b" * 100],
-                      "acked": ["x", [[0]], [[0, -1]], [["a", 1]], [[1 << 20, 1]]], "actors": [-1, "2"]}
-        weights_bad = {"version": [-1, "4", MISSING, 1 << 63], "architecture": [5, "a" * 300],
-                       "arrays": ["x", MISSING, [["fc.weight", "float32", [4, 3]]] * 70_000]}
+        status_bad = {
+            "updates": [-1, "1", MISSING],
+            "version": [-1, None, MISSING],
+            "env_steps": [0.5, MISSING],
+            "allowed_env_steps": [-3, "x", MISSING],
+            "stopping": ["no", 1],
+            "boot_id": [7, "b" * 100],
+            "acked": ["x", [[0]], [[0, -1]], [["a", 1]], [[1 << 20, 1]]],
+            "actors": [-1, "2"],
+        }
+        weights_bad = {
+            "version": [-1, "4", MISSING, 1 << 63],
+            "architecture": [5, "a" * 300],
+            "arrays": ["x", MISSING, [["fc.weight", "float32", [4, 3]]] * 70_000],
+        }
         wf = frames_of(Weights(9, w.arrays, "mlp:3-4"))
         bad = [with_header(frames_of(first), k, v) for k, vs in {**COMMON, **status_bad}.items() for v in vs]
         bad += [with_header(frames_of(first), "evil", 1)] + garbage()
@@ -256,12 +340,32 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
         parts, _, _ = encode_push(11, w.arrays, "mlp:3-4", PushConfig(part_mb=0.00003, whole_mb=0))
         assert len(parts) >= 2
         p0, p1 = frames_of(parts[0]), frames_of(parts[1])
-        wpart_bad = {"version": [-1, "1", MISSING], "part": [-1, 99, MISSING], "parts": [0, "2", MISSING],
-                     "base": [-2, 11, "k"], "precision": ["fp8", None, MISSING], "architecture": [5, "a" * 300],
-                     "manifest": ["x", [], [["fc.bias", [4], "float32", -1]], [["fc.bias", [4], "float99", 1]],
-                                  [["a", [1], "float32", 1], ["a", [1], "float32", 1]], MISSING],
-                     "sums": ["x", [["fc.bias"]], [["fc.bias", -1]], [["fc.bias", 1.5]],
-                              [["", 1]], [[3, 1]], [["a" * 300, 1]], [["a", 1], ["a", 2]]]}
+        wpart_bad = {
+            "version": [-1, "1", MISSING],
+            "part": [-1, 99, MISSING],
+            "parts": [0, "2", MISSING],
+            "base": [-2, 11, "k"],
+            "precision": ["fp8", None, MISSING],
+            "architecture": [5, "a" * 300],
+            "manifest": [
+                "x",
+                [],
+                [["fc.bias", [4], "float32", -1]],
+                [["fc.bias", [4], "float99", 1]],
+                [["a", [1], "float32", 1], ["a", [1], "float32", 1]],
+                MISSING,
+            ],
+            "sums": [
+                "x",
+                [["fc.bias"]],
+                [["fc.bias", -1]],
+                [["fc.bias", 1.5]],
+                [["", 1]],
+                [[3, 1]],
+                [["a" * 300, 1]],
+                [["a", 1], ["a", 2]],
+            ],
+        }
         bad += [with_header(p0, k, v) for k, vs in wpart_bad.items() for v in vs]
         bad += [with_header(p1, "manifest", [["fc.bias", [4], "float32", 1]])]  # a manifest outside part 0
         bad += [with_header(p0, "evil", 1)]
@@ -270,12 +374,16 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
             h["arrays"][0][0] = name
             bad.append([msgpack.packb(h, use_bin_type=True), *p0[1:]])
         for frames in bad:
-            with pytest.raises(Exception):
+            with pytest.raises(WireError):
                 decode(frames)
         topical = [(STATUS_TOPIC if i < on_status_topic else WEIGHTS_TOPIC, f) for i, f in enumerate(bad)]
         # good messages under a topic that is not ours (but passes the subscription's prefix), or the other one
-        topical += [(STATUS_TOPIC + b"X", frames_of(first)), (WEIGHTS_TOPIC + b"2", wf),
-                    (WEIGHTS_TOPIC, frames_of(first)), (STATUS_TOPIC, wf)]
+        topical += [
+            (STATUS_TOPIC + b"X", frames_of(first)),
+            (WEIGHTS_TOPIC + b"2", wf),
+            (WEIGHTS_TOPIC, frames_of(first)),
+            (STATUS_TOPIC, wf),
+        ]
         for topic, frames in topical:
             pub.send_multipart([topic, *frames])
         pub.send_multipart([STATUS_TOPIC, *frames_of(LearnerStatus(6, 3, 100, 200, boot_id="sentinel"))])
@@ -302,8 +410,7 @@ def test_an_oversized_message_is_refused_by_the_socket_and_others_still_arrive()
         ok.connect(rx.address)
         huge = batch(0, actor=1)
         wide = np.zeros((N, 70_000), np.float32)  # a valid message with a 1.1 MB frame, past the 1 MiB cap
-        big.send_multipart(frames_of(TransitionBatch(1, 0, {**huge.arrays, "obs/state": wide,
-                                                             "next_obs/state": wide})))
+        big.send_multipart(frames_of(TransitionBatch(1, 0, {**huge.arrays, "obs/state": wide, "next_obs/state": wide})))
         ok.send_multipart(frames_of(batch(0, actor=2)))
         got = []
         deadline = time.monotonic() + 10

@@ -14,9 +14,12 @@ from robo_async.transport.wire import WeightPart, Weights, decode, encode
 
 def policy(seed=0, big=200_000):
     rng = np.random.default_rng(seed)
-    return {"backbone.w": rng.normal(size=(big,)).astype(np.float32),
-            "head.w": rng.normal(size=(64, 32)).astype(np.float32), "head.b": np.zeros(32, np.float32),
-            "steps": np.array([3], np.int64)}
+    return {
+        "backbone.w": rng.normal(size=(big,)).astype(np.float32),
+        "head.w": rng.normal(size=(64, 32)).astype(np.float32),
+        "head.b": np.zeros(32, np.float32),
+        "steps": np.array([3], np.int64),
+    }
 
 
 def wire(part: WeightPart) -> WeightPart:
@@ -207,7 +210,7 @@ def test_an_algorithm_declares_its_untrained_policy_parameters_frozen():
             self.net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
             self.net[0].requires_grad_(False)
 
-        module = lambda self: self.net  # noqa: E731
+        module = lambda self: self.net
 
     from policies.base import Policy
 
@@ -275,9 +278,15 @@ def test_the_publisher_copies_only_arrays_that_are_views_of_live_cpu_tensors():
 def test_a_snapshot_copies_every_array_into_one_block_and_keeps_what_it_is_told_to():
     from robo_async.transport.publisher import snapshot
 
-    arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "t": np.arange(10, dtype=np.float64)[::2],
-              "s": np.array(2.5), "e": np.zeros((0, 3), np.float32), "i": np.arange(5, dtype=np.int64),
-              "h": np.ones(3, np.float16), "kept": np.ones(2, np.float32)}
+    arrays = {
+        "w": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "t": np.arange(10, dtype=np.float64)[::2],
+        "s": np.array(2.5),
+        "e": np.zeros((0, 3), np.float32),
+        "i": np.arange(5, dtype=np.int64),
+        "h": np.ones(3, np.float16),
+        "kept": np.ones(2, np.float32),
+    }
     snap = snapshot(arrays, frozenset({"kept"}))
     assert list(snap) == list(arrays) and snap["kept"] is arrays["kept"]
     for k, a in arrays.items():
@@ -291,11 +300,16 @@ def test_a_snapshot_copies_every_array_into_one_block_and_keeps_what_it_is_told_
 def test_an_array_up_to_whole_mb_travels_whole_and_is_kept_as_received():
     """Arrays up to `whole_mb` go as one piece each (a part of its own when bigger than part_mb): the
     actor keeps the received bytes (no copy); bigger ones are split and assembled."""
-    w = {"a": np.arange(300_000, dtype=np.float32), "b": np.ones(200_000, np.float32),
-         "big": np.full(600_000, 2.0, np.float32)}  # 1.2 MB, 0.8 MB, 2.4 MB
+    w = {
+        "a": np.arange(300_000, dtype=np.float32),
+        "b": np.ones(200_000, np.float32),
+        "big": np.full(600_000, 2.0, np.float32),
+    }  # 1.2 MB, 0.8 MB, 2.4 MB
     parts, _, _ = encode_push(1, w, "net", PushConfig(part_mb=0.25, whole_mb=2.0))
     pieces = [name for p in parts for name in p.arrays]
-    assert [n for n in pieces if n.startswith("d:a:")] == ["d:a:0"] and [n for n in pieces if n.startswith("d:b:")] == ["d:b:0"]
+    assert [n for n in pieces if n.startswith("d:a:")] == ["d:a:0"] and [n for n in pieces if n.startswith("d:b:")] == [
+        "d:b:0"
+    ]
     assert len([n for n in pieces if n.startswith("d:big:")]) > 1
     asm = Assembler()
     out = [asm.feed(wire(p)) for p in parts][-1]
@@ -336,8 +350,11 @@ def test_a_keyframe_brings_each_digest_with_its_array_and_a_bad_array_is_refused
     from robo_async.transport.weights import digest
 
     rng = np.random.default_rng(4)
-    w = {"a": rng.normal(size=50_000).astype(np.float32), "b": rng.normal(size=(500, 100)).astype(np.float32),
-         "c": np.arange(7, dtype=np.int64)}
+    w = {
+        "a": rng.normal(size=50_000).astype(np.float32),
+        "b": rng.normal(size=(500, 100)).astype(np.float32),
+        "c": np.arange(7, dtype=np.int64),
+    }
     parts, tx, _ = encode_push(1, w, "net", PushConfig(part_mb=0.05, whole_mb=0))
     assert len(parts) > 3 and all(c == 0 for _, _, _, c in parts[0].manifest)
     carried = [(n, c, i) for i, p in enumerate(parts) for n, c in p.sums]
@@ -359,12 +376,20 @@ def test_a_keyframe_brings_each_digest_with_its_array_and_a_bad_array_is_refused
     asm = Assembler()
     got = [asm.feed(wire(p)) for p in shuffled]
     assert got[-1] is not None and all(np.array_equal(got[-1].arrays[k], w[k]) for k in w)
-    bad = [parts[0], *[WeightPart(**{**p.__dict__, "arrays": hurt}) if i == first else p
-                       for i, p in enumerate(parts) if i][::-1]]
+    bad = [
+        parts[0],
+        *[WeightPart(**{**p.__dict__, "arrays": hurt}) if i == first else p for i, p in enumerate(parts) if i][::-1],
+    ]
     assert [asm.feed(wire(p)) for p in bad][-1] is None and asm.bad == 1
     # a digest for an array the manifest does not list, or no digest at all: refused
-    odd = [parts[0], *[WeightPart(**{**p.__dict__, "sums": (("ghost", 1),) if i == 1 else p.sums})
-                       for i, p in enumerate(parts) if i]]
+    odd = [
+        parts[0],
+        *[
+            WeightPart(**{**p.__dict__, "sums": (("ghost", 1),) if i == 1 else p.sums})
+            for i, p in enumerate(parts)
+            if i
+        ],
+    ]
     asm = Assembler()
     assert [asm.feed(wire(p)) for p in odd][-1] is None and asm.bad == 1
     bare = [WeightPart(**{**p.__dict__, "sums": ()}) for p in parts]
@@ -547,8 +572,12 @@ def test_a_half_precision_push_converts_in_the_snapshot_and_the_actor_gets_float
     assert snapshot_bytes(w, precision="fp16") < 0.6 * snapshot_bytes(w)
     held, copies = _layout(w, frozenset(), None, half=True)
     assert held["backbone.w"].dtype == np.float16 and held["steps"].dtype == np.int64 and len(copies) == len(w)
-    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=0.2, push=PushConfig(precision="fp16", part_mb=0.25),
-                          snapshot_bytes=snapshot_bytes(w, precision="fp16"))
+    pub = WeightPublisher(
+        "tcp://127.0.0.1:0",
+        republish_s=0.2,
+        push=PushConfig(precision="fp16", part_mb=0.25),
+        snapshot_bytes=snapshot_bytes(w, precision="fp16"),
+    )
     client = WeightClient(pub.address, every_s=0.005).start()
     try:
         pub.publish(Weights(1, w, "net"))
@@ -602,8 +631,9 @@ def test_a_stopped_subscriber_does_not_hold_back_the_others_weights_or_acks():
 
     from robo_async.transport.wire import LearnerStatus
 
-    pub = WeightPublisher("tcp://127.0.0.1:0", republish_s=1.0, push=PushConfig(part_mb=1), queue_mb=8,
-                          weights_bytes=8 << 20)
+    pub = WeightPublisher(
+        "tcp://127.0.0.1:0", republish_s=1.0, push=PushConfig(part_mb=1), queue_mb=8, weights_bytes=8 << 20
+    )
     ctx = mp.get_context("spawn")
     stopped = ctx.Process(target=_stopped_subscriber, args=(pub.address,), daemon=True)
     stopped.start()
@@ -625,8 +655,9 @@ def test_a_stopped_subscriber_does_not_hold_back_the_others_weights_or_acks():
         after = version + 1  # a push and a status from after the stall: both reach the healthy actor
         pub.publish(Weights(after, {"w": w["w"] + after}, "n"))
         pub.publish_status(LearnerStatus(after, after, after, after))
-        while time.monotonic() < deadline and (seen < after or healthy.status is None
-                                                or healthy.status.version < after):
+        while time.monotonic() < deadline and (
+            seen < after or healthy.status is None or healthy.status.version < after
+        ):
             got = healthy.take_weights()
             seen = got.version if got is not None else seen
             time.sleep(0.02)

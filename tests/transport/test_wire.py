@@ -23,16 +23,20 @@ from robo_async.transport.stats import FIELD_TYPES, HIST_EDGES_MS, ActorStats, h
 
 def batch(n=4, seq=10, actor=3):
     rng = np.random.default_rng(0)
-    return TransitionBatch(actor, seq, {
-        "obs/state": rng.normal(size=(n, 6)).astype(np.float32),
-        "next_obs/state": rng.normal(size=(n, 6)).astype(np.float32),
-        "obs/front": rng.integers(0, 255, size=(n, 8, 8, 3), dtype=np.uint8),
-        "action": rng.normal(size=(n, 6)).astype(np.float32),
-        "reward": rng.normal(size=n).astype(np.float32),
-        "terminated": np.array([False] * (n - 1) + [True]),
-        "truncated": np.zeros(n, bool),
-        "policy_version": np.arange(n, dtype=np.int64),
-    })
+    return TransitionBatch(
+        actor,
+        seq,
+        {
+            "obs/state": rng.normal(size=(n, 6)).astype(np.float32),
+            "next_obs/state": rng.normal(size=(n, 6)).astype(np.float32),
+            "obs/front": rng.integers(0, 255, size=(n, 8, 8, 3), dtype=np.uint8),
+            "action": rng.normal(size=(n, 6)).astype(np.float32),
+            "reward": rng.normal(size=n).astype(np.float32),
+            "terminated": np.array([False] * (n - 1) + [True]),
+            "truncated": np.zeros(n, bool),
+            "policy_version": np.arange(n, dtype=np.int64),
+        },
+    )
 
 
 def roundtrip(msg):
@@ -55,11 +59,14 @@ def test_weights_roundtrip():
     np.testing.assert_array_equal(out.arrays["l.weight"], w.arrays["l.weight"])
 
 
-@pytest.mark.parametrize("msg", [
-    EpisodeStats(1, 5, -3.5, 50, True, 12),
-    LearnerStatus(100, 10, 2000, 2512, False),
-    Heartbeat(2, 999, 4, ActorStats(clipped=3, unacked=0)),
-])
+@pytest.mark.parametrize(
+    "msg",
+    [
+        EpisodeStats(1, 5, -3.5, 50, True, 12),
+        LearnerStatus(100, 10, 2000, 2512, False),
+        Heartbeat(2, 999, 4, ActorStats(clipped=3, unacked=0)),
+    ],
+)
 def test_header_only_roundtrip(msg):
     assert roundtrip(msg) == msg
 
@@ -71,16 +78,19 @@ def _header(**over):
     return [msgpack.packb(h), *[bytes(f) for f in frames[1:]]]
 
 
-@pytest.mark.parametrize("frames,match", [
-    ([b"\xc1garbage"], "not valid msgpack"),
-    ([msgpack.packb([1, 2])], "must be a map"),
-    (None, "schema 99 not supported"),
-    ("kind", "unknown message kind"),
-    ("short", "needs 48 bytes"),
-    ("dtype", "dtype 'object'"),
-    ("count", "header lists 8 arrays but 7"),
-    ([], "empty message"),
-])
+@pytest.mark.parametrize(
+    "frames,match",
+    [
+        ([b"\xc1garbage"], "not valid msgpack"),
+        ([msgpack.packb([1, 2])], "must be a map"),
+        (None, "schema 99 not supported"),
+        ("kind", "unknown message kind"),
+        ("short", "needs 48 bytes"),
+        ("dtype", "dtype 'object'"),
+        ("count", "header lists 8 arrays but 7"),
+        ([], "empty message"),
+    ],
+)
 def test_malformed_messages_are_named(frames, match):
     if frames is None:
         frames = _header(schema=99)
@@ -119,14 +129,17 @@ def test_frames_encoded_at_the_actor_travel_as_bytes_and_decode_to_the_pixels():
     np.testing.assert_array_equal(decode_frames(f, Column("obs/front", "uint8", (8, 8, 3))), raw.arrays["obs/front"])
 
 
-@pytest.mark.parametrize("damage,match", [
-    ("sum", "frame has"),
-    ("tag", "unknown codec tag"),
-    ("huge", "image lengths in"),
-    ("shape", "bad shape"),
-    ("count", "image lengths"),
-    ("where", "encoded frames are for observations"),
-])
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        ("sum", "frame has"),
+        ("tag", "unknown codec tag"),
+        ("huge", "image lengths in"),
+        ("shape", "bad shape"),
+        ("count", "image lengths"),
+        ("where", "encoded frames are for observations"),
+    ],
+)
 def test_malformed_frames_are_named(damage, match):
     from robo_async.transport.wire import Frames
 
@@ -165,7 +178,7 @@ def test_object_dtype_cannot_be_sent():
         encode(Weights(1, {"x": np.array([object()])}))
 
 
-def _poll_until(rx, n):  # noqa: ANN001, ANN202
+def _poll_until(rx, n):
     got = []
     for _ in range(400):
         got += rx.poll(timeout_ms=50)
@@ -232,7 +245,7 @@ def test_anything_a_receivers_checks_raise_is_a_dropped_message(monkeypatch):
     real = channels.decode
     calls = []
 
-    def flaky(frames):  # noqa: ANN001, ANN202
+    def flaky(frames):
         calls.append(1)
         if len(calls) == 1:
             raise IndexError("a check that was missed")
@@ -257,6 +270,7 @@ def test_weights_reach_a_late_subscriber():
         if got is not None and client.status is not None:
             break
         import time
+
         time.sleep(0.01)
     assert got is not None and got.version == 3
     np.testing.assert_array_equal(got.arrays["w"], np.arange(4))
@@ -277,9 +291,16 @@ from robo_async.transport.wire import ChunkReply, InferRequest  # noqa: E402
 
 
 def _infer(**kw):
-    base = dict(actor_id=3, req=7, tick=120, delay=4, deterministic=True,
-                obs={"state": np.arange(6, dtype=np.float32), "front": np.zeros((8, 8, 3), np.uint8)},
-                forwarded_state=np.ones(6, np.float32), prefix=np.full((4, 6), 0.5, np.float32))
+    base = dict(
+        actor_id=3,
+        req=7,
+        tick=120,
+        delay=4,
+        deterministic=True,
+        obs={"state": np.arange(6, dtype=np.float32), "front": np.zeros((8, 8, 3), np.uint8)},
+        forwarded_state=np.ones(6, np.float32),
+        prefix=np.full((4, 6), 0.5, np.float32),
+    )
     base.update(kw)
     return InferRequest(**base)
 
@@ -295,7 +316,13 @@ def test_infer_and_chunk_roundtrip():
     hello = decode(encode(InferRequest(1, 2, hello=True, policy="flow", spec='{"name":"x"}')))
     assert hello.hello and hello.policy == "flow" and hello.spec == '{"name":"x"}' and not hello.obs
     c = decode(encode(ChunkReply(7, 12, "flow:x", np.zeros((8, 6), np.float32), infer_us=900, batch=3)))
-    assert isinstance(c, ChunkReply) and (c.req, c.version, c.architecture, c.infer_us, c.batch) == (7, 12, "flow:x", 900, 3)
+    assert isinstance(c, ChunkReply) and (c.req, c.version, c.architecture, c.infer_us, c.batch) == (
+        7,
+        12,
+        "flow:x",
+        900,
+        3,
+    )
     assert c.actions.shape == (8, 6)
     h = decode(encode(ChunkReply(2, -1, "flow:x", horizon=8, spec="{}")))
     assert h.actions is None and h.horizon == 8 and not h.error
@@ -307,27 +334,33 @@ def _with(frames, **header):
     return [msgpack.packb(h, use_bin_type=True), *[bytes(f) for f in frames[1:]]]
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: encode(_infer(prefix=np.full((2, 6), np.nan, np.float32))), "'prefix' has NaN"),
-    (lambda: encode(_infer(forwarded_state=np.ones((2, 3), np.float32))), "'fstate' must be float32 with 1"),
-    (lambda: encode(_infer(obs={"state": np.array([np.inf], np.float32)})), "'obs/state' has NaN"),
-    (lambda: _with(encode(_infer()), delay=5000), "'delay'"),
-    (lambda: _with(encode(_infer()), req=-1), "'req'"),
-    (lambda: _with(encode(_infer()), deterministic=1), "'deterministic'"),
-    (lambda: _with(encode(_infer()), spec="x" * 20000), "'spec'"),
-    (lambda: _with(encode(_infer()), hello=True), "hello carries no arrays"),
-    (lambda: _with(encode(_infer()), evil=1), "unknown keys"),
-    (lambda: _with(encode(_infer()), instruction=3), "'instruction'"),
-    (lambda: _with(encode(_infer()), instruction="x" * 300), "'instruction'"),
-    (lambda: encode(_infer(obs={}, forwarded_state=None, prefix=np.zeros((2, 2000), np.float32))), "'prefix' has shape"),
-    (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), error="both"), "not both"),
-    (lambda: encode(ChunkReply(1, 0, "a")), "a 'horizon'"),
-    (lambda: encode(ChunkReply(1, 0, "a", np.full((8, 6), np.nan, np.float32))), "'actions' has NaN"),
-    (lambda: encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float64))), "must be float32 with 2"),
-    (lambda: encode(ChunkReply(1, 0, "a", np.zeros((0, 6), np.float32))), "has shape"),
-    (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), version=-2), "'version'"),
-    (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), architecture=7), "'architecture'"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: encode(_infer(prefix=np.full((2, 6), np.nan, np.float32))), "'prefix' has NaN"),
+        (lambda: encode(_infer(forwarded_state=np.ones((2, 3), np.float32))), "'fstate' must be float32 with 1"),
+        (lambda: encode(_infer(obs={"state": np.array([np.inf], np.float32)})), "'obs/state' has NaN"),
+        (lambda: _with(encode(_infer()), delay=5000), "'delay'"),
+        (lambda: _with(encode(_infer()), req=-1), "'req'"),
+        (lambda: _with(encode(_infer()), deterministic=1), "'deterministic'"),
+        (lambda: _with(encode(_infer()), spec="x" * 20000), "'spec'"),
+        (lambda: _with(encode(_infer()), hello=True), "hello carries no arrays"),
+        (lambda: _with(encode(_infer()), evil=1), "unknown keys"),
+        (lambda: _with(encode(_infer()), instruction=3), "'instruction'"),
+        (lambda: _with(encode(_infer()), instruction="x" * 300), "'instruction'"),
+        (
+            lambda: encode(_infer(obs={}, forwarded_state=None, prefix=np.zeros((2, 2000), np.float32))),
+            "'prefix' has shape",
+        ),
+        (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), error="both"), "not both"),
+        (lambda: encode(ChunkReply(1, 0, "a")), "a 'horizon'"),
+        (lambda: encode(ChunkReply(1, 0, "a", np.full((8, 6), np.nan, np.float32))), "'actions' has NaN"),
+        (lambda: encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float64))), "must be float32 with 2"),
+        (lambda: encode(ChunkReply(1, 0, "a", np.zeros((0, 6), np.float32))), "has shape"),
+        (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), version=-2), "'version'"),
+        (lambda: _with(encode(ChunkReply(1, 0, "a", np.zeros((8, 6), np.float32))), architecture=7), "'architecture'"),
+    ],
+)
 def test_malformed_infer_and_chunk_are_named(make, match):
     with pytest.raises(WireError, match=match):
         decode([bytes(f) for f in make()])
@@ -384,8 +417,16 @@ def valid(name):
 def wrong(name):
     if FIELD_TYPES[name] is tuple:
         n = len(HIST_EDGES_MS[name])
-        return [[0] * (n - 1), [0] * (n + 1), [-1] + [0] * (n - 1), [0.5] + [0] * (n - 1), [True] + [0] * (n - 1),
-                "x", None, 3]
+        return [
+            [0] * (n - 1),
+            [0] * (n + 1),
+            [-1] + [0] * (n - 1),
+            [0.5] + [0] * (n - 1),
+            [True] + [0] * (n - 1),
+            "x",
+            None,
+            3,
+        ]
     return WRONG[FIELD_TYPES[name]]
 
 
@@ -414,13 +455,16 @@ def test_a_figure_of_the_wrong_type_or_range_is_refused_by_name(name):
     decode(heartbeat_with({name: valid(name)}))  # the same message with a good value passes
 
 
-@pytest.mark.parametrize("stats,match", [
-    ({"unacked": None, "clipped": "x"}, "heartbeat figure 'unacked' is None"),  # killed the learner once
-    ({"pending": 0}, "unknown figure 'pending'"),
-    ({1: 2}, "not valid msgpack: int is not allowed for map key"),  # msgpack itself refuses it
-    ("x", "must be a map"),
-    ({f"k{i}": 0 for i in range(len(FIELD_TYPES) + 1)}, "must be a map of at most"),
-])
+@pytest.mark.parametrize(
+    "stats,match",
+    [
+        ({"unacked": None, "clipped": "x"}, "heartbeat figure 'unacked' is None"),  # killed the learner once
+        ({"pending": 0}, "unknown figure 'pending'"),
+        ({1: 2}, "not valid msgpack: int is not allowed for map key"),  # msgpack itself refuses it
+        ("x", "must be a map"),
+        ({f"k{i}": 0 for i in range(len(FIELD_TYPES) + 1)}, "must be a map of at most"),
+    ],
+)
 def test_a_malformed_stats_map_is_refused(stats, match):
     with pytest.raises(WireError, match=match):
         decode(heartbeat_with(stats))

@@ -55,12 +55,26 @@ from robo_async.transport.wire import (
     standard_columns,
 )
 
-MESSAGE_TYPES = (TransitionBatch, EpisodeStats, Weights, WeightPart, LearnerStatus, Heartbeat, InferRequest,
-                 ChunkReply, StreamGap)
+MESSAGE_TYPES = (
+    TransitionBatch,
+    EpisodeStats,
+    Weights,
+    WeightPart,
+    LearnerStatus,
+    Heartbeat,
+    InferRequest,
+    ChunkReply,
+    StreamGap,
+)
 # what `decode` says when a message got past every check and failed in code after them (its wrapper)
 BACKSTOP = ("malformed message (", "message refused:")
-FAST = settings(deadline=None, derandomize=True, database=None, max_examples=300,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=300,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 MUTANTS = settings(FAST, max_examples=1000)  # the two properties over mutated messages: ~10 s each on 2 cores
 # refusals known to come from decode's wrapper (none left: the 0-d weights array is taken now)
 KNOWN_UNNAMED: tuple[str, ...] = ()
@@ -103,31 +117,50 @@ def transition_batches(draw: st.DrawFn) -> TransitionBatch:
         m = 1 if compact else n
         arrays["final_obs/cam" if compact else "next_obs/cam"] = Frames(image_blobs(m), (m, 2, 2, 3))
     a = draw(st.integers(1, 3))
-    arrays |= {"action": draw(finite("float32", (n, a))), "reward": draw(finite("float32", (n,))),
-               "terminated": draw(finite("bool", (n,))), "truncated": draw(finite("bool", (n,))),
-               "policy_version": draw(hnp.arrays("int64", (n,), elements=st.integers(-1, 1000)))}
+    arrays |= {
+        "action": draw(finite("float32", (n, a))),
+        "reward": draw(finite("float32", (n,))),
+        "terminated": draw(finite("bool", (n,))),
+        "truncated": draw(finite("bool", (n,))),
+        "policy_version": draw(hnp.arrays("int64", (n,), elements=st.integers(-1, 1000))),
+    }
     if draw(st.booleans()):  # what actors add; older senders and imports leave them to the store
-        arrays |= {"success": draw(finite("bool", (n,))),
-                   "intervention": draw(hnp.arrays("uint8", (n,), elements=st.integers(0, 2))),
-                   "policy_action": draw(finite("float32", (n, a)))}
+        arrays |= {
+            "success": draw(finite("bool", (n,))),
+            "intervention": draw(hnp.arrays("uint8", (n,), elements=st.integers(0, 2))),
+            "policy_action": draw(finite("float32", (n, a))),
+        }
     return TransitionBatch(draw(IDS), draw(st.integers(0, MAX_COUNT - n)), arrays)
 
 
 @st.composite
 def episodes(draw: st.DrawFn) -> EpisodeStats:
     length = draw(COUNTS)
-    return EpisodeStats(draw(IDS), draw(COUNTS), draw(st.floats(-1e30, 1e30, allow_nan=False)), length,
-                        draw(st.booleans()), draw(VERSIONS), draw(st.booleans()), draw(st.integers(0, length)),
-                        draw(st.sampled_from(EPISODE_LABELS)))
+    return EpisodeStats(
+        draw(IDS),
+        draw(COUNTS),
+        draw(st.floats(-1e30, 1e30, allow_nan=False)),
+        length,
+        draw(st.booleans()),
+        draw(VERSIONS),
+        draw(st.booleans()),
+        draw(st.integers(0, length)),
+        draw(st.sampled_from(EPISODE_LABELS)),
+    )
 
 
 @st.composite
 def weights(draw: st.DrawFn) -> Weights:
     names = draw(st.lists(NAMES, max_size=3, unique=True))
     # at least one dimension: a 0-d array comes back as 1-d (test_a_0d_array_round_trips_as_0d)
-    arrays = {k: draw(finite(draw(st.sampled_from(sorted(DTYPES))), tuple(draw(st.lists(st.integers(0, 3),
-                                                                                         min_size=1, max_size=3)))))
-              for k in names}
+    arrays = {
+        k: draw(
+            finite(
+                draw(st.sampled_from(sorted(DTYPES))), tuple(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)))
+            )
+        )
+        for k in names
+    }
     return Weights(draw(st.integers(0, MAX_COUNT)), arrays, draw(TEXT))
 
 
@@ -148,8 +181,18 @@ def weight_parts(draw: st.DrawFn) -> WeightPart:
     return draw(st.sampled_from(parts))
 
 
-statuses = st.builds(LearnerStatus, COUNTS, COUNTS, COUNTS, COUNTS, st.booleans(), st.text(max_size=64),
-                     st.lists(st.tuples(IDS, COUNTS), max_size=3).map(tuple), IDS, st.booleans())
+statuses = st.builds(
+    LearnerStatus,
+    COUNTS,
+    COUNTS,
+    COUNTS,
+    COUNTS,
+    st.booleans(),
+    st.text(max_size=64),
+    st.lists(st.tuples(IDS, COUNTS), max_size=3).map(tuple),
+    IDS,
+    st.booleans(),
+)
 
 
 def figure(name: str) -> st.SearchStrategy[object]:
@@ -175,14 +218,17 @@ def infer_requests(draw: st.DrawFn) -> InferRequest:
     ids = (draw(IDS), draw(COUNTS))
     if draw(st.booleans()):  # a hello: no arrays
         return InferRequest(*ids, hello=True, policy=draw(TEXT), spec=draw(st.text(max_size=40)))
-    obs: dict[str, np.ndarray | Frames] = {k: draw(finite(draw(st.sampled_from(sorted(DTYPES))), (draw(
-        st.integers(0, 4)),))) for k in draw(st.lists(NAMES, max_size=2, unique=True))}
+    obs: dict[str, np.ndarray | Frames] = {
+        k: draw(finite(draw(st.sampled_from(sorted(DTYPES))), (draw(st.integers(0, 4)),)))
+        for k in draw(st.lists(NAMES, max_size=2, unique=True))
+    }
     if draw(st.booleans()):
         obs["cam"] = Frames(image_blobs(1), (1, 2, 2, 3))
     fstate = draw(st.none() | finite("float32", (draw(st.integers(0, 4)),)))
     prefix = draw(st.none() | finite("float32", (draw(st.integers(0, 3)), draw(st.integers(1, 3)))))
-    return InferRequest(*ids, draw(COUNTS), draw(st.integers(0, 4096)), draw(st.booleans()), obs, fstate, prefix,
-                        instruction=draw(TEXT))
+    return InferRequest(
+        *ids, draw(COUNTS), draw(st.integers(0, 4096)), draw(st.booleans()), obs, fstate, prefix, instruction=draw(TEXT)
+    )
 
 
 @st.composite
@@ -191,8 +237,7 @@ def chunk_replies(draw: st.DrawFn) -> ChunkReply:
     tail = {"infer_us": draw(st.integers(0, 1 << 40)), "batch": draw(st.integers(0, 1 << 20))}
     how = draw(st.sampled_from(["actions", "error", "hello"]))
     if how == "actions":
-        return ChunkReply(*head, draw(finite("float32", (draw(st.integers(1, 8)), draw(st.integers(1, 4))))),
-                          **tail)
+        return ChunkReply(*head, draw(finite("float32", (draw(st.integers(1, 8)), draw(st.integers(1, 4))))), **tail)
     if how == "error":
         return ChunkReply(*head, error=draw(st.text(min_size=1, max_size=30)), **tail)
     return ChunkReply(*head, horizon=draw(st.integers(1, 4096)), spec=draw(st.text(max_size=40)), **tail)
@@ -205,9 +250,16 @@ def gaps(draw: st.DrawFn) -> StreamGap:
 
 
 VALID: dict[str, st.SearchStrategy[Message]] = {
-    "transitions": transition_batches(), "episode": episodes(), "weights": weights(), "wpart": weight_parts(),
-    "status": statuses, "heartbeat": heartbeats(), "infer": infer_requests(), "chunk": chunk_replies(),
-    "gap": gaps()}
+    "transitions": transition_batches(),
+    "episode": episodes(),
+    "weights": weights(),
+    "wpart": weight_parts(),
+    "status": statuses,
+    "heartbeat": heartbeats(),
+    "infer": infer_requests(),
+    "chunk": chunk_replies(),
+    "gap": gaps(),
+}
 assert set(VALID) == set(KINDS), "a message kind without a strategy"
 MESSAGES = st.one_of(*VALID.values())
 
@@ -217,20 +269,50 @@ def frames_of(msg: Message) -> list[bytes]:
 
 
 # --- hostile values and mutations -------------------------------------------------------------------
-EDGE_INTS = [-1, 0, 1, 2, 65, 4097, MAX_ACTOR_ID + 1, 1 << 20, (1 << 20) + 1, 1 << 34, (1 << 34) + 1, 1 << 40,
-             MAX_COUNT, MAX_COUNT + 1, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, -(1 << 63)]
+EDGE_INTS = [
+    -1,
+    0,
+    1,
+    2,
+    65,
+    4097,
+    MAX_ACTOR_ID + 1,
+    1 << 20,
+    (1 << 20) + 1,
+    1 << 34,
+    (1 << 34) + 1,
+    1 << 40,
+    MAX_COUNT,
+    MAX_COUNT + 1,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+    -(1 << 63),
+]
 LEAVES = st.one_of(
-    st.none(), st.booleans(), st.sampled_from(EDGE_INTS), st.integers(-(1 << 63), (1 << 64) - 1), st.floats(),
-    st.text(max_size=20), st.sampled_from(["", "x" * 300, "y" * 20_000, "frames", "float32", "obs/", "d:a:0"]),
-    st.binary(max_size=8))
+    st.none(),
+    st.booleans(),
+    st.sampled_from(EDGE_INTS),
+    st.integers(-(1 << 63), (1 << 64) - 1),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from(["", "x" * 300, "y" * 20_000, "frames", "float32", "obs/", "d:a:0"]),
+    st.binary(max_size=8),
+)
 HOSTILE = st.recursive(  # (maps with str keys: msgpack itself refuses others, see new_header)
-    LEAVES, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=10)
-KNOWN_KEYS = sorted({"schema", "kind", "arrays", "evil", ""} | {f for c in MESSAGE_TYPES
-                                                                 for f in c.__dataclass_fields__ if f != "arrays"})
+    LEAVES,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=10,
+)
+KNOWN_KEYS = sorted(
+    {"schema", "kind", "arrays", "evil", ""}
+    | {f for c in MESSAGE_TYPES for f in c.__dataclass_fields__ if f != "arrays"}
+)
 SHAPES = st.one_of(
     st.lists(st.sampled_from([0, 1, 2, 3, 1 << 20, 1 << 34, (1 << 34) + 1, 1 << 40, -1]), max_size=10),
-    st.lists(HOSTILE, max_size=3), HOSTILE)
+    st.lists(HOSTILE, max_size=3),
+    HOSTILE,
+)
 DTYPE_VALUES = st.sampled_from([*sorted(DTYPES), "frames", "object", "<f4", "float", "", 3, None, ["float32"]])
 Frame = list[bytes]
 Mutation = Callable[[st.DrawFn, Frame], Frame]
@@ -258,7 +340,8 @@ def near(value: object) -> st.SearchStrategy[object]:
         return st.sampled_from(["", "x" * 65, "x" * 257, "y" * 20_000, "success", "fp8", "fp16"]) | st.text()
     if isinstance(value, list) and value:  # one element of a list (acked pairs, manifest entries, sums) broken
         return st.integers(0, len(value) - 1).flatmap(
-            lambda i: near(value[i]).map(lambda v: [*value[:i], v, *value[i + 1:]])) | st.just(value * 2)
+            lambda i: near(value[i]).map(lambda v: [*value[:i], v, *value[i + 1 :]])
+        ) | st.just(value * 2)
     return HOSTILE
 
 
@@ -312,12 +395,37 @@ def edit_spec(draw: st.DrawFn, frames: Frame) -> Frame:
     return _with(frames, h)
 
 
-ARRAY_NAMES = st.sampled_from(["obs/x", "next_obs/x", "final_obs/x", "obs/embedding", "obs/embedding_version",
-                                "final_obs/embedding", "reward", "action", "terminated", "policy_version",
-                                "intervention", "policy_action", "success", "fstate", "prefix", "actions",
-                                "d:a:0", "i:a:0", "v:a:0", "d:a:x", "evil"]) | NAMES
+ARRAY_NAMES = (
+    st.sampled_from(
+        [
+            "obs/x",
+            "next_obs/x",
+            "final_obs/x",
+            "obs/embedding",
+            "obs/embedding_version",
+            "final_obs/embedding",
+            "reward",
+            "action",
+            "terminated",
+            "policy_version",
+            "intervention",
+            "policy_action",
+            "success",
+            "fstate",
+            "prefix",
+            "actions",
+            "d:a:0",
+            "i:a:0",
+            "v:a:0",
+            "d:a:x",
+            "evil",
+        ]
+    )
+    | NAMES
+)
 SMALL_SHAPES = st.lists(st.integers(0, 5), max_size=4) | st.sampled_from(
-    [[0, 1 << 34], [1 << 34, 0], [0, 1 << 20, 1 << 20], [0] * 8, [1] * 8, [], [1], [0]])
+    [[0, 1 << 34], [1 << 34, 0], [0, 1 << 20, 1 << 20], [0] * 8, [1] * 8, [], [1], [0]]
+)
 
 
 def _data(draw: st.DrawFn, dtype: str, shape: list[int]) -> bytes:
@@ -332,15 +440,16 @@ def reshape_array(draw: st.DrawFn, frames: Frame) -> Frame:
     check passes and the kind's own checks (batch sizes, columns, pieces, chunk shapes) are reached."""
     h = _header(frames)
     specs = h.get("arrays")
-    plain = [i for i, sp in enumerate(specs) if isinstance(sp, list) and len(sp) == 3] if isinstance(specs, list) \
-        else []
+    plain = (
+        [i for i, sp in enumerate(specs) if isinstance(sp, list) and len(sp) == 3] if isinstance(specs, list) else []
+    )
     if not plain or len(frames) != len(specs) + 1:
         return add_array(draw, frames)
     i = draw(st.sampled_from(plain))
     dtype = draw(st.sampled_from([specs[i][1], *sorted(DTYPES)]))
     shape = draw(SMALL_SHAPES)
     specs[i] = [specs[i][0], dtype, shape]
-    return [*_with(frames, h)[:1 + i], _data(draw, dtype, shape), *frames[2 + i:]]
+    return [*_with(frames, h)[: 1 + i], _data(draw, dtype, shape), *frames[2 + i :]]
 
 
 def add_array(draw: st.DrawFn, frames: Frame) -> Frame:
@@ -362,7 +471,7 @@ def drop_array(draw: st.DrawFn, frames: Frame) -> Frame:
         return add_array(draw, frames)
     i = draw(st.integers(0, len(specs) - 1))
     del specs[i]
-    return [*_with(frames, h)[:1 + i], *frames[2 + i:]]
+    return [*_with(frames, h)[: 1 + i], *frames[2 + i :]]
 
 
 def resize_frame(draw: st.DrawFn, frames: Frame) -> Frame:
@@ -371,14 +480,14 @@ def resize_frame(draw: st.DrawFn, frames: Frame) -> Frame:
     f = bytearray(frames[i])
     how = draw(st.sampled_from(["cut", "grow", "flip"]))
     if how == "cut":
-        f = f[:draw(st.integers(0, max(len(f) - 1, 0)))]
+        f = f[: draw(st.integers(0, max(len(f) - 1, 0)))]
     elif how == "grow":
         f += draw(st.binary(min_size=1, max_size=64))
     elif f:
         for _ in range(draw(st.integers(1, 4))):
             at = draw(st.integers(0, len(f) - 1))
             f[at] = draw(st.sampled_from([0x00, 0xFF, 0x7F, 0xC1, 0xDD, 0x80])) if i == 0 else f[at] ^ 0xFF
-    return [*frames[:i], bytes(f), *frames[i + 1:]]
+    return [*frames[:i], bytes(f), *frames[i + 1 :]]
 
 
 def frame_count(draw: st.DrawFn, frames: Frame) -> Frame:
@@ -386,7 +495,7 @@ def frame_count(draw: st.DrawFn, frames: Frame) -> Frame:
     how = draw(st.sampled_from(["drop", "add", "swap", "flood", "header-only"]))
     if how == "drop" and len(frames) > 1:
         i = draw(st.integers(1, len(frames) - 1))
-        return frames[:i] + frames[i + 1:]
+        return frames[:i] + frames[i + 1 :]
     if how == "add":
         return frames + draw(st.lists(st.binary(max_size=16), min_size=1, max_size=3))
     if how == "swap" and len(frames) > 2:
@@ -414,8 +523,12 @@ def new_header(draw: st.DrawFn, frames: Frame) -> Frame:
 
 
 # weighted by repetition: the mutations that reach the kinds' own checks come most often
-MUTATIONS: list[Mutation] = [set_field] * 4 + [reshape_array] * 3 + [add_array, drop_array] * 2 + [
-    drop_field, other_kind, edit_spec, resize_frame, frame_count, new_header]
+MUTATIONS: list[Mutation] = (
+    [set_field] * 4
+    + [reshape_array] * 3
+    + [add_array, drop_array] * 2
+    + [drop_field, other_kind, edit_spec, resize_frame, frame_count, new_header]
+)
 
 
 @st.composite
@@ -441,8 +554,13 @@ def same(a: object, b: object) -> bool:
     if isinstance(a, Frames) or isinstance(b, Frames):
         return isinstance(a, Frames) and isinstance(b, Frames) and a.blobs == b.blobs and a.shape == b.shape
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
-            and a.shape == b.shape and np.array_equal(a, b)
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and np.array_equal(a, b)
+        )
     return a == b
 
 
@@ -471,8 +589,12 @@ def test_a_refusal_is_named_by_a_check_not_by_the_last_resort_wrapper(frames: Fr
 
 def test_a_0d_integer_array_in_weights_is_named_or_taken():
     """Found by the property above (shrunk): a `weights` message with a 0-d non-float array."""
-    frames = [msgpack.packb({"schema": 1, "kind": "weights", "arrays": [["obs/x", "bool", []]], "version": 0,
-                             "architecture": ""}), b"\x00"]
+    frames = [
+        msgpack.packb(
+            {"schema": 1, "kind": "weights", "arrays": [["obs/x", "bool", []]], "version": 0, "architecture": ""}
+        ),
+        b"\x00",
+    ]
     try:
         msg = decode(frames)
     except WireError as e:
@@ -517,18 +639,23 @@ def test_a_data_frame_of_the_wrong_size_is_refused(msg: Message, data: st.DataOb
 
 
 REQUIRED = {  # header fields with no default: a message without one is refused
-    "transitions": ["actor_id", "seq"], "episode": ["actor_id", "episode", "episode_return", "length", "success",
-                                                    "policy_version"],
-    "weights": ["version"], "wpart": ["version", "part", "parts", "precision"],
+    "transitions": ["actor_id", "seq"],
+    "episode": ["actor_id", "episode", "episode_return", "length", "success", "policy_version"],
+    "weights": ["version"],
+    "wpart": ["version", "part", "parts", "precision"],
     "status": ["updates", "version", "env_steps", "allowed_env_steps"],
-    "heartbeat": ["actor_id", "env_steps", "policy_version"], "infer": ["actor_id", "req"],
-    "chunk": ["req", "version"], "gap": ["actor_id", "seq", "count"]}
+    "heartbeat": ["actor_id", "env_steps", "policy_version"],
+    "infer": ["actor_id", "req"],
+    "chunk": ["req", "version"],
+    "gap": ["actor_id", "seq", "count"],
+}
 
 
 @FAST
 @given(MESSAGES, st.data())
 def test_a_header_without_a_required_field_or_with_an_unknown_one_or_another_schema_is_refused(
-        msg: Message, data: st.DataObject) -> None:
+    msg: Message, data: st.DataObject
+) -> None:
     frames = frames_of(msg)
     h = _header(frames)
     how = data.draw(st.sampled_from(["drop", "unknown", "schema"]))
@@ -540,4 +667,3 @@ def test_a_header_without_a_required_field_or_with_an_unknown_one_or_another_sch
         h["schema"] = data.draw(HOSTILE.filter(lambda v: not (type(v) is int and v == 1)))
     with pytest.raises(WireError):
         decode(_with(frames, h))
-

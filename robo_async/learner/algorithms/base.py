@@ -66,8 +66,10 @@ def hil_rewards(rewards: np.ndarray, interventions: np.ndarray | None, penalty: 
 
 def refuse_dagger(config: AlgoConfig, algo: str) -> None:
     if config.dagger_weight:
-        raise ValueError(f"algo.dagger_weight is for sac and qc; {algo} learns from corrections through "
-                         f"buffer.mix (the interventions table)")
+        raise ValueError(
+            f"algo.dagger_weight is for sac and qc; {algo} learns from corrections through "
+            f"buffer.mix (the interventions table)"
+        )
 
 
 @dataclass(frozen=True)
@@ -89,23 +91,40 @@ class PolicySpec:
     def flow_kwargs(self) -> dict[str, object]:
         """Constructor arguments of the chunk policies (policies.flow) built from this spec."""
         skip = ("path", "inference_delay_ms", "type")
-        return {"obs_keys": self.obs_keys, "obs_dims": self.obs_dims, "action_low": self.action_low,
-                "action_high": self.action_high, "hidden": self.hidden, "dt": self.dt,
-                "obs_scale": dict(self.obs_scale), "action_mode": self.action_mode,
-                **{k: v for k, v in self.options.items() if k not in skip}}
+        return {
+            "obs_keys": self.obs_keys,
+            "obs_dims": self.obs_dims,
+            "action_low": self.action_low,
+            "action_high": self.action_high,
+            "hidden": self.hidden,
+            "dt": self.dt,
+            "obs_scale": dict(self.obs_scale),
+            "action_mode": self.action_mode,
+            **{k: v for k, v in self.options.items() if k not in skip},
+        }
 
 
-def mlp_policy(spec: PolicySpec, algo: str) -> "MLPPolicy":
+def mlp_policy(spec: PolicySpec, algo: str) -> MLPPolicy:
     """The one-step `policy=mlp` an algorithm trains (SAC, BC); other policies are refused here."""
     from policies.mlp import MLPPolicy
 
     if spec.name != "mlp":
-        raise ValueError(f"algo={algo} trains policy=mlp, not policy={spec.name}: chunk policies learn online with "
-                         f"policy=flow algo=qc, or by behaviour cloning with `robo-async bc policy={spec.name}`")
-    return MLPPolicy(spec.obs_keys, spec.obs_dims, spec.action_low, spec.action_high, hidden=spec.hidden,
-                     action_mode=spec.action_mode, delta_scale=spec.delta_scale, obs_scale=spec.obs_scale,
-                     cameras=tuple(spec.options.get("cameras") or ()),  # type: ignore[arg-type]
-                     image_size=int(spec.options.get("image_size", 64)))  # type: ignore[arg-type]
+        raise ValueError(
+            f"algo={algo} trains policy=mlp, not policy={spec.name}: chunk policies learn online with "
+            f"policy=flow algo=qc, or by behaviour cloning with `robo-async bc policy={spec.name}`"
+        )
+    return MLPPolicy(
+        spec.obs_keys,
+        spec.obs_dims,
+        spec.action_low,
+        spec.action_high,
+        hidden=spec.hidden,
+        action_mode=spec.action_mode,
+        delta_scale=spec.delta_scale,
+        obs_scale=spec.obs_scale,
+        cameras=tuple(spec.options.get("cameras") or ()),  # type: ignore[arg-type]
+        image_size=int(spec.options.get("image_size", 64)),
+    )  # type: ignore[arg-type]
 
 
 class Algorithm(abc.ABC):
@@ -122,7 +141,8 @@ class Algorithm(abc.ABC):
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
     lookback: int = 0  # > 0: windows also carry a lagged observation and the actions since (Sampler(lookback=))
-    whole_chunks: bool = False  # True: asynchronous actors execute every action of every chunk (actor.replan=auto -> end)
+    # True: asynchronous actors execute every action of every chunk (actor.replan=auto -> end)
+    whole_chunks: bool = False
     successful_only: bool = False  # online windows only from episodes that succeeded (rejection sampling)
     supports_device: bool = False  # True: update() runs on `self.device` (a GPU when `learner.device` picks one)
     device: torch.device = torch.device("cpu")
@@ -165,7 +185,7 @@ class Algorithm(abc.ABC):
         policy = getattr(self, "policy", None)
         return policy.frozen() if hasattr(policy, "frozen") else frozenset()
 
-    def frozen_encoder(self) -> "FrozenEncoder | None":
+    def frozen_encoder(self) -> FrozenEncoder | None:
         """The camera encoder this algorithm never trains, when its update can take the stored
         embeddings (`obs/embedding`) instead of frames: the learner then has every stored row
         embedded by it and samples no frames (buffer/embeddings.py). Default: none."""

@@ -27,9 +27,9 @@ import torch
 from policies.flow import FlowChunkPolicy
 
 
-def delay_consistent(policy: FlowChunkPolicy, batch: Mapping[str, np.ndarray], max_delay: int,
-                     rng: np.random.Generator
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def delay_consistent(
+    policy: FlowChunkPolicy, batch: Mapping[str, np.ndarray], max_delay: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """(condition, normalized target chunk, delay in ticks, committed-prefix length, camera frames
     or None) per window; see the module docstring."""
     acts = np.asarray(batch["actions"], np.float32)
@@ -50,8 +50,13 @@ def delay_consistent(policy: FlowChunkPolicy, batch: Mapping[str, np.ndarray], m
     fstate = np.array(obs["state"], np.float32)
     a = acts.shape[2]
     fstate[delay > 0, :a] = last[delay > 0]  # forwarded joints (position control), the rest as observed
-    return (policy.condition(obs, fstate), policy.normalize(acts, fstate), delay, np.where(rtc, delay, 0),
-            policy.images(obs))
+    return (
+        policy.condition(obs, fstate),
+        policy.normalize(acts, fstate),
+        delay,
+        np.where(rtc, delay, 0),
+        policy.images(obs),
+    )
 
 
 def lerobot_batch(policy, batch: Mapping[str, np.ndarray]) -> dict[str, object]:

@@ -47,6 +47,12 @@ class BCOptions:
 
 def offline_config(options: BCOptions, seed: int = 0) -> BCConfig:
     """`algo=bc` as `robo-async bc` runs it from a policy's `policy.bc` options."""
-    return BCConfig(lr=options.lr, batch_size=options.batch, max_delay=options.max_delay,
-                    prefix_noise=options.prefix_noise, prefix_hide=options.prefix_hide, seed=seed,
-                    normalize=options.normalize)
+    return BCConfig(
+        lr=options.lr,
+        batch_size=options.batch,
+        max_delay=options.max_delay,
+        prefix_noise=options.prefix_noise,
+        prefix_hide=options.prefix_hide,
+        seed=seed,
+        normalize=options.normalize,
+    )

@@ -24,9 +24,14 @@ def episode_rows(ep: dict[str, np.ndarray], obs_keys: Sequence[str]) -> dict[str
     """One episode (`obs/<key>` and `action` per tick) as store columns; observation keys it lacks
     (a multi-task set: `obs_keys` is the union) are zeros, as the policies read a missing feature."""
     n = len(ep["action"])
-    rows = {"action": np.asarray(ep["action"], np.float32), "reward": np.zeros(n, np.float32),
-            "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool), "success": np.zeros(n, bool),
-            "policy_version": np.zeros(n, np.int64)}
+    rows = {
+        "action": np.asarray(ep["action"], np.float32),
+        "reward": np.zeros(n, np.float32),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+        "success": np.zeros(n, bool),
+        "policy_version": np.zeros(n, np.int64),
+    }
     rows["truncated"][-1] = True  # the recording ends here: no window runs into the next episode
     for k in obs_keys:
         rows[k] = np.asarray(ep[k]) if k in ep else None  # type: ignore[assignment]
@@ -47,12 +52,16 @@ def check_demos(episodes: Sequence[dict[str, np.ndarray]], spec: RobotSpec, keys
             got = tuple(np.asarray(ep[f"obs/{k}"]).shape[1:])
             if k in want and got != want[k]:
                 what = "camera" if len(want[k]) == 3 else "observation"
-                raise ValueError(f"demonstrations' {k} is {'x'.join(map(str, got))} per tick, the task's {what} {k} "
-                                 f"is {'x'.join(map(str, want[k]))} (episode {i})")
+                raise ValueError(
+                    f"demonstrations' {k} is {'x'.join(map(str, got))} per tick, the task's {what} {k} "
+                    f"is {'x'.join(map(str, want[k]))} (episode {i})"
+                )
         got = tuple(np.asarray(ep["action"]).shape[1:])
         if got != (spec.action_dim,):
-            raise ValueError(f"demonstrations' action has {got} per tick, the task's robot has {spec.action_dim} joints "
-                             f"(episode {i})")
+            raise ValueError(
+                f"demonstrations' action has {got} per tick, the task's robot has {spec.action_dim} joints "
+                f"(episode {i})"
+            )
 
 
 class DemoWindows:
@@ -60,8 +69,9 @@ class DemoWindows:
     an `Algorithm` with this `window` and `lookback` expects (see the module's docstring).
     `episodes` and `transitions` count what it holds."""
 
-    def __init__(self, episodes: Sequence[dict[str, np.ndarray]], *, window: int = 1, lookback: int = 0,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, episodes: Sequence[dict[str, np.ndarray]], *, window: int = 1, lookback: int = 0, seed: int = 0
+    ) -> None:
         if not episodes:
             raise ValueError("no demonstration episodes to learn from")
         obs_keys = sorted({k for ep in episodes for k in ep if k.startswith("obs/")})

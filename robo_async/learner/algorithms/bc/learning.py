@@ -36,8 +36,10 @@ def bc_policy(spec: PolicySpec) -> Policy:
 
         return flow_prior(spec, "bc")
     if spec.name != "mlp":
-        raise ValueError(f"algo=bc on the learner trains policy=mlp or policy=flow, not policy={spec.name}: "
-                         f"clone it offline with `robo-async bc policy={spec.options.get('type', spec.name)}`")
+        raise ValueError(
+            f"algo=bc on the learner trains policy=mlp or policy=flow, not policy={spec.name}: "
+            f"clone it offline with `robo-async bc policy={spec.options.get('type', spec.name)}`"
+        )
     return mlp_policy(spec, "bc")
 
 
@@ -139,9 +141,15 @@ class BC(Algorithm):
         self.fit_normalization(batch)
         cond, chunks, delays, prefixes, frames = delay_consistent(p, batch, c.max_delay, self._rng)
         images = None if frames is None else random_shift(torch.as_tensor(frames), c.augment_pad)  # DrQ-style
-        loss = p.bc_loss(torch.as_tensor(cond), torch.as_tensor(chunks), torch.as_tensor(delays),
-                         images, torch.as_tensor(prefixes),
-                         prefix_noise=c.prefix_noise, prefix_hide=c.prefix_hide)
+        loss = p.bc_loss(
+            torch.as_tensor(cond),
+            torch.as_tensor(chunks),
+            torch.as_tensor(delays),
+            images,
+            torch.as_tensor(prefixes),
+            prefix_noise=c.prefix_noise,
+            prefix_hide=c.prefix_hide,
+        )
         self._step(loss)
         return {"losses/bc_flow": loss.item(), "losses/mean_delay": float(np.mean(delays))}
 

@@ -22,13 +22,27 @@ def spec_of(policy: Policy, name: str = "flow") -> PolicySpec:
     """The plain description of a policy built by hand (its inputs and joint limits)."""
     low = tuple(float(x) for x in getattr(policy, "low", ()))
     high = tuple(float(x) for x in getattr(policy, "high", ()))
-    return PolicySpec(name, tuple(getattr(policy, "obs_keys", ())), tuple(getattr(policy, "obs_dims", ())), low, high,
-                      obs_scale=dict(getattr(policy, "obs_scale", {})), dt=float(getattr(policy, "dt", 1 / 30)))
+    return PolicySpec(
+        name,
+        tuple(getattr(policy, "obs_keys", ())),
+        tuple(getattr(policy, "obs_dims", ())),
+        low,
+        high,
+        obs_scale=dict(getattr(policy, "obs_scale", {})),
+        dt=float(getattr(policy, "dt", 1 / 30)),
+    )
 
 
-def clone(policy: Policy, episodes: Sequence[dict[str, np.ndarray]], steps: int, config: BCConfig, *,
-          spec: PolicySpec | None = None, on_step: Callable[[int, float], None] | None = None,
-          log_every: int = 0) -> list[float]:
+def clone(
+    policy: Policy,
+    episodes: Sequence[dict[str, np.ndarray]],
+    steps: int,
+    config: BCConfig,
+    *,
+    spec: PolicySpec | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+    log_every: int = 0,
+) -> list[float]:
     """Train `policy` in place for `steps` updates of `build_algorithm("bc", ...)` on windows of
     `episodes` (each `obs/<key>` and `action` per tick); the loss of each step."""
     torch.manual_seed(config.seed)

@@ -24,11 +24,10 @@ import torch
 from torch import nn
 
 from policies.embedding import EMBEDDING, FrozenEncoder
-from policies.onestep import ChunkCritic, NoiseSteeredPolicy
 from policies.lerobot_chunk import SteeredLeRobotPolicy
+from policies.onestep import ChunkCritic, NoiseSteeredPolicy
 from robo_async.buffer.cache import window_targets
-from robo_async.learner.algorithms.base import (Algorithm, PolicySpec, hil_rewards, refuse_dagger, register,
-                                                soft_update)
+from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, refuse_dagger, register, soft_update
 from robo_async.learner.algorithms.dsrl.config import DSRLConfig
 from robo_async.learner.algorithms.qc.learning import flow_prior
 from robo_async.learner.algorithms.sac.learning import Temperature
@@ -54,8 +53,9 @@ class _FlowSteer:
                 return torch.cat([cond, self.tensor(obs[EMBEDDING]).float()], dim=-1)
             return self.p.net.encode(*self._inputs(obs))
 
-    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
-               ) -> torch.Tensor:
+    def chunks(
+        self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The frozen flow's chunks for noise z; `features` (from `features(obs)`): the frames are not
         encoded again."""
         cond = self.tensor(self.p.condition(obs))
@@ -79,8 +79,9 @@ class _LeRobotSteer:
         with torch.autocast("cpu", enabled=False):  # the frozen LeRobot policy runs as it was saved (fp32)
             return self.tensor(self.p.features(obs).float().cpu().numpy())
 
-    def chunks(self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
-               ) -> torch.Tensor:
+    def chunks(
+        self, obs: Mapping[str, np.ndarray], z: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The frozen policy's chunks for noise z (it encodes the observation itself)."""
         with torch.autocast("cpu", enabled=False):
             return self.tensor(self.p.normalize(self.p.steered(obs, z.detach().float().cpu())))
@@ -98,12 +99,17 @@ def lerobot_prior(spec: PolicySpec) -> SteeredLeRobotPolicy:
         raise ValueError("algo=dsrl steers a frozen policy: give policy.path=<a saved LeRobot policy directory>")
     try:
         return load_lerobot_policy(
-            str(path), action_low=spec.action_low, action_high=spec.action_high,
+            str(path),
+            action_low=spec.action_low,
+            action_high=spec.action_high,
             env_keys=tuple(k for k in spec.obs_keys if k != "state"),
-            cameras=tuple(spec.options.get("cameras") or ()), dt=spec.dt,  # type: ignore[arg-type]
-            units=str(spec.options.get("units", "rad")), task=str(spec.options.get("instruction", "")),
+            cameras=tuple(spec.options.get("cameras") or ()),
+            dt=spec.dt,  # type: ignore[arg-type]
+            units=str(spec.options.get("units", "rad")),
+            task=str(spec.options.get("instruction", "")),
             state_dim=spec.obs_dims[0] if spec.obs_keys[:1] == ("state",) else None,
-            env_dim=int(sum(d for k, d in zip(spec.obs_keys, spec.obs_dims) if k != "state")))
+            env_dim=int(sum(d for k, d in zip(spec.obs_keys, spec.obs_dims, strict=False) if k != "state")),
+        )
     except LeRobotPolicyUnavailable as e:
         raise ValueError(str(e)) from None
 
@@ -116,6 +122,7 @@ class DSRL(Algorithm):
 
     supports_device = True
     whole_chunks = True  # Q(s, chunk) of chunks that ran whole
+
     def __init__(self, config: DSRLConfig, policy: PolicySpec) -> None:
         self.config = c = config
         refuse_dagger(config, "dsrl")
@@ -123,8 +130,9 @@ class DSRL(Algorithm):
         self.policy: NoiseSteeredPolicy | SteeredLeRobotPolicy
         if policy.name == "lerobot":
             try:
-                self.policy = SteeredLeRobotPolicy(lerobot_prior(policy), c.noise_bound, tuple(c.noise_hidden),
-                                                   residual_scale=c.residual_scale)
+                self.policy = SteeredLeRobotPolicy(
+                    lerobot_prior(policy), c.noise_bound, tuple(c.noise_hidden), residual_scale=c.residual_scale
+                )
             except ValueError as e:
                 raise ValueError(f"algo=dsrl: {e}") from None
             self.steer: _FlowSteer | _LeRobotSteer = _LeRobotSteer(self.policy, self.tensor)
@@ -179,12 +187,21 @@ class DSRL(Algorithm):
         return self.policy.frozen_encoder() if isinstance(self.policy, NoiseSteeredPolicy) else None
 
     def modules(self) -> dict[str, nn.Module]:
-        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
-                "noise_critic": self.noise_critic, "temperature": self.temperature}
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "noise_critic": self.noise_critic,
+            "temperature": self.temperature,
+        }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"critic_opt": self.critic_opt, "noise_critic_opt": self.noise_critic_opt,
-                "actor_opt": self.actor_opt, "alpha_opt": self.alpha_opt}
+        return {
+            "critic_opt": self.critic_opt,
+            "noise_critic_opt": self.noise_critic_opt,
+            "actor_opt": self.actor_opt,
+            "alpha_opt": self.alpha_opt,
+        }
 
     def _steer(self, feats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         z, logp = self.actor.sample(feats)
@@ -204,7 +221,9 @@ class DSRL(Algorithm):
         with torch.no_grad():  # Q^A: H-step backup on the executed chunk
             z_next, _ = self._steer(next_f)
             a_next = s.chunks(nxt, z_next, next_f)  # the frozen encoder's features: frames encoded once
-            target = self.tensor(ret) + self.tensor(boot) * torch.min(*self.critic_target(next_f, a_next, features=next_f))
+            target = self.tensor(ret) + self.tensor(boot) * torch.min(
+                *self.critic_target(next_f, a_next, features=next_f)
+            )
         q1, q2 = self.critic(f, chunk, features=f)
         critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
         self.critic_opt.zero_grad(set_to_none=True)
@@ -240,7 +259,12 @@ class DSRL(Algorithm):
         self.alpha_opt.step()
 
         soft_update(self.critic, self.critic_target, c.tau)
-        return {"losses/qf_loss": critic_loss.item() / 2, "losses/qf1_values": q1.mean().item(),
-                "losses/noise_critic_loss": noise_loss.item() / 2, "losses/actor_loss": actor_loss.item(),
-                "losses/alpha": alpha.item(), "losses/entropy": -logp.mean().item(),
-                "losses/window_steps": float(np.mean(batch["steps"]))}
+        return {
+            "losses/qf_loss": critic_loss.item() / 2,
+            "losses/qf1_values": q1.mean().item(),
+            "losses/noise_critic_loss": noise_loss.item() / 2,
+            "losses/actor_loss": actor_loss.item(),
+            "losses/alpha": alpha.item(),
+            "losses/entropy": -logp.mean().item(),
+            "losses/window_steps": float(np.mean(batch["steps"])),
+        }

@@ -65,18 +65,24 @@ class Filtered(Algorithm):
         d = np.minimum(d, batch["steps"] - 1)  # a prefix never reaches past the episode end
         state = batch["obs/state"]
         fstate = np.where(d[:, None] > 0, acts[np.arange(b), np.maximum(d - 1, 0)], state[:, : acts.shape[2]])
-        fstate = np.concatenate([fstate, state[:, acts.shape[2]:]], axis=1)  # forwarded joints, rest as seen
+        fstate = np.concatenate([fstate, state[:, acts.shape[2] :]], axis=1)  # forwarded joints, rest as seen
         obs = {k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")}
         cond = self.tensor(p.condition(obs, fstate))
         imgs = p.images(obs)
         chunks = self.tensor(np.clip(p.normalize(acts, fstate), -1, 1))
         delays = self.tensor(d)
-        weights = self._table_weight.to(self.device)[self.tensor(batch["table"].astype(np.int64))] \
-            if "table" in batch else None
+        weights = (
+            self._table_weight.to(self.device)[self.tensor(batch["table"].astype(np.int64))]
+            if "table" in batch
+            else None
+        )
         loss = p.bc_loss(cond, chunks, delays, None if imgs is None else self.tensor(imgs), delays, weights)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         share = float(np.mean(batch["table"] == 0)) if "table" in batch else 0.0
-        return {"losses/flow_bc_loss": loss.item(), "losses/online_share": share,
-                "losses/window_steps": float(np.mean(batch["steps"]))}
+        return {
+            "losses/flow_bc_loss": loss.item(),
+            "losses/online_share": share,
+            "losses/window_steps": float(np.mean(batch["steps"])),
+        }

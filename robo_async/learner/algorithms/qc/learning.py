@@ -33,8 +33,10 @@ from robo_async.learner.algorithms.qc.config import QCConfig
 def flow_prior(spec: PolicySpec, algo: str) -> FlowChunkPolicy:
     """The BC flow policy an algorithm builds on, with `policy.path=` weights when given."""
     if spec.name != "flow":
-        raise ValueError(f"algo={algo} trains a chunk policy from policy=flow (its BC prior); "
-                         f"policy={spec.name} does not fit: use policy=flow")
+        raise ValueError(
+            f"algo={algo} trains a chunk policy from policy=flow (its BC prior); "
+            f"policy={spec.name} does not fit: use policy=flow"
+        )
     flow = FlowChunkPolicy(**spec.flow_kwargs())  # type: ignore[arg-type]
     path = spec.options.get("path")
     if path:
@@ -59,6 +61,7 @@ class QC(Algorithm):
 
     supports_device = True
     whole_chunks = True  # Q(s, chunk) of chunks that ran whole
+
     def __init__(self, config: QCConfig, policy: PolicySpec) -> None:
         self.config = c = config
         self.spec = policy
@@ -79,8 +82,9 @@ class QC(Algorithm):
             self.actor.encoder = self.critic.encoder
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.lr)
-        self.actor_opt = torch.optim.Adam([p for n, p in self.actor.named_parameters() if not n.startswith("encoder.")],
-                                          lr=c.lr)
+        self.actor_opt = torch.optim.Adam(
+            [p for n, p in self.actor.named_parameters() if not n.startswith("encoder.")], lr=c.lr
+        )
         self._gen = torch.Generator().manual_seed(0)
         self.flow_opt = torch.optim.Adam(self.flow.net.parameters(), lr=c.lr)
         self.updates = 0
@@ -88,8 +92,12 @@ class QC(Algorithm):
     @staticmethod
     def acting_policy(config: QCConfig, policy: str) -> tuple[str, dict[str, object]]:  # type: ignore[override]
         # the flow prior (policy.path) stays on the learner: the actors only run the one-step actor
-        return "flow_onestep", {"best_of_n": config.best_of_n, "critic_hidden": tuple(config.critic_hidden),
-                                "actor_hidden": tuple(config.actor_hidden), "path": None}
+        return "flow_onestep", {
+            "best_of_n": config.best_of_n,
+            "critic_hidden": tuple(config.critic_hidden),
+            "actor_hidden": tuple(config.actor_hidden),
+            "path": None,
+        }
 
     @property
     def architecture(self) -> str:
@@ -122,8 +130,9 @@ class QC(Algorithm):
         ref = batch["obs/state"] if ref is None else ref
         return self.tensor(np.clip(self.flow.normalize(batch["actions"], ref), -1, 1))
 
-    def acting_inputs(self, batch: Mapping[str, np.ndarray]
-                      ) -> tuple[torch.Tensor, torch.Tensor | None, np.ndarray, torch.Tensor] | None:
+    def acting_inputs(
+        self, batch: Mapping[str, np.ndarray]
+    ) -> tuple[torch.Tensor, torch.Tensor | None, np.ndarray, torch.Tensor] | None:
         """What an asynchronous actor had when it asked for each window's chunk, `lag` ticks
         before it (the sampler's lookback): that observation with its state forwarded through
         the committed actions (position control: the last committed target, as the actor's
@@ -152,7 +161,9 @@ class QC(Algorithm):
         to = self.tensor(np.asarray(ref_to, np.float32)[:, :a])[:, None]
         shift = self.tensor(np.asarray(ref_from, np.float32)[:, :a])[:, None] - to
         norm = self.flow.norm.to(x.device)  # in the coarse space, where a shift is a shift
-        y = torch.clamp(norm.to_coarse(x) + shift / r, (low - to) / r, (high - to) / r)  # the joint limits, as the actor clips
+        y = torch.clamp(
+            norm.to_coarse(x) + shift / r, (low - to) / r, (high - to) / r
+        )  # the joint limits, as the actor clips
         return torch.clamp(norm.from_coarse(y), -1, 1)
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:

@@ -65,8 +65,13 @@ class SAC(Algorithm):
     def modules(self) -> dict[str, nn.Module]:
         # "actor" is the published policy's module (with cameras: the Gaussian actor and the encoder)
         target = {"encoder_target": self.encoder_target} if self.encoder_target is not None else {}
-        return {"actor": self.policy.module(), "critic": self.critic, "critic_target": self.critic_target,
-                "temperature": self.temperature, **target}
+        return {
+            "actor": self.policy.module(),
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "temperature": self.temperature,
+            **target,
+        }
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt, "alpha_opt": self.alpha_opt}
@@ -77,8 +82,9 @@ class SAC(Algorithm):
         next_obs = flatten_obs({k: batch[f"next_obs/{k}"] for k in keys}, keys, scale)
         act = torch.as_tensor(self.policy.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
         iv = batch.get("intervention")
-        reward = torch.as_tensor(hil_rewards(batch["reward"], iv, self.config.intervention_penalty),
-                                 dtype=torch.float32)
+        reward = torch.as_tensor(
+            hil_rewards(batch["reward"], iv, self.config.intervention_penalty), dtype=torch.float32
+        )
         done = torch.as_tensor(batch["terminated"], dtype=torch.float32)  # truncation still bootstraps
         operated = torch.as_tensor(iv > 0) if iv is not None and self.config.dagger_weight else None
         if self.encoder is None:
@@ -94,14 +100,23 @@ class SAC(Algorithm):
         with torch.no_grad():
             next_feats = self.policy.features(next_obs, next_imgs)
             next_target = self.policy.features(next_obs, next_imgs, self.encoder_target)
-        out = self.losses(feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach(),
-                          operated=operated)
+        out = self.losses(
+            feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach(), operated=operated
+        )
         soft_update(self.encoder, self.encoder_target, self.config.tau)
         return out
 
-    def losses(self, obs: torch.Tensor, act: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-               terminated: torch.Tensor, next_obs_target: torch.Tensor | None = None,
-               actor_obs: torch.Tensor | None = None, operated: torch.Tensor | None = None) -> dict[str, float]:
+    def losses(
+        self,
+        obs: torch.Tensor,
+        act: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        next_obs_target: torch.Tensor | None = None,
+        actor_obs: torch.Tensor | None = None,
+        operated: torch.Tensor | None = None,
+    ) -> dict[str, float]:
         """One SAC update on inputs already encoded: `obs` (the critic's, may carry the encoder's
         gradient), `next_obs` (the actor's next action), `next_obs_target` (the target critics';
         default `next_obs`), `actor_obs` (the actor's; default `obs`); `operated` marks rows an
