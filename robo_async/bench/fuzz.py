@@ -177,7 +177,7 @@ class _Learner(_Target):
 
     def __init__(self) -> None:
         from robo_async.learner.algorithms import PolicySpec
-        from robo_async.learner.learner import LearnerConfig
+        from robo_async.learner.config import LearnerConfig
 
         super().__init__(
             _learner_main,

@@ -1,5 +1,5 @@
 """`learner:` and `budget:` config sections. The builders turn them (with the algorithm, store and
-policy) into a `LearnerConfig`."""
+policy) into a `LearnerConfig` (config.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import zmq
 
 from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, WeightClient
 from robo_async.transport.stats import ActorStats
 from robo_async.transport.weights import PushConfig, encode_push
