@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 
-
 def _history(run_file: Path) -> list[dict]:
     from wandb.proto import wandb_internal_pb2 as pb
 
