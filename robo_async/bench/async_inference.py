@@ -50,7 +50,7 @@ from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig, TickInfo
 from robo_async.actor.uplink import UplinkConfig
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import record_expert
@@ -542,5 +542,5 @@ def bench_async_inference(args: dict[str, str]) -> int:
         figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))
     figures["plot"] = str(out / "chunk_boundaries_200ms.png")
     figures["table"] = list(rows.values())
-    print(json.dumps(figures))
+    emit(figures)
     return 0

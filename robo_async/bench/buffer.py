@@ -31,7 +31,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.loadgen import make_row
 from robo_async.buffer.codec import encode_frames
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
@@ -360,5 +360,5 @@ def bench_buffer(args: dict[str, str]) -> int:
     for k, v in figures.items():
         table.add_row(k, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}", goals.get(k, ""))
     Console().print(table)
-    print(json.dumps(figures))
+    emit(figures)
     return 0

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 HOSTILE_ID, OBSERVER_ID = 900, 901  # keys issued beside the actors': the hostile peer's and our observer's
 
@@ -545,7 +545,7 @@ def run(kind: Kind, args: dict[str, str]) -> int:
             "disk_pauses_logged": out.count("new data is NOT accepted"),
             "disk_min_free_gb_seen": round(min((r.get("buffer/disk_free_gb", 1e9) for r in rows), default=0), 1),
         }
-    print(json.dumps(result))
+    emit(result)
     return 0
 
 

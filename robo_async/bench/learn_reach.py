@@ -3,7 +3,6 @@ the actor path (safety layer, adder, ZMQ transport) costs against the bare simul
 
 from __future__ import annotations
 
-import json
 import tempfile
 import threading
 import time
@@ -18,7 +17,7 @@ from policies.scripted import HoldPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig
 from robo_async.actor.uplink import UplinkConfig
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs, make_robot
 
@@ -175,5 +174,5 @@ def bench_learn_reach(args: dict[str, str]) -> int:
     for k, v in figures.items():
         table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
     Console().print(table)
-    print(json.dumps(figures))
+    emit(figures)
     return 0

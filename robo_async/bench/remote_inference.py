@@ -35,7 +35,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 CACHE = Path.home() / ".cache" / "robo_async" / "bench"
 
@@ -391,7 +391,7 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     print("VLA-class policies", flush=True)
     figures.update(vla_figures(args, out))
     (out / "remote_inference.json").write_text(json.dumps(figures, indent=1))
-    print(json.dumps(figures))
+    emit(figures)
     return 0
 
 
