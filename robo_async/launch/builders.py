@@ -395,6 +395,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         queue_mb=t.queue_mb,
         message_bytes=batch_bytes(spec, a.flush_every),
         push=c.learner.weights,
+        wandb=c.learner.wandb,
         replicas=check_replicas(c, algo_name, algo_config, policy_spec),
     )
     if server is not None and not server.startswith(("tcp://", "ipc://")):

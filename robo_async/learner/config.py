@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.learner.algorithms import AlgoConfig, PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
+from robo_async.learner.metrics import WandbOptions
 from robo_async.transport.weights import PushConfig
 
 
@@ -46,6 +47,7 @@ class LearnerConfig:
     # fp32 | bf16: the update's forward passes under bf16 autocast (weights, optimiser state fp32)
     precision: str = "fp32"
     tensorboard: bool = True
+    wandb: WandbOptions = WandbOptions()  # learner.wandb, as configured (metrics.py)
     push: PushConfig = PushConfig()  # weight pushes: fp32/fp16, delta, parts (transport/weights.py)
     queue_mb: float = 64.0  # ZMQ queues sized in bytes: about this much per peer (high-water marks)
     message_bytes: int = 65536  # the expected size of one actor batch message (sizes the data queue)

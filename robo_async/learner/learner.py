@@ -174,7 +174,7 @@ class Learner:
             push=c.push,
             snapshot_bytes=snapshot_bytes(weights, kept, c.push.precision),
         )
-        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
+        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard, wandb=self.config.wandb)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
         self._next = {"status": 0.0, "log": now + self.config.log_every_s, "ckpt": now + self.config.checkpoint_every_s}

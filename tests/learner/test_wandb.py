@@ -59,3 +59,12 @@ def test_a_bad_mode_is_named():
 
     with pytest.raises(ValueError, match="learner.wandb.mode"):
         WandbSink(Path("/tmp"), WandbOptions(project="p", mode="cloud"))
+
+
+def test_the_learner_section_carries_wandb_to_the_learner(tmp_path):
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+
+    plan = build_plan(compose_config(["learner.wandb.project=arm", "learner.wandb.mode=offline"]), tmp_path / "run")
+    assert (plan.learner.wandb.project, plan.learner.wandb.mode) == ("arm", "offline")
+    assert build_plan(compose_config([]), tmp_path / "off").learner.wandb.project is None  # off by default
