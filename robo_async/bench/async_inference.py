@@ -25,6 +25,8 @@ prefix given clean) and REMAC-style (clean, perturbed and partly hidden in train
 
 Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps=
 rtc_variants= rtc_latencies= rtc_chunk_len= lerobot_act=true out=
+
+    robo-async bench async-inference [episodes=10] [chunk_len=8] [latencies=0,100,200,300] [sweep=4,6,8] [out=...]
 """
 
 from __future__ import annotations

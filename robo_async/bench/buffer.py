@@ -12,6 +12,8 @@ per transition) plus state. Figures:
 - sample latency of a batch of 256 from the in-RAM cache, and of taking a prefetched batch;
 - crash trials: `crash_trials` kill -9 of the server at random instants during ingest; counts of
   acked-then-lost and duplicated transitions in the final store.
+
+    robo-async bench buffer [transitions=100000] [crash_trials=20] [crash_rate=1000] [curve=true] [dir=...]
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """`robo-async bench learn-reach`: time and env steps until reach hits >= 90% success, and what
-the actor path (safety layer, adder, ZMQ transport) costs against the bare simulator."""
+the actor path (safety layer, adder, ZMQ transport) costs against the bare simulator.
+
+    robo-async bench learn-reach [budget_s=300] [steps=5000] [actors=1] [rounds=7] [skip_learning=true]
+"""
 
 from __future__ import annotations
 
@@ -134,9 +137,9 @@ def realtime_jitter(seconds: float, uplinks: tuple[str, ...], task: TaskArgs = T
 
 
 def learn(budget_s: float, actors: int) -> dict[str, float | None]:
+    from robo_async.commands.train import prepare
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
-    from robo_async.train import prepare
 
     root = Path(tempfile.mkdtemp(prefix="bench-learn-reach-"))
     cfg, plan = prepare([f"runs_root={root}", f"budget.seconds={budget_s}", f"actors={actors}"])

@@ -53,10 +53,10 @@ def lease_latency(n: int = 500) -> tuple[float, float]:
 def one_run(
     actors: int, seconds: float, utd: float, root: Path, envs: int = 1, uplink: str = "thread"
 ) -> dict[str, float]:
+    from robo_async.commands.train import prepare
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
     from robo_async.learner.metrics import read_metrics
-    from robo_async.train import prepare
 
     cfg, plan = prepare(
         [
