@@ -1,7 +1,7 @@
 """A learned reward for robots with no reward of their own: a success classifier on camera frames
 (a small CNN, `SuccessNet`), its saved form (`reward_classifier.safetensors` + `.json`), and
 `ClassifierReward`, the robot wrapper that scores each tick's frames with it on an actor
-(`reward_classifier=`). Training is `robo-async reward train` (robo_async/reward.py)."""
+(`reward_classifier=`). Training is `robo-async reward train` (robo_async/commands/reward.py)."""
 
 from __future__ import annotations
 

@@ -122,3 +122,31 @@ def test_every_bench_module_is_loaded_where_benches_are_listed():
     here = Path(bench.__file__).parent
     registering = {p.stem for p in here.glob("*.py") if "@register(" in p.read_text()}
     assert registering == set(bench.MODULES)
+
+
+def test_every_bench_ends_with_one_json_line_that_says_where_and_when_it_ran(capsys):
+    """Each registering module prints its figures through `bench.emit` (no other last line), and
+    the line carries the commit, date, CPU, cores, torch and Python it was measured with."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    import robo_async.bench as bench
+
+    here = Path(bench.__file__).parent
+    for p in here.glob("*.py"):
+        text = p.read_text()
+        if p.name == "__init__.py":  # emit itself
+            continue
+        assert not re.search(r"print\(json\.dumps\(", text), f"{p.name} prints its figures itself: use bench.emit"
+        if "@register(" in text:
+            assert "emit(" in text, f"{p.name} registers a bench but never emits its figures"
+    bench.emit({"x": 1})
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    out = json.loads(line)
+    assert out["x"] == 1
+    prov = out["provenance"]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True)
+    assert prov["commit"] == head.stdout.strip() and isinstance(prov["dirty"], bool)
+    assert prov["cores"] >= 1 and prov["cpu"] and prov["torch"] and prov["python"].startswith("3.12")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", prov["date"])

@@ -2,13 +2,19 @@
 source packages is read with `ast`, at module level and inside functions, and checked against
 the room order:
 
-    entry modules (cli, config, train, evaluate, imitate, record, reward, buffer_cli, serve_cli, bench/)
+    entry modules (cli, config, commands/<verb>, bench/)
       -> launch -> actor | learner | serve | dashboard -> buffer -> transport       (robo_async)
     robo_async -> hardware -> sim -> hal;  robo_async -> policies -> hal
 
 A room may import itself and any room below it, never one above it or beside it (`actor`,
 `learner`, `serve` and `dashboard` share a floor and never import each other). Entry modules are
-imported by nothing, apart from the allowances in ENTRY_ALLOWED, each with its reason.
+imported by nothing, apart from the allowances in ENTRY_ALLOWED, each with its reason. Each
+command in `robo_async/commands/` (one module per verb) is an entry module of its own.
+
+Nor do modules import in circles: in the graph of module-level imports (those a module runs when
+it is imported, `if TYPE_CHECKING:` blocks included; imports inside functions left out) no module
+reaches itself. A type two modules share lives on a floor below both (`launch/plan.py`,
+`launch/options.py`, `learner/config.py`), not behind a `TYPE_CHECKING` guard.
 """
 
 from __future__ import annotations
@@ -43,13 +49,17 @@ ROBO_ROOMS = ("transport", "buffer", "actor", "learner", "serve", "dashboard", "
 BANNED = {"hal": {"torch"}}
 
 # (importing entry module, imported entry module) -> why it is allowed. An entry module is a
-# top-level module of robo_async (`robo_async.train`) or the `robo_async.bench` package.
+# top-level module of robo_async (`robo_async.cli`), a command (`robo_async.commands.train`) or
+# the `robo_async.bench` package.
 ENTRY_ALLOWED: dict[tuple[str, str], str] = {
     ("robo_async.cli", "*"): "cli.py dispatches each command to its module",
     ("*", "robo_async.config"): "config.py is the top floor's own helper (compose_config, UserError); "
     "it imports no other entry module (checked below)",
-    ("robo_async.bench", "robo_async.train"): "bench learn-reach runs the train command's plan end to end",
-    ("robo_async.bench", "robo_async.imitate"): "bench remote-inference trains its policy with the bc command",
+    ("robo_async.commands.*", "robo_async.commands.args"): "args.py is the commands' one parser of key=value "
+    "arguments and the help of the Hydra ones; it imports no other entry module but config (checked below)",
+    ("robo_async.commands.bench", "robo_async.bench"): "the bench command runs the registered benchmarks",
+    ("robo_async.bench", "robo_async.commands.train"): "bench learn-reach runs the train command's plan end to end",
+    ("robo_async.bench", "robo_async.commands.bc"): "bench remote-inference trains its policy with the bc command",
 }
 # Known breaks still being mended (issue 25): (file, imported module) -> why. Keep this empty:
 # an entry whose import is gone fails test_known_breaks_are_still_there, so it goes too.
@@ -79,15 +89,30 @@ def is_module(dotted: str) -> bool:
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
 
 
-def imports_of(path: Path, source: str | None = None) -> list[Import]:
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def import_nodes(node: ast.AST, functions: bool) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements under `node`; inside function bodies too where `functions`."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            out.append(child)
+        elif functions or not isinstance(child, FUNCTIONS):
+            out += import_nodes(child, functions)
+    return out
+
+
+def imports_of(path: Path, source: str | None = None, functions: bool = True) -> list[Import]:
     """Every `import x` and `from x import y` in the file (or in `source`, as if it were that
-    file), wherever it stands; `from pkg import mod` counts as importing `pkg.mod`. Relative
-    imports are resolved."""
+    file), wherever it stands (with `functions=False`: those at module level, in class bodies and
+    under `if`, `TYPE_CHECKING` blocks included, not inside functions); `from pkg import mod`
+    counts as importing `pkg.mod`. Relative imports are resolved."""
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     file = str(path.relative_to(ROOT))
     found = []
-    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
+    for node in import_nodes(ast.parse(path.read_text() if source is None else source, str(path)), functions):
         if isinstance(node, ast.Import):
             found += [Import(file, node.lineno, module, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -101,9 +126,12 @@ def imports_of(path: Path, source: str | None = None) -> list[Import]:
     return found
 
 
-def all_imports() -> list[Import]:
-    files = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
-    return [i for f in files for i in imports_of(f)]
+def source_files() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def all_imports(functions: bool = True) -> list[Import]:
+    return [i for f in source_files() for i in imports_of(f, functions=functions)]
 
 
 def room_of(module: str) -> str | None:
@@ -117,8 +145,14 @@ def room_of(module: str) -> str | None:
 
 
 def entry_unit(module: str) -> str:
-    """An entry module: a top-level module of robo_async, or the bench package as one."""
-    return ".".join(module.split(".")[:2])
+    """An entry module: a top-level module of robo_async, a command (`robo_async.commands.<verb>`),
+    or the bench package as one."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[1:2] == ["commands"] else parts[:2])
+
+
+def _matches(pattern: str, unit: str) -> bool:
+    return pattern == "*" or pattern == unit or (pattern.endswith(".*") and unit.startswith(pattern[:-1]))
 
 
 def why_allowed(imp: Import) -> str | None:
@@ -126,7 +160,7 @@ def why_allowed(imp: Import) -> str | None:
     if src == dst:
         return "within one entry module"
     for (a, b), why in ENTRY_ALLOWED.items():
-        if a in ("*", src) and b in ("*", dst):
+        if _matches(a, src) and _matches(b, dst):
             return why
     return None
 
@@ -175,6 +209,17 @@ def test_config_imports_no_entry_module() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_commands_parser_imports_no_entry_module_but_config() -> None:
+    """Every command may import args.py because it imports no command (nor cli, nor bench)."""
+    wrong = [
+        str(i)
+        for i in imports_of(ROOT / "robo_async" / "commands" / "args.py")
+        if room_of(i.target) == "entry"
+        and entry_unit(i.target) not in ("robo_async.config", "robo_async.commands.args")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_known_breaks_are_still_there() -> None:
     """An allow-list entry whose import is gone must go too."""
     seen = {(i.file, i.target) for i in all_imports()}
@@ -187,10 +232,16 @@ def test_known_breaks_are_still_there() -> None:
     [
         ("robo_async/actor/probe.py", "from robo_async.launch.builders import make_robot\n", "actor may import only"),
         ("robo_async/actor/probe.py", "def f():\n    from robo_async.serve import server\n", "actor may import only"),
-        ("robo_async/launch/probe.py", "import robo_async.record\n", "launch may import only"),
+        ("robo_async/launch/probe.py", "import robo_async.commands.teleop\n", "launch may import only"),
+        ("robo_async/buffer/probe.py", "from robo_async.commands.args import parse\n", "buffer may import only"),
         (
-            "robo_async/record.py",
-            "def f():\n    from robo_async import evaluate\n",
+            "robo_async/commands/teleop.py",
+            "def f():\n    from robo_async.commands import eval\n",
+            "entry modules are imported by nothing",
+        ),
+        (
+            "robo_async/commands/args.py",
+            "from robo_async.commands.train import typed\n",
             "entry modules are imported by nothing",
         ),
         ("robo_async/transport/probe.py", "from .. import buffer\n", "transport may import only"),
@@ -202,3 +253,109 @@ def test_a_wrong_import_is_named(file: str, source: str, expected: str) -> None:
     """The check itself: a wrong import, at module level or in a function, is named with its line."""
     wrong = breaks(imports_of(ROOT / file, "\n" + source))
     assert len(wrong) == 1 and expected in wrong[0] and wrong[0].startswith(f"{file}:"), wrong
+
+
+# -- no circles -----------------------------------------------------------------------------------
+
+
+def cycles(imports: list[Import]) -> list[str]:
+    """Every group of our modules that import one another in a circle (a strongly connected
+    component of the import graph), each as its modules and one circle through them, import by
+    import ('file:line: module imports target')."""
+    ours = {module_name(f) for f in source_files()}
+    graph: dict[str, dict[str, Import]] = {m: {} for m in ours}
+    for imp in imports:
+        if imp.target in ours and imp.target != imp.module:
+            graph.setdefault(imp.module, {}).setdefault(imp.target, imp)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def strong(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    out = []
+    for group in sorted(groups):
+        members, start = set(group), group[0]
+        came: dict[str, str] = {}  # the shortest circle from the group's first module back to it
+        frontier = [start]
+        while frontier and start not in came:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v]):
+                    if w in members and w not in came:
+                        came[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        path, v = [], start
+        while True:
+            path.append(graph[came[v]][v])
+            v = came[v]
+            if v == start:
+                break
+        lines = "\n".join(f"    {imp}" for imp in reversed(path))
+        out.append(f"a circle among {', '.join(group)}; one of them:\n{lines}")
+    return out
+
+
+def test_no_import_cycles() -> None:
+    imports = all_imports(functions=False)
+    assert len(imports) > 100  # the walk found the code
+    found = cycles(imports)
+    assert not found, (
+        "modules that import each other in a circle (module level, TYPE_CHECKING blocks included): move "
+        "what they share to a module below both\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "file, source, cycle",
+    [
+        ("robo_async/launch/plan.py", "from robo_async.launch.builders import build_plan\n", True),
+        (
+            "robo_async/launch/plan.py",
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n"
+            "    from robo_async.launch.supervisor import Supervisor\n",
+            True,
+        ),
+        ("robo_async/learner/config.py", "class C:\n    from robo_async.learner import learner\n", True),
+        ("robo_async/launch/plan.py", "def f():\n    from robo_async.launch.builders import build_plan\n", False),
+        ("robo_async/launch/plan.py", "from robo_async.launch.schema import ConfigError\n", False),
+    ],
+)
+def test_a_cycle_is_named(file: str, source: str, cycle: bool) -> None:
+    """The check itself: an import that closes a circle at module level (under TYPE_CHECKING or in
+    a class body too) is named with its line; one inside a function, or one that closes none, is not."""
+    extra = imports_of(ROOT / file, "\n" + source, functions=False)
+    found = cycles(all_imports(functions=False) + extra)
+    module = module_name(ROOT / file)
+    if cycle:
+        members = found[0].splitlines()[0].removeprefix("a circle among ").partition(";")[0].split(", ")
+        assert len(found) == 1 and module in members, found
+        assert any(f"{file}:{i.line}: " in found[0] for i in extra if i.target != "typing"), found
+    else:
+        assert not found, found

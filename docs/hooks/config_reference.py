@@ -10,7 +10,8 @@
 - `<!-- wire-kinds -->`: every message kind's fields, the transition columns and the limits, from
   `robo_async/transport/` (`messages.py`, `checks.py`, `wire.py`).
 - `<!-- store-format -->`: the replay store's layout, from `lmdb_store.py` and `codec.py`.
-- `<!-- cli-usage -->` and `<!-- buffer-usage -->` become the usage texts the commands print.
+- `<!-- cli-usage -->` and `<!-- buffer-usage -->` become what `robo-async --help` and `robo-async
+  buffer --help` print (`robo_async.cli.help_text`, from the registry of commands and benchmarks).
 - `<!-- bench-list -->` becomes the registered benchmark names.
 """
 
@@ -42,13 +43,13 @@ def on_page_markdown(markdown: str, page: object, config: object, files: object)
     if "<!-- config-reference -->" in markdown:
         markdown = markdown.replace("<!-- config-reference -->", config_reference())
     if "<!-- cli-usage -->" in markdown:
-        from robo_async.cli import USAGE
+        from robo_async.cli import help_text
 
-        markdown = markdown.replace("<!-- cli-usage -->", f"```text\n{USAGE.strip()}\n```")
+        markdown = markdown.replace("<!-- cli-usage -->", f"```text\n{help_text().strip()}\n```")
     if "<!-- buffer-usage -->" in markdown:
-        from robo_async.buffer_cli import USAGE as BUFFER_USAGE
+        from robo_async.commands.buffer import help_all
 
-        markdown = markdown.replace("<!-- buffer-usage -->", f"```text\n{BUFFER_USAGE.strip()}\n```")
+        markdown = markdown.replace("<!-- buffer-usage -->", f"```text\n{help_all().strip()}\n```")
     if "<!-- bench-list -->" in markdown:
         markdown = markdown.replace("<!-- bench-list -->", ", ".join(f"`{n}`" for n in bench_names()))
     if "<!-- wire-kinds -->" in markdown:

@@ -391,14 +391,15 @@ def camera_override(info: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`robo-async twin so101 [dir=<dir>] [leader=true] [seed=0]`: run a twin until Ctrl-C."""
-    import signal
+    """`python -m hardware.twin so101 [dir=<dir>] [leader=true] [camera=true] [seed=0]` (the twin's
+    own process, `process.py`): run a twin until Ctrl-C. `robo-async twin` is `run_twin` too."""
     import sys
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "so101":
         print(
-            "usage: robo-async twin so101 [dir=<dir>] [leader=true|false] [camera=true|false] [seed=0]", file=sys.stderr
+            "usage: python -m hardware.twin so101 [dir=<dir>] [leader=true|false] [camera=true|false] [seed=0]",
+            file=sys.stderr,
         )
         return 2
     opts = dict(a.split("=", 1) for a in args[1:] if "=" in a)
@@ -408,14 +409,23 @@ def main(argv: list[str] | None = None) -> int:
             f"twin: unknown arguments {sorted(unknown) or args[1:]}; known: dir, leader, seed, camera", file=sys.stderr
         )
         return 2
-    root = Path(opts["dir"]) if "dir" in opts else Path(tempfile.mkdtemp(prefix="robo-twin-"))
     yes = ("1", "true", "yes")
-    twin = Twin(
-        root,
+    return run_twin(
+        Path(opts["dir"]) if "dir" in opts else None,
         leader=opts.get("leader", "false").lower() in yes,
         seed=int(opts.get("seed", 0)),
         camera=opts.get("camera", "false").lower() in yes,
     )
+
+
+def run_twin(root: Path | None, *, leader: bool = False, seed: int = 0, camera: bool = False) -> int:
+    """A twin of an SO-101 under `root` (a new temporary directory if None) until Ctrl-C or
+    SIGTERM; prints its ports and the robot.* / teleop.* overrides that drive it."""
+    import signal
+    import sys
+
+    root = root if root is not None else Path(tempfile.mkdtemp(prefix="robo-twin-"))
+    twin = Twin(root, leader=leader, seed=seed, camera=camera)
     info = twin.start()
     f = info["arms"]["follower"]
     print(f"twin so101 follower on {f['port']} (servo ids 1-6, calibrated as id {f['id']})")

@@ -38,6 +38,7 @@ import numpy as np
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, check_architecture
+from robo_async.actor.guide import GuideConfig, JsrlGuide
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
 from robo_async.actor.records import EpisodeLog, LatenessTracker, Sink
 from robo_async.actor.takeover import Operators
@@ -95,19 +96,6 @@ class LoopConfig:
     success_reward: float = 1.0  # an operator's success label: the tick's reward is at least this
     teleop_drives: bool = False  # a teleop session: the operator drives from the first tick (robo-async teleop)
     server_wait_s: float = 600.0  # a policy on a server: wait this long for it to answer first (saying where)
-
-
-@dataclass(frozen=True)
-class GuideConfig:
-    """Jump-start RL (JSRL, Uchendu et al. 2023): a guide policy (a scripted expert or a BC policy)
-    acts for the first `ticks` of each training episode and the learning policy takes over from
-    there; each time the success of the last `window` training episodes reaches `threshold`, the
-    guide hands over `step` ticks earlier, down to 0. Evaluation episodes are never guided."""
-
-    ticks: int = 60
-    step: int = 10
-    window: int = 10
-    threshold: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -245,11 +233,8 @@ class ControlLoop:
         self._rng = np.random.default_rng(config.seed)
         if guide is not None and (config.guide is None or config.inference != "inline"):
             raise ValueError("a guide policy (JSRL) needs config.guide and inline inference (sim only)")
-        self.guide = guide
-        self.guide_ticks = config.guide.ticks if config.guide is not None and guide is not None else 0
-        self._guide_chunk: ActionChunk | None = None
-        self._guide_i = 0
-        self._guide_results: list[bool] = []  # training episodes since the last check
+        # JSRL: the guide policy acts first in training episodes (actor/guide.py)
+        self.guide = JsrlGuide(guide, config.guide) if guide is not None and config.guide is not None else None
         self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
@@ -283,25 +268,6 @@ class ControlLoop:
     def _is_eval(self, episode: int) -> bool:
         n = self.config.eval_every
         return n > 0 and self.policy.version >= 0 and episode % n == n - 1
-
-    def _guided(self, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
-        """The guide's action (its chunks executed whole); the transition carries the learning
-        policy's version (the episode is the learner's, the guide only starts it)."""
-        assert self.guide is not None
-        if self._guide_chunk is None or self._guide_i >= len(self._guide_chunk.actions):
-            self._guide_chunk, self._guide_i = self.guide.predict_chunk(obs), 0
-        self._guide_i += 1
-        return self._guide_chunk.actions[self._guide_i - 1], self.policy.version
-
-    def _guide_schedule(self, success: bool) -> None:
-        """JSRL's curriculum: hand over earlier once the recent training episodes succeed enough."""
-        g = self.config.guide
-        assert g is not None
-        self._guide_results.append(bool(success))
-        if len(self._guide_results) >= g.window:
-            if np.mean(self._guide_results) >= g.threshold:
-                self.guide_ticks = max(0, self.guide_ticks - g.step)
-            self._guide_results = []
 
     def _inline(self, lanes: list[_Lane]) -> list[tuple[np.ndarray, int]]:
         """(action, policy version) per lane, on this thread. A chunk is executed whole, as in
@@ -354,7 +320,7 @@ class ControlLoop:
                 late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist")
                 if self.lateness.samples
                 else None,
-                guide_ticks=self.guide_ticks if self.guide is not None else None,
+                guide_ticks=self.guide.ticks if self.guide is not None else None,
                 train_jerk=round(float(np.mean(self.train_jerk)), 1) if self.train_jerk else None,
             )
         ]
@@ -395,7 +361,9 @@ class ControlLoop:
 
     def _reset(self, lane: _Lane) -> dict[str, np.ndarray]:
         """A new episode on this lane's robot, seeded by its number, and its bookkeeping."""
-        lane.chunk = self._guide_chunk = None  # an inline chunk never runs into the next episode
+        lane.chunk = None  # an inline chunk never runs into the next episode
+        if self.guide is not None:
+            self.guide.reset()
         lane.episode, self._next_episode = self._next_episode, self._next_episode + 1
         reset = getattr(lane.robot, "episode_reset", None)  # a real arm: home, then the scene's reset
         if reset is not None:
@@ -424,12 +392,105 @@ class ControlLoop:
         result.episodes.append(stats)
         del result.episodes[:-1000]  # bounded on days-long runs
         if self.guide is not None and not lane.evaluation:
-            self._guide_schedule(lane.success)
+            self.guide.episode_ended(lane.success)
         if not lane.evaluation and len(lane.commanded) >= 4:
             a = np.asarray(lane.commanded, np.float64)
             self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / self.robot.spec.dt**3))
         lane.commanded.clear()
         self.episodes += 1
+
+    def _step_lane(
+        self,
+        ln: _Lane,
+        action: np.ndarray,
+        version: int,
+        label: TeleopEventKind | None,
+        lateness: float,
+        result: LoopResult,
+    ) -> bool:
+        """One lane's tick after the action is chosen: an operator's action in its place (the
+        policy's kept beside it), the safety layer, the outcome, the row to the sink (none that is
+        not finite: the episode ends there), the observer; True when the episode ended."""
+        cfg, robot, ops, runner = self.config, self.robot, self.operators, self.runner
+        obs = ln.obs
+        intervention, policy_action = POLICY, None
+        if ops is not None and ops.active is not None:  # (one lane: teleops drive one robot)
+            intervention, policy_action = (TAKEOVER if ops.first else OPERATOR), action
+            op = ops.action()
+            if op is None:  # the device was lost: hold this tick, the policy has control again
+                op = ln.last_applied if ln.last_applied is not None else robot.spec.hold_action(obs["state"])
+                self._drop_plan(op)
+            action = op
+            ln.operator += 1
+        elif ops is not None and ops.lost_driver and ln.last_applied is not None:
+            action = ln.last_applied  # the driver's device was lost in this tick's poll: hold this tick
+        chosen_at = time.monotonic() if self._observer is not None else 0.0
+        applied = ln.robot.send_action(action)
+        ln.last_applied = applied
+        ln.commanded.append(applied)
+        out = ln.robot.outcome()
+        next_obs = ln.robot.get_observation().as_dict()
+        ln.length += 1
+        terminated = out.terminated and cfg.end_on_terminated
+        reward, success = out.reward, out.success
+        if label is TeleopEventKind.SUCCESS:  # the operator's judgement ends the episode
+            terminated, success, reward = True, True, max(reward, cfg.success_reward)
+        truncated = (ln.length >= cfg.episode_ticks or label is not None or out.truncated) and not terminated
+        if policy_action is not None:  # what the policy would have done, inside the robot's limits
+            policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
+            if not np.all(np.isfinite(policy_action)):  # a policy's NaN: not what the row keeps
+                policy_action = applied
+                self.nonfinite += 1
+        cut = _nonfinite(obs, next_obs, reward, applied)
+        if cut is None:
+            ln.sink.add(
+                obs,
+                applied,
+                reward,
+                next_obs,
+                terminated,
+                truncated,
+                version,
+                success,
+                intervention=intervention,
+                policy_action=policy_action,
+            )
+        else:  # nothing non-finite is sent (the learner would refuse it): the episode ends here
+            self.nonfinite += 1
+            if self.nonfinite <= 20 or self.nonfinite % 1000 == 0:
+                log.warning(
+                    "actor %d: %s is not finite (NaN or inf) at tick %d of episode %d: the row is "
+                    "not kept and the episode ends (%d so far)",
+                    ln.actor_id,
+                    cut,
+                    ln.length - 1,
+                    ln.episode,
+                    self.nonfinite,
+                )
+            reward, truncated = 0.0, True
+        if self._observer is not None:
+            self._observer(
+                TickInfo(
+                    self.tick,
+                    ln.length - 1,
+                    ln.episode,
+                    action,
+                    applied,
+                    chosen_at,
+                    lateness,
+                    runner.schedule.popped_obs_tick if runner is not None else -1,
+                    runner.chunks_merged if runner is not None else 0,
+                    ln.index,
+                )
+            )
+        self.env_steps += 1
+        ln.ret += reward
+        ln.success = ln.success or success
+        ln.obs = next_obs
+        if terminated or truncated:
+            self._end_episode(ln, version, label, result)
+            return True
+        return False
 
     # --- the loop --------------------------------------------------------------------------
     def run(self, stop: Event | ThreadEvent | None = None) -> LoopResult:
@@ -497,90 +558,15 @@ class ControlLoop:
             if self._gate is not None and not self._gate():
                 result.stop_reason = "gate"
                 break
-            if lane0.length < self.guide_ticks and not lane0.evaluation:
-                chosen = [self._guided(lane0.obs)]
+            if self.guide is not None and self.guide.acts(lane0.length, lane0.evaluation):
+                # the row carries the learning policy's version: the episode is the learner's, the guide only starts it
+                chosen = [(self.guide.action(lane0.obs), self.policy.version)]
             elif runner is not None:
                 chosen = [(runner.tick(self.tick, lane0.obs), runner.version)]
             else:
                 chosen = self._inline(lanes)
             for ln, (action, version) in zip(lanes, chosen, strict=False):
-                obs = ln.obs
-                intervention, policy_action = POLICY, None
-                if ops is not None and ops.active is not None:  # (one lane: teleops drive one robot)
-                    intervention, policy_action = (TAKEOVER if ops.first else OPERATOR), action
-                    op = ops.action()
-                    if op is None:  # the device was lost: hold this tick, the policy has control again
-                        op = ln.last_applied if ln.last_applied is not None else robot.spec.hold_action(obs["state"])
-                        self._drop_plan(op)
-                    action = op
-                    ln.operator += 1
-                elif ops is not None and ops.lost_driver and ln.last_applied is not None:
-                    action = ln.last_applied  # the driver's device was lost in this tick's poll: hold this tick
-                chosen_at = time.monotonic() if self._observer is not None else 0.0
-                applied = ln.robot.send_action(action)
-                ln.last_applied = applied
-                ln.commanded.append(applied)
-                out = ln.robot.outcome()
-                next_obs = ln.robot.get_observation().as_dict()
-                ln.length += 1
-                terminated = out.terminated and cfg.end_on_terminated
-                reward, success = out.reward, out.success
-                if label is TeleopEventKind.SUCCESS:  # the operator's judgement ends the episode
-                    terminated, success, reward = True, True, max(reward, cfg.success_reward)
-                truncated = (ln.length >= cfg.episode_ticks or label is not None or out.truncated) and not terminated
-                if policy_action is not None:  # what the policy would have done, inside the robot's limits
-                    policy_action = np.clip(policy_action, robot.spec.low, robot.spec.high).astype(np.float32)
-                    if not np.all(np.isfinite(policy_action)):  # a policy's NaN: not what the row keeps
-                        policy_action = applied
-                        self.nonfinite += 1
-                cut = _nonfinite(obs, next_obs, reward, applied)
-                if cut is None:
-                    ln.sink.add(
-                        obs,
-                        applied,
-                        reward,
-                        next_obs,
-                        terminated,
-                        truncated,
-                        version,
-                        success,
-                        intervention=intervention,
-                        policy_action=policy_action,
-                    )
-                else:  # nothing non-finite is sent (the learner would refuse it): the episode ends here
-                    self.nonfinite += 1
-                    if self.nonfinite <= 20 or self.nonfinite % 1000 == 0:
-                        log.warning(
-                            "actor %d: %s is not finite (NaN or inf) at tick %d of episode %d: the row is "
-                            "not kept and the episode ends (%d so far)",
-                            ln.actor_id,
-                            cut,
-                            ln.length - 1,
-                            ln.episode,
-                            self.nonfinite,
-                        )
-                    reward, truncated = 0.0, True
-                if self._observer is not None:
-                    self._observer(
-                        TickInfo(
-                            self.tick,
-                            ln.length - 1,
-                            ln.episode,
-                            action,
-                            applied,
-                            chosen_at,
-                            lateness,
-                            runner.schedule.popped_obs_tick if runner is not None else -1,
-                            runner.chunks_merged if runner is not None else 0,
-                            ln.index,
-                        )
-                    )
-                self.env_steps += 1
-                ln.ret += reward
-                ln.success = ln.success or success
-                ln.obs = next_obs
-                if terminated or truncated:
-                    self._end_episode(ln, version, label, result)
+                if self._step_lane(ln, action, version, label, lateness, result):  # its episode ended
                     finished += 1
                     if finished >= max_episodes:
                         break

@@ -40,19 +40,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lmdb
-import msgpack
 import zmq
 
-from robo_async.transport.wire import (
-    LearnerStatus,
-    Message,
-    StreamGap,
-    TransitionBatch,
-    WireError,
-    decode,
-    encode,
-    is_image_column,
-)
+from robo_async.actor.journal import Journal
+from robo_async.transport.wire import LearnerStatus, Message, StreamGap, TransitionBatch, encode, is_image_column
 
 if TYPE_CHECKING:  # the transport process (actor.uplink=process) runs without torch
     from policies.embedding import FrozenEncoder
@@ -96,10 +87,6 @@ class _Entry:
     journaled: bool = False
     sent_t: float = 0.0  # monotonic time of the latest send
     gap: str = ""  # not rows but a range this actor lost (why): sent as a StreamGap until acked
-
-
-def _key(seq: int) -> bytes:
-    return seq.to_bytes(8, "big")
 
 
 class UplinkThread:
@@ -192,7 +179,7 @@ class Uplink:
         self._progress_t = time.monotonic()
         self._to_journal: list[_Entry] = []
         self._to_delete: list[int] = []
-        self._env: lmdb.Environment | None = None
+        self._journal: Journal | None = None  # actor/journal.py: the LMDB of unacked batches
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by put() when it left work (the driving thread's, once started)
         self._detached = threading.Event()  # the driving thread has let go of this uplink (closed or died)
@@ -217,25 +204,13 @@ class Uplink:
         if self.config.journal_dir is None:
             return 0
         path = Path(self.config.journal_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            self._env = lmdb.open(str(path), map_size=256 * 2**30, max_dbs=2, readahead=False)
-            self._db = self._env.open_db(b"batches")
-        except lmdb.Error as e:
-            raise RuntimeError(
-                f"actor {self.actor_id}: journal {path} cannot be opened ({e}); move it aside to start without it"
-            ) from None
-        next_seq, damaged = 0, []
-        with self._env.begin(db=self._db) as txn:
-            for k, v in txn.cursor():
-                try:
-                    b = self._decode(v)
-                except WireError:
-                    damaged.append(int.from_bytes(k, "big"))
-                    continue
-                self._unacked.append(_Entry(b.seq, b.count, None, 0, journaled=True))
-                self._unacked_count += b.count
-                next_seq = max(next_seq, b.seq + b.count)
+        self._journal = Journal(path, self.actor_id)
+        held, damaged = self._journal.open()
+        next_seq = 0
+        for seq, count in held:
+            self._unacked.append(_Entry(seq, count, None, 0, journaled=True))
+            self._unacked_count += count
+            next_seq = max(next_seq, seq + count)
         if damaged:
             self._declare_gaps(damaged, path)
         if self._unacked:
@@ -272,25 +247,9 @@ class Uplink:
             [(g.seq, g.count) for g in gaps][:8],
         )
 
-    @staticmethod
-    def _decode(value: bytes) -> TransitionBatch:
-        try:
-            frames = msgpack.unpackb(value, raw=False)
-        except Exception as e:  # noqa: BLE001 - msgpack raises several types for a damaged entry
-            raise WireError(f"journal entry is not msgpack: {type(e).__name__}") from None
-        msg = decode(frames) if isinstance(frames, list) else None
-        if not isinstance(msg, TransitionBatch):
-            raise WireError("journal entry is not a transition batch")
-        return msg
-
     def _load(self, e: _Entry) -> TransitionBatch | None:
-        assert self._env is not None
-        with self._env.begin(db=self._db) as txn:
-            v = txn.get(_key(e.seq))
-        try:
-            return self._decode(v) if v is not None else None
-        except WireError:
-            return None
+        assert self._journal is not None
+        return self._journal.load(e.seq)
 
     def _frames(self, e: _Entry) -> list:
         if e.frames is None:
@@ -312,7 +271,7 @@ class Uplink:
     def _commit_journal(self, locked: bool = False) -> None:
         """Write queued batches to the journal and delete acked ones, in one transaction. The
         write (and its fsync) runs without the lock unless the caller holds it (`locked`)."""
-        if self._env is None:
+        if self._journal is None:
             return
         if not locked:
             self._lock.acquire()
@@ -328,11 +287,7 @@ class Uplink:
             return
         ok = True
         try:
-            with self._env.begin(write=True, db=self._db) as txn:
-                for seq, frames in writes:  # packed from the arrays' memory (no copies)
-                    txn.put(_key(seq), msgpack.packb(frames, use_bin_type=True))
-                for seq in dels:
-                    txn.delete(_key(seq))
+            self._journal.write(writes, dels)
         except lmdb.Error as err:
             ok = False
             self.journal_errors += 1
@@ -429,15 +384,15 @@ class Uplink:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
-            if self._env is not None:
+            if self._journal is not None:
                 while self._inbox:  # batches that never reached the thread
                     self._intake_one(self._inbox.popleft())
                 for e in self._unacked:
                     if not e.journaled and e.batch is not None and e not in self._to_journal:
                         self._to_journal.append(e)
                 self._commit_journal(locked=True)
-                self._env.close()
-                self._env = None
+                self._journal.close()
+                self._journal = None
 
     @property
     def pending(self) -> int:
@@ -468,7 +423,7 @@ class Uplink:
             self._unacked.append(e)
             self._unacked_count += msg.count
             self._ram += nbytes
-            if self._env is not None and self.config.journal:
+            if self._journal is not None and self.config.journal:
                 self._to_journal.append(e)
         else:
             if len(self._other) >= self.config.max_other:
@@ -605,7 +560,7 @@ class Uplink:
         """Past the RAM budget, keep only the journal's copy of the oldest unacked batches."""
         if self._ram <= self.config.max_ram_mb * 2**20:
             return
-        if self._env is None:  # nowhere to spill: keep it (losing it is worse), say so once
+        if self._journal is None:  # nowhere to spill: keep it (losing it is worse), say so once
             if not self._warned_ram:
                 log.warning(
                     "actor %d: %.0f MB unacked and no journal to spill to; holding it in RAM",

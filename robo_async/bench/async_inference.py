@@ -25,6 +25,8 @@ prefix given clean) and REMAC-style (clean, perturbed and partly hidden in train
 
 Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps=
 rtc_variants= rtc_latencies= rtc_chunk_len= lerobot_act=true out=
+
+    robo-async bench async-inference [episodes=10] [chunk_len=8] [latencies=0,100,200,300] [sweep=4,6,8] [out=...]
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig, TickInfo
 from robo_async.actor.uplink import UplinkConfig
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import record_expert
@@ -542,5 +544,5 @@ def bench_async_inference(args: dict[str, str]) -> int:
         figures["missed_ticks"] = int(sum(r["missed_ticks"] for r in asyncs))
     figures["plot"] = str(out / "chunk_boundaries_200ms.png")
     figures["table"] = list(rows.values())
-    print(json.dumps(figures))
+    emit(figures)
     return 0

@@ -12,6 +12,8 @@ per transition) plus state. Figures:
 - sample latency of a batch of 256 from the in-RAM cache, and of taking a prefetched batch;
 - crash trials: `crash_trials` kill -9 of the server at random instants during ingest; counts of
   acked-then-lost and duplicated transitions in the final store.
+
+    robo-async bench buffer [transitions=100000] [crash_trials=20] [crash_rate=1000] [curve=true] [dir=...]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.loadgen import make_row
 from robo_async.buffer.codec import encode_frames
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
@@ -360,5 +362,5 @@ def bench_buffer(args: dict[str, str]) -> int:
     for k, v in figures.items():
         table.add_row(k, f"{v:,.3f}" if isinstance(v, float) else f"{v:,}", goals.get(k, ""))
     Console().print(table)
-    print(json.dumps(figures))
+    emit(figures)
     return 0

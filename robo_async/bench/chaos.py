@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 HOSTILE_ID, OBSERVER_ID = 900, 901  # keys issued beside the actors': the hostile peer's and our observer's
 
@@ -123,12 +123,14 @@ def ack_stalls(acks: dict[int, list[float]], hits: list[Hit], end: float) -> dic
 
 
 def victim_wait(acks: dict[int, list[float]], hit: Hit) -> float | None:
-    """How long the actor a hit was aimed at waited for its next ack: the gap of its acks that holds
-    the hit (a stop or a dropped link shows its length here: the chaos was real)."""
+    """How long the actor a hit was aimed at waited for its acks: the longest gap between two of its
+    acks among those that overlap the hit (from the hit to its end). A stop or a dropped link shows
+    its length here (the chaos was real); the gap holding the hit alone may end early, with an ack
+    of rows sent just before it."""
     times = acks.get(hit.actor, []) if hit.actor is not None else []
-    before = [t for t in times if t <= hit.t]
-    after = [t for t in times if t > hit.t]
-    return after[0] - before[-1] if before and after else None
+    end = hit.end if hit.end is not None else hit.t
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if a <= end and b > hit.t]
+    return max(gaps) if gaps else None
 
 
 def plot(path: Path, acks: dict[int, list[float]], hits: list[Hit], t0: float) -> None:
@@ -545,7 +547,7 @@ def run(kind: Kind, args: dict[str, str]) -> int:
             "disk_pauses_logged": out.count("new data is NOT accepted"),
             "disk_min_free_gb_seen": round(min((r.get("buffer/disk_free_gb", 1e9) for r in rows), default=0), 1),
         }
-    print(json.dumps(result))
+    emit(result)
     return 0
 
 

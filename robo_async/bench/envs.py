@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.learn import BC_EVAL, _cli, curve, first_reach
 from robo_async.bench.learn_reach import actor_vs_raw
 
@@ -198,5 +198,5 @@ def bench_envs(args: dict[str, str]) -> int:
     figures.update({f"actor_over_raw_{n}": f["actor_over_raw"] for n, f in out.items()})
     figures["libero_dsrl_gain_pts"] = None  # no LIBERO task yet (docs/guides/environments.md)
     figures["rows"] = {n: {k: v for k, v in f.items() if k != "curve"} for n, f in out.items()}
-    print(json.dumps(figures))
+    emit(figures)
     return 0

@@ -15,7 +15,6 @@ handler), the learner's rows beyond the sentinels' (`rows_stored`, must be 0). L
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import multiprocessing as mp
@@ -30,7 +29,7 @@ from multiprocessing.synchronize import Event
 import numpy as np
 import zmq
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.mutate import Mutants
 from robo_async.transport.wire import (
     KINDS,
@@ -177,7 +176,7 @@ class _Learner(_Target):
 
     def __init__(self) -> None:
         from robo_async.learner.algorithms import PolicySpec
-        from robo_async.learner.learner import LearnerConfig
+        from robo_async.learner.config import LearnerConfig
 
         super().__init__(
             _learner_main,
@@ -404,5 +403,5 @@ def bench_fuzz(args: dict[str, str]) -> int:
         "unnamed_reasons": dict(reasons),
         "targets": rows,
     }
-    print(json.dumps(out))
+    emit(out)
     return 0 if out["crashes"] == 0 and out["rows_stored"] == 0 and out["all_dropped"] else 1

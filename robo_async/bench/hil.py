@@ -27,7 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.learn import Row, _cli, run_row
 
 HIL = ("teleop=virtual", "algo.dagger_weight=1.0")
@@ -266,5 +266,5 @@ def bench_hil(args: dict[str, str]) -> int:
         "budget_s": budget,
         "seeds": seeds,
     }
-    print(json.dumps(figures))
+    emit(figures)
     return 0

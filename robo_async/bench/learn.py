@@ -29,7 +29,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 STATE_KEYS = "[state,ee_to_cube,cube_to_target]"
 SCALE = ["+policy.obs_scale.ee_to_cube=10", "+policy.obs_scale.cube_to_target=10"]
@@ -531,7 +531,7 @@ def bench_learn(args: dict[str, str]) -> int:
         "latency_algo": faster,
         **_ingest_figures(root),
     }
-    print(json.dumps(figures))
+    emit(figures)
     return 0
 
 

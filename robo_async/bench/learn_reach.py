@@ -1,9 +1,11 @@
 """`robo-async bench learn-reach`: time and env steps until reach hits >= 90% success, and what
-the actor path (safety layer, adder, ZMQ transport) costs against the bare simulator."""
+the actor path (safety layer, adder, ZMQ transport) costs against the bare simulator.
+
+    robo-async bench learn-reach [budget_s=300] [steps=5000] [actors=1] [rounds=7] [skip_learning=true]
+"""
 
 from __future__ import annotations
 
-import json
 import tempfile
 import threading
 import time
@@ -18,7 +20,7 @@ from policies.scripted import HoldPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig
 from robo_async.actor.uplink import UplinkConfig
-from robo_async.bench import register
+from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.launch.builders import TaskArgs, make_robot
 
@@ -135,9 +137,9 @@ def realtime_jitter(seconds: float, uplinks: tuple[str, ...], task: TaskArgs = T
 
 
 def learn(budget_s: float, actors: int) -> dict[str, float | None]:
+    from robo_async.commands.train import prepare
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
-    from robo_async.train import prepare
 
     root = Path(tempfile.mkdtemp(prefix="bench-learn-reach-"))
     cfg, plan = prepare([f"runs_root={root}", f"budget.seconds={budget_s}", f"actors={actors}"])
@@ -175,5 +177,5 @@ def bench_learn_reach(args: dict[str, str]) -> int:
     for k, v in figures.items():
         table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
     Console().print(table)
-    print(json.dumps(figures))
+    emit(figures)
     return 0

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hal.leases import LeaseManager
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -53,10 +53,10 @@ def lease_latency(n: int = 500) -> tuple[float, float]:
 def one_run(
     actors: int, seconds: float, utd: float, root: Path, envs: int = 1, uplink: str = "thread"
 ) -> dict[str, float]:
+    from robo_async.commands.train import prepare
     from robo_async.launch.local import launch_local
     from robo_async.launch.progress import ProgressDisplay
     from robo_async.learner.metrics import read_metrics
-    from robo_async.train import prepare
 
     cfg, plan = prepare(
         [
@@ -193,5 +193,5 @@ def bench_multi_actor(args: dict[str, str]) -> int:
         for t in learn:
             one, many = (next(r for r in rows if r["task"] == t and r["envs"] == n) for n in (1, n_best))
             figures[f"{t}_seconds_to_90"] = {"1": one["seconds_to_90"], str(n_best): many["seconds_to_90"]}
-    print(json.dumps(figures))
+    emit(figures)
     return 0

@@ -19,6 +19,8 @@ policy server (`robo-async serve`), reached through a delay/loss proxy process o
 Options: sweep=true episodes=4 rtts=0,50,150 losses=0,0.02 modes=sync,async_forward,async_forward_rtc
 infer_ms=100 chunk_len=8 ticks=150 batch_s=4 batch_policies=large,bench bc_steps=4000 smolvla=true
 tiny_vla=<bc run dir> (or false; default: trained here) tiny_vla_episodes=20 out=
+
+    robo-async bench remote-inference [episodes=4] [rtts=0,50,150] [losses=0,0.02] [sweep=true] [out=...]
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 CACHE = Path.home() / ".cache" / "robo_async" / "bench"
 
@@ -391,7 +393,7 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     print("VLA-class policies", flush=True)
     figures.update(vla_figures(args, out))
     (out / "remote_inference.json").write_text(json.dumps(figures, indent=1))
-    print(json.dumps(figures))
+    emit(figures)
     return 0
 
 
@@ -440,7 +442,7 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
     if source != "false":
         run = Path(source) if source else out / "tiny-vla"
         if not (run / "eval.json").exists():
-            from robo_async.imitate import bc
+            from robo_async.commands.bc import bc
 
             print(f"  training the tiny VLA: robo-async bc policy=tiny_vla run_dir={run} ...", flush=True)
             bc(

@@ -25,7 +25,6 @@ by the one control loop at 30 Hz in real time. In order, on one connection:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -42,7 +41,7 @@ from rich.table import Table
 from hal.safety import SafeRobot, SafetyStats
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 from hardware.twin.process import TwinProcess
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 if TYPE_CHECKING:
     from hal.spec import RobotSpec
@@ -429,5 +428,5 @@ def bench_twin(args: dict[str, str]) -> int:
     Console(width=160).print(table)
     for err in errors:
         print(f"error: {err}")
-    print(json.dumps(figures))
+    emit(figures)
     return 1 if errors else 0

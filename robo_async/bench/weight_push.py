@@ -9,7 +9,6 @@ same run. The actor is a separate process (a real WeightClient on a real SUB soc
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_async.bench import register
+from robo_async.bench import emit, register
 
 
 def _policy(mb: float, seed: int = 0) -> dict[str, np.ndarray]:
@@ -237,5 +236,5 @@ def bench_weight_push(args: dict[str, str]) -> int:
         "curve_overhead": round(t(max(sizes), "full fp32 CURVE") / t(max(sizes), "full fp32"), 2),
         "curve_overhead_by_size": {str(mb): round(t(mb, "full fp32 CURVE") / t(mb, "full fp32"), 2) for mb in sizes},
     }
-    print(json.dumps(out))
+    emit(out)
     return 0

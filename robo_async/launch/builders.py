@@ -1,13 +1,13 @@
-"""Builders: the run's typed config (`schema.typed_config`) turned into the plan, plain constructor
-arguments for the learner and each actor. Robots and teleops come from `tasks.py`, policies from
-`policy_args.py` (re-exported here for the runners)."""
+"""Builders: the run's typed config (`schema.typed_config`) turned into the plan (`plan.TrainPlan`),
+plain constructor arguments for the learner and each actor. Robots and teleops come from
+`tasks.py`, policies from `policy_args.py` (re-exported here for the runners)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,6 +19,7 @@ from robo_async.actor.loop import GuideConfig, LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
+from robo_async.launch.plan import TrainPlan
 from robo_async.launch.policy_args import (  # noqa: F401
     PolicyArgs,
     acting_args,
@@ -36,7 +37,6 @@ from robo_async.launch.schema import (  # noqa: F401
     checked,
     typed_config,
 )
-from robo_async.launch.supervisor import LauncherConfig, ResourcesConfig
 from robo_async.launch.tasks import (  # noqa: F401
     TaskArgs,
     make_robot,
@@ -48,36 +48,8 @@ from robo_async.launch.tasks import (  # noqa: F401
 )
 from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.algorithms.bc.config import BCOptions
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.transport.options import TransportOptions
-
-
-@dataclass(frozen=True)
-class TrainPlan:
-    """Everything a runner needs to start one training run: the learner's config, each actor's, the
-    tasks they drive, the launcher and the leases."""
-
-    run_dir: Path
-    learner: LearnerConfig
-    task: TaskArgs
-    policy: PolicyArgs
-    actors: tuple[ActorConfig, ...]
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)  # runner, timeouts, supervision
-    actor_tasks: tuple[TaskArgs, ...] = ()  # per actor (heterogeneous robots); default: `task` for all
-    resources: ResourcesConfig = field(default_factory=ResourcesConfig)  # leases: lease_dir, wait_s, sim_slots
-    dashboard_port: int | None = 0  # the live page on loopback (0: any free port; None: none)
-    advertise: tuple[str, str] | None = None  # data, weights as actors dial them (transport.advertise); None: as bound
-
-    @property
-    def start_timeout_s(self) -> float:
-        return self.launcher.start_timeout_s
-
-    @property
-    def shutdown_timeout_s(self) -> float:
-        return self.launcher.shutdown_timeout_s
-
-    def task_of(self, actor_id: int) -> TaskArgs:
-        return self.actor_tasks[actor_id] if self.actor_tasks else self.task
 
 
 def algo_of(algo: dict | object) -> tuple[str, object]:
@@ -423,6 +395,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         queue_mb=t.queue_mb,
         message_bytes=batch_bytes(spec, a.flush_every),
         push=c.learner.weights,
+        wandb=c.learner.wandb,
         replicas=check_replicas(c, algo_name, algo_config, policy_spec),
     )
     if server is not None and not server.startswith(("tcp://", "ipc://")):

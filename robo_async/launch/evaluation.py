@@ -1,6 +1,6 @@
 """A trained policy on the robot it was trained for, through the one control loop, in any
 inference mode, scored over deterministic episodes; optionally an MP4 (H.264, plays in browsers)
-of the first episode. The body of `robo-async eval` (robo_async/evaluate.py), and the evaluation
+of the first episode. The body of `robo-async eval` (robo_async/commands/eval.py), and the evaluation
 that ends `robo-async train` and `robo-async bc`."""
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
 
 from robo_async.actor.actor import ActorConfig
-from robo_async.launch.builders import TrainPlan
 from robo_async.launch.flag import StopFlag
+from robo_async.launch.plan import TrainPlan
 from robo_async.launch.processes import ROBOT_LOST, actor_main, learner_main, rank_main, replica_main
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.runner import Exit, Ready, RunFailed, RunResult, lease_resources
 from robo_async.launch.supervisor import Supervisor
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.learner.replicas import Rendezvous
 
 __all__ = ["LocalRunner", "RunFailed", "RunResult", "exit_reason", "launch_local"]  # (train.py takes the results here)

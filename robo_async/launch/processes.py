@@ -17,7 +17,8 @@ from robo_async.actor.actor import ActorConfig
 from robo_async.launch.builders import PolicyArgs, TaskArgs
 from robo_async.launch.flag import StopFlag
 from robo_async.launch.wiring import learner_loop, run_actor
-from robo_async.learner.learner import Learner, LearnerConfig
+from robo_async.learner.config import LearnerConfig
+from robo_async.learner.learner import Learner
 from robo_async.learner.replicas import Rendezvous, run_replica
 
 ROBOT_LOST = 3  # exit code of an actor whose robot failed: the run continues with the others

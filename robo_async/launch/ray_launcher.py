@@ -24,17 +24,15 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from robo_async.actor.actor import ActorConfig
-from robo_async.launch.builders import PolicyArgs, TaskArgs, TrainPlan
+from robo_async.launch.builders import PolicyArgs, TaskArgs
+from robo_async.launch.options import ResourcesConfig
+from robo_async.launch.plan import TrainPlan
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.runner import Exit, Ready, RunFailed, RunResult
 from robo_async.launch.supervisor import Supervisor
-from robo_async.learner.learner import LearnerConfig
-
-if TYPE_CHECKING:
-    from robo_async.launch.supervisor import ResourcesConfig
+from robo_async.learner.config import LearnerConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from hal.leases import Lease, LeaseError, LeaseHeld, LeaseManager
 from hal.resources import Resource, acquire_needs, parse_needs
-
-if TYPE_CHECKING:  # builders imports supervisor, which imports this module
-    from robo_async.actor.actor import ActorConfig
-    from robo_async.launch.builders import TrainPlan
-    from robo_async.learner.learner import LearnerConfig
+from robo_async.actor.actor import ActorConfig
+from robo_async.launch.plan import TrainPlan
+from robo_async.learner.config import LearnerConfig
 
 
 class RunFailed(RuntimeError):

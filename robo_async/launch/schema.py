@@ -38,11 +38,7 @@ from policies.configs import (
 from robo_async.actor.options import ActorOptions, SafetyOptions
 from robo_async.buffer.lmdb_store import TABLES, StoreConfig
 from robo_async.dashboard.options import DashboardOptions
-from robo_async.launch.supervisor import (
-    LauncherConfig,
-    RayLauncherConfig,
-    ResourcesConfig,
-)
+from robo_async.launch.options import LauncherConfig, RayLauncherConfig, ResourcesConfig
 from robo_async.learner.algorithms.bc.config import BCOptions
 from robo_async.learner.options import BudgetOptions, LearnerOptions
 from robo_async.serve.options import ServeOptions

@@ -19,12 +19,13 @@ from collections.abc import Callable
 
 from hal.robot import RobotError
 from robo_async.actor.actor import ActorConfig
-from robo_async.launch.builders import TrainPlan
+from robo_async.launch.plan import TrainPlan
 from robo_async.launch.progress import ProgressDisplay
 from robo_async.launch.runner import Exit, Ready, RunFailed, RunResult, lease_resources
 from robo_async.launch.supervisor import Supervisor
 from robo_async.launch.wiring import learner_loop, run_actor
-from robo_async.learner.learner import Learner, LearnerConfig
+from robo_async.learner.config import LearnerConfig
+from robo_async.learner.learner import Learner
 
 log = logging.getLogger(__name__)
 

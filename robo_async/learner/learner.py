@@ -2,7 +2,7 @@
 under the rate limiter, publishes weights, logs metrics, writes checkpoints, decides when to stop.
 One instance per run (its own process, a Ray actor, or beside an actor in `launcher=serial`).
 
-    learner = Learner(config)           # no I/O
+    learner = Learner(config)           # a LearnerConfig (config.py); no I/O
     learner.open()                      # bind sockets, restore a checkpoint if resuming
     while not learner.done():
         learner.step()                  # drain messages, maybe update, publish, log, checkpoint
@@ -15,34 +15,28 @@ import logging
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from robo_async.buffer.codec import CorruptRecord
-from robo_async.buffer.embeddings import EmbeddingMismatch, check_store_versions, embed_batch
-from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
+from robo_async.buffer.embeddings import EmbeddingMismatch, check_store_versions
+from robo_async.buffer.lmdb_store import PersistentReplayStore
 from robo_async.buffer.sampler import Sampler
 from robo_async.buffer.store import ReplayError, SampleToInsertRatio
 from robo_async.learner import checkpoint
-from robo_async.learner.algorithms import AlgoConfig, PolicySpec
-from robo_async.learner.algorithms.sac import SACConfig
-from robo_async.learner.figures import actor_figures, operator_figures
+from robo_async.learner.config import LearnerConfig
 from robo_async.learner.frames import LatestFrames
+from robo_async.learner.ingest import LearnerIngest
 from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
-from robo_async.transport.channels import RefusedBatch, TransitionReceiver
+from robo_async.learner.reporting import LearnerReporting
+from robo_async.transport.channels import TransitionReceiver
 from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
-from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import (
     MAX_ACTOR_ID,
-    EpisodeStats,
     Heartbeat,
     LearnerStatus,
-    StreamGap,
-    TransitionBatch,
     Weights,
     WireError,
 )
@@ -52,53 +46,7 @@ log = logging.getLogger(__name__)
 UPDATE_BURST_S = 0.25  # a learner step starts no update after this long (status, acks and ingest go between)
 
 
-@dataclass(frozen=True)
-class LearnerConfig:
-    """Everything one learner needs, as plain values (built by the launch layer from the run
-    config): its run directory and addresses, the policy and algorithm, the store and batch mix,
-    how often it publishes, logs and checkpoints (seconds), and when it stops."""
-
-    run_dir: str
-    data_address: str  # e.g. tcp://127.0.0.1:0 (0: any free port)
-    weights_address: str
-    policy: PolicySpec  # what the actors run
-    algo: str = "sac"  # a registered algorithm (algorithms/<name>/)
-    algo_config: AlgoConfig = SACConfig()
-    store: StoreConfig = StoreConfig()
-    mix: dict = field(default_factory=lambda: {"online": 0.5, "demos": 0.25, "interventions": 0.25})
-    prefetch: int = 2  # batches assembled ahead on a background thread
-    task: str = "reach"
-    spec_signature: dict = field(default_factory=dict)
-    config_yaml: str = ""  # the resolved run config, stored in every checkpoint
-    publish_every: int = 10  # updates between weight publications
-    status_every_s: float = 0.02
-    checkpoint_every_s: float = 30.0
-    log_every_s: float = 1.0
-    budget_s: float | None = None
-    budget_env_steps: int | None = None
-    stop_at_success: float | None = 0.9  # stop once the success rate over the window reaches this
-    success_window: int = 20
-    seed: int = 0
-    resume: bool = False
-    count_stored: bool = False  # online data already in the store counts as env steps (resume without checkpoint)
-    threads: int = 1
-    device: str = "cpu"  # torch device of the algorithm's update (resolved from learner.device)
-    # fp32 | bf16: the update's forward passes under bf16 autocast (weights, optimiser state fp32)
-    precision: str = "fp32"
-    tensorboard: bool = True
-    push: PushConfig = PushConfig()  # weight pushes: fp32/fp16, delta, parts (transport/weights.py)
-    queue_mb: float = 64.0  # ZMQ queues sized in bytes: about this much per peer (high-water marks)
-    message_bytes: int = 65536  # the expected size of one actor batch message (sizes the data queue)
-    max_message_mb: float = 64.0  # larger frames from an actor are refused by ZMQ (the sender is disconnected)
-    keys_dir: str | None = None  # CURVE keys (`robo-async keys`): only listed actor keys connect
-    max_actors: int = 1024  # distinct actor ids this learner keeps state for (bounded per-peer state)
-    # refuse | skip: stored rows another frozen encoder embedded (learner.stale_embeddings)
-    stale_embeddings: str = "refuse"
-    restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
-    replicas: int = 1  # ranks of this learner (learner.replicas; replicas.py): rank 0 samples replicas x batch_size
-
-
-class Learner:
+class Learner(LearnerIngest, LearnerReporting):
     """One run's learner. It owns ingest (the transition socket; batches checked against the
     policy spec), the replay store and its sampler, the rate limiter (updates per env step,
     `limit_to_data`), weight publishing (every `publish_every` updates), checkpoints (every
@@ -223,7 +171,7 @@ class Learner:
             push=c.push,
             snapshot_bytes=snapshot_bytes(weights, kept, c.push.precision),
         )
-        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard)
+        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard, wandb=self.config.wandb)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
         self._next = {"status": 0.0, "log": now + self.config.log_every_s, "ckpt": now + self.config.checkpoint_every_s}
@@ -287,102 +235,6 @@ class Learner:
 
     def _may_update(self) -> bool:
         return self.limiter.can_update() if self.config.algo_config.limit_to_data else True
-
-    def _check_batch(self, msg: TransitionBatch) -> str | None:
-        """What is wrong with a batch against this run's spec, or None."""
-        p = self.config.policy
-        want = {"action": (len(p.action_low),)}
-        for k, d in zip(p.obs_keys, p.obs_dims, strict=False):
-            want[f"obs/{k}"] = want[f"next_obs/{k}"] = (d,)
-        for k, shape in want.items():
-            a = msg.arrays.get(k)
-            if a is None:
-                return f"'{k}' is missing"
-            if a.shape[1:] != shape or a.dtype != np.float32:
-                return f"'{k}' is {a.dtype}{a.shape[1:]}, this run expects float32{shape}"
-        return None
-
-    def _count_committed(self) -> None:
-        """Env steps and the limiter count transitions once they are durable; new corrections
-        (interventions) start a correction -> policy clock."""
-        iv = self.store.counts["interventions"]
-        if iv > self._corrections_seen:
-            self._corrections_seen = iv
-            # the first version whose updates drew batches after this commit (prefetched ones predate it)
-            left = self.config.publish_every - self.updates % self.config.publish_every
-            target = self.version + 1 + (left <= self.config.prefetch)
-            if not self._pending_corrections or self._pending_corrections[-1][1] != target:
-                self._pending_corrections.append((time.monotonic(), target))
-        n = self.store.counts["online"] - self._online_seen
-        if n > 0:
-            self._online_seen += n
-            self.env_steps += n
-            self.limiter.inserted += n
-            self.high_water = self.store.high_water()
-
-    def _ingest(self, msg: object) -> None:
-        actor = getattr(msg, "actor_id", None)
-        if (
-            actor is not None
-            and actor not in self._heard
-            and actor not in self.high_water
-            and len(self._heard) >= self.config.max_actors
-        ):
-            self.refused_messages += 1  # per-peer state stays bounded: a flood of new ids is dropped
-            if self.refused_messages <= 10 or self.refused_messages % 1000 == 0:
-                log.error(
-                    "refused a message from actor %d: already %d actors (learner.max_actors)", actor, len(self._heard)
-                )
-            return
-        if isinstance(msg, TransitionBatch):
-            problem = self._check_batch(msg)
-            try:
-                if problem:
-                    raise ReplayError(problem)
-                if self.encoder is not None:  # rows the actor did not embed with this encoder: embedded here
-                    try:
-                        msg, made = embed_batch(msg, self.encoder)
-                    except (ValueError, CorruptRecord) as e:
-                        raise ReplayError(str(e)) from None
-                    self.embedded_rows += made
-                n = self.store.insert(msg, "online")
-                self.frames.note(msg, self.store.schema)
-            except ReplayError as e:
-                self.rejected_batches += 1
-                if self.rejected_batches <= 10 or self.rejected_batches % 1000 == 0:
-                    log.error("rejected transitions from actor %d (seq %d): %s", msg.actor_id, msg.seq, e)
-                # resent, it would be refused again, and the stream would wait for it forever: passed
-                # over (counted, named), the actor's journal lets it go once the ack moves past it
-                self.store.refuse(msg.actor_id, msg.seq, msg.count, str(e))
-                return
-            if n:
-                operated = msg.arrays["intervention"][-n:] > 0
-                self.operated.extend(operated.tolist())
-                self.operator_ticks += int(operated.sum())
-                versions = msg.arrays["policy_version"][-n:]
-                self.lags.extend((self.version - versions).tolist())
-                self.newest_actor_version = max(self.newest_actor_version, int(versions.max()))
-                while self._pending_corrections and self._pending_corrections[0][1] <= self.newest_actor_version:
-                    self.correction_s.append(time.monotonic() - self._pending_corrections.popleft()[0])
-        elif isinstance(msg, RefusedBatch):  # refused for what it holds: its range is passed over
-            self.rejected_batches += 1
-            self.store.refuse(msg.actor_id, msg.seq, msg.count, msg.reason)
-        elif isinstance(msg, StreamGap):  # the actor no longer has these rows: pass over them, in order
-            self.store.refuse(msg.actor_id, msg.seq, msg.count, f"the actor lost them: {msg.reason}")
-        elif isinstance(msg, EpisodeStats):
-            self.episodes += 1
-            self.episode_counts[msg.actor_id] = msg.episode + 1
-            if msg.label:
-                self.labels[msg.label] = self.labels.get(msg.label, 0) + 1
-            if msg.evaluation:  # success is judged on deterministic episodes
-                self.successes.append(msg.success)
-                self.returns.append(msg.episode_return)
-            else:
-                self.train_successes.append(msg.success)
-        elif isinstance(msg, Heartbeat):
-            self.heartbeats[msg.actor_id] = msg
-        if actor is not None:
-            self._heard[actor] = time.monotonic()
 
     def _update(self) -> bool:
         """One algorithm update on a prefetched batch; False if no batch is ready yet."""
@@ -451,87 +303,7 @@ class Learner:
     def done(self) -> bool:
         return self.stop_reason is not None
 
-    # --- reporting -----------------------------------------------------------------------
-    def progress(self) -> dict[str, float]:
-        """The learner's metrics now (`metrics.jsonl`, the progress line, the dashboard): counters,
-        rates, versions, the store, transport, the actors' figures from their latest heartbeats,
-        and the latest update's losses."""
-        stats = [h.stats for h in self.heartbeats.values()]
-        out = {
-            "time/elapsed_s": time.monotonic() - self._t0,
-            "time/env_steps": self.env_steps,
-            "time/updates": self.updates,
-            "time/episodes": self.episodes,
-            "supervisor/learner_restarts": self.config.restarted,
-            **self.rates.rates(time.monotonic(), {"env_steps": self.env_steps, "updates": self.updates}),
-            "charts/policy_version": self.version,
-            "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
-            "charts/version_lag_p95": float(np.percentile(self.lags, 95)) if self.lags else 0.0,
-            "charts/version_lag_max": float(max(self.lags)) if self.lags else 0.0,
-            "buffer/dropped_stale": self.sampler.dropped_stale,
-            "buffer/rejected_outcome": self.sampler.rejected_outcome,
-            "buffer/embedded_rows": self.embedded_rows,  # embedded here (the actor did not, or another encoder did)
-            "buffer/dropped_embeddings": self.sampler.dropped_embeddings,  # sampled rows of another encoder, left out
-            "charts/actor_policy_version": self.newest_actor_version,
-            "charts/replay_size": len(self.store),
-            "buffer/online": self.store.counts["online"],
-            "buffer/demos": self.store.counts["demos"],
-            "buffer/interventions": self.store.counts["interventions"],
-            "buffer/commit_interval_ms": self._commit_interval_ms(),
-            "buffer/write_errors": self.store.write_errors,
-            "buffer/first_online": self.store.first["online"],  # rows below were evicted by retention
-            "buffer/held": len(self.store),
-            "buffer/archived": self.store.archived,
-            "buffer/disk_free_gb": min(self.store.disk_free_gb, 1e6),
-            "buffer/frames_as_sent": self.store.frames_as_sent,  # encoded by actors, stored as they came
-            "buffer/frames_encoded": self.store.frames_encoded,  # encoded by the store (raw pixels arrived)
-            "buffer/rejected_batches": self.rejected_batches,
-            "buffer/rows_refused": getattr(self.store, "rows_refused", 0),  # passed over, never stored
-            "transport/malformed": self._receiver.dropped if self._receiver is not None else 0,
-            "transport/refused": self.refused_messages,
-            "weights/push_ms": (self._publisher.last_push_s * 1000) if self._publisher is not None else 0.0,
-            "weights/push_mb": (self._publisher.push_bytes / 2**20) if self._publisher is not None else 0.0,
-            "weights/fp16_too_wide": self._publisher.fp16_too_wide if self._publisher is not None else 0,
-            "transport/id_mismatch": self._receiver.id_mismatch if self._receiver is not None else 0,
-            "transport/auth_denied": self._auth.denied if self._auth is not None else 0,
-            **actor_figures(stats),
-        }
-        if any(s.operator is not None for s in stats) or self.operator_ticks:  # human in the loop
-            out.update(operator_figures(stats))
-            out["hil/operator_ticks"] = self.operator_ticks
-            out["hil/intervention_rate"] = float(np.mean(self.operated)) if self.operated else 0.0
-            if self.correction_s:  # a correction's commit -> the first version trained after it acting
-                out["hil/correction_to_policy_s"] = float(np.median(self.correction_s))
-            out.update({f"hil/label_{k}": v for k, v in self.labels.items()})
-        if self.train_successes:
-            out["charts/train_success_rate"] = float(np.mean(self.train_successes))
-        if self.successes:
-            out["charts/success_rate"] = float(np.mean(self.successes))
-            out["charts/episodic_return"] = float(np.mean(self.returns))
-        out.update(self._last_update_metrics)  # the latest update's losses (the dashboard's curves too)
-        return out
-
-    def actor_rows(self) -> dict[int, dict[str, float]]:
-        """Per actor, its latest heartbeat figures (ticks, lateness, inference, control, unacked),
-        episodes, seconds since it was last heard from and its latest camera frames (JPEG data
-        URLs): the dashboard's actor table."""
-        now = time.monotonic()
-        return {
-            a: {
-                **h.stats.figures(),
-                "env_steps": h.env_steps,
-                "policy_version": h.policy_version,
-                "episodes": self.episode_counts.get(a, 0),
-                "heard_s": now - self._heard.get(a, now),
-                "frames": self.frames.urls(a),
-            }
-            for a, h in self.heartbeats.items()
-        }
-
-    def _commit_interval_ms(self) -> float:
-        t = self.store.commit_times[-100:]
-        return float(np.mean(np.diff(t)) * 1000) if len(t) > 1 else 0.0
-
+    # --- reporting (the figures themselves: reporting.py) ----------------------------------
     def _log(self) -> None:
         assert self._metrics is not None
         values = self.progress()

@@ -1,10 +1,11 @@
 """`learner:` and `budget:` config sections. The builders turn them (with the algorithm, store and
-policy) into a `LearnerConfig`."""
+policy) into a `LearnerConfig` (config.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from robo_async.learner.metrics import WandbOptions
 from robo_async.transport.weights import PushConfig
 
 
@@ -29,6 +30,9 @@ class LearnerOptions:
     # learner ranks, 1 to 64 (data parallelism, launcher=local or ray): gradients averaged before every optimiser
     # step; algo.batch_size is per rank; rank 0 ingests, publishes and checkpoints
     replicas: int = 1
+    # Weights & Biases beside TensorBoard (the same keys): learner.wandb.project=<name> turns it on;
+    # learner.wandb.mode=offline needs no network (`wandb sync <run dir>/wandb/offline-run-*` later)
+    wandb: WandbOptions = field(default_factory=WandbOptions)
 
 
 @dataclass(frozen=True)

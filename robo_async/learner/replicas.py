@@ -27,7 +27,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgpack
 import numpy as np
@@ -38,9 +37,7 @@ from safetensors.torch import save as st_save
 
 from robo_async.learner import checkpoint
 from robo_async.learner.algorithms import Algorithm, build_algorithm
-
-if TYPE_CHECKING:
-    from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 
 log = logging.getLogger(__name__)
 

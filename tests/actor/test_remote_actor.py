@@ -14,7 +14,8 @@ from robo_async.actor.remote import RemotePolicy
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
-from robo_async.learner.learner import Learner, LearnerConfig
+from robo_async.learner.config import LearnerConfig
+from robo_async.learner.learner import Learner
 from robo_async.serve import PolicyServer, ServeConfig
 from robo_async.transport.channels import WeightClient
 from sim import ReachTask, SimRobot

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
+from robo_async.commands.teleop import teleop_session
 from robo_async.launch.builders import TaskArgs
-from robo_async.record import teleop_session
 from robo_async.transport.wire import OPERATOR, TAKEOVER
 
 

@@ -61,12 +61,15 @@ def test_the_hostile_peers_named_cases_are_refused_by_the_checks_that_name_them(
         assert e.stream == (900, 7, b.count) and "NaN" in str(e)
 
 
-def test_the_victims_wait_is_the_ack_gap_that_holds_the_hit(tmp_path):
+def test_the_victims_wait_is_its_longest_ack_gap_during_the_hit(tmp_path):
     from robo_async.bench.chaos import plot, victim_wait
 
     acks = {0: [0.0, 1.0, 2.0, 14.0, 15.0]}
     drop = Hit(t=3.0, action="drop link", actor=0, pids=(12,), end=13.0, done=True)
     assert victim_wait(acks, drop) == 12.0
+    # an ack of rows sent just before the hit ends the gap that holds it: the long wait comes after
+    early = {0: [0.0, 1.0, 3.5, 14.0, 15.0]}
+    assert victim_wait(early, drop) == 10.5
     assert victim_wait(acks, Hit(t=20.0, action="stop actor", actor=0)) is None  # no ack after it yet
     assert victim_wait(acks, Hit(t=3.0, action="kill learner", actor=None)) is None
     plot(tmp_path / "chaos.png", acks, [drop], t0=0.0)

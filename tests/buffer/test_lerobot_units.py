@@ -183,7 +183,7 @@ def test_degrees_without_a_task_or_without_names_are_refused(tmp_path, reach):
 
 
 def test_a_run_imports_into_its_tasks_target():
-    """`buffer.imports` of a run: the run's task, its spec and its declared ranges (robo_async.train)."""
+    """`buffer.imports` of a run: the run's task, its spec and its declared ranges (robo_async/commands/train.py)."""
     from robo_async.launch.tasks import import_target, task_args
 
     target = import_target(task_args({"name": "gym_hil"}))

@@ -30,8 +30,8 @@ def _frame_after(robot, previous):
 def _classifier(twin, out):
     """Frames of the twin's follower at the goal (successes), at home and on the way (failures),
     read as a run reads them; a classifier trained on them by `robo-async reward train`'s code."""
+    from robo_async.commands.reward import train_classifier
     from robo_async.launch.tasks import make_safe_robot, task_args
-    from robo_async.reward import train_classifier
 
     robot = make_safe_robot(
         task_args(

@@ -256,7 +256,8 @@ def interrupt(proc):
 def test_learner_restore_loads_exact_weights(trained):
     from robo_async.learner.algorithms import PolicySpec
     from robo_async.learner.algorithms.sac import SACConfig
-    from robo_async.learner.learner import Learner, LearnerConfig
+    from robo_async.learner.config import LearnerConfig
+    from robo_async.learner.learner import Learner
 
     run_dir, _ = trained
     tensors, metadata = checkpoint.read(checkpoint.resolve(run_dir))
@@ -418,7 +419,8 @@ def test_learner_refuses_batches_that_do_not_fit_the_spec(tmp_path):
     import numpy as np
 
     from robo_async.learner.algorithms import PolicySpec
-    from robo_async.learner.learner import Learner, LearnerConfig
+    from robo_async.learner.config import LearnerConfig
+    from robo_async.learner.learner import Learner
     from robo_async.transport.wire import TransitionBatch
 
     cfg = LearnerConfig(

@@ -51,8 +51,8 @@ def train_args(tmp: Path, prior: str, run: str) -> list[str]:
 
 
 def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_refused(tmp_path):
+    from robo_async.commands.train import import_history, prepare, run_encoder
     from robo_async.learner.learner import Learner
-    from robo_async.train import import_history, prepare, run_encoder
 
     cli(
         "buffer", "demos", f"out={tmp_path / 'demos'}", "episodes=2", "task=pick_lift", "cameras=front", "image_size=16"
@@ -193,7 +193,7 @@ def test_demos_for_a_success_classifier_hold_the_goal_or_miss_it(tmp_path):
 
 
 def test_a_bad_stale_embeddings_or_precision_choice_is_one_line_at_plan_time(tmp_path):
-    from robo_async.train import prepare
+    from robo_async.commands.train import prepare
 
     for key, bad in (("learner.stale_embeddings", "maybe"), ("learner.precision", "fp16")):
         with pytest.raises(UserError, match=key) as e:

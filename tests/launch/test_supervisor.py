@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from robo_async.launch import supervisor
+from robo_async.launch.options import RestartPolicy
 from robo_async.launch.runner import Exit, Ready
 from robo_async.launch.supervisor import (
-    RestartPolicy,
     RunFailed,
     Supervisor,
     read_events,

@@ -83,5 +83,32 @@ def test_metrics_rotate_past_their_size_and_read_back_in_order(tmp_path):
     m.close()
     assert (tmp_path / "metrics.1.jsonl").exists()
     assert (tmp_path / "metrics.jsonl").stat().st_size <= 0.01 * 2**20 + 200
+    assert (tmp_path / "metrics.1.jsonl").stat().st_size <= 0.01 * 2**20 / 2 + 200  # the history: half the budget
     steps = [r["step"] for r in read_metrics(tmp_path)]
-    assert steps == list(range(steps[0], 600)) and 0 < steps[0] < 600  # the oldest part went, the rest in order
+    # the run from its first record (issue 38: older points thinned, not dropped), in order; the
+    # recent part at full resolution
+    assert steps[0] == 0 and steps[-1] == 599 and steps == sorted(set(steps))
+    recent = [r["step"] for r in read_metrics(tmp_path)[-50:]]
+    assert recent == list(range(550, 600))
+    assert len(steps) < 600  # thinned
+
+
+def test_a_long_runs_history_keeps_its_first_step_in_tensorboard_too(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from robo_async.learner.metrics import MetricsLogger, read_metrics
+
+    m = MetricsLogger(tmp_path, tensorboard=True, max_mb=0.005)
+    for step in range(400):
+        m.write(step, {"charts/x": float(step), "charts/pad": 1.0})
+    m.close()  # (waits for the history's TensorBoard log)
+    assert m.rotations >= 2
+    history = EventAccumulator(str(tmp_path / "tb.1"))
+    history.Reload()
+    old = [e.step for e in history.Scalars("charts/x")]
+    recent = EventAccumulator(str(tmp_path / "tb"))
+    recent.Reload()
+    new = [e.step for e in recent.Scalars("charts/x")]
+    assert old[0] == 0 and old == sorted(old) and new[-1] == 399
+    assert old + new == [r["step"] for r in read_metrics(tmp_path)]  # the same points as the JSON lines
+    assert not (tmp_path / "tb.old").exists() and not (tmp_path / "tb.1.tmp").exists()

@@ -19,7 +19,7 @@ import zmq
 from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.stats import FIELD_TYPES, ActorStats
 from robo_async.transport.wire import Heartbeat, TransitionBatch, encode

@@ -361,7 +361,8 @@ def test_the_learner_updates_in_the_precision_it_was_given(tmp_path, precision):
     """learner.precision=bf16: the update's forward passes run under bf16 autocast (weights and
     optimiser state stay fp32); fp32 leaves them alone. auto picks bf16 only where the device has it."""
     from robo_async.launch.builders import ConfigError, resolve_precision
-    from robo_async.learner.learner import Learner, LearnerConfig
+    from robo_async.learner.config import LearnerConfig
+    from robo_async.learner.learner import Learner
 
     spec = PolicySpec(
         "flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute", options={"horizon": 4}
@@ -394,7 +395,8 @@ def test_slow_updates_do_not_hold_back_the_learners_status(tmp_path, monkeypatch
     """One step starts updates only for UPDATE_BURST_S: with updates that each take longer than
     that, every step updates once and then publishes its status (acks for the actors)."""
     from robo_async.learner import learner as learner_module
-    from robo_async.learner.learner import Learner, LearnerConfig
+    from robo_async.learner.config import LearnerConfig
+    from robo_async.learner.learner import Learner
 
     spec = PolicySpec(
         "flow", ("state",), (3,), LOW, HIGH, hidden=(32, 32), action_mode="absolute", options={"horizon": 4}

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.bc.config import BCConfig
 from robo_async.learner.algorithms.sac import SACConfig
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.learner.replicas import (
     Rendezvous,
     ReplicaGroup,

@@ -11,9 +11,9 @@ import torch
 from hal.safety import SafeRobot
 from policies.reward import META, WEIGHTS, ClassifierReward, RewardError, SuccessClassifier
 from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.commands.reward import train_classifier
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import expert_policy, record_demos
-from robo_async.reward import train_classifier
 from sim import PickLiftTask, SimRobot, TableConfig
 
 EXE = [sys.executable, "-m", "robo_async.cli"]

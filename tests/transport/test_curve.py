@@ -14,7 +14,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.curve import LANE_STRIDE, secure_client
 from robo_async.transport.wire import encode

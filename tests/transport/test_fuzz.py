@@ -18,7 +18,7 @@ import zmq
 
 from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
-from robo_async.learner.learner import LearnerConfig
+from robo_async.learner.config import LearnerConfig
 from robo_async.transport.channels import STATUS_TOPIC, WEIGHTS_TOPIC, WeightClient
 from robo_async.transport.stats import ActorStats
 from robo_async.transport.weights import PushConfig, encode_push
@@ -384,8 +384,14 @@ def test_every_field_mutation_reaching_an_actor_is_dropped_and_counted():
             (WEIGHTS_TOPIC, frames_of(first)),
             (STATUS_TOPIC, wf),
         ]
-        for topic, frames in topical:
-            pub.send_multipart([topic, *frames])
+        # in rounds the client's queue holds (a SUB drops what overflows it, however slow the machine):
+        # each round is sent once the client has dropped the one before
+        for i in range(0, len(topical), 8):
+            for topic, frames in topical[i : i + 8]:
+                pub.send_multipart([topic, *frames])
+            deadline = time.monotonic() + 30
+            while client.dropped < min(i + 8, len(topical)) and time.monotonic() < deadline:
+                time.sleep(0.005)
         pub.send_multipart([STATUS_TOPIC, *frames_of(LearnerStatus(6, 3, 100, 200, boot_id="sentinel"))])
         deadline = time.monotonic() + 30
         while client.status.boot_id != "sentinel" and time.monotonic() < deadline:

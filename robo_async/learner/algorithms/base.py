@@ -138,6 +138,7 @@ class Algorithm(abc.ABC):
     The class attributes tell the learner what batches to sample and how actors must act."""
 
     config: AlgoConfig
+    policy: Policy  # the policy it trains and publishes (what actors run, unless `acting_policy` says otherwise)
     tables: tuple[str, ...] = ()  # the store tables it learns from (empty: the configured mix)
     window: int = 1  # > 1: batches are windows of this many consecutive transitions (Sampler(window=))
     lookback: int = 0  # > 0: windows also carry a lagged observation and the actions since (Sampler(lookback=))
@@ -165,17 +166,19 @@ class Algorithm(abc.ABC):
         return None
 
     @property
-    @abc.abstractmethod
     def architecture(self) -> str:
-        """The published policy's architecture: actors refuse weights of another."""
+        """The published policy's architecture: actors refuse weights of another. Default: the
+        architecture of `self.policy`, the policy it trains and publishes."""
+        return self.policy.architecture
 
     @abc.abstractmethod
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
         """One learning step on a sampled batch; namespaced metrics (`losses/...`)."""
 
-    @abc.abstractmethod
     def policy_weights(self) -> dict[str, np.ndarray]:
-        """The actors' policy parameters, as published (and as `eval` loads from checkpoints)."""
+        """The actors' policy parameters, as published (and as `eval` loads from checkpoints).
+        Default: `self.policy`'s weights."""
+        return self.policy.weights()
 
     def frozen_weights(self) -> frozenset[str]:
         """Names in policy_weights() this algorithm never trains (a frozen backbone under a trained

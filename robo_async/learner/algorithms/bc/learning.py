@@ -78,15 +78,8 @@ class BC(Algorithm):
             raise ValueError(f"algo=bc cannot clone a {type(self.policy).__name__}")
 
     @property
-    def architecture(self) -> str:
-        return self.policy.architecture
-
-    @property
     def tables(self) -> tuple[str, ...]:
         return self.config.tables
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.weights()
 
     def modules(self) -> dict[str, nn.Module]:
         return {"actor": self.net}

@@ -168,18 +168,11 @@ class DSRL(Algorithm):
             extra["residual_scale"] = config.residual_scale
         return name, extra
 
-    @property
-    def architecture(self) -> str:
-        return self.policy.architecture
-
     def to_device(self, device: torch.device | str) -> None:
         if isinstance(self.policy, SteeredLeRobotPolicy):  # its processors pin it to the CPU it was loaded on
             return
         super().to_device(device)
         self.policy.net.to(self.device)  # the frozen prior is not a trained module
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.weights()
 
     def frozen_encoder(self) -> FrozenEncoder | None:
         """The pixel prior's camera encoder: the critics and the noise actor learn on its stored

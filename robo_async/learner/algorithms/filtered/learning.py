@@ -45,13 +45,6 @@ class Filtered(Algorithm):
     def tables(self) -> tuple[str, ...]:
         return self.config.tables
 
-    @property
-    def architecture(self) -> str:
-        return self.policy.architecture
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.weights()
-
     def modules(self) -> dict[str, nn.Module]:
         return {"actor": self.policy.net}
 

@@ -99,13 +99,6 @@ class QC(Algorithm):
             "path": None,
         }
 
-    @property
-    def architecture(self) -> str:
-        return self.policy.architecture
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.weights()
-
     def modules(self) -> dict[str, nn.Module]:
         out = {"actor": self.policy.module(), "critic_target": self.critic_target, "flow": self.flow.net}
         if self.policy.critic is None:

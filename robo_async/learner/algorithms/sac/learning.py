@@ -55,13 +55,6 @@ class SAC(Algorithm):
         self.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr)
         self.alpha_opt = torch.optim.Adam(self.temperature.parameters(), lr=c.alpha_lr)
 
-    @property
-    def architecture(self) -> str:
-        return self.policy.architecture
-
-    def policy_weights(self) -> dict[str, np.ndarray]:
-        return self.policy.weights()
-
     def modules(self) -> dict[str, nn.Module]:
         # "actor" is the published policy's module (with cameras: the Gaussian actor and the encoder)
         target = {"encoder_target": self.encoder_target} if self.encoder_target is not None else {}

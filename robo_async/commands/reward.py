@@ -1,7 +1,6 @@
 """A learned reward for robots with no reward of their own: a success classifier on camera frames.
 
-    robo-async reward train from=<run dir | store dir> cameras=[front] [out=<dir>] [updates=600]
-                            [image_size=64] [holdout=0.25] [precision=0.95] [init=<classifier dir>]
+    robo-async reward train from=<run dir | store dir> cameras=[front] [...]   # the keys: --help
     robo-async train ... reward_classifier=<dir>     # actors score each tick's frames with it
 
 Labels come from the store: a row's `success` (the task's judgement in sim; an operator's success
@@ -23,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,8 @@ from torch import nn
 
 from policies.augment import random_shift
 from policies.reward import ClassifierMeta, RewardError, SuccessClassifier, SuccessNet
+from robo_async.commands.args import HELP, arg, help_text, parse, usage, wants_help
+from robo_async.config import UserError
 
 log = logging.getLogger(__name__)
 
@@ -169,46 +171,52 @@ def train_classifier(
 
 
 # --- the command -------------------------------------------------------------------------------
-def _cameras(value: str) -> tuple[str, ...]:
-    return tuple(c for c in value.strip("[]").replace(" ", "").split(",") if c)
+@dataclass(frozen=True, kw_only=True)
+class RewardTrainArgs:
+    """`robo-async reward train`: a success classifier on camera frames (a learned reward)."""
+
+    source: Path = arg(
+        metavar="run dir | store dir", help="a run directory or a store directory with labelled episodes", key="from"
+    )
+    cameras: tuple[str, ...] = arg(metavar="front,...", help="the cameras it looks at, e.g. [front]")
+    out: Path | None = arg(None, metavar="dir", help="where it is saved (default: <run dir>/reward_classifier)")
+    updates: int = arg(600, help="gradient steps")
+    image_size: int = arg(64, help="frame size in pixels (>= 16)")
+    holdout: float = arg(0.25, help="share of episodes held out for the reported scores (0 <= holdout < 1)")
+    precision: float = arg(0.95, help="precision the threshold must reach on the training episodes")
+    init: Path | None = arg(None, metavar="classifier dir", help="a classifier directory to start from")
+    seed: int = arg(0, help="the seed of the split, the weights and the batches")
 
 
-def main(args: list[str]) -> int:
+def usage_lines() -> str:
+    """This command's usage, for `robo-async --help`."""
+    return usage(RewardTrainArgs, "reward train")
+
+
+def main(argv: list[str]) -> int:
     """`robo-async reward train from=<run dir | store dir> cameras=[front] ...`"""
     from robo_async.buffer import tools
     from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreError
-    from robo_async.config import UserError
 
-    if not args or args[0] != "train":
-        raise UserError(
-            "usage: robo-async reward train from=<run dir | store dir> cameras=[front] [out=<dir>] "
-            "[updates=600] [image_size=64] [holdout=0.25] [precision=0.95] [init=<classifier dir>] [seed=0]"
-        )
-    kv = dict(a.split("=", 1) for a in args[1:] if "=" in a)
-    bad = [a for a in args[1:] if "=" not in a] + sorted(
-        set(kv) - {"from", "cameras", "out", "updates", "image_size", "holdout", "precision", "init", "seed"}
-    )
-    if bad:
-        raise UserError(f"reward train: unknown arguments {bad}")
-    if "from" not in kv or "cameras" not in kv:
-        raise UserError("reward train needs from=<run dir | store dir> and cameras=[...]")
-    src = Path(kv["from"])
-    try:
-        cams = _cameras(kv["cameras"])
-        updates, size, seed = int(kv.get("updates", 600)), int(kv.get("image_size", 64)), int(kv.get("seed", 0))
-        holdout, precision = float(kv.get("holdout", 0.25)), float(kv.get("precision", 0.95))
-    except ValueError as e:
-        raise UserError(f"reward train: {e}") from None
+    if not argv or argv[0] in HELP:
+        print(help_text(RewardTrainArgs, "reward train", __doc__))
+        return 0
+    if argv[0] != "train":
+        raise UserError(f"unknown reward command '{argv[0]}'; commands: train (robo-async reward --help)")
+    if wants_help(argv[1:]):
+        print(help_text(RewardTrainArgs, "reward train", __doc__))
+        return 0
+    opts = parse(RewardTrainArgs, argv[1:], "reward train")
+    src, cams = opts.source, opts.cameras
+    updates, size, holdout, precision = opts.updates, opts.image_size, opts.holdout, opts.precision
     if not cams or updates < 1 or size < 16 or not 0 <= holdout < 1 or not 0 < precision <= 1:
         raise UserError(
             "reward train: cameras must name at least one camera, updates >= 1, image_size >= 16, "
             "0 <= holdout < 1, 0 < precision <= 1"
         )
-    out = Path(
-        kv.get("out", src / "reward_classifier" if (src / "replay").exists() else src.parent / "reward_classifier")
-    )
+    out = opts.out or (src / "reward_classifier" if (src / "replay").exists() else src.parent / "reward_classifier")
     try:
-        init = SuccessClassifier.load(kv["init"]) if kv.get("init") else None
+        init = SuccessClassifier.load(opts.init) if opts.init else None
         store = PersistentReplayStore(tools.store_path(src)).open(readonly=True)
         try:
             frames, labels, episodes = labelled_frames(store, cams)
@@ -226,7 +234,7 @@ def main(args: list[str]) -> int:
             updates,
             holdout,
             precision,
-            seed,
+            opts.seed,
             init,
             progress=lambda u, loss: print(f"  update {u}/{updates}: loss {loss:.4f}", flush=True),
         )

@@ -1,17 +1,21 @@
 """`robo-async teleop`: demonstrations from people, recorded by the one control loop behind the
 safety layer: a leader arm (or another teleop) drives, episodes are labelled by the operator's
-success/failure keys (re-record drops one) and stored in a store's table. Scripted-expert
-demonstrations are in `launch/experts.py`."""
+success/failure keys (re-record drops one) and stored in a store's table; with `dataset=`, also
+written as a new LeRobotDataset v3. Its own keys (below) beside Hydra overrides of the robot,
+teleop and task. Scripted-expert demonstrations are in `launch/experts.py`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.tools import IMPORT_ACTOR_BASE
+from robo_async.commands.args import arg, groups_help, help_text, parse_known, usage, wants_help
+from robo_async.config import UserError, load_config
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import StoreOutlet
 from robo_async.transport.wire import EpisodeStats, Heartbeat
@@ -109,3 +113,67 @@ def teleop_session(
             t.close()
         store.close()
     return recorder
+
+
+TAIL = "teleop=<device> [overrides]"  # the Hydra overrides beside the keys
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeleopArgs:
+    """The keys of `robo-async teleop` itself; every other word is a Hydra override."""
+
+    out: Path = arg(metavar="store dir", help="the store directory (new or existing) the episodes go to")
+    episodes: int = arg(10, help="kept episodes to record")
+    table: str = arg("demos", help="the store's table")
+    dataset: Path | None = arg(None, metavar="new dir", help="also write a new LeRobotDataset v3 here")
+    fps: float | None = arg(None, help="the dataset's frame rate (default: the task's rate)")
+
+
+def main(argv: list[str]) -> int:
+    """A teleop session: the operator drives; success/failure keys end episodes, re-record drops one."""
+    from robo_async.buffer import tools
+    from robo_async.buffer.lmdb_store import StoreError
+    from robo_async.launch.builders import task_args
+    from robo_async.launch.schema import ConfigError, as_dict
+
+    if wants_help(argv):
+        print(help_text(TeleopArgs, "teleop", __doc__, extra=groups_help(), tail=TAIL))
+        return 0
+    opts, overrides = parse_known(TeleopArgs, argv, "teleop")
+    cfg = load_config(overrides)
+    try:
+        targs = task_args(as_dict(cfg.task), cfg.robot, as_dict(cfg.safety), cfg.teleop)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+    realtime = targs.robot is not None or targs.realtime
+    labels: dict[str, int] = {}
+
+    def on_episode(stats: EpisodeStats, kept: bool) -> None:
+        labels[stats.label or "unlabelled"] = labels.get(stats.label or "unlabelled", 0) + 1
+        what = "kept" if kept else "discarded: record it again"
+        print(
+            f"episode {stats.episode}: {stats.length} ticks, {stats.label or 'no label'}"
+            f"{' (success)' if stats.success else ''}, {what}",
+            flush=True,
+        )
+
+    print(
+        f"teleop session: {opts.episodes} episodes into {opts.out} (table {opts.table}); "
+        f"success/failure keys end an episode, re-record discards it",
+        flush=True,
+    )
+    try:
+        rec = teleop_session(targs, opts.out, opts.episodes, opts.table, realtime, int(cfg.seed), on_episode)
+    except (ConfigError, StoreError, ValueError) as e:
+        raise UserError(str(e)) from None
+    print(f"recorded {rec.kept} episodes ({rec.discarded} discarded), labels {labels}, into {opts.out}")
+    if opts.dataset is not None:
+        fps = opts.fps if opts.fps is not None else float(targs.options.get("hz", 30))
+        eps, frames = tools.export(opts.out, opts.dataset, opts.table, targs.name, int(fps))
+        print(f"wrote a LeRobotDataset v3 with {eps} episodes, {frames} frames to {opts.dataset}")
+    return 0
+
+
+def usage_lines() -> str:
+    """This command's usage, for `robo-async --help`."""
+    return f"{usage(TeleopArgs, 'teleop')} {TAIL}"

@@ -15,9 +15,27 @@ import time
 
 from omegaconf import OmegaConf
 
+from robo_async.commands.args import hydra_help, wants_help
 from robo_async.config import UserError, compose_config
 from robo_async.launch.schema import ConfigError
 from robo_async.serve.server import PolicyServer, ServeConfig
+
+USAGE = (
+    "usage: robo-async serve [overrides] [serve.port=5560] [policy.path=<weights>] [serve.weights=tcp://learner:<port>]"
+)
+
+
+def usage_lines() -> str:
+    """This command's usage, for `robo-async --help`."""
+    return USAGE.removeprefix("usage: ")
+
+
+def main(argv: list[str]) -> int:
+    """`robo-async serve [overrides]` until Ctrl-C, or `--help`."""
+    if wants_help(argv):
+        print(hydra_help(USAGE, __doc__))
+        return 0
+    return serve(argv)
 
 
 def build_server(overrides: list[str]) -> PolicyServer:

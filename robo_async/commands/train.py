@@ -1,4 +1,8 @@
-"""`robo-async train`: compose the config, make the run directory, launch, evaluate, report."""
+"""`robo-async train`: compose the config, make the run directory, launch, evaluate, report.
+`resume=<run dir>` continues a run from its last checkpoint (counters, weights, optimisers,
+targets, temperature, actor seq numbers); a new run into a run_dir that holds one is refused.
+`--cfg [job|all]` prints the resolved, typed config and starts nothing. Ctrl-C stops all
+processes and writes a final checkpoint."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from robo_async.commands.args import hydra_help, wants_help
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
 from robo_async.launch.local import RunFailed, RunResult, launch_local
@@ -16,6 +21,47 @@ from robo_async.launch.schema import TrainConfig, as_dict, typed_config
 from robo_async.launch.tasks import import_target
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import plot_learning_curve
+
+USAGE = """usage: robo-async train [overrides]
+       robo-async train resume=<run dir> [overrides]
+       robo-async train --cfg [job|all] [overrides]"""
+
+
+def usage_lines() -> str:
+    """This command's usage, for `robo-async --help`."""
+    return USAGE.removeprefix("usage: ").replace("\n       ", "\n")
+
+
+def main(argv: list[str]) -> int:
+    """`robo-async train [overrides]`, `--cfg [job|all]` (the resolved config) or `--help`."""
+    if wants_help(argv):
+        print(hydra_help(USAGE, __doc__))
+        return 0
+    if any(a == "--cfg" or a.startswith("--cfg=") for a in argv):
+        # the resolved, typed config (overrides applied), nothing started; Hydra's own spelling
+        # (`--cfg job`, `--cfg=all`) is taken too
+        cfg = compose_config(without_cfg_flag(argv))
+        typed(cfg)
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+        return 0
+    return train(argv)
+
+
+def without_cfg_flag(args: list[str]) -> list[str]:
+    """The overrides of `train --cfg [job|hydra|all] [overrides]` (or `--cfg=job`)."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            if a in ("job", "hydra", "all"):
+                continue
+        if a == "--cfg":
+            skip = True
+            continue
+        if a.startswith("--cfg="):
+            continue
+        out.append(a)
+    return out
 
 
 def _resume_dir(overrides: list[str]) -> Path | None:

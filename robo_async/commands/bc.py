@@ -22,12 +22,31 @@ import yaml
 from omegaconf import OmegaConf
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from robo_async.commands.args import hydra_help, wants_help
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, PolicyArgs, make_actor_policy, make_robot, new_run_dir, task_args
 from robo_async.launch.schema import typed_config
 from robo_async.learner.algorithms.bc.config import BCOptions, offline_config
 from robo_async.learner.algorithms.bc.demos import check_demos
 from robo_async.learner.algorithms.bc.offline import clone, spec_of
+
+USAGE = """usage: robo-async bc policy=flow [overrides]
+       robo-async bc policy=smolvla task.cameras=[front] task.image_size=64
+       robo-async bc policy=tiny_vla
+       robo-async bc policy=flow policy.bc.from_store=<store dir>   (options: policy.bc.*)"""
+
+
+def usage_lines() -> str:
+    """This command's usage, for `robo-async --help`."""
+    return USAGE.removeprefix("usage: ").replace("\n       ", "\n")
+
+
+def main(argv: list[str]) -> int:
+    """`robo-async bc [overrides]`, or `--help`."""
+    if wants_help(argv):
+        print(hydra_help(USAGE, __doc__))
+        return 0
+    return bc(argv)
 
 
 def episodes_from_store(store_dir: Path, table: str = "demos") -> list[dict[str, np.ndarray]]:
