@@ -49,6 +49,7 @@ from robo_async.launch.tasks import (  # noqa: F401
 from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.algorithms.bc.config import BCOptions
 from robo_async.learner.config import LearnerConfig
+from robo_async.learner.metrics import WandbOptions
 from robo_async.transport.options import TransportOptions
 
 
@@ -190,6 +191,22 @@ def check_advertise(advertise: tuple[str, ...] | list[str] | None) -> tuple[str,
         if not port.isdigit() or not 1 <= int(port) <= 65535:
             raise ConfigError(f"{key}: the {what} address {address!r} has port {port!r}; ports are 1 to 65535")
     return advertise[0], advertise[1]
+
+
+def check_wandb(w: WandbOptions) -> None:
+    """`learner.wandb`: a known mode, and wandb installed when a project turns it on (else the
+    learner would fail at its start, again at each restart)."""
+    import importlib.util
+
+    from robo_async.learner.metrics import WandbSink
+
+    if w.mode not in WandbSink.MODES:
+        raise ConfigError(f"learner.wandb.mode must be one of {list(WandbSink.MODES)}, not {w.mode!r}")
+    if w.project and w.mode != "disabled" and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "learner.wandb.project is set but wandb is not installed: "
+            "pip install 'robo_async[wandb]' (or pip install wandb)"
+        )
 
 
 def check_key_lanes(keys_dir: str | None, actors: int, envs: int) -> None:
@@ -363,6 +380,7 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
     t = c.transport
     keys_dir = transport_keys(t, c.actors)
     advertise = check_advertise(t.advertise)
+    check_wandb(c.learner.wandb)
     learner = LearnerConfig(
         run_dir=str(run_dir),
         data_address=f"tcp://{t.host}:{t.data_port}",

@@ -68,3 +68,18 @@ def test_the_learner_section_carries_wandb_to_the_learner(tmp_path):
     plan = build_plan(compose_config(["learner.wandb.project=arm", "learner.wandb.mode=offline"]), tmp_path / "run")
     assert (plan.learner.wandb.project, plan.learner.wandb.mode) == ("arm", "offline")
     assert build_plan(compose_config([]), tmp_path / "off").learner.wandb.project is None  # off by default
+
+
+def test_a_bad_wandb_mode_or_a_missing_wandb_is_refused_at_plan_time(tmp_path, monkeypatch):
+    import importlib.util
+
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+    from robo_async.launch.schema import ConfigError
+
+    with pytest.raises(ConfigError, match="learner.wandb.mode"):
+        build_plan(compose_config(["learner.wandb.project=arm", "learner.wandb.mode=cloud"]), tmp_path / "a")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match="wandb is not installed"):
+        build_plan(compose_config(["learner.wandb.project=arm"]), tmp_path / "b")
