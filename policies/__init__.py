@@ -1,6 +1,7 @@
 """Policies: networks mapping observations to action chunks."""
 
 import policies.lerobot_chunk
+import policies.lerobot_dsrl
 import policies.onestep
 import policies.tiny_vla  # noqa: F401  (registers `tiny_vla`)
 from policies.base import ActionChunk, Policy, WeightsMismatch, available, make_policy, register

@@ -373,7 +373,7 @@ def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
     """A real LeRobot ACT (LeRobot's default size, ResNet-18 on a 96x96 camera, random init, CPU)
     beside the loop: its own latency, no injected delay. Success is meaningless (untrained); the
     loop's timing is the point."""
-    from policies.lerobot_chunk import build_lerobot_policy
+    from policies.lerobot_build import build_lerobot_policy
 
     spec = ReachTask().spec()
     act = build_lerobot_policy(

@@ -403,7 +403,7 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
     or trained here with `robo-async bc policy=tiny_vla` (the command users run; evaluated inline)."""
     figures: dict[str, object] = {}
     if args.get("smolvla", "true") == "true":
-        from policies.lerobot_chunk import build_lerobot_policy
+        from policies.lerobot_build import build_lerobot_policy
         from policies.tiny_backbone import tiny_smolvlm_for
         from sim import INSTRUCTIONS, ReachTask
 

@@ -85,7 +85,7 @@ def make_actor_policy(args: PolicyArgs, spec: RobotSpec, deterministic: bool = F
     if args.name == "lerobot":
         policy = _make_lerobot_policy(args, spec, opts)
     elif args.name == "lerobot_dsrl":  # algo=dsrl steering a frozen LeRobot policy (policy.path)
-        from policies.lerobot_chunk import SteeredLeRobotPolicy
+        from policies.lerobot_dsrl import SteeredLeRobotPolicy
 
         if not opts.get("path"):
             raise ConfigError("algo=dsrl steers a frozen policy: give policy.path=<a saved LeRobot policy directory>")
@@ -163,7 +163,7 @@ def load_policy_file(policy: Policy, path: Path) -> None:
 
 
 def _make_lerobot_policy(args: PolicyArgs, spec: RobotSpec, opts: dict) -> Policy:
-    from policies.lerobot_chunk import (
+    from policies.lerobot_build import (
         LeRobotPolicyUnavailable,
         build_lerobot_policy,
         load_lerobot_policy,

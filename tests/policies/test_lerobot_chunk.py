@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from policies.base import WeightsMismatch
-from policies.lerobot_chunk import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
+from policies.lerobot_build import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
 from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
 from sim import ReachConfig, ReachTask, SimRobot
 

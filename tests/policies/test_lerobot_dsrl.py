@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from policies.lerobot_chunk import SteeredLeRobotPolicy, build_lerobot_policy, load_lerobot_policy
+from policies.lerobot_build import build_lerobot_policy, load_lerobot_policy
+from policies.lerobot_dsrl import SteeredLeRobotPolicy
 from robo_async.learner.metrics import read_metrics
 
 pytest.importorskip("diffusers")

@@ -10,7 +10,7 @@ import torch
 
 from hal.safety import SafeRobot
 from policies.base import ChunkRequest
-from policies.lerobot_chunk import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
+from policies.lerobot_build import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
 from policies.tiny_backbone import BackboneFilesMissing, check_backbone_dir, instruction_tokenizer, make_tiny_smolvlm
 from robo_async.actor.loop import ControlLoop, LoopConfig
 from sim import INSTRUCTIONS, ReachConfig, ReachTask, SimRobot
@@ -152,7 +152,7 @@ def test_smolvla_from_the_policy_server(backbone):
 
 
 def test_dsrl_steers_smolvla(backbone):
-    from policies.lerobot_chunk import SteeredLeRobotPolicy
+    from policies.lerobot_dsrl import SteeredLeRobotPolicy
 
     steered = SteeredLeRobotPolicy(smolvla(backbone), noise_bound=1.5)
     assert steered.noise_shape == (8, 8)  # chunk x SmolVLA's padded action space

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from policies.embedding import EMBEDDING, FrozenEncoder
-from policies.lerobot_chunk import SteeredLeRobotPolicy
+from policies.lerobot_dsrl import SteeredLeRobotPolicy
 from policies.onestep import ChunkCritic, NoiseSteeredPolicy
 from robo_async.buffer.cache import window_targets
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, refuse_dagger, register, soft_update
@@ -92,7 +92,7 @@ class _LeRobotSteer:
 
 def lerobot_prior(spec: PolicySpec) -> SteeredLeRobotPolicy:
     """`policy=act policy.type=<type> policy.path=<a saved LeRobot policy>`, noise-steered."""
-    from policies.lerobot_chunk import LeRobotPolicyUnavailable, load_lerobot_policy
+    from policies.lerobot_build import LeRobotPolicyUnavailable, load_lerobot_policy
 
     path = spec.options.get("path")
     if not path:
