@@ -8,7 +8,7 @@
   attribute docstring, else the comment block right above it; a field without any shows an empty
   meaning (nothing is invented here).
 - `<!-- wire-kinds -->`: every message kind's fields, the transition columns and the limits, from
-  `robo_async/transport/` (`messages.py`, `checks.py`, `wire.py`).
+  `robo_async/transport/` (`messages.py`, `checks.py`, `kind_checks.py`, `limits.py`, `wire.py`).
 - `<!-- store-format -->`: the replay store's layout, from `lmdb_store.py` and `codec.py`.
 - `<!-- cli-usage -->` and `<!-- buffer-usage -->` become what `robo-async --help` and `robo-async
   buffer --help` print (`robo_async.cli.help_text`, from the registry of commands and benchmarks).
@@ -61,11 +61,12 @@ def on_page_markdown(markdown: str, page: object, config: object, files: object)
 
 def _transport_attrs() -> dict[str, Any]:
     """Public constants of the transport modules that define messages and their checks
-    (`wire.py`, and `messages.py`, `checks.py` where the code has them)."""
+    (`wire.py`, and `messages.py`, `checks.py`, `kind_checks.py`, `weight_checks.py`, `limits.py` where the code
+    has them)."""
     import importlib
 
     found: dict[str, Any] = {}
-    for name in ("wire", "messages", "checks"):
+    for name in ("wire", "messages", "checks", "kind_checks", "weight_checks", "limits"):
         try:
             module = importlib.import_module(f"robo_async.transport.{name}")
         except ImportError:
@@ -102,7 +103,7 @@ def wire_kinds() -> str:
         ]
         out += table(rows(cls, ""), "field")
         out.append("")
-    kinds = t.get("_KIND_FIELDS")
+    kinds = t.get("KIND_FIELDS")
     if kinds and not messages:
         common = ", ".join(f"`{k}`" for k in sorted(t.get("_HEADER", ())))
         out += [

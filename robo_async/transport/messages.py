@@ -1,6 +1,6 @@
 """The messages actors, the learner and the policy server exchange: frozen dataclasses, one per
-`kind`, with what each field means. `wire.py` turns them into frames and back (`checks.py` holds
-what a received one must satisfy)."""
+`kind`, with what each field means. `wire.py` turns them into frames and back (`checks.py`,
+`kind_checks.py`, `weight_checks.py` and `limits.py` hold what a received one must satisfy)."""
 
 from __future__ import annotations
 

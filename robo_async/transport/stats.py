@@ -1,6 +1,6 @@
 """An actor's running figures, as its heartbeat carries them to the learner (and on to the
 dashboard): one declared field per figure, so the actor that writes them, the wire check that
-refuses a bad one (`checks.actor_stats`) and the learner and dashboard that read them name the same
+refuses a bad one (`kind_checks.actor_stats`) and the learner and dashboard that read them name the same
 thing. Every field is optional: None means this actor has no such part (no teleop, no inference
 thread, no policy server) and is left out on the wire.
 

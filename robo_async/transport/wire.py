@@ -6,7 +6,8 @@ with one data frame holding its n encoded images back to back. A heartbeat's fig
 `"stats": {field: value}`, the `ActorStats` fields the actor filled.
 
 The message types live in `messages.py` (and `stats.py`), what a received message must satisfy
-in `checks.py`; this module encodes them and is where the rest of the code imports all three from:
+in `checks.py` (the envelope; each kind's fields in `kind_checks.py` and `weight_checks.py`, the limits
+in `limits.py`); this module encodes them and is where the rest of the code imports all three from:
 
     frames = encode(msg)                  # socket.send_multipart(frames, copy=False)
     msg = decode(frames)                  # WireError naming what was wrong, never a crash
@@ -20,15 +21,9 @@ import msgpack
 import numpy as np
 import zmq
 
-from robo_async.transport.checks import (
-    EPISODE_LABELS,
-    MAX_ACTOR_ID,
-    MAX_COUNT,
-    MAX_FIGURE,
-    MAX_FRAMES,
-    actor_stats,
-    decode,
-)
+from robo_async.transport.checks import decode
+from robo_async.transport.kind_checks import actor_stats
+from robo_async.transport.limits import EPISODE_LABELS, MAX_ACTOR_ID, MAX_COUNT, MAX_FIGURE, MAX_FRAMES
 from robo_async.transport.messages import (
     DTYPES,
     FINAL_OBS,

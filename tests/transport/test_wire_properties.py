@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from robo_async.buffer.codec import encode_image
-from robo_async.transport.checks import MAX_HEADER_BYTES
+from robo_async.transport.limits import MAX_HEADER_BYTES
 from robo_async.transport.stats import FIELD_TYPES, HIST_EDGES_MS, ActorStats
 from robo_async.transport.weights import PushConfig, encode_push, keyframe_of
 from robo_async.transport.wire import (
