@@ -369,7 +369,7 @@ def run(kind: Kind, args: dict[str, str]) -> int:
                 fill.unlink(missing_ok=True)
                 fill_until = None
                 print(f"  t={now - t0:>6.0f} s  disk space given back", flush=True)
-            from robo_async.launch.supervisor import read_events
+            from robo_async.launch.restarts import read_events
 
             readies = [e for e in read_events(run_dir) if e["event"] == "ready" and e["who"] == "learner"]
             for _ in readies[ready_seen:]:  # a learner restart's effect ends when it is back
@@ -443,7 +443,7 @@ def run(kind: Kind, args: dict[str, str]) -> int:
             h.end = next((t for t in acks.get(h.actor, []) if t > h.t), t_end)
 
     from robo_async.buffer.lmdb_store import PersistentReplayStore
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
     from robo_async.learner.metrics import read_metrics
 
     seqs: dict[int, list[int]] = {}

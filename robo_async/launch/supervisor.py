@@ -1,4 +1,4 @@
-"""The one supervisor: restart rules, and the loop that applies them on every runner (serial,
+"""The one supervisor: the loop that applies the restart rules (restarts.py) on every runner (serial,
 local, Ray; runner.py holds the interface they implement; the rules' settings, `launcher.supervise`,
 are `options.RestartPolicy`).
 
@@ -7,14 +7,8 @@ A learner that dies (any exit but a clean one after "done") or stops reporting f
 and started again from its last checkpoint and the store, on the same addresses, so actors
 reconnect by themselves and resend what was not acked. Actors that crash are restarted too (a lost
 robot is not: that robot is held and closed; one whose port went away, a pulled cable, rejoins when
-the port is back). Each process has a restart budget: at most
-`restarts` within `window_s`, waiting `backoff_s`, doubled per recent restart up to
-`max_backoff_s`; past the budget the run stops and says what failed and how often.
-
-    policy = plan.launcher.supervise
-    budget = RestartBudget("learner", policy)
-    delay = budget.next_delay(now)            # None: budget spent -> RunFailed(budget.exhausted(why))
-    budget.record(now, why); log.event(...)   # then start it again after `delay`
+the port is back). Each process has a restart budget (restarts.py); past it the run stops and says
+what failed and how often.
 
     result = Supervisor(plan, LocalRunner(plan), display).run()   # the loop, over any runner
 
@@ -37,13 +31,11 @@ import json
 import logging
 import os
 import time
-from collections import deque
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from robo_async.launch.options import RestartPolicy
 from robo_async.launch.plan import TrainPlan
 from robo_async.launch.progress import ProgressDisplay
+from robo_async.launch.restarts import EventLog, RestartBudget, restart_config
 from robo_async.launch.runner import Exit, Proc, Ready, RunFailed, Runner, RunResult
 from robo_async.learner.config import LearnerConfig
 
@@ -52,92 +44,7 @@ if TYPE_CHECKING:  # imported only when a dashboard starts (start_dashboard)
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "EventLog",
-    "RestartBudget",
-    "RunFailed",
-    "RunResult",
-    "Supervisor",
-    "actor_addresses",
-    "read_events",
-    "restart_config",
-    "start_dashboard",
-]
-
-
-class RestartBudget:
-    """Restart bookkeeping of one process (bounded: only restarts inside the window are kept)."""
-
-    def __init__(self, who: str, policy: RestartPolicy) -> None:
-        self.who = who
-        self.policy = policy
-        self.total = 0
-        self._recent: deque[float] = deque()
-        self.last_why = ""
-
-    def next_delay(self, now: float) -> float | None:
-        """Seconds to wait before the next restart, or None when the budget is spent."""
-        p = self.policy
-        while self._recent and now - self._recent[0] > p.window_s:
-            self._recent.popleft()
-        if len(self._recent) >= p.restarts:
-            return None
-        return min(p.backoff_s * 2 ** len(self._recent), p.max_backoff_s)
-
-    def record(self, now: float, why: str) -> None:
-        self._recent.append(now)
-        self.total += 1
-        self.last_why = why
-
-    def claim(self, why: str) -> float:
-        """Record a restart for `why` and return the wait before it; RunFailed when the budget is spent."""
-        now = time.monotonic()
-        delay = self.next_delay(now)
-        if delay is None:
-            raise RunFailed(self.exhausted(why))
-        self.record(now, why)
-        return delay
-
-    def exhausted(self, why: str) -> str:
-        p = self.policy
-        return (
-            f"{self.who} failed {len(self._recent) + 1} times within {p.window_s:.0f} s "
-            f"(restart budget launcher.supervise.restarts={p.restarts}); last: {why}"
-        )
-
-
-class EventLog:
-    """`<run_dir>/supervisor.jsonl`: one line per failure and restart, for people and benchmarks."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / "supervisor.jsonl"
-
-    def write(self, event: str, who: str, **fields: object) -> None:
-        line = json.dumps({"t": time.time(), "event": event, "who": who, **fields})
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-
-
-def read_events(run_dir: Path) -> list[dict]:
-    path = run_dir / "supervisor.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def restart_config(cfg: LearnerConfig, bind: tuple[str, str], restarted: int) -> LearnerConfig:
-    """The same learner on the same addresses (actors reconnect by themselves), from its last
-    checkpoint if it wrote one, else counting what the store holds as this run's env steps."""
-    ckpts = Path(cfg.run_dir) / "checkpoints"
-    has_ckpt = any(ckpts.glob("ckpt_*.safetensors")) if ckpts.exists() else False
-    return dataclasses.replace(
-        cfg,
-        data_address=bind[0],
-        weights_address=bind[1],
-        resume=has_ckpt,
-        count_stored=not has_ckpt,
-        restarted=restarted,
-    )
+__all__ = ["RunFailed", "RunResult", "Supervisor", "actor_addresses", "start_dashboard"]
 
 
 def actor_addresses(ready: Ready, advertise: tuple[str, str] | None) -> tuple[str, str]:
@@ -177,7 +84,7 @@ class Supervisor:
     def __init__(self, plan: TrainPlan, runner: Runner, display: ProgressDisplay) -> None:
         self.plan, self.runner, self.display = plan, runner, display
         self.policy = plan.launcher.supervise
-        self.events = EventLog(plan.run_dir)
+        self.events = EventLog(plan.run_dir, lambda: time.time())  # (late-bound: the loop's clock stands in in tests)
         self.by_id = {cfg.actor_id: cfg for cfg in plan.actors}
         self.learner_budget = RestartBudget("the learner", self.policy)
         self.actor_budgets = {a: RestartBudget(f"actor {a}", self.policy) for a in self.by_id}
@@ -365,7 +272,7 @@ class Supervisor:
         )
         if not self.runner.restarts_learner:
             raise RunFailed(f"the learner failed: {why}; launcher={self.runner.name} does not restart it")
-        delay = self.learner_budget.claim(why)
+        delay = self.learner_budget.claim(why, time.monotonic())
         self.display.message(
             f"[red]the learner (pid {learner.pid()}) failed: {why}; restarting it in {delay:.0f} s "
             f"from its last checkpoint and the store (restart {self.learner_budget.total}); "
@@ -424,7 +331,7 @@ class Supervisor:
             if self.stopping:
                 continue
             budget = self.actor_budgets[aid]
-            delay = budget.claim(why)
+            delay = budget.claim(why, time.monotonic())
             self.display.message(
                 f"[red]{who} (pid {p.pid()}) died: {why}; restarting it in {delay:.0f} s "
                 f"(restart {budget.total}); it resends what it journaled[/]"

@@ -195,7 +195,7 @@ def pids_of(run_dir):
 def learner_killed_comes_back(run_dir, local):
     """kill -9 the learner: a new learner process, started by the supervisor after its backoff,
     reports again from its checkpoint; the real-time actor kept running (and counted the outage)."""
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     wait_for(lambda: checkpoint.list_checkpoints(run_dir / "checkpoints"), what="a checkpoint")
     before = pids_of(run_dir)
@@ -228,7 +228,7 @@ def learner_killed_comes_back(run_dir, local):
 def actor_killed_comes_back(run_dir, sig):
     """kill -9 (or SIGSTOP: hung) actor 0: the supervisor starts a new one, which numbers on from
     its journal and feeds the learner. Returns (the old pid, env steps when the new one was up)."""
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     wait_for_env_steps(run_dir, 100)
     old = pids_of(run_dir)["actor 0"]
@@ -362,7 +362,7 @@ def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_them
     2. actor 0 killed (-9) is restarted and resends what it journaled;
     3. actor 0 frozen (SIGSTOP, as a deadlock or a stuck driver call would) stops reaching the
        learner; the supervisor kills it after liveness_s and starts it again."""
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     local = runner == "local"
     run_dir = tmp_path / runner
@@ -497,7 +497,7 @@ def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     run_dir = tmp_path / "ray"
     # a budget long enough for the LeRobot-backed actor to start (it imports LeRobot) under load

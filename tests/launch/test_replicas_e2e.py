@@ -24,7 +24,7 @@ STEPS = 2000
 
 def group_comes_back(run_dir, seen):
     """The events since `seen`: the learner group failed, was restarted and is ready again."""
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     wait_for(lambda: [e for e in read_events(run_dir)[seen:] if e["event"] == "ready"], what="the learner group back")
     events = read_events(run_dir)[seen:]
@@ -44,7 +44,7 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
     2. rank 0 frozen (SIGSTOP) and the replica killed: the frozen rank cannot end by itself, the
        group ends it (else it would hold the ports and the new group could not bind);
     3. the replica frozen: rank 0 waits on it, stops reporting, and is judged hung (liveness_s)."""
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     run_dir = tmp_path / "replicas"
     proc, pids = start_training(
@@ -111,7 +111,7 @@ def test_on_ray_the_replicas_are_ray_actors_and_a_killed_one_restarts_the_group(
     of its own joining it (a local Ray here; on a cluster it goes wherever there is room). The
     replica killed (-9): the group restarts from its checkpoint, the event names rank 1, and the
     run finishes with every acked row once."""
-    from robo_async.launch.supervisor import read_events
+    from robo_async.launch.restarts import read_events
 
     run_dir = tmp_path / "ray-replicas"
     proc, pids = start_training(

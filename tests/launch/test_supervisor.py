@@ -13,11 +13,11 @@ import pytest
 
 from robo_async.launch import supervisor
 from robo_async.launch.options import RestartPolicy
+from robo_async.launch.restarts import read_events
 from robo_async.launch.runner import Exit, Ready
 from robo_async.launch.supervisor import (
     RunFailed,
     Supervisor,
-    read_events,
 )
 
 
