@@ -126,7 +126,8 @@ def _our_push(
     as an algorithm declares its untrained parameters (Algorithm.frozen_weights); else every
     array is compared with the keyframe."""
     from robo_async.transport.curve import LearnerAuth
-    from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
+    from robo_async.transport.publisher import WeightPublisher
+    from robo_async.transport.snapshots import snapshot_bytes
     from robo_async.transport.weights import PushConfig
     from robo_async.transport.wire import LearnerStatus, Weights
 

@@ -32,7 +32,8 @@ from robo_async.learner.metrics import MetricsLogger, RateWindows
 from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
 from robo_async.learner.reporting import LearnerReporting
 from robo_async.transport.channels import TransitionReceiver
-from robo_async.transport.publisher import WeightPublisher, snapshot_bytes
+from robo_async.transport.publisher import WeightPublisher
+from robo_async.transport.snapshots import snapshot_bytes
 from robo_async.transport.wire import (
     MAX_ACTOR_ID,
     Heartbeat,

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import zmq
 
+from robo_async.transport.assembler import Assembler
 from robo_async.transport.curve import LearnerAuth, admitted, owns
-from robo_async.transport.weights import Assembler
 from robo_async.transport.wire import (
     MAX_FRAMES,
     LearnerStatus,

@@ -6,9 +6,10 @@ import time
 import numpy as np
 import pytest
 
+from robo_async.transport.assembler import Assembler
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.publisher import WeightPublisher
-from robo_async.transport.weights import Assembler, PushConfig, encode_push, transmitted
+from robo_async.transport.weights import PushConfig, encode_push, transmitted
 from robo_async.transport.wire import WeightPart, Weights, decode, encode
 
 
@@ -276,7 +277,7 @@ def test_the_publisher_copies_only_arrays_that_are_views_of_live_cpu_tensors():
 
 
 def test_a_snapshot_copies_every_array_into_one_block_and_keeps_what_it_is_told_to():
-    from robo_async.transport.publisher import snapshot
+    from robo_async.transport.snapshots import snapshot
 
     arrays = {
         "w": np.arange(12, dtype=np.float32).reshape(3, 4),
@@ -413,7 +414,7 @@ def test_snapshot_blocks_are_reused_only_once_nothing_refers_to_them():
     """publish()'s copies go into blocks reused from push to push (fresh memory costs page faults);
     a block still referred to (a push being sent, its frames in ZMQ, a keyframe kept) is never
     written over."""
-    from robo_async.transport.publisher import SnapshotBlocks, snapshot, snapshot_bytes
+    from robo_async.transport.snapshots import SnapshotBlocks, snapshot, snapshot_bytes
 
     arrays = {"w": np.arange(1000, dtype=np.float32), "b": np.ones(7, np.float64)}
     blocks = SnapshotBlocks(keep=2, prefault=snapshot_bytes(arrays))
@@ -566,7 +567,8 @@ def test_a_keyframe_goes_out_while_publish_still_copies_but_no_part_before_its_a
 def test_a_half_precision_push_converts_in_the_snapshot_and_the_actor_gets_float32_back():
     """With precision=fp16 the publisher's copy is the conversion (float32 held as float16: half
     the block, no second pass), and the actor turns each array back to float32 as it is checked."""
-    from robo_async.transport.publisher import _layout, snapshot_bytes
+    from robo_async.transport.snapshots import snapshot_bytes
+    from robo_async.transport.snapshots import snapshot_layout as _layout
 
     w = policy(8, big=300_000)
     assert snapshot_bytes(w, precision="fp16") < 0.6 * snapshot_bytes(w)
