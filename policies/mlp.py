@@ -135,7 +135,7 @@ class MLPPolicy(Policy):
         self.hidden = tuple(hidden)
         self.dt = dt
         self.deterministic = deterministic
-        from policies.flow import ImageEncoder
+        from policies.networks import ImageEncoder
 
         self.cameras, self.image_size = tuple(cameras), int(image_size)
         # with cameras: one conv encoder over every camera (trained by SAC's critic), its

@@ -21,7 +21,8 @@ from torch import nn
 
 from policies.base import ActionChunk, ChunkRequest, Policy, register
 from policies.embedding import FrozenEncoder
-from policies.flow import ChunkNorm, FlowChunkPolicy, ImageEncoder
+from policies.flow import FlowChunkPolicy
+from policies.networks import ChunkNorm, ImageEncoder
 
 
 def mlp(dims: list[int], out: int, layer_norm: bool = False) -> nn.Sequential:

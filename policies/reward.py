@@ -16,7 +16,7 @@ from torch import nn
 
 from hal.robot import Robot
 from hal.spec import Observation, Outcome, RobotSpec
-from policies.flow import ImageEncoder
+from policies.networks import ImageEncoder
 
 WEIGHTS, META = "reward_classifier.safetensors", "reward_classifier.json"
 

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from policies.base import register
-from policies.flow import FlowChunkPolicy, FlowNet
+from policies.flow import FlowChunkPolicy
+from policies.networks import FlowNet
 
 TEXT_LEN = 12  # tokens per instruction (longer ones are cut)
 

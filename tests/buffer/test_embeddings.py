@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from policies.embedding import FrozenEncoder, encoder_version, show_version
-from policies.flow import ImageEncoder
+from policies.networks import ImageEncoder
 from robo_async.buffer.codec import encode_frames
 from robo_async.buffer.embeddings import EmbeddingMismatch, check_store_versions, embed_batch
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
