@@ -10,7 +10,7 @@ change it makes to an action is counted in `SafetyStats` (metrics under `safety/
   far target is approached along a ramp; it may shrink at once (slowing down, stopping is never
   limited). `clipped` counts actions with any clip;
 - workspace: a check on the joint target (e.g. end effector inside a box, via the robot's forward
-  kinematics): hold if outside (`workspace`);
+  kinematics, workspace.py): hold if outside (`workspace`);
 - e-stop (from any teleop device or the operator): latched, every action becomes a hold until
   `clear_estop()` (`estopped`); `stop()` also holds the measured position at once (`stops`);
 - watchdog: with `watchdog_s`, a thread re-commands the last target when the control loop sends
@@ -35,6 +35,7 @@ import numpy as np
 
 from hal.robot import Robot, RobotError, innermost
 from hal.spec import Observation, Outcome, RobotSpec, SpecMismatch
+from hal.workspace import WorkspaceCheck
 
 log = logging.getLogger(__name__)
 
@@ -59,24 +60,6 @@ class SafetyStats:
     stops: int = 0  # stop() calls: e-stop latched and the measured position held at once
     watchdog_holds: int = 0  # holds commanded because no action arrived in time
     torque_offs: int = 0  # torque turned off (no action for torque_off_s, or disable_torque())
-
-
-WorkspaceCheck = Callable[[np.ndarray], str | None]  # joint target -> None, or why it is outside
-
-
-class WorkspaceBox:
-    """End effector inside an axis-aligned box (m), using the robot's forward kinematics."""
-
-    def __init__(
-        self, fk: Callable[[np.ndarray], np.ndarray], low: tuple[float, float, float], high: tuple[float, float, float]
-    ) -> None:
-        self._fk, self.low, self.high = fk, np.asarray(low), np.asarray(high)
-
-    def __call__(self, q: np.ndarray) -> str | None:
-        p = self._fk(q)
-        if np.all(p >= self.low) and np.all(p <= self.high):
-            return None
-        return f"end effector would be at {np.round(p, 3).tolist()}, outside {self.low.tolist()}..{self.high.tolist()}"
 
 
 class SafeRobot(Robot):

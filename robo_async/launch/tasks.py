@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, fields
 from omegaconf import DictConfig, OmegaConf
 
 from hal.robot import Robot
-from hal.safety import SafeRobot, WorkspaceBox
+from hal.safety import SafeRobot
 from hal.spec import RobotSpec
+from hal.workspace import WorkspaceBox
 from robo_async.launch.schema import ConfigError, check_task
 from sim import TASKS, SimImperfections, SimRobot
 

@@ -72,7 +72,7 @@ def test_spec_check_action_message():
 
 
 def test_workspace_box_holds_targets_outside(robot):
-    from hal.safety import WorkspaceBox
+    from hal.workspace import WorkspaceBox
 
     sim = robot.inner
     here = sim.ee_position(robot.get_observation().state)
