@@ -11,7 +11,7 @@ datasets); the LeRobot adapter, the LeRobot policies (`units: deg`) and dataset 
 `Rescale` is one entry a task's own environment reports in another range than the task gives it
 (gym_hil's gripper command: the actuator's 0..255 in its `agent_pos`, a fraction 0..1 in our
 state), declared next to the task so that data recorded from the raw environment can be converted
-on import (robo_async/buffer/lerobot_io.py).
+on import (robo_async/buffer/lerobot_import.py).
 
     units = LeRobotUnits(["shoulder_pan.pos", ..., "gripper.pos"], spec.joint_low, spec.joint_high)
     q = units.to_hal(device.get_observation())           # rad, float32 [A]

@@ -134,7 +134,7 @@ def import_source(
     `target`: the task the rows are for; a LeRobotDataset is converted to its units or refused
     (`ImportMismatch`, before anything is stored; see `lerobot_io`). Without one, a dataset in
     LeRobot's motor units is refused (no joint limits to convert with)."""
-    from robo_async.buffer.lerobot_io import read_lerobot
+    from robo_async.buffer.lerobot_import import read_lerobot
 
     source = store_path(Path(source))
     tag = IMPORT_ACTOR_BASE + (zlib.crc32(str(source.resolve()).encode()) % (1 << 16)) * (1 << 8)
