@@ -1,10 +1,9 @@
-"""The Ray launcher: the learner as a Ray actor (on a GPU node when the cluster has one), each
-actor as a Ray task placed on the node whose resources include its robot. The data plane stays
-ZMQ; Ray only places and supervises processes: a learner that dies or stops reporting is
-restarted on the same node and addresses from its checkpoint and the store, crashed actor tasks
-are started again, hung real-time actors are killed and restarted: the one loop of
-supervisor.py, over the Ray runner below. What runs inside Ray's processes (the learner, its
-replicas, each actor) is ray_workers.py.
+"""The Ray launcher: the learner as a Ray actor (on a GPU node when the cluster has one), each actor as
+a Ray task placed on the node whose resources include its robot (what runs in them: ray_workers.py).
+The data plane stays ZMQ; Ray only places and supervises processes: a learner that dies or stops
+reporting is restarted on the same node and addresses from its checkpoint and the store, crashed
+actor tasks are started again, hung real-time actors are killed and restarted: the one loop of
+supervisor.py, over the Ray runner below.
 
 Robots are Ray custom resources named by their resource id: start a robot machine with
 `ray start --address=HEAD --resources='{"robot:so101_follower/left": 1}'` (`robo-async resources
