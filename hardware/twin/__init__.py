@@ -3,6 +3,7 @@
 LeRobot's own `so101_follower` and `so101_leader` run unchanged against it (see `server.py`)."""
 
 from hardware.twin.arm import MOTORS, TwinArm
-from hardware.twin.server import Twin, TwinControl
+from hardware.twin.client import TwinControl
+from hardware.twin.server import Twin
 
 __all__ = ["MOTORS", "Twin", "TwinArm", "TwinControl"]

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from hardware.twin.client import TwinControl
 from hardware.twin.protocol import PING, instruction_packet, status_packet
-from hardware.twin.server import TwinControl
 
 # The twin answers from another process, which a loaded 2-core machine may not run within the
 # ~50 ms LeRobot's SDK waits (a late answer is then taken as the next request's): the robot and

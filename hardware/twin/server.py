@@ -16,20 +16,17 @@ control address. The control socket (ZMQ REP on loopback, msgpack maps) takes:
                                              (rad, as the ticks sent stand for them), from the k-th on
 
 A pulled cable closes the pseudo-terminal and removes the port's link (the host's next read or
-write fails, as with a real USB adapter); a replug opens a new one behind the same link.
+write fails, as with a real USB adapter); a replug opens a new one behind the same link (port.py). The
+camera feed is camera.py, the control socket's client `TwinControl` client.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-import select
 import tempfile
 import threading
-import time
-import tty
 from pathlib import Path
 
 import msgpack
@@ -37,135 +34,17 @@ import numpy as np
 import zmq
 
 from hardware.twin.arm import MOTORS, TwinArm
+from hardware.twin.camera import CameraFeed
+from hardware.twin.port import PtyPort
 from hardware.twin.protocol import ServoBus
 
-log = logging.getLogger(__name__)
 CALIBRATION_SUBDIR = {"follower": "robots/so_follower", "leader": "teleoperators/so_leader"}
-
-
-class PtyPort:
-    """A servo bus on a pseudo-terminal, reachable at `link` (a symlink to the terminal)."""
-
-    def __init__(self, bus: ServoBus, link: Path, lock: threading.RLock) -> None:
-        self.bus, self.link, self.lock = bus, link, lock
-        self._fds: tuple[int, int] | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.plugged = False
-
-    def open(self) -> None:
-        """Plug the cable: a new terminal behind `link`, answered by a thread."""
-        master, slave = os.openpty()
-        tty.setraw(slave)
-        self._fds = (master, slave)  # the slave stays open here: reads on the master never see EOF
-        tmp = self.link.with_suffix(".tmp")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        os.symlink(os.ttyname(slave), tmp)
-        os.replace(tmp, self.link)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._serve, args=(master,), name=f"twin-{self.link.stem}", daemon=True)
-        self._thread.start()
-        self.plugged = True
-
-    def _serve(self, master: int) -> None:
-        while not self._stop.is_set():
-            try:
-                ready, _, _ = select.select([master], [], [], 0.1)
-                if not ready:
-                    continue
-                data = os.read(master, 4096)
-                with self.lock:
-                    out = self.bus.feed(data)
-                while out:
-                    out = out[os.write(master, out) :]
-            except InterruptedError:
-                continue
-            except OSError as e:
-                if not self._stop.is_set():  # not unplugged by us: say so (the host sees a dead bus)
-                    log.error("twin port %s stopped answering: %s", self.link, e)
-                return
-            except Exception:  # a bug in the twin: said, and the port stops as a dead bus would
-                log.exception("twin port %s failed", self.link)
-                return
-
-    def close(self) -> None:
-        """Pull the cable: the terminal goes away and so does the link."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._thread = None
-        if self._fds is not None:
-            for fd in self._fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._fds = None
-        with contextlib.suppress(FileNotFoundError):
-            self.link.unlink()
-        self.plugged = False
 
 
 def write_calibration(arm: TwinArm, path: Path) -> None:
     """LeRobot's calibration file (`MotorCalibration` fields per motor) for `arm`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(arm.calibration(), indent=4))
-
-
-class CameraFeed:
-    """The follower's `front` camera as LeRobot's `ZMQCamera` receives one: JPEG frames of the
-    simulated arm, base64 in a JSON message (`{"timestamps": {name: t}, "images": {name: b64}}`),
-    published on a ZMQ PUB socket at `fps`. `delivering = False` stops the frames (a camera that
-    hangs: LeRobot's reader then finds its latest frame too old)."""
-
-    def __init__(
-        self, arm: TwinArm, ctx: zmq.Context, *, fps: float = 10.0, size: int = 96, name: str = "front"
-    ) -> None:
-        self.arm, self.fps, self.size, self.name = arm, fps, size, name
-        self.sock = ctx.socket(zmq.PUB)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        self.delivering = True
-        self.frames = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="twin-camera", daemon=True)
-
-    def start(self) -> None:
-        """Publish until `close()`."""
-        self._thread.start()
-
-    def _run(self) -> None:
-        import base64
-
-        import cv2
-        import mujoco
-
-        try:
-            renderer = mujoco.Renderer(self.arm.model, self.size, self.size)
-        except Exception:  # no GL here: the camera is absent, said once
-            log.exception("twin camera: cannot render (set MUJOCO_GL=egl or osmesa)")
-            return
-        while not self._stop.wait(1.0 / self.fps):
-            if not self.delivering:
-                continue
-            with self.arm.lock:
-                renderer.update_scene(self.arm.data, camera=self.name)
-            rgb = renderer.render()
-            ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
-            if ok:
-                msg = {
-                    "timestamps": {self.name: time.time()},
-                    "images": {self.name: base64.b64encode(jpeg.tobytes()).decode()},
-                }
-                self.sock.send_string(json.dumps(msg))
-                self.frames += 1
-        renderer.close()
-
-    def close(self) -> None:
-        """Stop publishing and close the socket."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
-        self.sock.close()
 
 
 class Twin:
@@ -343,42 +222,6 @@ class Twin:
             self._sock.close()
         if self._ctx is not None:
             self._ctx.term()
-
-
-class TwinControl:
-    """A client of a twin's control socket (tests, benchmarks, the virtual operator)."""
-
-    def __init__(self, address: str, timeout_ms: int = 5000) -> None:
-        self._ctx = zmq.Context.instance()
-        self.address, self.timeout_ms = address, timeout_ms
-        self._sock = self._connect()
-
-    def _connect(self) -> zmq.Socket:
-        s = self._ctx.socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
-        s.connect(self.address)
-        return s
-
-    def __call__(self, cmd: str, **fields: object) -> dict:
-        """Send one command; its reply (raises RuntimeError on the twin's error or a timeout)."""
-        for k, v in fields.items():
-            if isinstance(v, np.ndarray):
-                fields[k] = v.tolist()
-        self._sock.send(msgpack.packb({"cmd": cmd, **fields}))
-        try:
-            reply = msgpack.unpackb(self._sock.recv(), raw=False)
-        except zmq.Again:
-            self._sock.close()
-            self._sock = self._connect()
-            raise RuntimeError(f"twin at {self.address} did not answer {cmd!r}") from None
-        if "error" in reply:
-            raise RuntimeError(f"twin: {reply['error']}")
-        return reply
-
-    def close(self) -> None:
-        """Close the socket."""
-        self._sock.close()
 
 
 def camera_override(info: dict) -> str:
