@@ -221,6 +221,8 @@ def _chunk_reply(header: Header, arrays: Arrays) -> ChunkReply:
 
 
 def transitions(header: Header, arrays: dict[str, np.ndarray | Frames]) -> TransitionBatch:
+    """A transitions message: the required columns, one batch size, known columns with their dtypes and
+    finite floats; a refusal names the stream range (`WireError.stream`) so the learner can pass over it."""
     required = {"action", "reward", "terminated", "truncated", "policy_version"}
     missing = required - arrays.keys()
     if missing:

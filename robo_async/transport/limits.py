@@ -52,6 +52,7 @@ Arrays = dict[str, np.ndarray]
 
 
 def read_int(header: Header, name: str, lo: int, hi: int, default: object = MISSING) -> int:
+    """Header field `name` (or `default` when absent), an int in [lo, hi]; WireError otherwise."""
     value = header.get(name, default)
     if type(value) is not int or not lo <= value <= hi:
         raise WireError(f"header field '{name}' is {show(value)}, expected an int in [{lo}, {hi}]")
@@ -59,6 +60,7 @@ def read_int(header: Header, name: str, lo: int, hi: int, default: object = MISS
 
 
 def read_bool(header: Header, name: str, default: object = MISSING) -> bool:
+    """Header field `name` (or `default` when absent), true or false; WireError otherwise."""
     value = header.get(name, default)
     if type(value) is not bool:
         raise WireError(f"header field '{name}' is {show(value)}, expected true or false")
@@ -66,6 +68,7 @@ def read_bool(header: Header, name: str, default: object = MISSING) -> bool:
 
 
 def read_text(header: Header, name: str, default: object = MISSING, max_len: int = MAX_TEXT) -> str:
+    """Header field `name` (or `default` when absent), a string of at most `max_len` chars; WireError otherwise."""
     value = header.get(name, default)
     if type(value) is not str or len(value) > max_len:
         raise WireError(f"header field '{name}' is {show(value)}, expected a string of at most {max_len} chars")
@@ -73,6 +76,7 @@ def read_text(header: Header, name: str, default: object = MISSING, max_len: int
 
 
 def read_finite(header: Header, name: str) -> float:
+    """Header field `name`, a finite number (at most 1e30 in size) as a float; WireError otherwise."""
     value = header.get(name, MISSING)
     if not isinstance(value, (int, float)) or type(value) is bool or not math.isfinite(value) or abs(value) > 1e30:
         raise WireError(f"header field '{name}' is {show(value)}, expected a finite number")

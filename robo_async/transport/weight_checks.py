@@ -24,6 +24,8 @@ from robo_async.transport.messages import DTYPES, WeightPart, Weights, WireError
 
 
 def weight_part(header: Header, arrays: Arrays) -> WeightPart:
+    """A `wpart` message: version, part and base in range, the precision, part 0's manifest (names
+    unique, shapes, dtypes, digests), the per-array sums and the pieces (d:|i:|v:<name>:<offset>, 1-D, finite)."""
     version = read_int(header, "version", 0, MAX_COUNT)
     parts = read_int(header, "parts", 1, 1 << 20)
     part = read_int(header, "part", 0, parts - 1)
@@ -97,6 +99,7 @@ def weight_part(header: Header, arrays: Arrays) -> WeightPart:
 
 
 def weights(header: Header, arrays: Arrays) -> Weights:
+    """A whole `weights` message: every float finite (checked in slices, no full-size temporary)."""
     for k, a in arrays.items():
         flat = a.reshape(-1) if a.dtype.kind == "f" else a.reshape(-1)[:0]  # (a 0-d array too)
         for lo in range(0, flat.size, 1 << 22):  # in slices: no full-size temporary for a big policy
