@@ -29,7 +29,6 @@ ALLOWED: dict[str, str] = {
     "robo_async/bench/learn.py": TODO,
     "robo_async/bench/remote_inference.py": TODO,
     "robo_async/bench/twin.py": TODO,
-    "robo_async/buffer/lmdb_store.py": TODO,
     "robo_async/commands/bc.py": TODO,
     "robo_async/launch/builders.py": TODO,
     "robo_async/launch/schema.py": TODO,

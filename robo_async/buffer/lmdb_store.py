@@ -18,9 +18,13 @@ A batch becomes durable when its group commit returns (fsync). Acks only ever co
 transitions, and the (actor, seq) high-water marks are written in the same transaction as the
 data, so a resend after any crash is either new (stored) or a duplicate (dropped), never both.
 
-The store composes its parts: the group commit (ingest.py: writer and committer threads), the
-pager (pager.py: older records into the RAM cache) and retention (retention.py: limits, archive,
-disk monitor), each given handles and counts, none editing the store's fields.
+This module holds the store's life (open, recover, close) and its stream's bookkeeping (`insert`,
+`refuse`, `ack`: the accepted and committed high-water marks, the queue's backpressure). The class is
+made of two more parts: its group commit's writer and committer threads (commit_threads.py, over
+ingest.py's functions) and its reading side (store_reads.py: rows, samples from the RAM caches, the
+pager thread, status). It composes the pager (pager.py: older records into the RAM cache) and
+retention (retention.py: limits, archive, disk monitor), each given handles and counts, none editing
+the store's fields.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import lmdb
@@ -37,13 +41,14 @@ import msgpack
 import numpy as np
 
 from robo_async.buffer.cache import TableCache
-from robo_async.buffer.codec import CODECS, CorruptRecord, Schema, decode_batch_frames, peek_record
-from robo_async.buffer.ingest import Encoders, Pending, Prepared, feed_caches, frame_jobs, next_group, write_group
+from robo_async.buffer.codec import CODECS, CorruptRecord, Schema, decode_batch_frames
+from robo_async.buffer.commit_threads import CommitThreads
+from robo_async.buffer.ingest import Encoders, Pending, Prepared
 from robo_async.buffer.layout import MIRROR, TABLES, Handles, StoreConfig, StoreError, index_key, read_int
-from robo_async.buffer.pager import page
 from robo_async.buffer.recovery import read_meta, rebuild_high_water, repair_tail
 from robo_async.buffer.retention import Retention
 from robo_async.buffer.store import ReplayError, ReplayStore
+from robo_async.buffer.store_reads import StoreReads
 from robo_async.transport.wire import Frames, TransitionBatch, WireError, expand_next_obs, standard_columns
 
 __all__ = ["MIRROR", "TABLES", "PersistentReplayStore", "StoreConfig", "StoreError"]
@@ -51,7 +56,7 @@ __all__ = ["MIRROR", "TABLES", "PersistentReplayStore", "StoreConfig", "StoreErr
 log = logging.getLogger(__name__)
 
 
-class PersistentReplayStore(ReplayStore):
+class PersistentReplayStore(CommitThreads, StoreReads, ReplayStore):
     """The learner's replay store: tables of transitions on LMDB (durable once committed) with a
     RAM cache per table for sampling. Open it before use, close it after (see the module's
     docstring); `check()` raises if one of its threads died."""
@@ -92,30 +97,6 @@ class PersistentReplayStore(ReplayStore):
         self._fail_gen = 0  # bumped by each failed commit
         self._outstanding = 0  # queued items not yet committed or dropped
         self._drained = threading.Condition(self._lock)
-
-    @property
-    def _env(self) -> lmdb.Environment | None:
-        return self._h.env if self._h is not None else None
-
-    @property
-    def _dbs(self) -> dict[str, lmdb._Database]:
-        assert self._h is not None
-        return self._h.dbs
-
-    @property
-    def first(self) -> dict[str, int]:
-        """The oldest index each table still holds (retention evicted the rows below it)."""
-        return self.retention.first
-
-    @property
-    def archived(self) -> int:
-        """Rows copied to the archive store before eviction."""
-        return self.retention.archived
-
-    @property
-    def disk_free_gb(self) -> float:
-        """Free space (GiB) on the store's disk at the last check (inf before the first)."""
-        return self.retention.disk_free_gb
 
     # --- open / recover --------------------------------------------------------------------
     def open(self, expect: Schema | None = None, readonly: bool = False, threads: bool = True) -> PersistentReplayStore:
@@ -313,20 +294,6 @@ class PersistentReplayStore(ReplayStore):
         with self._lock:
             return self._committed_hw.get(actor_id, 0)
 
-    def embedding_versions(self) -> dict[int, int]:
-        """Rows committed per frozen-encoder version (`obs/embedding_version`; buffer/embeddings.py),
-        as counted at commit (rows retention evicted since are still counted)."""
-        assert self._h is not None
-        out: dict[int, int] = {}
-        with self._h.env.begin(db=self._h.dbs["meta"]) as txn:
-            cur = txn.cursor()
-            if cur.set_range(b"emb:"):
-                for k, v in cur:
-                    if not k.startswith(b"emb:"):
-                        break
-                    out[int(k[4:], 16)] = read_int(v)
-        return out
-
     def high_water(self) -> dict[int, int]:
         """Per actor, the next seq expected (committed high-water marks)."""
         with self._lock:
@@ -341,126 +308,6 @@ class PersistentReplayStore(ReplayStore):
         """False while the writer is behind by max_queued_mb, or the disk is nearly full: leave
         messages in the socket (backpressure reaches the actors, whose uplinks keep the data)."""
         return self._queued_bytes < self.config.max_queued_mb * 2**20 and self.retention.disk_ok()
-
-    def _done(self, n: int, nbytes: int) -> None:
-        with self._drained:
-            self._outstanding -= n
-            self._queued_bytes -= nbytes
-            self._drained.notify_all()
-
-    # --- the writer and committer threads -----------------------------------------------------
-    def _writer(self) -> None:
-        """Groups queued batches and starts encoding their frames; the committer writes them.
-        The two overlap, so the encoders stay busy while a group is being committed."""
-        fail_gen = 0
-        while True:
-            try:
-                item = self._queue.get(timeout=0.05)
-            except queue.Empty:
-                if self._stop.is_set() and self._queue.empty():
-                    break
-                continue
-            if item is None:
-                break
-            if fail_gen != self._fail_gen:  # a commit failed: restart numbering from what is on disk
-                self._commits.join()
-                fail_gen = self._fail_gen
-                self._writer_hw = dict(self._committed_hw)
-            assert self._pool is not None
-            group, taken, nbytes, last = next_group(item, self._queue, self._prepare, self.config, self._pool.mean_s)
-            self._commits.put((group, taken, nbytes))
-            if last:
-                break
-        self._commits.put(None)
-
-    def _committer(self) -> None:
-        while True:
-            try:
-                job = self._commits.get(timeout=0.5)
-            except queue.Empty:
-                self._retain()  # idle: catch up with retention
-                continue
-            if job is None:
-                self._commits.task_done()
-                break
-            group, taken, nbytes = job
-            try:
-                if group:
-                    self._commit(group)
-            finally:
-                self._done(taken, nbytes)
-                self._commits.task_done()
-            self._retain()
-
-    def _prepare(self, item: Pending) -> Prepared | None:
-        """Trim what is already stored or grouped; encode the frames that are new. None if nothing is new."""
-        group_hw = self._writer_hw
-        b = item.batch
-        if item.refused:  # a refused range: it follows what is grouped, or it is moot
-            if group_hw.get(b.actor_id, 0) != b.seq:
-                return None
-            group_hw[b.actor_id] = b.seq + item.refused
-            return Prepared(item, 0, {}, {})
-        skip = group_hw.get(b.actor_id, 0) - b.seq
-        if skip < 0 or skip >= b.count:
-            if skip < 0:
-                self.out_of_order += 1
-            return None
-        group_hw[b.actor_id] = b.seq + b.count
-        assert self.schema is not None and self._pool is not None
-        keys, todo, blobs = frame_jobs(b, skip, self.schema)
-        self.frames_encoded += len(todo)
-        self.frames_as_sent += len(blobs)
-        return Prepared(
-            item,
-            skip,
-            keys,
-            {k: self._pool.submit(im) for k, im in todo.items()}
-            | {k: Encoders.ready(blob) for k, blob in blobs.items()},
-        )
-
-    def _commit(self, group: list[Prepared]) -> None:
-        assert self._h is not None  # (no schema yet when all the store has seen is a refused range)
-        counts = dict(self.counts)
-        try:
-            with self._h.env.begin(write=True) as txn:
-                hw, kept, gaps = write_group(txn, self._h, self.schema, group, counts, self._committed_hw)
-                txn.put(b"last_commit", msgpack.packb(time.time()), db=self._dbs["meta"])
-            self.out_of_order += gaps  # they follow a group that failed: the actors resend them
-        except (lmdb.Error, OSError, ValueError) as e:  # disk/map full, I/O, encode error: nothing stored
-            self.write_errors += 1
-            self.last_error = f"{type(e).__name__}: {e}"
-            for p in group:
-                for fut in p.futures.values():
-                    fut.cancel()
-            lost = sum(p.item.batch.count - p.skip for p in group)
-            log.error(
-                "replay store %s: commit of %d transitions failed (%s); they are not acked, "
-                "the actors keep them and resend",
-                self.path,
-                lost,
-                self.last_error,
-            )
-            with self._lock:
-                self._accepted_hw = dict(self._committed_hw)
-                self._fail_gen += 1
-            return
-        now = time.monotonic()
-        mirrored = self.counts[MIRROR]
-        with self._lock:
-            self._committed_hw.update(hw)
-            self.counts = counts
-            self.commit_times.append(now)
-            del self.commit_times[:-10_000]
-        feed_caches(self.caches, kept, counts, mirrored)
-
-    # --- retention (retention.py) --------------------------------------------------------------
-    def _retain(self) -> None:
-        if self._readonly or self.schema is None or self._h is None:
-            return
-        for error in self.retention.retain(self._h, self.schema, self.counts):
-            self.write_errors += 1
-            self.last_error = error
 
     def _evicted(self, table: str, first: int) -> None:
         self.caches[table].set_total(self.counts[table], first)
@@ -486,97 +333,6 @@ class PersistentReplayStore(ReplayStore):
                     txn.put(k, blob, db=self._dbs["img"], overwrite=False)
             txn.put(f"count:{table}".encode(), index_key(n), db=self._dbs["meta"])
         self.counts[table] = n
-
-    def live(self, table: str) -> int:
-        """Rows of `table` held now (committed minus evicted)."""
-        return self.counts[table] - self.first[table]
-
-    def data_bytes(self) -> int:
-        """Bytes of the pages holding data (see `Handles.data_bytes`)."""
-        assert self._h is not None
-        return self._h.data_bytes()
-
-    # --- reading -----------------------------------------------------------------------------
-    def _read_row(
-        self, txn: lmdb.Transaction, table: str, i: int, memo: dict[bytes, np.ndarray] | None = None
-    ) -> dict[str, np.ndarray]:
-        """One decoded transition (see `Handles.read_record` for `memo`)."""
-        assert self._h is not None and self.schema is not None
-        return self._h.read_record(txn, self.schema, table, i, memo)[2]
-
-    def rows(
-        self, table: str = "online", start: int = 0, stop: int | None = None
-    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        """Decoded transitions `[start, stop)` of a table in order; damaged ones are skipped (logged)."""
-        for i, _, _, row in self.records(table, start, stop):
-            yield i, row
-
-    def records(
-        self, table: str = "online", start: int = 0, stop: int | None = None
-    ) -> Iterator[tuple[int, int, int, dict[str, np.ndarray]]]:
-        """Like `rows`, with each transition's (actor_id, seq): (index, actor_id, seq, row)."""
-        assert self._h is not None
-        stop = self.counts[table] if stop is None else stop
-        start = max(start, self.first[table])  # evicted rows are gone
-        for lo in range(start, stop, 1024):
-            with self._h.env.begin() as txn:
-                for i in range(lo, min(lo + 1024, stop)):
-                    try:
-                        row = self._read_row(txn, table, i)
-                        actor, seq = peek_record(txn.get(index_key(i), db=self._dbs[f"t:{table}"]))
-                        yield i, actor, seq, row
-                    except CorruptRecord as e:
-                        self._corrupt(table, i, e)
-
-    def _corrupt(self, table: str, i: int, e: Exception) -> None:
-        self.corrupt_records += 1
-        log.warning("replay store %s: skipping damaged record %d of '%s': %s", self.path, i, table, e)
-
-    def _pager(self) -> None:
-        assert self._h is not None
-        page(self, self._h, self.config, self._stop, self.retention.held_from, self._corrupt)
-
-    def can_sample(self, table: str = "online") -> bool:
-        """Whether `table`'s cache holds enough to sample from."""
-        c = self.caches.get(table)
-        return c is not None and c.ready()
-
-    def sample_windows(
-        self,
-        batch_size: int,
-        horizon: int,
-        rng: np.random.Generator,
-        table: str = "online",
-        lookback: int = 0,
-        exclude: frozenset[str] = frozenset(),
-    ) -> dict[str, np.ndarray] | None:
-        """Windows of `horizon` consecutive transitions of one actor's episode (TableCache.sample_windows);
-        None while no complete window is cached."""
-        if not self.can_sample(table):
-            return None
-        return self.caches[table].sample_windows(batch_size, horizon, rng, lookback=lookback, exclude=exclude)
-
-    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
-        """`batch_size` transitions drawn uniformly from `table`'s RAM cache (never from disk);
-        raises ReplayError while it has nothing to sample."""
-        if not self.can_sample(table):
-            raise ReplayError(f"table '{table}' has nothing to sample yet")
-        return self.caches[table].sample(batch_size, rng)
-
-    def __len__(self) -> int:
-        return sum(self.live(t) for t in TABLES)
-
-    # --- status ------------------------------------------------------------------------------
-    def last_commit(self) -> float | None:
-        """Wall-clock time (s since the epoch) of the last commit, None if none."""
-        assert self._h is not None
-        with self._h.env.begin(db=self._dbs["meta"]) as txn:
-            raw = txn.get(b"last_commit")
-        return float(msgpack.unpackb(raw)) if raw else None
-
-    def disk_bytes(self) -> int:
-        """Size of the store's files on disk, in bytes."""
-        return sum(p.stat().st_size for p in self.path.iterdir() if p.is_file())
 
     def close(self) -> None:
         """Commit what is queued, stop the threads, close the archive and the environment."""
