@@ -22,11 +22,6 @@ Finally the RTC sweep (`rtc_variants=path,clean,remac`, chunk length `rtc_chunk_
 `rtc_latencies=0,100,200,300,400` ms, i.e. delays up to 12 ticks): async_forward_rtc with policies
 trained with each prefix conditioning: ours (the prefix on its flow path), training-time RTC (the
 prefix given clean) and REMAC-style (clean, perturbed and partly hidden in training).
-
-Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps=
-rtc_variants= rtc_latencies= rtc_chunk_len= lerobot_act=true out=
-
-    robo-async bench async-inference [episodes=10] [chunk_len=8] [latencies=0,100,200,300] [sweep=4,6,8] [out=...]
 """
 
 from __future__ import annotations
@@ -54,6 +49,7 @@ from robo_async.actor.loop import LoopConfig, TickInfo
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
+from robo_async.commands.args import arg
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import record_expert
 from robo_async.learner.algorithms.bc.config import BCConfig
@@ -411,17 +407,35 @@ def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
     return out
 
 
-@register("async-inference")
-def bench_async_inference(args: dict[str, str]) -> int:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AsyncInferenceKeys:
+    """The keys of `robo-async bench async-inference`."""
+
+    episodes: int = arg(10, help="episodes per cell (mode x latency)")
+    chunk_len: int = arg(8, help="actions per chunk of the policy")
+    ticks: int = arg(150, help="ticks per episode")
+    latencies: tuple[int, ...] = arg((0, 100, 200, 300), help="injected inference latencies, ms")
+    modes: tuple[str, ...] = arg(MODES, help="inference modes compared")
+    bc_steps: int = arg(4000, help="behaviour-cloning steps of the bench's policy (cached)")
+    sweep: tuple[int, ...] = arg((4, 6, 8), help="chunk lengths of the sweep at 200 ms (empty: none)")
+    lerobot_act: bool = arg(True, help="time a real LeRobot ACT (random init) in the loop")
+    rtc_variants: tuple[str, ...] = arg(tuple(VARIANTS), help="prefix conditionings of the RTC sweep (empty: none)")
+    rtc_latencies: tuple[int, ...] = arg((0, 100, 200, 300, 400), help="latencies of the RTC sweep, ms")
+    rtc_chunk_len: int = arg(16, help="chunk length of the RTC sweep")
+    out: Path = arg(Path("runs/bench-async-inference"), help="where the figures and PNGs go")
+
+
+@register("async-inference", AsyncInferenceKeys)
+def bench_async_inference(args: AsyncInferenceKeys) -> int:
     torch.set_num_threads(1)
-    episodes = int(args.get("episodes", 10))
-    horizon = int(args.get("chunk_len", 8))
-    ticks = int(args.get("ticks", 150))
-    latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",") if x]
-    out = Path(args.get("out", "runs/bench-async-inference"))
+    episodes = args.episodes
+    horizon = args.chunk_len
+    ticks = args.ticks
+    latencies = list(args.latencies)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    policy = trained_policy(horizon, int(args.get("bc_steps", 4000)), Path.home() / ".cache" / "robo_async" / "bench")
-    modes = [m for m in args.get("modes", ",".join(MODES)).split(",") if m]
+    policy = trained_policy(horizon, args.bc_steps, Path.home() / ".cache" / "robo_async" / "bench")
+    modes = list(args.modes)
     unknown = [m for m in modes if m not in RUNS]
     if unknown:
         raise ValueError(f"bench async-inference: unknown mode(s) {unknown}; modes: {list(RUNS)}")
@@ -459,25 +473,23 @@ def bench_async_inference(args: dict[str, str]) -> int:
                     f"{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f} ms  missed {r['missed_ticks']}",
                     flush=True,
                 )
-        sweep = [int(x) for x in args.get("sweep", "4,6,8").split(",") if x]
+        sweep = list(args.sweep)
         sweep_rows = (
-            chunk_sweep(sweep, horizon, policy, episodes, cells, int(args.get("bc_steps", 4000)))
-            if sweep and 200 in latencies
-            else None
+            chunk_sweep(sweep, horizon, policy, episodes, cells, args.bc_steps) if sweep and 200 in latencies else None
         )
-        act_rows = lerobot_act_rows(horizon, cells) if args.get("lerobot_act", "true") == "true" else {}
-        variants = [v for v in args.get("rtc_variants", ",".join(VARIANTS)).split(",") if v]
+        act_rows = lerobot_act_rows(horizon, cells) if args.lerobot_act else {}
+        variants = list(args.rtc_variants)
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"bench async-inference: unknown rtc_variants {unknown}; known: {list(VARIANTS)}")
         rtc_rows = (
             rtc_sweep(
                 variants,
-                [int(x) for x in args.get("rtc_latencies", "0,100,200,300,400").split(",") if x],
-                int(args.get("rtc_chunk_len", 16)),
+                list(args.rtc_latencies),
+                args.rtc_chunk_len,
                 episodes,
                 cells,
-                int(args.get("bc_steps", 4000)),
+                args.bc_steps,
             )
             if variants
             else []

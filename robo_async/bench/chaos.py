@@ -21,9 +21,6 @@ Both: the online table kept to `keep_rows` rows by retention, evicted rows archi
 store; at the end each actor's seqs in the store and the archive give lost (gaps) and duplicated;
 each process's anonymous RSS is sampled every few seconds and its slope fitted (processes that lived
 `rss_min_minutes` or more; the last `calm` share of the run has no chaos). Last line: JSON.
-
-    robo-async bench chaos [minutes=60] [actors=3] [every_s=40] [hostile_rate=100] [dir=...]
-    robo-async bench soak [minutes=20] [actors=4] [every_s=45] [keep_rows=30000] [cache_mb=64] [dir=...]
 """
 
 from __future__ import annotations
@@ -45,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_async.bench import emit, register
+from robo_async.commands.args import arg
 
 HOSTILE_ID, OBSERVER_ID = 900, 901  # keys issued beside the actors': the hostile peer's and our observer's
 
@@ -224,52 +222,75 @@ def _observe(address: str, keys_dir: str | None, stop: threading.Event, acks: di
 
 @dataclass(frozen=True)
 class Kind:
-    """A chaos bench: its name, the chaos it deals, its defaults, and whether it runs on CURVE links
-    through the link relay with the hostile peer and the ack observer."""
+    """A chaos bench: its name, the chaos it deals, and whether it runs on CURVE links through the
+    link relay with the hostile peer and the ack observer (its defaults: its keys' dataclass)."""
 
     name: str
     actions: tuple[str, ...]
-    minutes: float
-    actors: int
-    every_s: float
     hostile: bool
 
 
-SOAK = Kind("soak", ("kill learner", "kill actor", "cut links", "fill disk"), 20, 4, 45, False)
-CHAOS = Kind("chaos", ("kill learner", "kill actor", "stop actor", "drop link"), 60, 3, 40, True)
+SOAK = Kind("soak", ("kill learner", "kill actor", "cut links", "fill disk"), False)
+CHAOS = Kind("chaos", ("kill learner", "kill actor", "stop actor", "drop link"), True)
 
 
-@register("soak")
-def bench_soak(args: dict[str, str]) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ChaosKeys:
+    """The keys of `robo-async bench chaos` (and, with its own defaults, `bench soak`)."""
+
+    minutes: float = arg(60.0, help="length of the run under chaos, minutes")
+    actors: int = arg(3, help="real-time actors")
+    every_s: float = arg(40.0, help="mean seconds between two hits")
+    stop_s: float = arg(20.0, help="how long a stopped actor stays stopped (SIGSTOP), s")
+    drop_s: float = arg(10.0, help="how long a dropped link stays down, s")
+    fill_s: float = arg(20.0, help="how long the store's disk stays filled (soak), s")
+    keep_rows: int = arg(30000, help="rows the online table keeps (retention; the rest archived)")
+    calm: float = arg(1 / 3, help="last share of the run without chaos (so an RSS slope can be fitted)")
+    rss_min_minutes: float = arg(4.0, help="a process's RSS slope counts if it was sampled this long, minutes")
+    cache_mb: int = arg(64, help="the learner's in-RAM cache, MB (buffer.cache_mb)")
+    hostile_rate: float = arg(100.0, help="messages/s of the hostile peer (chaos)")
+    seed: int = arg(0, help="seed of the hits and of the hostile peer's mutants")
+    dir: Path | None = arg(None, help="working directory (none: a new temporary one)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoakKeys(ChaosKeys):
+    """The keys of `robo-async bench soak`: `bench chaos`'s, with the soak's defaults."""
+
+    minutes: float = arg(20.0, help="length of the run under chaos, minutes")
+    actors: int = arg(4, help="real-time actors")
+    every_s: float = arg(45.0, help="mean seconds between two hits")
+
+
+@register("soak", SoakKeys)
+def bench_soak(args: SoakKeys) -> int:
     return run(SOAK, args)
 
 
-@register("chaos")
-def bench_chaos(args: dict[str, str]) -> int:
+@register("chaos", ChaosKeys)
+def bench_chaos(args: ChaosKeys) -> int:
     return run(CHAOS, args)
 
 
-def run(kind: Kind, args: dict[str, str]) -> int:
+def run(kind: Kind, args: ChaosKeys) -> int:
     from robo_async.bench.hostile import HostilePeer
     from robo_async.bench.netem import LinkProxy
     from robo_async.transport.curve import create_keys
 
-    minutes = float(args.get("minutes", kind.minutes))
-    actors = int(args.get("actors", kind.actors))
-    every_s = float(args.get("every_s", kind.every_s))
-    stop_s, drop_s = float(args.get("stop_s", 20)), float(args.get("drop_s", 10))
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix=f"{kind.name}-"))
+    minutes, actors, every_s = args.minutes, args.actors, args.every_s
+    stop_s, drop_s = args.stop_s, args.drop_s
+    root = Path(args.dir or tempfile.mkdtemp(prefix=f"{kind.name}-"))
     run_dir = root / "run"
     root.mkdir(parents=True, exist_ok=True)
-    fill_s = float(args.get("fill_s", 20))
-    keep_rows = int(args.get("keep_rows", 30000))
-    calm = float(args.get("calm", 1 / 3))  # the last third: no chaos, so processes live long enough for a slope
-    judge_min = float(args.get("rss_min_minutes", 4))  # a process's slope counts if sampled this long
-    cache_mb = int(args.get("cache_mb", 64))
+    fill_s = args.fill_s
+    keep_rows = args.keep_rows
+    calm = args.calm  # the last third: no chaos, so processes live long enough for a slope
+    judge_min = args.rss_min_minutes  # a process's slope counts if sampled this long
+    cache_mb = args.cache_mb
     free0 = shutil.disk_usage(root).free / 2**30
     disk_min = free0 - 5 if free0 > 12 and "fill disk" in kind.actions else None
     fill = root / "disk-filler"
-    rng = random.Random(int(args.get("seed", 0)))
+    rng = random.Random(args.seed)
     cmd = [
         sys.executable,
         "-m",
@@ -339,8 +360,8 @@ def run(kind: Kind, args: dict[str, str]) -> int:
             keys_dir,
             HOSTILE_ID,
             list(range(actors)),
-            rate=float(args.get("hostile_rate", 100)),
-            seed=int(args.get("seed", 0)),
+            rate=args.hostile_rate,
+            seed=args.seed,
         )
         hostile.__enter__()
         threading.Thread(target=_observe, args=(weights, keys_dir, watching, acks), daemon=True).start()
