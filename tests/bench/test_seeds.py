@@ -121,3 +121,11 @@ def test_a_row_whose_bc_start_is_already_there_is_marked_and_not_a_headline(caps
     assert "12 [12, 12] (BC)" in out and "95%" in out
     got = figures(rows)
     assert got["pick_lift-qc_measures_to_80"] == "bc" and got["pick_lift_state_seconds_to_90"] is None
+
+
+def test_the_control_rate_is_the_one_the_task_builds():
+    """Robot-minutes divide by the task's own rate (its robot spec's dt), not a fixed 30 Hz."""
+    from robo_async.bench.rows import control_hz
+
+    assert control_hz("push") == 30.0
+    assert control_hz("gym_hil") == 10.0
