@@ -161,9 +161,9 @@ class EnvsKeys:
 
 
 def reach_cell(f: dict, key: str, fmt: str = "{:.0f}") -> str:
-    """A "to 80%" figure over seeds, marked `(BC)` where the BC start was already at 80%."""
+    """A "to X%" figure over seeds, marked `(BC)` where the BC start was already at X%."""
     text = cell(of(f, key), fmt)
-    return f"{text} (BC)" if f.get("measures_to_80") == "bc" and key.endswith("80") else text
+    return f"{text} (BC)" if f.get(f"measures_to_{key.rsplit('_', 1)[-1]}") == "bc" else text
 
 
 @register("envs", EnvsKeys)
