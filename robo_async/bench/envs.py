@@ -189,7 +189,7 @@ def bench_envs(args: EnvsKeys) -> int:
                 print(f"row {n} seed {seed}: 20 demonstrations, then training for up to {budget_s:g} s ...", flush=True)
                 runs.append(learn(row, root, budget_s, seed))
                 (root / f"{n}-s{seed}.json").write_text(json.dumps(runs[-1]))
-            fig.update({k: v for k, v in merge(runs, REACH_KEYS, VALUES).items() if k not in ("curve", "seed")})
+            fig.update(merge(runs, REACH_KEYS, VALUES))
         out[n] = fig
         (root / f"{n}.json").write_text(json.dumps(fig))
     cols = (

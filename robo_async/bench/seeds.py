@@ -21,6 +21,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+# keys that name one run -> the list `merge` gathers them into (None: left out)
+PER_RUN = {"seed": "seed_numbers", "run": None, "run_dir": "run_dirs", "returncode": "returncodes", "curve": None}
+
 
 @dataclass(frozen=True)
 class Spread:
@@ -61,8 +64,12 @@ def merge(runs: Sequence[Mapping[str, object]], reach: Iterable[str], values: It
     """One row from its seeds' dicts (`runs`, in seed order): every other key as the first seed
     has it, each figure of `reach` ("to X": None is never) and `values` (None is missing) as its
     median under its own key, `<key>_range` ([min, max]) and `<key>_seeds` (each seed's value);
-    `seeds`: the number of runs."""
-    out: dict[str, object] = dict(runs[0]) if runs else {}
+    `seeds`: the number of runs; what names one run (`PER_RUN`) as lists (`seed_numbers`,
+    `run_dirs`, `returncodes`), its curve left out."""
+    out: dict[str, object] = {k: v for k, v in (runs[0] if runs else {}).items() if k not in PER_RUN}
+    for k, plural in PER_RUN.items():
+        if plural and any(k in r for r in runs):
+            out[plural] = [r.get(k) for r in runs]
     for keys, is_reach in ((reach, True), (values, False)):
         for k in keys:
             s = spread([_num(r.get(k)) for r in runs], reach=is_reach)

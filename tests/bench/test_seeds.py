@@ -27,12 +27,15 @@ def test_a_figure_that_is_not_a_time_leaves_a_missing_seed_out():
 
 def test_merge_keeps_medians_under_the_figures_own_keys_beside_range_and_seeds():
     runs = [
-        {"row": "push-qc", "seconds_to_80": 100.0, "final_success": 0.9, "env_steps": 3000},
-        {"row": "push-qc", "seconds_to_80": None, "final_success": 0.6, "env_steps": 9000},
-        {"row": "push-qc", "seconds_to_80": 140.5, "final_success": None, "env_steps": 5000},
+        {"row": "push-qc", "seconds_to_80": 100.0, "final_success": 0.9, "env_steps": 3000, "seed": 0},
+        {"row": "push-qc", "seconds_to_80": None, "final_success": 0.6, "env_steps": 9000, "seed": 1},
+        {"row": "push-qc", "seconds_to_80": 140.5, "final_success": None, "env_steps": 5000, "seed": 2},
     ]
+    for i, r in enumerate(runs):
+        r.update(run_dir=f"d{i}", curve=[(1.0, 2, 0.5, 40)])
     row = merge(runs, ["seconds_to_80"], ["final_success", "env_steps"])
-    assert row["row"] == "push-qc" and row["seeds"] == 3
+    assert row["row"] == "push-qc" and row["seeds"] == 3 and row["seed_numbers"] == [0, 1, 2]
+    assert row["run_dirs"] == ["d0", "d1", "d2"] and "curve" not in row and "seed" not in row
     assert row["seconds_to_80"] == 140.5 and row["seconds_to_80_range"] == [100, None]
     assert row["seconds_to_80_seeds"] == [100, None, 140.5]
     assert row["final_success"] == 0.75 and row["final_success_range"] == [0.6, 0.9]
