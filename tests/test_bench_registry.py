@@ -147,12 +147,19 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
     assert got["speedup"] == 2.5 and not got["speedup_is_lower_bound"]
     # a seed that never got there counts as +inf: the median of 9000, 5000 and never is 9000
     assert got["no_hil_env_steps_to_80"] == 9000 and got["speedup_env_steps"] == 4.5
+    assert got["robot_minutes_speedup"] == 4.5 and not got["speedup_env_steps_is_lower_bound"]
     assert got["no_hil_env_steps_to_80_range"] == [5000.0, None] and got["hil_seconds_to_80_range"] == [100.0, 300.0]
     assert got["no_hil_seconds_to_80_seeds"] == [500.0, None, 420.0]
     assert got["intervention_rate_last"] == 0.07
-    runs["no_hil"] = [{"seconds_to_80": None}, {"seconds_to_80": None}, {"seconds_to_80": 420.0}]
+    runs["no_hil"] = [
+        {"seconds_to_80": None, "env_steps": 7000},
+        {"seconds_to_80": None, "env_steps": 7000},
+        {"seconds_to_80": 420.0, "env_steps_to_80": 5000},
+    ]
     got = summarize_task(runs, budget=600)  # most seeds never got there: the budget stands in, a lower bound
     assert got["no_hil_seconds_to_80"] is None and got["speedup"] == 3.0 and got["speedup_is_lower_bound"]
+    # in env steps the seeds that never got there count as their own env steps: 7000 / 2000, a bound too
+    assert got["speedup_env_steps"] == 3.5 and got["speedup_env_steps_is_lower_bound"]
     runs["hil"] = [{"seconds_to_80": None}] * 2 + [{"seconds_to_80": 100.0}]
     assert summarize_task(runs, budget=600)["speedup"] is None  # the operator's arm did not get there
 
