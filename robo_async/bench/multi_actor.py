@@ -116,7 +116,7 @@ def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, ob
     """Seconds to 90% rolling success of `robo-async train` on `task` with one actor stepping
     `envs` simulators (1: today's actor)."""
     from robo_async.bench.learn import ROWS
-    from robo_async.bench.rows import _cli, bc_start, curve, first_reach, record_demos
+    from robo_async.bench.rows import _cli, bc_start, control_hz, curve, first_reach, record_demos, robot_minutes
 
     extra = [f"actor.envs={envs}", "stop_at_success=0.9", "eval_episodes=0", f"budget.seconds={budget_s:g}"]
     if task == "pick_lift":
@@ -131,7 +131,14 @@ def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, ob
     res = _cli(["train", *args, *extra, f"run_dir={run_dir}"], budget_s + 900, root / f"learn-{task}-envs{envs}.log")
     points = curve(run_dir) if (run_dir / "metrics.jsonl").exists() else []
     t90, s90 = first_reach(points, 0.9)
-    return {"task": task, "envs": envs, "seconds_to_90": t90, "env_steps_to_90": s90, "returncode": res.returncode}
+    return {
+        "task": task,
+        "envs": envs,
+        "seconds_to_90": t90,
+        "env_steps_to_90": s90,
+        "robot_minutes_to_90": robot_minutes(s90, control_hz(task)),  # env steps / the task's control rate
+        "returncode": res.returncode,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,10 +204,11 @@ def bench_multi_actor(args: MultiActorKeys) -> int:
         budget = args.learn_budget_s
         rows = [learn_row(t, n, root, budget) for t in learn for n in (1, n_best)]
         lt = Table(title=f"seconds to 90% rolling success (one actor; 1 simulator vs {n_best} in one loop)")
-        for col in ("task", "simulators", "seconds to 90%", "env steps to 90%"):
+        for col in ("task", "simulators", "seconds to 90%", "env steps to 90%", "robot-minutes to 90%"):
             lt.add_column(col, justify="right")
         for r in rows:
-            lt.add_row(str(r["task"]), str(r["envs"]), str(r["seconds_to_90"]), str(r["env_steps_to_90"]))
+            keys = ("task", "envs", "seconds_to_90", "env_steps_to_90", "robot_minutes_to_90")
+            lt.add_row(*(str(r[k]) for k in keys))
         Console().print(lt)
         figures["learn"] = rows
         for t in learn:
