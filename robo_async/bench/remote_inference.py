@@ -43,7 +43,7 @@ LARGE = (2048, 2048, 2048)  # the batching benchmark's VLA-class flow head: 25 M
 
 def large_policy(horizon: int):
     from policies.flow import FlowChunkPolicy
-    from robo_async.bench.async_inference import DIMS, KEYS, SCALE
+    from robo_async.bench.cells import DIMS, KEYS, SCALE
     from sim import ReachTask
 
     spec = ReachTask().spec()
@@ -69,7 +69,7 @@ def _server_main(
     import logging
 
     from policies.delayed import DelayedPolicy
-    from robo_async.bench.async_inference import trained_policy
+    from robo_async.bench.cells import trained_policy
     from robo_async.launch.processes import _watch_parent
     from robo_async.serve import PolicyServer, ServeConfig
     from sim import ReachTask
@@ -157,7 +157,7 @@ class RemoteInferenceKeys:
 
 def network_sweep(args: RemoteInferenceKeys, out: Path) -> tuple[list[dict], dict[str, dict]]:
     from robo_async.actor.remote import RemotePolicy
-    from robo_async.bench.async_inference import _Cells, trained_policy
+    from robo_async.bench.cells import _Cells, trained_policy
     from robo_async.bench.ingest import IngestProcess
     from robo_async.bench.netem import NetemProxy
     from sim import ReachTask
@@ -189,7 +189,7 @@ def network_sweep(args: RemoteInferenceKeys, out: Path) -> tuple[list[dict], dic
                         for mode in modes:
                             cells.next_id += 1
                             remote = RemotePolicy(front, spec, actor_id=cells.next_id)
-                            from robo_async.bench.async_inference import run_cell
+                            from robo_async.bench.cells import run_cell
 
                             rs, timing = run_cell(
                                 remote, mode, None, episodes, ticks, cells.ingest, cells.next_id, cells.journal
@@ -261,7 +261,7 @@ def compute_gain(horizon: int, rows: int = 8, reps: int = 10) -> float:
     """The large policy alone on this CPU: `rows` one by one against one batch of `rows` (the
     most batching can give end to end here)."""
     from policies.base import ChunkRequest
-    from robo_async.bench.async_inference import DIMS
+    from robo_async.bench.cells import DIMS
 
     p = large_policy(horizon)
     p.deterministic = True
