@@ -139,7 +139,7 @@ def provenance() -> dict[str, object]:
 
 
 def show(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1) -> None:
-    """A table on stdout: every cell as plain text (`[80, never]` is not markup), at least 200
+    """A table on stdout: every cell as plain text (`[80, never]` is not markup), at least 240
     columns wide (a log file gets whole rows); the first `left` columns left-aligned."""
     from rich.console import Console
     from rich.table import Table
@@ -150,7 +150,7 @@ def show(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], l
         table.add_column(Text(c), justify="left" if i < left else "right")
     for r in rows:
         table.add_row(*(Text(str(c)) for c in r))
-    Console(width=max(Console().width, 200)).print(table)
+    Console(width=max(Console().width, 240)).print(table)
 
 
 def emit(figures: dict[str, object]) -> None:
