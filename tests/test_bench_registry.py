@@ -1,27 +1,115 @@
-"""Every `robo-async bench <name>` reaches its own entry function, which reads its arguments."""
+"""Every `robo-async bench <name>` reaches its own entry function with the keys it declares (a
+frozen dataclass, parsed by the one key=value parser: unknown keys and bad values refused in one
+line, `--help` listing every key with its default and meaning)."""
 
+import dataclasses
 import inspect
 import json
+import typing
 
 import pytest
 
-from robo_async.bench import BENCHES, run_bench
+from robo_async.bench import BENCHES, load_all, parse_keys, run_bench
 from robo_async.cli import main
+from robo_async.commands.args import _show, key_of
+from robo_async.config import UserError
+
+load_all()
+NAMES = sorted(BENCHES)
 
 
 def test_each_bench_is_registered_on_its_entry_function():
     with pytest.raises(Exception, match="unknown benchmark"):
-        run_bench("nope", {})
-    assert {"learn", "learn-reach", "buffer", "hil", "async-inference"} <= set(BENCHES)
-    for name, fn in BENCHES.items():
-        assert fn.__name__.startswith("bench_"), f"bench {name} is registered on {fn.__name__}"
-        assert list(inspect.signature(fn).parameters) == ["args"], name
+        run_bench("nope", [])
+    assert {"learn", "learn-reach", "buffer", "hil", "async-inference", "envs", "chaos", "soak"} <= set(BENCHES)
+    for name, b in BENCHES.items():
+        assert b.run.__name__.startswith("bench_"), f"bench {name} is registered on {b.run.__name__}"
+        assert list(inspect.signature(b.run).parameters) == ["args"], name
+        assert b.run.__annotations__["args"] in (b.keys.__name__, b.keys), f"bench {name} takes {b.keys.__name__}"
 
 
-@pytest.mark.parametrize(("bench", "key"), [("learn", "rows"), ("hil", "tasks"), ("hil", "arms"), ("envs", "rows")])
+def test_a_bench_without_declared_keys_is_refused_at_registration():
+    from robo_async.bench import register
+
+    with pytest.raises(TypeError, match="frozen dataclass"):
+        register("nokeys", dict)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_bench_declares_its_keys_with_a_default_and_a_meaning(name):
+    """A frozen dataclass with at least one key, each with a default (a bench runs with none given)
+    and a one-line meaning; every default, written as the help shows it, parses back to itself."""
+    keys = BENCHES[name].keys
+    fields = dataclasses.fields(keys)
+    assert fields and keys.__dataclass_params__.frozen, name
+    for f in fields:
+        assert f.metadata.get("help") and "\n" not in f.metadata["help"], f"{name}: {f.name} has no one-line help"
+        assert f.default is not dataclasses.MISSING, f"{name}: {f.name} has no default"
+        got = parse_keys(name, [f"{key_of(f)}={_show(f.default)}"])
+        assert getattr(got, f.name) == f.default, f"{name}: {f.name}={_show(f.default)} parses to another value"
+    assert parse_keys(name, []) == keys()
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Every bench's entry function replaced by one that fails the test if it is reached."""
+
+    def ran(args: object) -> int:
+        raise AssertionError(f"the bench ran with {args}")
+
+    for name, b in list(BENCHES.items()):
+        monkeypatch.setitem(BENCHES, name, dataclasses.replace(b, run=ran))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_unknown_or_misspelt_key_is_one_line_naming_it_before_anything_runs(name, capsys, nothing_runs):
+    assert main(["bench", name, "no_such_key=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"bench {name}: unknown key no_such_key=" in err and len(err.splitlines()) == 1, err
+    first = key_of(dataclasses.fields(BENCHES[name].keys)[0])
+    assert f"{first}=" in err  # the keys it knows are named
+
+
+def _typed(name: str) -> tuple[str, type]:
+    """A key of bench `name` whose type is int or float (every bench has one)."""
+    hints = typing.get_type_hints(BENCHES[name].keys)
+    for f in dataclasses.fields(BENCHES[name].keys):
+        if hints[f.name] in (int, float):
+            return key_of(f), hints[f.name]
+    raise AssertionError(f"bench {name} has no int or float key")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_typed_key_is_parsed_to_its_type_and_a_bad_value_refused(name):
+    key, typ = _typed(name)
+    got = getattr(parse_keys(name, [f"{key}=7"]), key)
+    assert got == 7 and type(got) is typ
+    with pytest.raises(UserError) as e:
+        parse_keys(name, [f"{key}=seven"])
+    assert f"bench {name}: {key}='seven'" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bench_help_lists_every_key_with_its_default_and_meaning(name, capsys, nothing_runs):
+    assert main(["bench", name, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: robo-async bench {name} ")
+    for f in dataclasses.fields(BENCHES[name].keys):
+        line = next((ln for ln in out.splitlines() if ln.startswith(f"  {key_of(f)} ")), None)
+        assert line is not None, f"bench {name} --help does not list {key_of(f)}"
+        assert _show(f.default) in line and f.metadata["help"] in line, line
+
+
+@pytest.mark.parametrize(("bench", "key"), [("learn", "rows"), ("envs", "rows")])
 def test_unknown_rows_are_one_error_line_before_anything_runs(bench, key, capsys, tmp_path):
     assert main(["bench", bench, f"{key}=nope", f"dir={tmp_path}"]) == 2
     assert f"unknown {key} ['nope']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["tasks", "arms"])
+def test_bench_hil_refuses_an_unknown_task_or_arm_in_the_parser(key, capsys, tmp_path):
+    assert main(["bench", "hil", f"{key}=push,nope", f"dir={tmp_path}"]) == 2
+    assert f"bench hil: {key}='push,nope': give one of" in capsys.readouterr().err
 
 
 def test_bench_envs_compares_a_peer_env_bare_and_through_the_actor(capsys, tmp_path):
@@ -57,11 +145,21 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
     got = summarize_task(runs, budget=600)
     assert got["hil_seconds_to_80"] == 200.0 and got["no_hil_seconds_to_80"] == 500.0
     assert got["speedup"] == 2.5 and not got["speedup_is_lower_bound"]
-    assert got["no_hil_env_steps_to_80"] == 7000 and got["speedup_env_steps"] == 3.5  # the run's own steps stand in
+    # a seed that never got there counts as +inf: the median of 9000, 5000 and never is 9000
+    assert got["no_hil_env_steps_to_80"] == 9000 and got["speedup_env_steps"] == 4.5
+    assert got["robot_minutes_speedup"] == 4.5 and not got["speedup_env_steps_is_lower_bound"]
+    assert got["no_hil_env_steps_to_80_range"] == [5000.0, None] and got["hil_seconds_to_80_range"] == [100.0, 300.0]
+    assert got["no_hil_seconds_to_80_seeds"] == [500.0, None, 420.0]
     assert got["intervention_rate_last"] == 0.07
-    runs["no_hil"] = [{"seconds_to_80": None}, {"seconds_to_80": None}, {"seconds_to_80": 420.0}]
+    runs["no_hil"] = [
+        {"seconds_to_80": None, "env_steps": 7000},
+        {"seconds_to_80": None, "env_steps": 7000},
+        {"seconds_to_80": 420.0, "env_steps_to_80": 5000},
+    ]
     got = summarize_task(runs, budget=600)  # most seeds never got there: the budget stands in, a lower bound
     assert got["no_hil_seconds_to_80"] is None and got["speedup"] == 3.0 and got["speedup_is_lower_bound"]
+    # in env steps the seeds that never got there count as their own env steps: 7000 / 2000, a bound too
+    assert got["speedup_env_steps"] == 3.5 and got["speedup_env_steps_is_lower_bound"]
     runs["hil"] = [{"seconds_to_80": None}] * 2 + [{"seconds_to_80": 100.0}]
     assert summarize_task(runs, budget=600)["speedup"] is None  # the operator's arm did not get there
 
@@ -120,7 +218,7 @@ def test_every_bench_module_is_loaded_where_benches_are_listed():
     import robo_async.bench as bench
 
     here = Path(bench.__file__).parent
-    registering = {p.stem for p in here.glob("*.py") if "@register(" in p.read_text()}
+    registering = {p.stem for p in here.glob("*.py") if "@register(" in p.read_text() and p.stem != "__init__"}
     assert registering == set(bench.MODULES)
 
 

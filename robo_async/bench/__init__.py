@@ -1,6 +1,20 @@
-"""Benchmarks: `robo-async bench <name>` prints a table, then one JSON object as its last line
-(`emit`), which carries where and when it was measured (`provenance`: date, commit, CPU model,
-cores, torch, Python), so a figure copied into the docs keeps its context."""
+"""Benchmarks: `robo-async bench <name> [key=value ...]` prints a table, then one JSON object as its
+last line (`emit`), which carries where and when it was measured (`provenance`: date, commit, CPU
+model, cores, torch, Python), so a figure copied into the docs keeps its context.
+
+Each benchmark declares its keys as a frozen, keyword-only dataclass (`robo_async.commands.args`:
+each field a key with its type, default and `arg(help=...)`), registered beside its entry function:
+
+    @dataclass(frozen=True, kw_only=True)
+    class FuzzKeys:
+        messages: int = arg(100_000, help="mutated messages of each kind per target")
+
+    @register("fuzz", FuzzKeys)
+    def bench_fuzz(keys: FuzzKeys) -> int: ...
+
+`run_bench` reads the command line against that dataclass (the one key=value parser: an unknown key
+or a bad value is one UserError line naming it) and `robo-async bench <name> --help` lists the same
+keys with their defaults and meanings."""
 
 from __future__ import annotations
 
@@ -9,15 +23,32 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, is_dataclass
 from pathlib import Path
+from typing import Any
 
-BENCHES: dict[str, Callable[[dict[str, str]], int]] = {}
+
+@dataclass(frozen=True)
+class Bench:
+    """A registered benchmark: its entry function, called with its keys parsed into `keys`."""
+
+    name: str
+    run: Callable[[Any], int]
+    keys: type
 
 
-def register(name: str) -> Callable[[Callable[[dict[str, str]], int]], Callable[[dict[str, str]], int]]:
-    def deco(fn: Callable[[dict[str, str]], int]) -> Callable[[dict[str, str]], int]:
-        BENCHES[name] = fn
+BENCHES: dict[str, Bench] = {}
+
+
+def register(name: str, keys: type) -> Callable[[Callable[[Any], int]], Callable[[Any], int]]:
+    """Register the entry function of benchmark `name`, which takes an instance of `keys` (a frozen
+    dataclass of `arg(...)` fields: the keys `robo-async bench <name>` accepts)."""
+    if not (is_dataclass(keys) and keys.__dataclass_params__.frozen):
+        raise TypeError(f"bench {name}: its keys must be a frozen dataclass, got {keys!r}")
+
+    def deco(fn: Callable[[Any], int]) -> Callable[[Any], int]:
+        BENCHES[name] = Bench(name, fn, keys)
         return fn
 
     return deco
@@ -39,7 +70,7 @@ MODULES = (
 )  # each registers its benches when imported
 
 
-def load_all() -> dict[str, Callable[[dict[str, str]], int]]:
+def load_all() -> dict[str, Bench]:
     """Every benchmark, registered by importing its module (`MODULES`)."""
     import importlib
 
@@ -48,14 +79,22 @@ def load_all() -> dict[str, Callable[[dict[str, str]], int]]:
     return BENCHES
 
 
-def run_bench(name: str, args: dict[str, str]) -> int:
+def parse_keys(name: str, argv: Sequence[str]) -> Any:
+    """`argv` (`key=value` words) read against the keys benchmark `name` declares; an unknown
+    benchmark or key, or a bad value, is one UserError line."""
+    from robo_async.commands.args import parse
     from robo_async.config import UserError
 
     load_all()
-
     if name not in BENCHES:
         raise UserError(f"unknown benchmark '{name}'; available: {', '.join(sorted(BENCHES))}")
-    return BENCHES[name](args)
+    return parse(BENCHES[name].keys, argv, f"bench {name}")
+
+
+def run_bench(name: str, argv: Sequence[str] = ()) -> int:
+    """Benchmark `name` with the `key=value` words `argv`, parsed before anything runs."""
+    keys = parse_keys(name, argv)
+    return BENCHES[name].run(keys)
 
 
 def provenance() -> dict[str, object]:
@@ -97,6 +136,21 @@ def provenance() -> dict[str, object]:
         "torch": torch_version,
         "python": platform.python_version(),
     }
+
+
+def show(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], left: int = 1) -> None:
+    """A table on stdout: every cell as plain text (`[80, never]` is not markup), at least 240
+    columns wide (a log file gets whole rows); the first `left` columns left-aligned."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(title))
+    for i, c in enumerate(columns):
+        table.add_column(Text(c), justify="left" if i < left else "right")
+    for r in rows:
+        table.add_row(*(Text(str(c)) for c in r))
+    Console(width=max(Console().width, 240)).print(table)
 
 
 def emit(figures: dict[str, object]) -> None:

@@ -22,229 +22,25 @@ Finally the RTC sweep (`rtc_variants=path,clean,remac`, chunk length `rtc_chunk_
 `rtc_latencies=0,100,200,300,400` ms, i.e. delays up to 12 ticks): async_forward_rtc with policies
 trained with each prefix conditioning: ours (the prefix on its flow path), training-time RTC (the
 prefix given clean) and REMAC-style (clean, perturbed and partly hidden in training).
-
-Options: episodes= chunk_len= ticks= latencies=0,100,200,300 modes=<comma list> sweep= bc_steps=
-rtc_variants= rtc_latencies= rtc_chunk_len= lerobot_act=true out=
-
-    robo-async bench async-inference [episodes=10] [chunk_len=8] [latencies=0,100,200,300] [sweep=4,6,8] [out=...]
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
-import json
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
-from safetensors.torch import load_file, save_file
 
-from hal.safety import SafeRobot
-from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
-from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig, TickInfo
-from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import emit, register
+from robo_async.bench.cells import MODES, RUNS, VARIANTS, _Cells, trained_policy
 from robo_async.bench.ingest import IngestProcess
-from robo_async.launch.builders import TaskArgs
-from robo_async.launch.experts import record_expert
-from robo_async.learner.algorithms.bc.config import BCConfig
-from robo_async.learner.algorithms.bc.offline import clone
-from sim import ReachConfig, ReachTask, SimRobot
-
-MODES = ("sync", "async_naive", "async_forward", "async_forward_rtc", "async_forward_pipelined")
-# bench mode -> (actor inference mode, inference workers, replan rule)
-RUNS = {
-    "sync": ("sync", 1, "due"),
-    "async_naive": ("async_naive", 1, "due"),
-    "async_forward": ("async_forward", 1, "due"),
-    "async_forward_rtc": ("async_forward_rtc", 1, "due"),
-    "async_forward_pipelined": ("async_forward", 2, "continuous"),
-}
-KEYS, DIMS = ("state", "target", "ee_to_target"), (6, 3, 3)
-SCALE = {"ee_to_target": 10.0, "target": 5.0}
-
-
-EXPERT_STEP = 0.03  # rad per tick: the demonstrator moves its joint targets at most this fast
-
-
-def task_config(ticks: int, cameras: tuple[str, ...] = ()) -> ReachConfig:
-    return ReachConfig(
-        target_moves=2, move_gap=20, episode_ticks=ticks, success_radius=0.03, cameras=cameras, image_size=96
-    )
-
-
-# prefix conditionings compared in the RTC sweep: name -> (prefix_mode, prefix_noise, prefix_hide)
-VARIANTS = {"path": ("path", 0.0, 0.0), "clean": ("clean", 0.0, 0.0), "remac": ("clean", 0.1, 0.3)}
-
-
-def trained_policy(horizon: int, steps: int, cache: Path, variant: str = "path") -> FlowChunkPolicy:
-    """The benchmark's chunk policy, trained by BC (cached). `variant`: how it is conditioned on
-    a committed prefix (VARIANTS: ours on the flow path, training-time RTC, REMAC-style)."""
-    spec = ReachTask().spec()
-    mode, noise, hide = VARIANTS[variant]
-    policy = FlowChunkPolicy(
-        KEYS,
-        DIMS,
-        spec.joint_low,
-        spec.joint_high,
-        horizon=horizon,
-        steps=5,
-        hidden=(512, 512),
-        obs_scale=SCALE,
-        action_mode="delta",
-        delta_range=0.6,
-        prefix_mode=mode,
-    )
-    demo_task = TaskArgs("reach", dataclasses.asdict(task_config(150)))
-    # the cache key hashes everything that shaped the weights: sizes, steps, demos, and the code
-    # of the demonstrator, the recorder, the BC loss and the policy
-    import policies.flow as flow_code
-    import robo_async.launch.experts as record_code
-    import robo_async.learner.algorithms.bc.chunk as bc_code
-    import robo_async.learner.algorithms.bc.learning as bc_algo_code
-    import sim.reach as reach_code
-
-    what = (
-        [policy.architecture, steps, EXPERT_STEP, repr(demo_task)]
-        + ([noise, hide] if noise or hide else [])
-        + [inspect.getsource(m) for m in (bc_code, bc_algo_code, record_code, flow_code, reach_code)]
-    )
-    key = hashlib.sha1(json.dumps(what, default=str).encode()).hexdigest()[:12]
-    path = cache / f"flow_reach_{key}.safetensors"
-    if path.exists():
-        policy.net.load_state_dict(load_file(str(path)))
-        print(f"chunk policy from {path}", flush=True)
-    else:
-        print(f"training the chunk policy by behaviour cloning ({steps} steps) ...", flush=True)
-        demos = record_expert(demo_task, 200, max_step=EXPERT_STEP)
-        clone(
-            policy,
-            demos,
-            steps,
-            BCConfig(batch_size=256, lr=1e-3, max_delay=12, prefix_noise=noise, prefix_hide=hide),
-            log_every=max(steps // 5, 1),
-        )
-        cache.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in policy.net.state_dict().items()}, str(path))
-    policy.deterministic = True
-    return policy
-
-
-class _Recorder:
-    """Observer of the actor's loop: per episode, wall time, commanded actions, chunk arrivals,
-    and reactions (target jump -> first executed action computed from an observation after it)."""
-
-    def __init__(self, task: ReachTask) -> None:
-        self.task = task
-        self.episodes: list[dict] = []
-        self._ep = -1
-
-    def __call__(self, t: TickInfo) -> None:
-        if t.episode != self._ep:  # a new episode
-            self._ep = t.episode
-            self.cur = {
-                "t0": t.chosen_at,
-                "stamps": [],
-                "actions": [],
-                "arrivals": [],
-                "reactions": [],
-                "pending": [],
-                "jumps": 0,
-                "seen": t.new_chunks,
-                "end": t.chosen_at,
-                "ticks": 0,
-            }
-            self.episodes.append(self.cur)
-        c = self.cur
-        if t.new_chunks > c["seen"]:
-            c["arrivals"].append(t.episode_tick)
-            c["seen"] = t.new_chunks
-        c["stamps"].append(t.chosen_at - c["t0"])
-        c["actions"].append(np.asarray(t.action, np.float32).copy())
-        if c["pending"] and t.obs_tick >= c["pending"][0][1]:
-            c["reactions"].append((t.chosen_at - c["pending"].pop()[0]) * 1000)
-        if self.task.moves_done > c["jumps"]:  # the target jumped during this tick
-            c["jumps"] = self.task.moves_done
-            c["pending"][:] = [(time.monotonic(), t.tick + 1)]
-        c["end"] = time.monotonic()
-        c["ticks"] = t.episode_tick + 1
-
-
-def run_cell(
-    policy,
-    mode: str,
-    latency_ms: float | None,
-    episodes: int,
-    ticks: int,
-    ingest: tuple[str, str],
-    actor_id: int,
-    journal: Path,
-    cameras: tuple[str, ...] = (),
-) -> list[dict]:
-    """`episodes` episodes of the training actor users run (SafeRobot, the control loop, Adder,
-    Uplink into a real ingest process) in real time, with `latency_ms` injected per inference
-    (None: the policy as it is, e.g. a `RemotePolicy` whose latency is the server's and the network's)."""
-    task = ReachTask(task_config(ticks, cameras))
-    actor_mode, workers, replan = RUNS[mode]
-    rec = _Recorder(task)
-    cfg = ActorConfig(
-        actor_id,
-        *ingest,
-        LoopConfig(
-            actor_id=actor_id,
-            episode_ticks=ticks,
-            realtime=True,
-            seed=0,
-            start_episode=5000,
-            eval_every=1,
-            max_episodes=episodes,
-            inference=actor_mode,
-            inference_workers=workers,
-            replan=replan,
-            inference_timeout_s=5,
-            explore_until_weights=False,
-            warmup_inference=mode != "sync",
-        ),
-        uplink=UplinkConfig(journal_dir=str(journal / str(actor_id))),
-    )
-    actor = Actor(
-        SafeRobot(SimRobot(task)),
-        policy if latency_ms is None else DelayedPolicy(policy, latency_ms),
-        cfg,
-        observer=rec,
-    )
-    result = actor.run(threading.Event())
-    assert result is not None
-    infer = actor.loop.stats() if actor.loop is not None else {}
-    out = []
-    for ep, c in zip(result.episodes, rec.episodes, strict=False):
-        out.append(
-            {
-                "success": ep.success,
-                "time_s": c["end"] - c["t0"],
-                "reactions_ms": c["reactions"],
-                "actions": np.asarray(c["actions"]),
-                "arrivals": c["arrivals"],
-                "stamps": c["stamps"],
-            }
-        )
-    late = np.asarray(actor.loop.lateness.samples) * 1000 if actor.loop is not None else np.zeros(1)
-    return out, {
-        "lateness_ms": late,
-        "missed": int(actor.loop.lateness.missed) if actor.loop else 0,
-        "infer_p50_ms": infer.get("infer_p50_ms"),
-        "infer_p95_ms": infer.get("infer_p95_ms"),
-        "stats": infer,
-    }
+from robo_async.commands.args import arg
+from sim import ReachTask
 
 
 def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0, 2.6)) -> None:
@@ -271,20 +67,6 @@ def plot(trajs: dict[str, dict], path: Path, window: tuple[float, float] = (1.0,
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-class _Cells:
-    """Runs cells against one ingest process, one actor id per cell (seqs never collide)."""
-
-    def __init__(self, ingest: tuple[str, str], journal: Path, ticks: int, store_dir: Path) -> None:
-        self.ingest, self.journal, self.ticks, self.next_id = ingest, journal, ticks, 0
-        self.store_dir = store_dir
-
-    def run(self, policy, mode: str, latency_ms: float, episodes: int, cameras: tuple[str, ...] = ()):
-        self.next_id += 1
-        return run_cell(
-            policy, mode, latency_ms, episodes, self.ticks, self.ingest, self.next_id, self.journal, cameras
-        )
 
 
 def speedup_interval(
@@ -411,17 +193,35 @@ def lerobot_act_rows(horizon: int, cells: _Cells) -> dict:
     return out
 
 
-@register("async-inference")
-def bench_async_inference(args: dict[str, str]) -> int:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AsyncInferenceKeys:
+    """The keys of `robo-async bench async-inference`."""
+
+    episodes: int = arg(10, help="episodes per cell (mode x latency)")
+    chunk_len: int = arg(8, help="actions per chunk of the policy")
+    ticks: int = arg(150, help="ticks per episode")
+    latencies: tuple[int, ...] = arg((0, 100, 200, 300), help="injected inference latencies, ms")
+    modes: tuple[str, ...] = arg(MODES, help="inference modes compared")
+    bc_steps: int = arg(4000, help="behaviour-cloning steps of the bench's policy (cached)")
+    sweep: tuple[int, ...] = arg((4, 6, 8), help="chunk lengths of the sweep at 200 ms (empty: none)")
+    lerobot_act: bool = arg(True, help="time a real LeRobot ACT (random init) in the loop")
+    rtc_variants: tuple[str, ...] = arg(tuple(VARIANTS), help="prefix conditionings of the RTC sweep (empty: none)")
+    rtc_latencies: tuple[int, ...] = arg((0, 100, 200, 300, 400), help="latencies of the RTC sweep, ms")
+    rtc_chunk_len: int = arg(16, help="chunk length of the RTC sweep")
+    out: Path = arg(Path("runs/bench-async-inference"), help="where the figures and PNGs go")
+
+
+@register("async-inference", AsyncInferenceKeys)
+def bench_async_inference(args: AsyncInferenceKeys) -> int:
     torch.set_num_threads(1)
-    episodes = int(args.get("episodes", 10))
-    horizon = int(args.get("chunk_len", 8))
-    ticks = int(args.get("ticks", 150))
-    latencies = [int(x) for x in args.get("latencies", "0,100,200,300").split(",") if x]
-    out = Path(args.get("out", "runs/bench-async-inference"))
+    episodes = args.episodes
+    horizon = args.chunk_len
+    ticks = args.ticks
+    latencies = list(args.latencies)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    policy = trained_policy(horizon, int(args.get("bc_steps", 4000)), Path.home() / ".cache" / "robo_async" / "bench")
-    modes = [m for m in args.get("modes", ",".join(MODES)).split(",") if m]
+    policy = trained_policy(horizon, args.bc_steps, Path.home() / ".cache" / "robo_async" / "bench")
+    modes = list(args.modes)
     unknown = [m for m in modes if m not in RUNS]
     if unknown:
         raise ValueError(f"bench async-inference: unknown mode(s) {unknown}; modes: {list(RUNS)}")
@@ -459,25 +259,23 @@ def bench_async_inference(args: dict[str, str]) -> int:
                     f"{r['jitter_p99_ms']:.2f}/{r['late_max_ms']:.2f} ms  missed {r['missed_ticks']}",
                     flush=True,
                 )
-        sweep = [int(x) for x in args.get("sweep", "4,6,8").split(",") if x]
+        sweep = list(args.sweep)
         sweep_rows = (
-            chunk_sweep(sweep, horizon, policy, episodes, cells, int(args.get("bc_steps", 4000)))
-            if sweep and 200 in latencies
-            else None
+            chunk_sweep(sweep, horizon, policy, episodes, cells, args.bc_steps) if sweep and 200 in latencies else None
         )
-        act_rows = lerobot_act_rows(horizon, cells) if args.get("lerobot_act", "true") == "true" else {}
-        variants = [v for v in args.get("rtc_variants", ",".join(VARIANTS)).split(",") if v]
+        act_rows = lerobot_act_rows(horizon, cells) if args.lerobot_act else {}
+        variants = list(args.rtc_variants)
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown:
             raise ValueError(f"bench async-inference: unknown rtc_variants {unknown}; known: {list(VARIANTS)}")
         rtc_rows = (
             rtc_sweep(
                 variants,
-                [int(x) for x in args.get("rtc_latencies", "0,100,200,300,400").split(",") if x],
-                int(args.get("rtc_chunk_len", 16)),
+                list(args.rtc_latencies),
+                args.rtc_chunk_len,
                 episodes,
                 cells,
-                int(args.get("bc_steps", 4000)),
+                args.bc_steps,
             )
             if variants
             else []

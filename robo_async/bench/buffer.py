@@ -12,8 +12,6 @@ per transition) plus state. Figures:
 - sample latency of a batch of 256 from the in-RAM cache, and of taking a prefetched batch;
 - crash trials: `crash_trials` kill -9 of the server at random instants during ingest; counts of
   acked-then-lost and duplicated transitions in the final store.
-
-    robo-async bench buffer [transitions=100000] [crash_trials=20] [crash_rate=1000] [curve=true] [dir=...]
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +37,7 @@ from robo_async.bench.loadgen import make_row
 from robo_async.buffer.codec import encode_frames
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.sampler import Sampler
+from robo_async.commands.args import arg
 from robo_async.transport.wire import TransitionBatch
 
 
@@ -223,11 +223,23 @@ def crash_trials(root: Path, frames_file: Path, trials: int, rate: float) -> dic
     }
 
 
-@register("buffer")
-def bench_buffer(args: dict[str, str]) -> int:
-    n = int(args.get("transitions", 100_000))
-    trials = int(args.get("crash_trials", 20))
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="bench-buffer-"))
+@dataclass(frozen=True, kw_only=True)
+class BufferKeys:
+    """The keys of `robo-async bench buffer`."""
+
+    transitions: int = arg(100_000, help="transitions sent by the producer process")
+    crash_trials: int = arg(20, help="kill -9 of the ingest server at random instants")
+    crash_rate: float = arg(1000.0, help="transitions/s sent during the crash trials")
+    commit_ms: float = arg(StoreConfig.commit_ms, help="the store's commit interval, ms (buffer.commit_ms)")
+    curve: bool = arg(True, help="measure the same ingest with CURVE on both sockets")
+    dir: Path | None = arg(None, help="working directory (none: a new temporary one)")
+
+
+@register("buffer", BufferKeys)
+def bench_buffer(args: BufferKeys) -> int:
+    n = args.transitions
+    trials = args.crash_trials
+    root = Path(args.dir or tempfile.mkdtemp(prefix="bench-buffer-"))
     root.mkdir(parents=True, exist_ok=True)
     frames_file = root / "frames.npz"
     frames = render_frames(frames_file, 64)
@@ -253,7 +265,7 @@ def bench_buffer(args: dict[str, str]) -> int:
         "--status",
         status,
         "--commit-ms",
-        str(float(args.get("commit_ms", StoreConfig.commit_ms))),
+        str(args.commit_ms),
     ]
     server = Proc(serve)
     server.wait_line("ready")
@@ -282,7 +294,7 @@ def bench_buffer(args: dict[str, str]) -> int:
         ingest_server_peak_rss_mb=round(stats.get("peak_rss_mb", 0.0)),
     )
 
-    if args.get("curve", "true") == "true":
+    if args.curve:
         from robo_async.transport.curve import create_keys
 
         print("the same ingest with CURVE (authenticated, encrypted) ...", flush=True)
@@ -301,7 +313,7 @@ def bench_buffer(args: dict[str, str]) -> int:
                 "--keys",
                 str(keys),
                 "--commit-ms",
-                str(float(args.get("commit_ms", StoreConfig.commit_ms))),
+                str(args.commit_ms),
             ]
         )
         c_server.wait_line("ready")
@@ -345,7 +357,7 @@ def bench_buffer(args: dict[str, str]) -> int:
     figures.update({k: round(v, 3) if isinstance(v, float) else v for k, v in sample_latency(root / "store").items()})
 
     print(f"{trials} crash trials (kill -9 of the ingest server during ingest) ...", flush=True)
-    figures.update(crash_trials(root, frames_file, trials, float(args.get("crash_rate", 1000))))
+    figures.update(crash_trials(root, frames_file, trials, args.crash_rate))
 
     table = Table(title="bench buffer (two 128x128 RGB images + state per transition)")
     table.add_column("figure")

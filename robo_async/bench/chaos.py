@@ -21,9 +21,6 @@ Both: the online table kept to `keep_rows` rows by retention, evicted rows archi
 store; at the end each actor's seqs in the store and the archive give lost (gaps) and duplicated;
 each process's anonymous RSS is sampled every few seconds and its slope fitted (processes that lived
 `rss_min_minutes` or more; the last `calm` share of the run has no chaos). Last line: JSON.
-
-    robo-async bench chaos [minutes=60] [actors=3] [every_s=40] [hostile_rate=100] [dir=...]
-    robo-async bench soak [minutes=20] [actors=4] [every_s=45] [keep_rows=30000] [cache_mb=64] [dir=...]
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from robo_async.bench import emit, register
-
-HOSTILE_ID, OBSERVER_ID = 900, 901  # keys issued beside the actors': the hostile peer's and our observer's
+from robo_async.bench.judge import HOSTILE_ID, OBSERVER_ID, Hit, _observe, ack_stalls, crashes, plot, total, victim_wait
+from robo_async.commands.args import arg
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -93,183 +90,77 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
-class Hit:
-    """One chaos action: when, what, at whom (an actor id, or None for the learner), its pids, and
-    when its effect ends (a restart's `ready`, a SIGCONT, the link back)."""
-
-    t: float
-    action: str
-    actor: int | None
-    pids: tuple[int, ...] = ()
-    end: float | None = None
-    done: bool = False
-
-
-def ack_stalls(acks: dict[int, list[float]], hits: list[Hit], end: float) -> dict[int, float]:
-    """Per actor, the longest time between two moves of its ack that no chaos explains: a gap is
-    left out when it overlaps a hit on that actor or on the learner (from the hit to its `end`)."""
-    out = {}
-    for actor, times in acks.items():
-        worst = 0.0
-        for a, b in zip(times, times[1:], strict=False):
-            excused = any(
-                (h.actor is None or h.actor == actor) and h.done and a <= (h.end or end) and h.t <= b for h in hits
-            )
-            if not excused:
-                worst = max(worst, b - a)
-        out[actor] = worst
-    return out
-
-
-def victim_wait(acks: dict[int, list[float]], hit: Hit) -> float | None:
-    """How long the actor a hit was aimed at waited for its acks: the longest gap between two of its
-    acks among those that overlap the hit (from the hit to its end). A stop or a dropped link shows
-    its length here (the chaos was real); the gap holding the hit alone may end early, with an ack
-    of rows sent just before it."""
-    times = acks.get(hit.actor, []) if hit.actor is not None else []
-    end = hit.end if hit.end is not None else hit.t
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if a <= end and b > hit.t]
-    return max(gaps) if gaps else None
-
-
-def plot(path: Path, acks: dict[int, list[float]], hits: list[Hit], t0: float) -> None:
-    """Each actor's wait between acks over the run, the chaos shaded (learner hits across all)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for actor, times in sorted(acks.items()):
-        t = np.asarray(times) - t0
-        ax.plot(t[1:] / 60, np.diff(t), ".", ms=3, label=f"actor {actor}")
-    colours = {"kill learner": "red", "kill actor": "orange", "stop actor": "purple", "drop link": "blue"}
-    for h in hits:
-        if h.done:
-            ax.axvspan(
-                (h.t - t0) / 60, ((h.end or h.t) - t0) / 60 + 0.05, color=colours.get(h.action, "grey"), alpha=0.2, lw=0
-            )
-    ax.set(
-        xlabel="minutes",
-        ylabel="seconds since the previous ack",
-        yscale="log",
-        title="acks per actor; shaded: kill learner (red), kill actor (orange), SIGSTOP (purple), link down (blue)",
-    )
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def crashes(events: list[dict], hits: list[Hit]) -> list[dict]:
-    """The supervisor's `failed` events that our chaos does not explain: a process we killed, or a
-    stopped (or cut-off) actor the supervisor killed as hung, is explained; anything else is a crash."""
-    killed = {p for h in hits if h.action.startswith("kill") for p in h.pids}
-    frozen = {p for h in hits if h.action in ("stop actor", "drop link") for p in h.pids}
-    out = []
-    for e in events:
-        if e.get("event") != "failed":
-            continue
-        pid, why = e.get("pid"), str(e.get("why", ""))
-        if pid in killed and "SIGKILL" in why or pid in frozen and why.startswith("hung"):
-            continue
-        out.append({"who": e.get("who"), "pid": pid, "why": why[:300]})
-    return out
-
-
-def total(rows: list[dict], key: str) -> float:
-    """A counter summed over learner lives: each restart starts it at 0 again."""
-    out, last = 0.0, 0.0
-    for r in rows:
-        v = r.get(key)
-        if v is None:
-            continue
-        out += v - last if v >= last else v
-        last = v
-    return out
-
-
-def _observe(address: str, keys_dir: str | None, stop: threading.Event, acks: dict[int, list[float]]) -> None:
-    """A subscriber of our own to the learner's statuses: when each actor's ack moved."""
-    import zmq
-
-    from robo_async.transport.channels import STATUS_TOPIC
-    from robo_async.transport.curve import secure_client
-    from robo_async.transport.wire import LearnerStatus, WireError, decode
-
-    sock = zmq.Context.instance().socket(zmq.SUB)
-    sock.setsockopt(zmq.LINGER, 0)
-    if keys_dir:
-        secure_client(sock, keys_dir, OBSERVER_ID)
-    sock.subscribe(STATUS_TOPIC)
-    sock.connect(address)
-    last: dict[int, int] = {}
-    while not stop.is_set():
-        if not sock.poll(200):
-            continue
-        frames = sock.recv_multipart()
-        try:
-            msg = decode(frames[1:])
-        except WireError:
-            continue
-        if isinstance(msg, LearnerStatus):
-            now = time.monotonic()
-            for actor, nxt in msg.acked:
-                if actor < HOSTILE_ID and last.get(actor) != nxt:
-                    last[actor] = nxt
-                    acks.setdefault(actor, []).append(now)
-    sock.close(0)
-
-
 @dataclass(frozen=True)
 class Kind:
-    """A chaos bench: its name, the chaos it deals, its defaults, and whether it runs on CURVE links
-    through the link relay with the hostile peer and the ack observer."""
+    """A chaos bench: its name, the chaos it deals, and whether it runs on CURVE links through the
+    link relay with the hostile peer and the ack observer (its defaults: its keys' dataclass)."""
 
     name: str
     actions: tuple[str, ...]
-    minutes: float
-    actors: int
-    every_s: float
     hostile: bool
 
 
-SOAK = Kind("soak", ("kill learner", "kill actor", "cut links", "fill disk"), 20, 4, 45, False)
-CHAOS = Kind("chaos", ("kill learner", "kill actor", "stop actor", "drop link"), 60, 3, 40, True)
+SOAK = Kind("soak", ("kill learner", "kill actor", "cut links", "fill disk"), False)
+CHAOS = Kind("chaos", ("kill learner", "kill actor", "stop actor", "drop link"), True)
 
 
-@register("soak")
-def bench_soak(args: dict[str, str]) -> int:
+@dataclass(frozen=True, kw_only=True)
+class ChaosKeys:
+    """The keys of `robo-async bench chaos` (and, with its own defaults, `bench soak`)."""
+
+    minutes: float = arg(60.0, help="length of the run under chaos, minutes")
+    actors: int = arg(3, help="real-time actors")
+    every_s: float = arg(40.0, help="mean seconds between two hits")
+    stop_s: float = arg(20.0, help="how long a stopped actor stays stopped (SIGSTOP), s")
+    drop_s: float = arg(10.0, help="how long a dropped link stays down, s")
+    fill_s: float = arg(20.0, help="how long the store's disk stays filled (soak), s")
+    keep_rows: int = arg(30000, help="rows the online table keeps (retention; the rest archived)")
+    calm: float = arg(1 / 3, help="last share of the run without chaos (so an RSS slope can be fitted)")
+    rss_min_minutes: float = arg(4.0, help="a process's RSS slope counts if it was sampled this long, minutes")
+    cache_mb: int = arg(64, help="the learner's in-RAM cache, MB (buffer.cache_mb)")
+    hostile_rate: float = arg(100.0, help="messages/s of the hostile peer (chaos)")
+    seed: int = arg(0, help="seed of the hits and of the hostile peer's mutants")
+    dir: Path | None = arg(None, help="working directory (none: a new temporary one)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoakKeys(ChaosKeys):
+    """The keys of `robo-async bench soak`: `bench chaos`'s, with the soak's defaults."""
+
+    minutes: float = arg(20.0, help="length of the run under chaos, minutes")
+    actors: int = arg(4, help="real-time actors")
+    every_s: float = arg(45.0, help="mean seconds between two hits")
+
+
+@register("soak", SoakKeys)
+def bench_soak(args: SoakKeys) -> int:
     return run(SOAK, args)
 
 
-@register("chaos")
-def bench_chaos(args: dict[str, str]) -> int:
+@register("chaos", ChaosKeys)
+def bench_chaos(args: ChaosKeys) -> int:
     return run(CHAOS, args)
 
 
-def run(kind: Kind, args: dict[str, str]) -> int:
+def run(kind: Kind, args: ChaosKeys) -> int:
     from robo_async.bench.hostile import HostilePeer
     from robo_async.bench.netem import LinkProxy
     from robo_async.transport.curve import create_keys
 
-    minutes = float(args.get("minutes", kind.minutes))
-    actors = int(args.get("actors", kind.actors))
-    every_s = float(args.get("every_s", kind.every_s))
-    stop_s, drop_s = float(args.get("stop_s", 20)), float(args.get("drop_s", 10))
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix=f"{kind.name}-"))
+    minutes, actors, every_s = args.minutes, args.actors, args.every_s
+    stop_s, drop_s = args.stop_s, args.drop_s
+    root = Path(args.dir or tempfile.mkdtemp(prefix=f"{kind.name}-"))
     run_dir = root / "run"
     root.mkdir(parents=True, exist_ok=True)
-    fill_s = float(args.get("fill_s", 20))
-    keep_rows = int(args.get("keep_rows", 30000))
-    calm = float(args.get("calm", 1 / 3))  # the last third: no chaos, so processes live long enough for a slope
-    judge_min = float(args.get("rss_min_minutes", 4))  # a process's slope counts if sampled this long
-    cache_mb = int(args.get("cache_mb", 64))
+    fill_s = args.fill_s
+    keep_rows = args.keep_rows
+    calm = args.calm  # the last third: no chaos, so processes live long enough for a slope
+    judge_min = args.rss_min_minutes  # a process's slope counts if sampled this long
+    cache_mb = args.cache_mb
     free0 = shutil.disk_usage(root).free / 2**30
     disk_min = free0 - 5 if free0 > 12 and "fill disk" in kind.actions else None
     fill = root / "disk-filler"
-    rng = random.Random(int(args.get("seed", 0)))
+    rng = random.Random(args.seed)
     cmd = [
         sys.executable,
         "-m",
@@ -339,8 +230,8 @@ def run(kind: Kind, args: dict[str, str]) -> int:
             keys_dir,
             HOSTILE_ID,
             list(range(actors)),
-            rate=float(args.get("hostile_rate", 100)),
-            seed=int(args.get("seed", 0)),
+            rate=args.hostile_rate,
+            seed=args.seed,
         )
         hostile.__enter__()
         threading.Thread(target=_observe, args=(weights, keys_dir, watching, acks), daemon=True).start()

@@ -1,11 +1,11 @@
 """`robo-async bench envs`: other people's environments as tasks. Per task: the bare env's steps/s
 through its `hal.Robot` against the training actor users run (`actor_over_raw`, as `bench
-learn-reach` measures ours), and the seconds to 80% rolling success of `robo-async train` from
-state with 20 scripted demonstrations (`buffer demos`), within `budget_s` each: the flow policy
-cloned from them (`robo-async bc`, its real-time success is the BC start), then DSRL steering it
-with the demonstrations imported (as `bench learn`'s state rows).
-
-    robo-async bench envs [rows=gym_hil,metaworld[,gym_hil-pixels]] [budget_s=1800] [steps=600] [rounds=3] [dir=...]
+learn-reach` measures ours), and the seconds (and robot-minutes: env steps / the task's control
+rate) to 80% rolling success of `robo-async train` from state with 20 scripted demonstrations
+(`buffer demos`), within `budget_s` each, for `seeds` seeds (median and [min, max]): the flow
+policy cloned from them once (`robo-async bc`, its real-time success is the BC start; a figure is
+marked BC where that start is already at 80%), then DSRL steering it with the demonstrations
+imported (as `bench learn`'s state rows), one train run per seed.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from robo_async.bench import emit, register
-from robo_async.bench.learn import BC_EVAL, _cli, curve, first_reach
+from robo_async.bench import emit, register, show
 from robo_async.bench.learn_reach import actor_vs_raw
+from robo_async.bench.rows import BC_EVAL, REACH_KEYS, _cli, control_hz, curve, reach_figures, read_final
+from robo_async.bench.seeds import cell, merge, of
+from robo_async.commands.args import arg
 
 DEMOS = 20
 
@@ -91,8 +90,9 @@ def bc_prior(row: EnvRow, demos: Path, root: Path) -> tuple[Path, float | None]:
         return out, None
 
 
-def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
-    """`buffer demos` (20 expert episodes), BC, then `train` (DSRL) with them imported, from state."""
+def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, object]:
+    """`buffer demos` (20 expert episodes), BC (both once per row), then `train` (DSRL, `seed`)
+    with them imported, from state."""
     demos = root / f"demos-{row.name}"
     if not (demos / "data.mdb").exists():
         _cli(
@@ -103,7 +103,7 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
     t_bc = time.monotonic()
     bc_dir, bc_success = bc_prior(row, demos, root)
     bc_wall = round(time.monotonic() - t_bc, 1)  # cloning and its 20 real-time evaluation episodes
-    run_dir = root / row.name
+    run_dir = root / f"{row.name}-s{seed}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
     t0 = time.monotonic()
@@ -117,29 +117,26 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
             "algo=dsrl",
             f"buffer.imports=[{{path: {demos}, table: demos}}]",
             *row.train_extra,
+            f"seed={seed}",
             f"run_dir={run_dir}",
             f"budget.seconds={budget_s:g}",
             "stop_at_success=0.9",
             "eval_episodes=20",
         ],
         budget_s + 900,
-        root / f"{row.name}.log",
+        root / f"{row.name}-s{seed}.log",
     )
-    final = None
-    for line in (root / f"{row.name}.log").read_text().splitlines():
-        if line.startswith("evaluation: success rate"):
-            final = int(line.split()[3].rstrip("%")) / 100
     points = curve(run_dir) if (run_dir / "metrics.jsonl").exists() else []
-    t80, s80 = first_reach(points, 0.8)
-    t90, _ = first_reach(points, 0.9)
+    hz = control_hz(row.task, row.keys)
+    env_steps = points[-1][1] if points else 0
     return {
-        "seconds_to_80": t80,
-        "env_steps_to_80": s80,
-        "seconds_to_90": t90,
-        "final_success": final,
+        "seed": seed,
+        **reach_figures(points, bc_success, hz),
+        "final_success": read_final(root / f"{row.name}-s{seed}.log"),
         "bc_start_success": bc_success,
         "bc_wall_s": bc_wall,
-        "env_steps": points[-1][1] if points else 0,
+        "env_steps": env_steps,
+        "robot_minutes": round(env_steps / hz / 60, 2),
         "wall_s": round(time.monotonic() - t0, 1),
         "returncode": res.returncode,
         "run_dir": str(run_dir),
@@ -147,54 +144,96 @@ def learn(row: EnvRow, root: Path, budget_s: float) -> dict[str, object]:
     }
 
 
-@register("envs")
-def bench_envs(args: dict[str, str]) -> int:
-    names = [n for n in args.get("rows", "gym_hil,metaworld").split(",") if n]
+VALUES = ("final_success", "bc_start_success", "env_steps", "robot_minutes", "wall_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvsKeys:
+    """The keys of `robo-async bench envs`."""
+
+    rows: tuple[str, ...] = arg(("gym_hil", "metaworld"), help=f"rows to run: {', '.join(ROWS)}")
+    seeds: int = arg(3, help="train runs per row (seed=0..seeds-1; 1 for a quick look)")
+    budget_s: float = arg(1800.0, help="wall-clock budget of each train run, s")
+    steps: int = arg(600, help="ticks per round of the bare env vs actor rate")
+    rounds: int = arg(3, help="rounds of the rate comparison")
+    skip_learning: bool = arg(False, help="measure the rates only, no demonstrations, BC or training")
+    dir: Path | None = arg(None, help="bench directory (none: runs/bench-envs-<date>)")
+
+
+def reach_cell(f: dict, key: str, fmt: str = "{:.0f}") -> str:
+    """A "to X%" figure over seeds, marked `(BC)` where the BC start was already at X%."""
+    text = cell(of(f, key), fmt)
+    return f"{text} (BC)" if f.get(f"measures_to_{key.rsplit('_', 1)[-1]}") == "bc" else text
+
+
+@register("envs", EnvsKeys)
+def bench_envs(args: EnvsKeys) -> int:
+    names = list(args.rows)
     unknown = [n for n in names if n not in ROWS]
     if unknown:
         from robo_async.config import UserError
 
         raise UserError(f"bench envs: unknown rows {unknown}; rows: {sorted(ROWS)}")
-    root = Path(args.get("dir") or Path("runs") / f"bench-envs-{time.strftime('%Y%m%d-%H%M%S')}")
+    root = Path(args.dir or Path("runs") / f"bench-envs-{time.strftime('%Y%m%d-%H%M%S')}")
     root.mkdir(parents=True, exist_ok=True)
     print(f"working in {root}")
-    budget_s, steps, rounds = float(args.get("budget_s", 1800)), int(args.get("steps", 600)), int(args.get("rounds", 3))
+    budget_s, steps, rounds = args.budget_s, args.steps, args.rounds
     out: dict[str, dict] = {}
     for n in names:
         row = ROWS[n]
         print(f"row {n}: bare env vs the actor ({rounds} rounds of {steps} ticks) ...", flush=True)
         fig: dict[str, object] = dict(rates(row, steps, rounds))
-        if args.get("skip_learning", "false") != "true":
-            print(f"row {n}: 20 demonstrations, then training for up to {budget_s:g} s ...", flush=True)
-            fig.update(learn(row, root, budget_s))
+        if not args.skip_learning:
+            runs = []
+            for seed in range(args.seeds):
+                print(f"row {n} seed {seed}: 20 demonstrations, then training for up to {budget_s:g} s ...", flush=True)
+                runs.append(learn(row, root, budget_s, seed))
+                (root / f"{n}-s{seed}.json").write_text(json.dumps(runs[-1]))
+            fig.update(merge(runs, REACH_KEYS, VALUES))
         out[n] = fig
         (root / f"{n}.json").write_text(json.dumps(fig))
-    table = Table(title="bench envs")
-    for c in (
+    cols = (
         "task",
         "bare steps/s",
         "actor steps/s",
         "actor/bare",
-        "to 80%: s / env steps",
-        "to 90%",
+        "seeds",
+        "s to 80%",
+        "robot-min to 80%",
+        "env steps to 80%",
+        "s to 90%",
         "final",
         "BC start",
-    ):
-        table.add_column(c, justify="right" if c != "task" else "left")
+    )
+    cells = []
     for n, f in out.items():
-        t80 = f.get("seconds_to_80")
-        table.add_row(
-            n,
-            f"{f['sim_steps_per_s_raw']:.0f}",
-            f"{f['sim_steps_per_s_actor']:.0f}",
-            f"{f['actor_over_raw']:.2f}",
-            f"{t80:.0f} / {f['env_steps_to_80']}" if t80 is not None else "-",
-            f"{f['seconds_to_90']:.0f}" if f.get("seconds_to_90") is not None else "-",
-            f"{f['final_success']:.0%}" if f.get("final_success") is not None else "-",
-            f"{f['bc_start_success']:.0%}" if f.get("bc_start_success") is not None else "-",
+        learned = "seeds" in f
+        cells.append(
+            (
+                n,
+                f"{f['sim_steps_per_s_raw']:.0f}",
+                f"{f['sim_steps_per_s_actor']:.0f}",
+                f"{f['actor_over_raw']:.2f}",
+                str(f.get("seeds", 0)),
+                reach_cell(f, "seconds_to_80") if learned else "-",
+                reach_cell(f, "robot_minutes_to_80", "{:.3g}") if learned else "-",
+                reach_cell(f, "env_steps_to_80") if learned else "-",
+                reach_cell(f, "seconds_to_90") if learned else "-",
+                cell(of(f, "final_success", reach=False), "{:.0%}", reach=False) if learned else "-",
+                cell(of(f, "bc_start_success", reach=False), "{:.0%}", reach=False) if learned else "-",
+            )
         )
-    Console().print(table)
+    show(
+        "bench envs: median [min, max] over seeds (never: a seed that did not get there); (BC): the BC start was "
+        "already at 80%",
+        cols,
+        cells,
+    )
+    # medians over seeds (a seed that never reached 80% counts as +inf; null: the median seed never did)
     figures: dict[str, object] = {ROWS[n].json_key: f.get("seconds_to_80") for n, f in out.items()}
+    for n, f in out.items():  # e.g. gym_hil_pick_robot_minutes_to_80, gym_hil_pick_measures ("bc" or "rl")
+        figures[ROWS[n].json_key.replace("seconds_to", "robot_minutes_to")] = f.get("robot_minutes_to_80")
+        figures[ROWS[n].json_key.replace("seconds_to_80", "measures")] = f.get("measures_to_80")
     figures.update({f"actor_over_raw_{n}": f["actor_over_raw"] for n, f in out.items()})
     figures["libero_dsrl_gain_pts"] = None  # no LIBERO task yet (docs/guides/environments.md)
     figures["rows"] = {n: {k: v for k, v in f.items() if k != "curve"} for n, f in out.items()}

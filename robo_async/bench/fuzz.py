@@ -9,8 +9,6 @@ valid sentinel on the same socket (a batch stored, a hello answered, a status an
 then all before it was processed. Counted: messages, dropped (the target's own counter), crashes
 (its process or receiving thread died, or an exception got past the checks into its last-resort
 handler), the learner's rows beyond the sentinels' (`rows_stored`, must be 0). Last line: JSON.
-
-    robo-async bench fuzz [messages=100000] [seed=0] [round=8000]
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from multiprocessing.synchronize import Event
 
 import numpy as np
@@ -31,6 +30,7 @@ import zmq
 
 from robo_async.bench import emit, register
 from robo_async.bench.mutate import Mutants
+from robo_async.commands.args import arg
 from robo_async.transport.wire import (
     KINDS,
     ChunkReply,
@@ -369,10 +369,19 @@ def run_target(target: Callable[[], _Target], mutants: Mutants, per_kind: int, r
     }
 
 
-@register("fuzz")
-def bench_fuzz(args: dict[str, str]) -> int:
-    per_kind, seed = int(args.get("messages", 100_000)), int(args.get("seed", 0))
-    round_size = int(args.get("round", 8000))  # messages between two sentinels
+@dataclass(frozen=True, kw_only=True)
+class FuzzKeys:
+    """The keys of `robo-async bench fuzz`."""
+
+    messages: int = arg(100_000, help="mutated messages of each kind sent to each target")
+    seed: int = arg(0, help="seed of the mutations")
+    round: int = arg(8000, help="messages between two sentinels (each round ends with a valid one)")
+
+
+@register("fuzz", FuzzKeys)
+def bench_fuzz(args: FuzzKeys) -> int:
+    per_kind, seed = args.messages, args.seed
+    round_size = args.round  # messages between two sentinels
     print(f"fuzz: {per_kind:,} mutated messages of each of {len(KINDS)} kinds per target, seed {seed}", flush=True)
     rows, mutants = {}, {}
     for i, target in enumerate((_Learner, _Server, _Client)):

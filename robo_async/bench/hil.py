@@ -5,16 +5,16 @@ Per task (`push` from our sims, gym_hil's PandaPickCube) and per seed, two `robo
 with the same 20 scripted demonstrations (RLPD mixing), as in `bench learn`'s push-sac row; the HIL
 arm adds the virtual operator (`teleop=virtual`: it takes over with the scripted expert when the
 policy strays or stalls, hands back after `hold_ticks`; never in evaluation episodes) and
-HG-DAgger on its corrections (`algo.dagger_weight`). Reported per run: seconds and env steps until
-20 deterministic episodes reach 80% success, operator ticks, the intervention rate (share of all
-ticks, evaluation episodes included) in the first and last 10% of the run's env steps, and the
-correction -> policy time (an intervention's commit to the first policy version trained after it
-acting on the robot). Per task: the median over seeds of each arm's seconds to 80% (a seed that did
-not reach it counts as its budget, and the speedup is then a lower bound) and their ratio. Then a
-success classifier is trained with `robo-async reward train` on rendered `pick_lift` frames and
-its held-out precision and recall are reported.
-
-    robo-async bench hil [tasks=push,gym_hil] [seeds=3] [arms=hil,no_hil] [budget_s=600] [classifier=true] [dir=...]
+HG-DAgger on its corrections (`algo.dagger_weight`). Reported per run: seconds, env steps and
+robot-minutes (env steps / the task's control rate) until 20 deterministic episodes reach 80%
+success, operator ticks, the intervention rate (share of all ticks, evaluation episodes included)
+in the first and last 10% of the run's env steps, and the correction -> policy time (an
+intervention's commit to the first policy version trained after it acting on the robot). Per task
+and arm: the median and [min, max] over seeds (`bench.seeds`: a seed that never reached 80% counts
+as +inf, so the median is null when the median seed never did) and the arms' ratio (speedup; where
+only the operator's arm got there, the no-operator median counted at its budget gives a lower
+bound). Then a success classifier is trained with `robo-async reward train` on rendered
+`pick_lift` frames and its held-out precision and recall are reported.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from rich.console import Console
-from rich.table import Table
-
-from robo_async.bench import emit, register
-from robo_async.bench.learn import Row, _cli, run_row
+from robo_async.bench import emit, register, show
+from robo_async.bench.rows import Row, _cli, run_row
+from robo_async.bench.seeds import Spread, cell, spread
+from robo_async.commands.args import arg
 
 HIL = ("teleop=virtual", "algo.dagger_weight=1.0")
 TASKS = ("push", "gym_hil")
@@ -98,57 +99,75 @@ def classifier(root: Path, updates: int = 600) -> dict[str, object]:
     }
 
 
-def _names(args: dict[str, str], key: str, choices: tuple[str, ...]) -> list[str]:
-    from robo_async.config import UserError
+@dataclass(frozen=True, kw_only=True)
+class HilKeys:
+    """The keys of `robo-async bench hil`."""
 
-    names = [n for n in args.get(key, ",".join(choices)).split(",") if n]
-    unknown = [n for n in names if n not in choices]
-    if unknown:
-        raise UserError(f"bench hil: unknown {key} {unknown}; {key}: {', '.join(choices)}")
-    return names
+    tasks: tuple[Literal["push", "gym_hil"], ...] = arg(TASKS, help="tasks compared")
+    seeds: int = arg(3, help="seeds per task and arm (seed=0..seeds-1; 1 for a quick look)")
+    arms: tuple[Literal["hil", "no_hil"], ...] = arg(ARMS, help="with the virtual operator (hil), without (no_hil)")
+    budget_s: float = arg(600.0, help="wall-clock budget of each train run, s")
+    classifier: bool = arg(True, help="train and score the success classifier on pick_lift frames")
+    dir: Path | None = arg(None, help="bench directory; runs saved there are not rerun (none: a new one)")
 
 
-def median_seconds(runs: list[dict], budget: float, key: str = "seconds_to_80") -> tuple[float | None, bool]:
-    """The median of `key` (seconds, or env steps, to 80%) over seeds, a seed that never reached
-    80% counted as `budget` (for env steps: the run's own env steps); and whether that median is
-    such a censored value (then only a bound)."""
-    if not runs:
-        return None, False
-    stand_in = (lambda r: budget) if key == "seconds_to_80" else (lambda r: float(r.get("env_steps", 0)))
-    times = [r[key] if r.get(key) is not None else stand_in(r) for r in runs]
-    med = statistics.median(times)
-    return round(med, 1), sum(r.get(key) is None for r in runs) * 2 >= len(runs)
+def bounded(runs: list[dict], key: str, stand_in: float | None = None) -> float | None:
+    """The median of `key` over seeds with a seed that never reached 80% counted as `stand_in` (its
+    run's own env steps where None): a lower bound of the median where seeds did not get there."""
+    vals = [r[key] if r.get(key) is not None else (stand_in or float(r.get("env_steps", 0))) for r in runs]
+    return spread(vals).median
 
 
 def summarize_task(runs: dict[str, list[dict]], budget: float) -> dict[str, object]:
-    """Per task: each arm's median seconds to 80% and the speedup (no operator over operator)."""
-    t_hil, hil_censored = median_seconds(runs.get("hil", []), budget)
-    t_base, base_censored = median_seconds(runs.get("no_hil", []), budget)
-    rates = [r["intervention_rate_last"] for r in runs.get("hil", []) if r.get("intervention_rate_last") is not None]
-    # env steps: the same comparison, blind to how much CPU each run had (the machine is shared)
-    s_hil, s_hil_c = median_seconds(runs.get("hil", []), budget, "env_steps_to_80")
-    s_base, s_base_c = median_seconds(runs.get("no_hil", []), budget, "env_steps_to_80")
+    """Per task: each arm's median, [min, max] and per-seed seconds, env steps and robot-minutes to
+    80% (`bench.seeds`), and the speedups (no operator over operator)."""
+    hil, base = runs.get("hil", []), runs.get("no_hil", [])
+    out: dict[str, object] = {}
+    got: dict[str, Spread] = {}
+    for arm, rs in (("hil", hil), ("no_hil", base)):
+        for k in ("seconds_to_80", "env_steps_to_80", "robot_minutes_to_80"):
+            s = got[f"{arm}_{k}"] = spread([r.get(k) for r in rs])
+            out[f"{arm}_{k}"] = None if s.median is None else round(s.median, 2 if k.startswith("robot") else 1)
+            out[f"{arm}_{k}_range"] = [s.low, s.high]
+            out[f"{arm}_{k}_seeds"] = list(s.values)
+    rates = [r["intervention_rate_last"] for r in hil if r.get("intervention_rate_last") is not None]
+
+    def speedup(k: str, stand_in: float | None) -> tuple[float | None, bool]:
+        """no_hil over hil: None where the operator's arm's median seed did not get there; where only
+        the other arm's did not, its median with such seeds at `stand_in` (a lower bound)."""
+        t_hil, t_base = got[f"hil_{k}"].median, got[f"no_hil_{k}"].median
+        if not hil or not base or t_hil is None or not t_hil:
+            return None, False
+        if t_base is None:
+            bound = bounded(base, k, stand_in)
+            return (round(bound / t_hil, 2) if bound else None), True
+        return round(t_base / t_hil, 2), False
+
+    sp, lower = speedup("seconds_to_80", budget)
+    # env steps (and robot-minutes, the same task's rate on both arms): blind to how much CPU each run had
+    sp_steps, steps_lower = speedup("env_steps_to_80", None)
     return {
-        "hil_env_steps_to_80": None if s_hil_c else s_hil,
-        "no_hil_env_steps_to_80": None if s_base_c else s_base,
-        "speedup_env_steps": None if (not s_hil or not s_base or s_hil_c) else round(s_base / s_hil, 2),
-        "hil_seconds_to_80": None if hil_censored else t_hil,
-        "no_hil_seconds_to_80": None if base_censored else t_base,
+        **out,
+        "speedup_env_steps": sp_steps,
+        "robot_minutes_speedup": sp_steps,
+        # the no-operator arm's median seed did not get there: its seeds' own env steps stand in (a lower bound)
+        "speedup_env_steps_is_lower_bound": bool(steps_lower and sp_steps is not None),
         # the operator's arm did not reach 80% in most seeds: no figure; the other arm did not: a lower bound
-        "speedup": None if (t_hil is None or t_base is None or hil_censored) else round(t_base / t_hil, 2),
-        "speedup_is_lower_bound": bool(base_censored and not hil_censored),
+        "speedup": sp,
+        "speedup_is_lower_bound": bool(lower and sp is not None),
         "intervention_rate_last": round(statistics.median(rates), 4) if rates else None,
+        "intervention_rate_last_seeds": [r.get("intervention_rate_last") for r in hil],
         "seeds": {arm: [r.get("seconds_to_80") for r in rs] for arm, rs in runs.items()},
     }
 
 
-@register("hil")
-def bench_hil(args: dict[str, str]) -> int:
-    tasks, arms = _names(args, "tasks", TASKS), _names(args, "arms", ARMS)
-    seeds = int(args.get("seeds", 3))
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="bench-hil-"))
+@register("hil", HilKeys)
+def bench_hil(args: HilKeys) -> int:
+    tasks, arms = list(args.tasks), list(args.arms)
+    seeds = args.seeds
+    root = Path(args.dir or tempfile.mkdtemp(prefix="bench-hil-"))
     root.mkdir(parents=True, exist_ok=True)
-    budget = float(args.get("budget_s", 600))
+    budget = args.budget_s
     print(f"working in {root}", flush=True)
     from robo_async.learner.metrics import read_metrics
 
@@ -192,17 +211,17 @@ def bench_hil(args: dict[str, str]) -> int:
         for task in tasks
     }
     clf: dict[str, object] = {"precision": None, "recall": None}
-    if args.get("classifier", "true") == "true":
+    if args.classifier:
         print("reward classifier (pick_lift, front camera) ...", flush=True)
         clf = classifier(root)
-    from robo_async.bench.learn import plot
+    from robo_async.bench.rows import plot
 
     every = [{**r, "row": r["row"]} for t in runs.values() for rs in t.values() for r in rs]
     plot(every, root / "learning_curves.png")
-    table = Table(title=f"bench hil (SAC from state, 20 demos, {budget:.0f} s per run, {seeds} seeds, 2 cores)")
     cols = (
         "seconds_to_80",
         "env_steps_to_80",
+        "robot_minutes_to_80",
         "final_success",
         "operator_ticks",
         "takeovers",
@@ -211,36 +230,48 @@ def bench_hil(args: dict[str, str]) -> int:
         "correction_to_policy_s",
         "updates_per_s",
     )
-    table.add_column("run")
-    for c in cols:
-        table.add_column(c, justify="right")
-    for r in every:
-        table.add_row(r["row"], *(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c)) for c in cols))
-    Console().print(table)
+    show(
+        f"bench hil (SAC from state, 20 demos, {budget:.0f} s per run, {seeds} seeds): each run",
+        ("run", *cols),
+        [(r["row"], *(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c)) for c in cols)) for r in every],
+    )
     per_task = {task: summarize_task(rs, budget) for task, rs in runs.items()}
-    summary = Table(title="median over seeds (a seed that did not reach 80% counts as the budget)")
-    for c in (
-        "task",
-        "no operator: s to 80%",
-        "operator: s to 80%",
-        "speedup",
-        "env steps: none / operator",
-        "speedup (env steps)",
-        "intervention rate, last 10%",
-    ):
-        summary.add_column(c, justify="left" if c == "task" else "right")
+    cells = []
     for task, f in per_task.items():
         sp = f["speedup"]
-        summary.add_row(
-            task,
-            str(f["no_hil_seconds_to_80"] or f"> {budget:.0f}"),
-            str(f["hil_seconds_to_80"] or "-"),
-            "-" if sp is None else f"{'>= ' if f['speedup_is_lower_bound'] else ''}{sp}x",
-            f"{f['no_hil_env_steps_to_80'] or '-'} / {f['hil_env_steps_to_80'] or '-'}",
-            "-" if f["speedup_env_steps"] is None else f"{f['speedup_env_steps']}x",
-            "-" if f["intervention_rate_last"] is None else f"{f['intervention_rate_last']:.1%}",
+
+        def spread_of(key: str, f: dict = f) -> Spread:
+            return spread(f[f"{key}_seeds"])
+
+        cells.append(
+            (
+                task,
+                "/".join(str(len(runs[task].get(a, []))) for a in ("no_hil", "hil")),
+                cell(spread_of("no_hil_seconds_to_80")),
+                cell(spread_of("hil_seconds_to_80")),
+                "-" if sp is None else f"{'>= ' if f['speedup_is_lower_bound'] else ''}{sp}x",
+                cell(spread_of("no_hil_robot_minutes_to_80"), "{:.3g}"),
+                cell(spread_of("hil_robot_minutes_to_80"), "{:.3g}"),
+                "-" if f["robot_minutes_speedup"] is None else f"{f['robot_minutes_speedup']}x",
+                "-" if f["intervention_rate_last"] is None else f"{f['intervention_rate_last']:.1%}",
+            )
         )
-    Console().print(summary)
+    show(
+        "bench hil per task: median [min, max] over seeds (never: a seed that did not reach 80%, counted as +inf; "
+        "speedup >= : the no-operator median with such seeds at the budget, a lower bound)",
+        (
+            "task",
+            "seeds (none/op.)",
+            "no operator: s to 80%",
+            "operator: s to 80%",
+            "speedup",
+            "no operator: robot-min",
+            "operator: robot-min",
+            "speedup (robot-min)",
+            "intervention rate, last 10%",
+        ),
+        cells,
+    )
     print(
         f"learning curves: {root / 'learning_curves.png'}; reward classifier: precision {clf['precision']}, "
         f"recall {clf['recall']} on held-out episodes"
@@ -252,11 +283,18 @@ def bench_hil(args: dict[str, str]) -> int:
         **{f"hil_speedup_{t}_is_lower_bound": f["speedup_is_lower_bound"] for t, f in per_task.items()},
         **{f"intervention_rate_last_{t}": f["intervention_rate_last"] for t, f in per_task.items()},
         **{f"hil_speedup_env_steps_{t}": f["speedup_env_steps"] for t, f in per_task.items()},
+        **{f"robot_minutes_speedup_{t}": f["robot_minutes_speedup"] for t, f in per_task.items()},
+        **{
+            f"{arm}_robot_minutes_to_80_{t}": f[f"{arm}_robot_minutes_to_80"]
+            for t, f in per_task.items()
+            for arm in ARMS
+        },
         # push's figures under the keys earlier runs of this bench reported
         "hil_seconds_to_80": push.get("hil_seconds_to_80"),
         "no_hil_seconds_to_80": push.get("no_hil_seconds_to_80"),
         "speedup": push.get("speedup"),
         "speedup_is_lower_bound": push.get("speedup_is_lower_bound"),
+        "robot_minutes_speedup": push.get("robot_minutes_speedup"),
         "intervention_rate_last": push.get("intervention_rate_last"),
         "correction_to_policy_s": hil0[0].get("correction_to_policy_s") if hil0 else None,
         "precision": clf["precision"],

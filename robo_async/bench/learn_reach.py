@@ -1,7 +1,5 @@
 """`robo-async bench learn-reach`: time and env steps until reach hits >= 90% success, and what
 the actor path (safety layer, adder, ZMQ transport) costs against the bare simulator.
-
-    robo-async bench learn-reach [budget_s=300] [steps=5000] [actors=1] [rounds=7] [skip_learning=true]
 """
 
 from __future__ import annotations
@@ -9,6 +7,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from robo_async.actor.loop import LoopConfig
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
+from robo_async.commands.args import arg
 from robo_async.launch.builders import TaskArgs, make_robot
 
 TASK = TaskArgs("reach", {})
@@ -161,16 +161,29 @@ def learn(budget_s: float, actors: int) -> dict[str, float | None]:
     }
 
 
-@register("learn-reach")
-def bench_learn_reach(args: dict[str, str]) -> int:
-    budget_s = float(args.get("budget_s", 300))
-    steps = int(args.get("steps", 5_000))
-    uplinks = tuple(u for u in args.get("uplinks", "thread,process").split(",") if u)
-    figures: dict[str, object] = actor_vs_raw(steps, int(args.get("rounds", 7)), uplinks=uplinks)
-    if float(args.get("realtime_s", 30)) > 0:
-        figures.update(realtime_jitter(float(args.get("realtime_s", 30)), uplinks))
-    if args.get("skip_learning", "false") != "true":
-        figures.update(learn(budget_s, int(args.get("actors", 1))))
+@dataclass(frozen=True, kw_only=True)
+class LearnReachKeys:
+    """The keys of `robo-async bench learn-reach`."""
+
+    budget_s: float = arg(300.0, help="wall-clock budget of the training run, s")
+    steps: int = arg(5_000, help="ticks per round of the bare-sim vs actor rate")
+    rounds: int = arg(7, help="rounds of the rate comparison (the median is reported)")
+    uplinks: tuple[str, ...] = arg(("thread", "process"), help="actor.uplink variants measured: thread, process")
+    realtime_s: float = arg(30.0, help="seconds of the real-time jitter measurement (0: skipped)")
+    skip_learning: bool = arg(False, help="measure the rates only, no training run")
+    actors: int = arg(1, help="actors of the training run")
+
+
+@register("learn-reach", LearnReachKeys)
+def bench_learn_reach(args: LearnReachKeys) -> int:
+    budget_s = args.budget_s
+    steps = args.steps
+    uplinks = args.uplinks
+    figures: dict[str, object] = actor_vs_raw(steps, args.rounds, uplinks=uplinks)
+    if args.realtime_s > 0:
+        figures.update(realtime_jitter(args.realtime_s, uplinks))
+    if not args.skip_learning:
+        figures.update(learn(budget_s, args.actors))
     table = Table(title="bench learn-reach")
     table.add_column("figure")
     table.add_column("value", justify="right")

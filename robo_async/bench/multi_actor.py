@@ -4,10 +4,6 @@ large limiter slack so the actors and the ingest path, not the rate limiter, are
 per-actor and learner CPU use, and lease latency; then one vectorized actor stepping `envs=`
 simulators with one batched policy call per tick (`actor.envs`), against the best
 process-per-simulator total of the same run (`vec_over_processes`).
-
-    robo-async bench multi-actor [seconds=30] [actors=1,2,4] [envs=4,16,64] [utd=0.02] [uplink=thread]
-    [learn=reach,pick_lift]
-                                 [learn_budget_s=600]
 """
 
 from __future__ import annotations
@@ -17,7 +13,9 @@ import os
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from rich.console import Console
@@ -25,6 +23,7 @@ from rich.table import Table
 
 from hal.leases import LeaseManager
 from robo_async.bench import emit, register
+from robo_async.commands.args import arg
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -116,7 +115,8 @@ LEARN = {"reach": ["task=reach"], "pick_lift": None}  # built from bench learn's
 def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, object]:
     """Seconds to 90% rolling success of `robo-async train` on `task` with one actor stepping
     `envs` simulators (1: today's actor)."""
-    from robo_async.bench.learn import ROWS, _cli, bc_start, curve, first_reach, record_demos
+    from robo_async.bench.learn import ROWS
+    from robo_async.bench.rows import _cli, bc_start, control_hz, curve, first_reach, record_demos, robot_minutes
 
     extra = [f"actor.envs={envs}", "stop_at_success=0.9", "eval_episodes=0", f"budget.seconds={budget_s:g}"]
     if task == "pick_lift":
@@ -131,18 +131,38 @@ def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, ob
     res = _cli(["train", *args, *extra, f"run_dir={run_dir}"], budget_s + 900, root / f"learn-{task}-envs{envs}.log")
     points = curve(run_dir) if (run_dir / "metrics.jsonl").exists() else []
     t90, s90 = first_reach(points, 0.9)
-    return {"task": task, "envs": envs, "seconds_to_90": t90, "env_steps_to_90": s90, "returncode": res.returncode}
+    return {
+        "task": task,
+        "envs": envs,
+        "seconds_to_90": t90,
+        "env_steps_to_90": s90,
+        "robot_minutes_to_90": robot_minutes(s90, control_hz(task)),  # env steps / the task's control rate
+        "returncode": res.returncode,
+    }
 
 
-@register("multi-actor")
-def bench_multi_actor(args: dict[str, str]) -> int:
-    seconds = float(args.get("seconds", 30))
-    utd = float(args.get("utd", 0.02))
-    counts = [int(x) for x in args.get("actors", "1,2,4").split(",")]
+@dataclass(frozen=True, kw_only=True)
+class MultiActorKeys:
+    """The keys of `robo-async bench multi-actor`."""
+
+    seconds: float = arg(30.0, help="seconds of each throughput run")
+    actors: tuple[int, ...] = arg((1, 2, 4), help="actor processes (one simulator each) per run")
+    envs: tuple[int, ...] = arg((4, 16, 64), help="simulators of the one vectorized actor, per run")
+    utd: float = arg(0.02, help="update-to-data ratio of the learner")
+    uplink: Literal["thread", "process"] = arg("thread", help="actor.uplink of every run")
+    learn: tuple[str, ...] = arg(("reach", "pick_lift"), help="tasks of the seconds-to-90% runs (empty: none)")
+    learn_budget_s: float = arg(600.0, help="wall-clock budget of each seconds-to-90% run, s")
+
+
+@register("multi-actor", MultiActorKeys)
+def bench_multi_actor(args: MultiActorKeys) -> int:
+    seconds = args.seconds
+    utd = args.utd
+    counts = list(args.actors)
     root = Path(tempfile.mkdtemp(prefix="bench-multi-actor-"))
     acquire_ms, release_ms = lease_latency()
-    vec_counts = [int(x) for x in args.get("envs", "4,16,64").split(",") if x]
-    uplink = args.get("uplink", "thread")  # actor.uplink of every run: thread | process
+    vec_counts = list(args.envs)
+    uplink = args.uplink  # actor.uplink of every run: thread | process
     results = {str(n): one_run(n, seconds, utd, root, uplink=uplink) for n in counts}
     vec = {str(n): one_run(1, seconds, utd, root, envs=n, uplink=uplink) for n in vec_counts}
     table = Table(title=f"bench multi-actor ({os.cpu_count()} cores, utd {utd}, {seconds:.0f} s per run)")
@@ -178,16 +198,17 @@ def bench_multi_actor(args: dict[str, str]) -> int:
         "utd_ratio": utd,
         "uplink": uplink,
     }
-    learn = [t for t in args.get("learn", "reach,pick_lift").split(",") if t]
+    learn = list(args.learn)
     if learn and vec:
         n_best = int(max(vec, key=lambda n: vec[n]["steps_per_s"]))
-        budget = float(args.get("learn_budget_s", 600))
+        budget = args.learn_budget_s
         rows = [learn_row(t, n, root, budget) for t in learn for n in (1, n_best)]
         lt = Table(title=f"seconds to 90% rolling success (one actor; 1 simulator vs {n_best} in one loop)")
-        for col in ("task", "simulators", "seconds to 90%", "env steps to 90%"):
+        for col in ("task", "simulators", "seconds to 90%", "env steps to 90%", "robot-minutes to 90%"):
             lt.add_column(col, justify="right")
         for r in rows:
-            lt.add_row(str(r["task"]), str(r["envs"]), str(r["seconds_to_90"]), str(r["env_steps_to_90"]))
+            keys = ("task", "envs", "seconds_to_90", "env_steps_to_90", "robot_minutes_to_90")
+            lt.add_row(*(str(r[k]) for k in keys))
         Console().print(lt)
         figures["learn"] = rows
         for t in learn:

@@ -15,12 +15,6 @@ policy server (`robo-async serve`), reached through a delay/loss proxy process o
    (`max_batch=16`) and one by one (`max_batch=1`): chunks/s and the gain at 8 actors (goal 3x).
 3. VLA-class inference: LeRobot SmolVLA built from a generated tiny backbone, ms per chunk; and
    the tiny VLA's success per instruction (when those parts are available; else named as absent).
-
-Options: sweep=true episodes=4 rtts=0,50,150 losses=0,0.02 modes=sync,async_forward,async_forward_rtc
-infer_ms=100 chunk_len=8 ticks=150 batch_s=4 batch_policies=large,bench bc_steps=4000 smolvla=true
-tiny_vla=<bc run dir> (or false; default: trained here) tiny_vla_episodes=20 out=
-
-    robo-async bench remote-inference [episodes=4] [rtts=0,50,150] [losses=0,0.02] [sweep=true] [out=...]
 """
 
 from __future__ import annotations
@@ -29,6 +23,7 @@ import json
 import multiprocessing as mp
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robo_async.bench import emit, register
+from robo_async.commands.args import arg
 
 CACHE = Path.home() / ".cache" / "robo_async" / "bench"
 
@@ -47,7 +43,7 @@ LARGE = (2048, 2048, 2048)  # the batching benchmark's VLA-class flow head: 25 M
 
 def large_policy(horizon: int):
     from policies.flow import FlowChunkPolicy
-    from robo_async.bench.async_inference import DIMS, KEYS, SCALE
+    from robo_async.bench.cells import DIMS, KEYS, SCALE
     from sim import ReachTask
 
     spec = ReachTask().spec()
@@ -73,7 +69,7 @@ def _server_main(
     import logging
 
     from policies.delayed import DelayedPolicy
-    from robo_async.bench.async_inference import trained_policy
+    from robo_async.bench.cells import trained_policy
     from robo_async.launch.processes import _watch_parent
     from robo_async.serve import PolicyServer, ServeConfig
     from sim import ReachTask
@@ -137,19 +133,39 @@ def _summary(rs: list[dict], timing: dict) -> dict:
     }
 
 
-def network_sweep(args: dict[str, str], out: Path) -> tuple[list[dict], dict[str, dict]]:
+@dataclass(frozen=True, kw_only=True)
+class RemoteInferenceKeys:
+    """The keys of `robo-async bench remote-inference`."""
+
+    sweep: bool = arg(True, help="run the network sweep (part 1)")
+    episodes: int = arg(4, help="episodes per cell of the sweep")
+    rtts: tuple[float, ...] = arg((0.0, 50.0, 150.0), help="round trips through the proxy, ms")
+    losses: tuple[float, ...] = arg((0.0, 0.02), help="packet loss shares through the proxy")
+    modes: tuple[str, ...] = arg(("sync", "async_forward", "async_forward_rtc"), help="actor.inference modes swept")
+    infer_ms: float = arg(100.0, help="inference time injected in the server, ms")
+    chunk_len: int = arg(8, help="actions per chunk of the policy")
+    ticks: int = arg(150, help="ticks per episode")
+    bc_steps: int = arg(4000, help="behaviour-cloning steps of the bench's policy (cached)")
+    batching: bool = arg(True, help="run the batching measurement (part 2)")
+    batch_s: float = arg(4.0, help="seconds per batching measurement")
+    batch_policies: tuple[str, ...] = arg(("large", "bench"), help="policies of the batching measurement")
+    smolvla: bool = arg(True, help="time SmolVLA on the tiny generated backbone (part 3)")
+    tiny_vla: str | None = arg(None, help="a `bc policy=tiny_vla` run dir, false to skip (none: trained here)")
+    tiny_vla_episodes: int = arg(20, help="evaluation episodes of the tiny VLA trained here")
+    out: Path = arg(Path("runs/bench-remote-inference"), help="where the figures and PNGs go")
+
+
+def network_sweep(args: RemoteInferenceKeys, out: Path) -> tuple[list[dict], dict[str, dict]]:
     from robo_async.actor.remote import RemotePolicy
-    from robo_async.bench.async_inference import _Cells, trained_policy
+    from robo_async.bench.cells import _Cells, trained_policy
     from robo_async.bench.ingest import IngestProcess
     from robo_async.bench.netem import NetemProxy
     from sim import ReachTask
 
-    episodes, horizon = int(args.get("episodes", 4)), int(args.get("chunk_len", 8))
-    ticks, infer_ms = int(args.get("ticks", 150)), float(args.get("infer_ms", 100))
-    bc_steps = int(args.get("bc_steps", 4000))
-    rtts = [float(x) for x in args.get("rtts", "0,50,150").split(",") if x]
-    losses = [float(x) for x in args.get("losses", "0,0.02").split(",") if x]
-    modes = [m for m in args.get("modes", "sync,async_forward,async_forward_rtc").split(",") if m]
+    episodes, horizon = args.episodes, args.chunk_len
+    ticks, infer_ms = args.ticks, args.infer_ms
+    bc_steps = args.bc_steps
+    rtts, losses, modes = list(args.rtts), list(args.losses), list(args.modes)
     policy = trained_policy(horizon, bc_steps, CACHE)  # trains (once) and caches for the server process
     spec = ReachTask().spec()
     rows, local = [], {}
@@ -173,7 +189,7 @@ def network_sweep(args: dict[str, str], out: Path) -> tuple[list[dict], dict[str
                         for mode in modes:
                             cells.next_id += 1
                             remote = RemotePolicy(front, spec, actor_id=cells.next_id)
-                            from robo_async.bench.async_inference import run_cell
+                            from robo_async.bench.cells import run_cell
 
                             rs, timing = run_cell(
                                 remote, mode, None, episodes, ticks, cells.ingest, cells.next_id, cells.journal
@@ -245,7 +261,7 @@ def compute_gain(horizon: int, rows: int = 8, reps: int = 10) -> float:
     """The large policy alone on this CPU: `rows` one by one against one batch of `rows` (the
     most batching can give end to end here)."""
     from policies.base import ChunkRequest
-    from robo_async.bench.async_inference import DIMS
+    from robo_async.bench.cells import DIMS
 
     p = large_policy(horizon)
     p.deterministic = True
@@ -262,18 +278,18 @@ def compute_gain(horizon: int, rows: int = 8, reps: int = 10) -> float:
     return (t1 - t0) / (time.perf_counter() - t1)
 
 
-def batching(args: dict[str, str]) -> tuple[dict[str, dict[str, dict[str, float]]], dict]:
+def batching(args: RemoteInferenceKeys) -> tuple[dict[str, dict[str, dict[str, float]]], dict]:
     from sim import ReachTask, SimRobot
 
-    horizon, bc_steps = int(args.get("chunk_len", 8)), int(args.get("bc_steps", 4000))
-    seconds = float(args.get("batch_s", 4))
+    horizon, bc_steps = args.chunk_len, args.bc_steps
+    seconds = args.batch_s
     robot = SimRobot(ReachTask())
     robot.connect()
     obs = robot.reset(seed=0).as_dict()
     robot.close()
     out: dict[str, dict[str, dict[str, float]]] = {}
     sizes = {}
-    for kind in args.get("batch_policies", "large,bench").split(","):
+    for kind in args.batch_policies:
         out[kind] = {"batched": {}, "one_by_one": {}}
         for name, max_batch in (("batched", 16), ("one_by_one", 1)):
             server = ServerProcess(horizon, bc_steps, 0.0, max_batch, kind)
@@ -311,25 +327,25 @@ def batching_figures(chunks_per_s: dict, sizes: dict, horizon: int) -> dict[str,
     return figures
 
 
-@register("remote-inference")
-def bench_remote_inference(args: dict[str, str]) -> int:
+@register("remote-inference", RemoteInferenceKeys)
+def bench_remote_inference(args: RemoteInferenceKeys) -> int:
     torch.set_num_threads(1)
-    out = Path(args.get("out", "runs/bench-remote-inference"))
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     figures: dict[str, object] = {
-        "infer_ms": float(args.get("infer_ms", 100)),
-        "chunk_len": int(args.get("chunk_len", 8)),
-        "episodes": int(args.get("episodes", 4)),
+        "infer_ms": args.infer_ms,
+        "chunk_len": args.chunk_len,
+        "episodes": args.episodes,
     }
     rows: list[dict] = []
     local: dict[str, dict] = {}
     figures.update(smolvla_tiny_infer_ms=None, tiny_vla_success=None)
-    if args.get("sweep", "true") == "true":
+    if args.sweep:
         print("network sweep: the policy behind the server, through the delay/loss proxy", flush=True)
         rows, local = network_sweep(args, out)
     chunks_per_s: dict = {}
     sizes: dict = {}
-    if args.get("batching", "true") == "true":
+    if args.batching:
         print("batching: closed-loop actors against one server (real compute, no injected time)", flush=True)
         chunks_per_s, sizes = batching(args)
     table = Table(
@@ -383,7 +399,7 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     figures["rows"] = rows
     figures["local"] = local
     if chunks_per_s:
-        figures.update(batching_figures(chunks_per_s, sizes, int(args.get("chunk_len", 8))))
+        figures.update(batching_figures(chunks_per_s, sizes, args.chunk_len))
     af = [r for r in rows if r["mode"] == "async_forward" and r["rtt_ms"] == 150 and r["loss"] == 0]
     if af and "async_forward" in local:
         base = local["async_forward"]["success"]
@@ -397,12 +413,12 @@ def bench_remote_inference(args: dict[str, str]) -> int:
     return 0
 
 
-def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
+def vla_figures(args: RemoteInferenceKeys, out: Path) -> dict[str, object]:
     """SmolVLA (LeRobot's classes on the tiny generated backbone, one 64x64 camera, chunk 8) ms
     per chunk on this CPU; the tiny VLA's success per instruction, from `tiny_vla=<bc run dir>`
     or trained here with `robo-async bc policy=tiny_vla` (the command users run; evaluated inline)."""
     figures: dict[str, object] = {}
-    if args.get("smolvla", "true") == "true":
+    if args.smolvla:
         from policies.lerobot_build import build_lerobot_policy
         from policies.tiny_backbone import tiny_smolvlm_for
         from sim import INSTRUCTIONS, ReachTask
@@ -438,7 +454,7 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
             f"{figures['smolvla_tiny_infer_ms']} ms per chunk",
             flush=True,
         )
-    source = args.get("tiny_vla")
+    source = args.tiny_vla
     if source != "false":
         run = Path(source) if source else out / "tiny-vla"
         if not (run / "eval.json").exists():
@@ -450,7 +466,7 @@ def vla_figures(args: dict[str, str], out: Path) -> dict[str, object]:
                     "policy=tiny_vla",
                     f"run_dir={run}",
                     "actor.inference=inline",
-                    f"eval_episodes={int(args.get('tiny_vla_episodes', 20))}",
+                    f"eval_episodes={args.tiny_vla_episodes}",
                 ]
             )
         result = json.loads((run / "eval.json").read_text())

@@ -19,8 +19,6 @@ by the one control loop at 30 Hz in real time. In order, on one connection:
    pose's at the episode's last tick;
 4. watchdog: the loop stalls (its observer blocks); from the last action to the twin's first
    hold write (a goal repeated) and to all torque off.
-
-    robo-async bench twin [seconds=10] [episodes=5] [episode_s=4] [reach_s=1.5] [tolerance_m=0.03] [seed=0] [dir=...]
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,13 +41,13 @@ from hal.safety import SafeRobot, SafetyStats
 from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 from hardware.twin.process import TwinProcess
 from robo_async.bench import emit, register
+from robo_async.commands.args import arg
 
 if TYPE_CHECKING:
     from hal.spec import RobotSpec
     from policies.base import Policy
     from robo_async.actor.loop import ControlLoop, LoopResult, TickInfo
 
-ARGS = ("seconds", "episodes", "episode_s", "reach_s", "tolerance_m", "seed", "dir")
 TICK_RAD = 2 * math.pi / 4096  # one encoder tick of the STS3215, rad
 # the jump policy's two poses (rad): shoulder_pan, wrist_roll and gripper over their full range;
 # shoulder_lift, elbow_flex and wrist_flex only as far as keeps every pose between the two (each
@@ -296,17 +295,17 @@ def measure_watchdog(twin: TwinProcess, robot: SafeRobot, timeout_s: float = 5.0
     return out
 
 
-def _options(args: dict[str, str]) -> dict[str, float]:
-    from robo_async.config import UserError
+@dataclass(frozen=True, kw_only=True)
+class TwinKeys:
+    """The keys of `robo-async bench twin`."""
 
-    unknown = sorted(set(args) - set(ARGS))
-    if unknown:
-        raise UserError(f"bench twin: unknown arguments {unknown}; known: {', '.join(ARGS)}")
-    defaults = {"seconds": 10.0, "episodes": 5, "episode_s": 4.0, "reach_s": 1.5, "tolerance_m": 0.03, "seed": 0}
-    try:
-        return {k: type(v)(args.get(k, v)) for k, v in defaults.items()}
-    except ValueError as e:
-        raise UserError(f"bench twin: {e}") from None
+    seconds: float = arg(10.0, help="seconds of jumps between two far poses (cap and jitter)")
+    episodes: int = arg(5, help="HIL episodes (the virtual operator takes over with the leader arm)")
+    episode_s: float = arg(4.0, help="seconds per HIL episode")
+    reach_s: float = arg(1.5, help="seconds of the operator's minimum-jerk reach")
+    tolerance_m: float = arg(0.03, help="a HIL episode succeeds within this distance of the target, m")
+    seed: int = arg(0, help="seed of the HIL targets")
+    dir: Path | None = arg(None, help="working directory, kept (none: a temporary one, removed unless errors)")
 
 
 ROWS = (  # (JSON key, what it means)
@@ -329,13 +328,13 @@ ROWS = (  # (JSON key, what it means)
 
 
 def run_phases(
-    twin: TwinProcess, robot: SafeRobot, leader: Teleop, opts: dict[str, float]
+    twin: TwinProcess, robot: SafeRobot, leader: Teleop, opts: TwinKeys
 ) -> tuple[dict[str, object], list[str]]:
     """The four measurements in order, into `figures`; what went wrong (a phase that raised ends
     the run: the arm's state is then unknown), threads' deaths included (the watchdog's)."""
     figures: dict[str, object] = {}
     phases: list[tuple[str, Callable[[], dict]]] = [
-        ("cap", lambda: measure_cap(twin, robot, opts["seconds"])),
+        ("cap", lambda: measure_cap(twin, robot, opts.seconds)),
         ("estop", lambda: measure_estop(twin, robot)),
         (
             "hil",
@@ -343,11 +342,11 @@ def run_phases(
                 twin,
                 robot,
                 leader,
-                int(opts["episodes"]),
-                opts["episode_s"],
-                opts["reach_s"],
-                opts["tolerance_m"],
-                int(opts["seed"]),
+                opts.episodes,
+                opts.episode_s,
+                opts.reach_s,
+                opts.tolerance_m,
+                opts.seed,
             ),
         ),
         ("watchdog", lambda: measure_watchdog(twin, robot)),  # last: it ends with the torque off
@@ -372,10 +371,10 @@ def run_phases(
     return figures, errors
 
 
-@register("twin")
-def bench_twin(args: dict[str, str]) -> int:
-    opts = _options(args)
-    root = Path(args.get("dir") or tempfile.mkdtemp(prefix="bench-twin-"))
+@register("twin", TwinKeys)
+def bench_twin(args: TwinKeys) -> int:
+    opts = args
+    root = Path(args.dir or tempfile.mkdtemp(prefix="bench-twin-"))
     from robo_async.launch.tasks import make_safe_robot, make_teleops, task_args
 
     t_start, load = time.monotonic(), os.getloadavg()[0]
@@ -401,7 +400,7 @@ def bench_twin(args: dict[str, str]) -> int:
         errors.append(f"setup: {type(e).__name__}: {' '.join(str(e).split())}")
     finally:
         twin.close()
-        if not args.get("dir") and not errors:  # a scratch twin: nothing there to keep (kept on errors: twin.log)
+        if not args.dir and not errors:  # a scratch twin: nothing there to keep (kept on errors: twin.log)
             import shutil
 
             shutil.rmtree(root, ignore_errors=True)
@@ -409,17 +408,17 @@ def bench_twin(args: dict[str, str]) -> int:
         **dict.fromkeys(k for k, _ in ROWS),
         **figures,
         "errors": errors,
-        "seconds": opts["seconds"],
-        "episodes": int(opts["episodes"]),
-        "episode_s": opts["episode_s"],
-        "tolerance_m": opts["tolerance_m"],
+        "seconds": opts.seconds,
+        "episodes": opts.episodes,
+        "episode_s": opts.episode_s,
+        "tolerance_m": opts.tolerance_m,
         "bench_s": round(time.monotonic() - t_start, 1),
         "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
     table = Table(
-        title=f"bench twin (SO-101 twin, LeRobot so101_follower/leader, 30 Hz; {opts['seconds']:g} s of "
-        f"jumps, HIL: {int(opts['episodes'])} x {opts['episode_s']:g} s)"
+        title=f"bench twin (SO-101 twin, LeRobot so101_follower/leader, 30 Hz; {opts.seconds:g} s of "
+        f"jumps, HIL: {opts.episodes} x {opts.episode_s:g} s)"
     )
     for c in ("figure", "value", "what it means"):
         table.add_column(c, justify="right" if c == "value" else "left")

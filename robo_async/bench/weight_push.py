@@ -3,8 +3,6 @@ an actor process, for policies of 4 MiB to 2 GiB: full fp32, half precision, and
 of the parameters changed (a trained head on a frozen backbone); in the clear and with CURVE;
 against raw pyzmq (one multipart message of the same fp32 bytes, no parts, no checksum) in the
 same run. The actor is a separate process (a real WeightClient on a real SUB socket).
-
-    robo-async bench weight-push [sizes_mb=4,40,400,2048] [repeats=5]
 """
 
 from __future__ import annotations
@@ -14,11 +12,13 @@ import os
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from robo_async.bench import emit, register
+from robo_async.commands.args import arg
 
 
 def _policy(mb: float, seed: int = 0) -> dict[str, np.ndarray]:
@@ -161,16 +161,24 @@ def _our_push(
             auth.stop()
 
 
-@register("weight-push")
-def bench_weight_push(args: dict[str, str]) -> int:
+@dataclass(frozen=True, kw_only=True)
+class WeightPushKeys:
+    """The keys of `robo-async bench weight-push`."""
+
+    sizes_mb: tuple[float, ...] = arg((4.0, 40.0, 400.0, 2048.0), help="policy sizes to push, MiB")
+    repeats: int = arg(5, help="pushes per size and variant (the best and the median are reported)")
+
+
+@register("weight-push", WeightPushKeys)
+def bench_weight_push(args: WeightPushKeys) -> int:
     import torch
 
     from robo_async.transport.curve import create_keys
 
     torch.set_num_threads(1)  # the learner's default (learner.threads=1)
 
-    sizes = [float(x) for x in args.get("sizes_mb", "4,40,400,2048").split(",")]
-    repeats = int(args.get("repeats", 5))
+    sizes = list(args.sizes_mb)
+    repeats = args.repeats
     ctx = mp.get_context("spawn")
     cmds, answers = ctx.Queue(), ctx.Queue()
     proc = ctx.Process(target=_receiver, args=(cmds, answers), daemon=True)

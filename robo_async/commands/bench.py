@@ -1,25 +1,23 @@
 """`robo-async bench <name> [key=value ...]`: a benchmark (robo_async/bench/), which prints a table,
-then one JSON object with its figures and where and when they were measured. Each benchmark's
-usage is the `robo-async bench <name> [...]` line of its module's docstring; `robo-async bench
-<name> --help` prints that docstring."""
+then one JSON object with its figures and where and when they were measured. Each benchmark
+declares its keys as a dataclass (`register(name, keys)`): its usage line, `robo-async bench <name>
+--help` (the keys with their types, defaults and meanings, then the module's docstring) and the
+parsing of its command line (an unknown key or a bad value is one line naming it) all come from it."""
 
 from __future__ import annotations
 
 import re
 import sys
 
-from robo_async.commands.args import HELP, split_pairs, wants_help
+from robo_async.commands.args import HELP, help_text, usage, wants_help
 from robo_async.config import UserError
 
 
 def bench_usage(name: str) -> str:
-    """The `robo-async bench <name> [...]` line of the docstring of the module that registers
-    `name` (just `robo-async bench <name>` if it has none)."""
+    """`robo-async bench <name> [key=default] ...`, from the keys benchmark `name` declares."""
     from robo_async.bench import BENCHES
 
-    doc = sys.modules[BENCHES[name].__module__].__doc__ or ""
-    found = re.search(rf"^\s*(robo-async bench {re.escape(name)}(?:\s.*)?)$", doc, re.MULTILINE)
-    return found.group(1).strip() if found else f"robo-async bench {name}"
+    return usage(BENCHES[name].keys, f"bench {name}")
 
 
 def bench_summary(name: str) -> str:
@@ -27,9 +25,18 @@ def bench_summary(name: str) -> str:
     `name`, without the name it starts with."""
     from robo_async.bench import BENCHES
 
-    doc = " ".join((sys.modules[BENCHES[name].__module__].__doc__ or "").split())
+    doc = " ".join((sys.modules[BENCHES[name].run.__module__].__doc__ or "").split())
     first = re.sub(r"^`[^`]*`(?: and `[^`]*`)?:\s*", "", doc).split(". ")[0].rstrip(".")
     return first if len(first) <= 110 else first[:107].rsplit(" ", 1)[0] + " ..."
+
+
+def bench_help(name: str) -> str:
+    """`robo-async bench <name> --help`: its usage and keys (type, default, meaning) from the
+    dataclass it declares, what it measures from its module's docstring."""
+    from robo_async.bench import BENCHES
+
+    b = BENCHES[name]
+    return help_text(b.keys, f"bench {name}", sys.modules[b.run.__module__].__doc__)
 
 
 def usage_lines() -> str:
@@ -53,6 +60,6 @@ def main(argv: list[str]) -> int:
     if name not in benches:
         raise UserError(f"unknown benchmark '{name}'; available: {', '.join(sorted(benches))}")
     if wants_help(rest):
-        print((sys.modules[benches[name].__module__].__doc__ or bench_usage(name)).strip())
+        print(bench_help(name))
         return 0
-    return run_bench(name, split_pairs(rest, f"bench {name}"))
+    return run_bench(name, rest)

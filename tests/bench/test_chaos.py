@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_async.bench.chaos import Hit, ack_stalls, crashes, total
 from robo_async.bench.hostile import KILLER
+from robo_async.bench.judge import Hit, ack_stalls, crashes, total
 from robo_async.bench.mutate import valid
 from robo_async.transport.wire import TransitionBatch, WireError, decode, encode
 
@@ -62,7 +62,7 @@ def test_the_hostile_peers_named_cases_are_refused_by_the_checks_that_name_them(
 
 
 def test_the_victims_wait_is_its_longest_ack_gap_during_the_hit(tmp_path):
-    from robo_async.bench.chaos import plot, victim_wait
+    from robo_async.bench.judge import plot, victim_wait
 
     acks = {0: [0.0, 1.0, 2.0, 14.0, 15.0]}
     drop = Hit(t=3.0, action="drop link", actor=0, pids=(12,), end=13.0, done=True)
