@@ -21,16 +21,18 @@ Both: the online table kept to `keep_rows` rows by retention, evicted rows archi
 store; at the end each actor's seqs in the store and the archive give lost (gaps) and duplicated;
 each process's anonymous RSS is sampled every few seconds and its slope fitted (processes that lived
 `rss_min_minutes` or more; the last `calm` share of the run has no chaos). Last line: JSON.
+
+What the chaos does to processes, links and disks is in `bench.chaos_acts`; how the run is judged
+(hits, acks, stalls, crashes) in `bench.judge`; what it left, counted, in `bench.chaos_count`. Here:
+the keys, the job started, the hits dealt over the run, and the report.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,52 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from robo_async.bench import emit, register
+from robo_async.bench.chaos_acts import cut_connections, family, family_rss, fill_disk, free_port, send_signal
+from robo_async.bench.chaos_count import count_rows, learner_recoveries, rss_slopes
 from robo_async.bench.judge import HOSTILE_ID, OBSERVER_ID, Hit, _observe, ack_stalls, crashes, plot, total, victim_wait
 from robo_async.commands.args import arg
-
-
-def _rss_mb(pid: int) -> float | None:
-    """Anonymous resident memory (RssAnon): what a leak grows. File-backed pages (the LMDB map,
-    shared libraries) come and go with the page cache and are not counted."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def _family(pid: int) -> list[int]:
-    """A process and its descendants (an actor's uplink child, inference helpers)."""
-    from robo_async.bench.netem import with_descendants
-
-    return sorted(with_descendants([pid]))
-
-
-def _family_rss(pid: int) -> float:
-    return sum(_rss_mb(p) or 0.0 for p in _family(pid))
-
-
-def _cut_connections(port: int) -> bool:
-    """Kill the TCP sockets on a learner port (actors see a dropped link and reconnect)."""
-    res = subprocess.run(["ss", "-K", f"( sport = :{port} or dport = :{port} )"], capture_output=True, text=True)
-    return res.returncode == 0 and "Invalid argument" not in res.stderr
-
-
-def _fill_disk(path: Path, root: Path, leave_gb: float) -> bool:
-    """Allocate a file so that only `leave_gb` stays free on root's disk (fallocate: instant)."""
-    need = shutil.disk_usage(root).free - leave_gb * 2**30
-    if need <= 0:
-        return False
-    res = subprocess.run(["fallocate", "-l", str(int(need)), str(path)], capture_output=True)
-    return res.returncode == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -194,7 +154,7 @@ def run(kind: Kind, args: ChaosKeys) -> int:
     if kind.hostile:
         keys_dir = str(root / "keys")
         create_keys(Path(keys_dir), [*range(actors), HOSTILE_ID, OBSERVER_ID])
-        ports = _free_port(), _free_port()
+        ports = free_port(), free_port()
         proxy = LinkProxy([f"tcp://127.0.0.1:{p}" for p in ports])
         fronts = proxy.__enter__()
         cmd += [
@@ -253,7 +213,7 @@ def run(kind: Kind, args: ChaosKeys) -> int:
             if now >= next_rss:
                 next_rss = now + 5
                 for who, pid in pids.items():
-                    mb = _family_rss(pid)
+                    mb = family_rss(pid)
                     if mb:
                         rss.setdefault(f"{who} {pid}", []).append(((now - t0) / 3600, mb))
             if fill_until is not None and now >= fill_until:
@@ -271,7 +231,7 @@ def run(kind: Kind, args: ChaosKeys) -> int:
             if active is not None and active.end is not None and now >= active.end:
                 if active.action == "stop actor":
                     for p in active.pids:
-                        _signal(p, signal.SIGCONT)
+                        send_signal(p, signal.SIGCONT)
                 print(f"  t={now - t0:>6.0f} s  {active.action} (actor {active.actor}) over", flush=True)
                 active = None
                 next_chaos = max(next_chaos, now + every_s * rng.uniform(0.5, 1.0))
@@ -287,25 +247,25 @@ def run(kind: Kind, args: ChaosKeys) -> int:
                         port = int(json.loads((run_dir / "addresses.json").read_text())[0].rsplit(":", 1)[1])
                     except (OSError, ValueError, IndexError, json.JSONDecodeError):
                         port = 0
-                    hit.done = bool(port) and _cut_connections(port)
+                    hit.done = bool(port) and cut_connections(port)
                     cuts_ok = hit.done if cuts_ok is None else (cuts_ok or hit.done)
                     hit.end = now
                 elif action == "fill disk":
-                    hit.done = fill_until is None and _fill_disk(fill, root, disk_min - 1)  # type: ignore[operator]
+                    hit.done = fill_until is None and fill_disk(fill, root, disk_min - 1)  # type: ignore[operator]
                     if hit.done:
                         fill_until = hit.end = now + fill_s
                         fills += 1
                 elif pid is not None and action.startswith("kill"):
-                    hit.pids, hit.done = (pid,), _signal(pid, signal.SIGKILL)
+                    hit.pids, hit.done = (pid,), send_signal(pid, signal.SIGKILL)
                     if hit.actor is not None:
                         hit.end = None  # ends at its first ack after the restart (the gap holding it is excused)
                 elif pid is not None and action == "stop actor":
-                    hit.pids = tuple(_family(pid))
-                    hit.done = all(_signal(p, signal.SIGSTOP) for p in hit.pids)
+                    hit.pids = tuple(family(pid))
+                    hit.done = all(send_signal(p, signal.SIGSTOP) for p in hit.pids)
                     hit.end = now + stop_s
                     active = hit
                 elif pid is not None and action == "drop link" and proxy is not None:
-                    hit.pids = tuple(_family(pid))
+                    hit.pids = tuple(family(pid))
                     hit.done = proxy.drop(set(hit.pids), drop_s) > 0
                     hit.end = now + drop_s
                     active = hit
@@ -319,7 +279,7 @@ def run(kind: Kind, args: ChaosKeys) -> int:
         for h in hits:
             if h.action == "stop actor":
                 for p in h.pids:
-                    _signal(p, signal.SIGCONT)
+                    send_signal(p, signal.SIGCONT)
     proc.wait(timeout=300)
     watching.set()
     if hostile is not None:
@@ -333,45 +293,20 @@ def run(kind: Kind, args: ChaosKeys) -> int:
         if h.end is None and h.actor is not None:
             h.end = next((t for t in acks.get(h.actor, []) if t > h.t), t_end)
 
-    from robo_async.buffer.lmdb_store import PersistentReplayStore
     from robo_async.launch.restarts import read_events
     from robo_async.learner.metrics import read_metrics
 
-    seqs: dict[int, list[int]] = {}
-    held = {}
-    for name, path in (("store", run_dir / "replay"), ("archive", root / "archive")):
-        if not path.exists():
-            continue
-        store = PersistentReplayStore(path).open(readonly=True)
-        held[name] = 0
-        for _, a, q, _ in store.records("online"):
-            seqs.setdefault(a, []).append(q)
-            held[name] += 1
-        store.close()
-    hostile_rows = sum(len(v) for a, v in seqs.items() if a >= HOSTILE_ID)
-    seqs = {a: v for a, v in seqs.items() if a < HOSTILE_ID}
-    stored = sum(len(v) for v in seqs.values())
-    duplicated = sum(len(v) - len(set(v)) for v in seqs.values())
-    produced = sum(max(v) + 1 for v in seqs.values() if v)  # every seq below an actor's newest was produced
-    lost = produced - (stored - duplicated)
+    counted = count_rows(run_dir / "replay", root / "archive")
+    produced, stored, lost = counted["produced"], counted["stored"], counted["lost"]
+    duplicated, hostile_rows = counted["duplicated"], counted["hostile_rows"]
     events = read_events(run_dir)
-    recover = []
-    for i, e in enumerate(events):
-        if e["event"] == "failed" and e["who"] == "learner":
-            back = next((x for x in events[i + 1 :] if x["event"] == "ready" and x["who"] == "learner"), None)
-            if back is not None:
-                recover.append(back["t"] - e["t"])
+    recover = learner_recoveries(events)
     restarts = sum(e["event"] in ("restarted",) for e in events)
     learner_restarts = sum(e["event"] == "failed" and e["who"] == "learner" for e in events)
     crashed = crashes(events, hits)
     rows = read_metrics(run_dir)
     missed = max((r.get("actors/missed_ticks", 0) for r in rows), default=0)
-    slopes = {}
-    for key, series in rss.items():
-        if len(series) >= 6 and series[-1][0] - series[0][0] > judge_min / 60:
-            h, mb = np.array(series).T
-            half = len(h) // 3  # skip the warm-up third (imports, caches filling)
-            slopes[key] = float(np.polyfit(h[half:], mb[half:], 1)[0])
+    slopes = rss_slopes(rss, judge_min)
     stalls = ack_stalls(acks, hits, t_end) if kind.hostile else {}
     print(
         f"{'produced':>10}{'stored':>10}{'lost':>6}{'dup':>6}{'restarts':>10}{'recover mean/max s':>20}"
@@ -392,8 +327,8 @@ def run(kind: Kind, args: ChaosKeys) -> int:
         "stored": stored,
         "lost": lost,
         "duplicated": duplicated,
-        "in_store": held.get("store", 0),
-        "archived": held.get("archive", 0),
+        "in_store": counted["in_store"],
+        "archived": counted["archived"],
         "restarts": restarts,
         "learner_restarts": learner_restarts,
         "learner_recoveries": len(recover),
@@ -440,11 +375,3 @@ def run(kind: Kind, args: ChaosKeys) -> int:
         }
     emit(result)
     return 0
-
-
-def _signal(pid: int, sig: int) -> bool:
-    try:
-        os.kill(pid, sig)
-        return True
-    except ProcessLookupError:
-        return False

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from robo_async.bench import emit, register, show
 from robo_async.bench.learn_reach import actor_vs_raw
-from robo_async.bench.rows import BC_EVAL, REACH_KEYS, _cli, control_hz, curve, reach_figures, read_final
+from robo_async.bench.row_figures import REACH_KEYS, control_hz, curve, reach_figures, read_final
+from robo_async.bench.rows import BC_EVAL, _cli
 from robo_async.bench.seeds import cell, merge, of
 from robo_async.commands.args import arg
 

@@ -214,7 +214,7 @@ def bench_hil(args: HilKeys) -> int:
     if args.classifier:
         print("reward classifier (pick_lift, front camera) ...", flush=True)
         clf = classifier(root)
-    from robo_async.bench.rows import plot
+    from robo_async.bench.row_figures import plot
 
     every = [{**r, "row": r["row"]} for t in runs.values() for rs in t.values() for r in rs]
     plot(every, root / "learning_curves.png")

@@ -25,17 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robo_async.bench import emit, register, show
-from robo_async.bench.rows import (
-    BC_EVAL,
-    REACH_KEYS,
-    VALUE_KEYS,
-    Row,
-    _cli,
-    bc_start,
-    plot,
-    record_demos,
-    run_row,
-)
+from robo_async.bench.row_figures import REACH_KEYS, VALUE_KEYS, plot
+from robo_async.bench.rows import BC_EVAL, Row, _cli, bc_start, record_demos, run_row
 from robo_async.bench.seeds import cell, merge, of
 from robo_async.commands.args import arg
 

@@ -116,7 +116,8 @@ def learn_row(task: str, envs: int, root: Path, budget_s: float) -> dict[str, ob
     """Seconds to 90% rolling success of `robo-async train` on `task` with one actor stepping
     `envs` simulators (1: today's actor)."""
     from robo_async.bench.learn import ROWS
-    from robo_async.bench.rows import _cli, bc_start, control_hz, curve, first_reach, record_demos, robot_minutes
+    from robo_async.bench.row_figures import control_hz, curve, first_reach, robot_minutes
+    from robo_async.bench.rows import _cli, bc_start, record_demos
 
     extra = [f"actor.envs={envs}", "stop_at_success=0.9", "eval_episodes=0", f"budget.seconds={budget_s:g}"]
     if task == "pick_lift":

@@ -15,17 +15,17 @@ policy server (`robo-async serve`), reached through a delay/loss proxy process o
    (`max_batch=16`) and one by one (`max_batch=1`): chunks/s and the gain at 8 actors (goal 3x).
 3. VLA-class inference: LeRobot SmolVLA built from a generated tiny backbone, ms per chunk; and
    the tiny VLA's success per instruction (when those parts are available; else named as absent).
+
+The policy server's process is in `bench.server_process`, part 2 in `bench.batching`.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -33,92 +33,9 @@ from rich.console import Console
 from rich.table import Table
 
 from robo_async.bench import emit, register
+from robo_async.bench.batching import batching, batching_figures
+from robo_async.bench.server_process import CACHE, ServerProcess
 from robo_async.commands.args import arg
-
-CACHE = Path.home() / ".cache" / "robo_async" / "bench"
-
-
-LARGE = (2048, 2048, 2048)  # the batching benchmark's VLA-class flow head: 25 M parameters, real compute
-
-
-def large_policy(horizon: int):
-    from policies.flow import FlowChunkPolicy
-    from robo_async.bench.cells import DIMS, KEYS, SCALE
-    from sim import ReachTask
-
-    spec = ReachTask().spec()
-    return FlowChunkPolicy(
-        KEYS,
-        DIMS,
-        spec.joint_low,
-        spec.joint_high,
-        horizon=horizon,
-        steps=5,
-        hidden=LARGE,
-        obs_scale=SCALE,
-        action_mode="delta",
-        delta_range=0.6,
-    )
-
-
-def _server_main(
-    horizon: int, bc_steps: int, infer_ms: float, max_batch: int, ready: Any, stop: Any, kind: str = "bench"
-) -> None:
-    """A policy server process: the benchmark's chunk policy (from the cache) with `infer_ms`
-    added, or (`large`) a VLA-class flow head with its real compute."""
-    import logging
-
-    from policies.delayed import DelayedPolicy
-    from robo_async.bench.cells import trained_policy
-    from robo_async.launch.processes import _watch_parent
-    from robo_async.serve import PolicyServer, ServeConfig
-    from sim import ReachTask
-
-    logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(1)
-    policy = large_policy(horizon) if kind == "large" else trained_policy(horizon, bc_steps, CACHE)
-    served = DelayedPolicy(policy, infer_ms) if infer_ms > 0 else policy
-    server = PolicyServer(served, ReachTask().spec(), ServeConfig("tcp://127.0.0.1:0", max_batch=max_batch)).start()
-    ready.put(server.bound)
-    _watch_parent(stop)  # a benchmark killed with -9 leaves no server behind
-    while not stop.is_set():  # polled (see _watch_parent): never stop.wait() on a process Event
-        time.sleep(0.1)
-    ready.put(server.stats())
-    server.close()
-
-
-class ServerProcess:
-    """A policy server (`_server_main`) in its own spawned process, as a context manager:
-    entering returns its bound address (after the policy is trained or loaded), leaving stops it
-    and keeps its `PolicyServer.stats()` in `stats`. `infer_ms`: injected inference time (ms).
-
-        with ServerProcess(horizon=8, bc_steps=4000, infer_ms=100) as address:
-            policy = RemotePolicy(address, spec)"""
-
-    def __init__(self, horizon: int, bc_steps: int, infer_ms: float, max_batch: int = 16, kind: str = "bench") -> None:
-        ctx = mp.get_context("spawn")
-        self._q, self._stop = ctx.Queue(), ctx.Event()
-        self._p = ctx.Process(
-            target=_server_main,
-            args=(horizon, bc_steps, infer_ms, max_batch, self._q, self._stop, kind),
-            daemon=True,
-            name="policy-server",
-        )
-        self.stats: dict = {}
-
-    def __enter__(self) -> str:
-        self._p.start()
-        return self._q.get(timeout=300)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        try:
-            self.stats = self._q.get(timeout=20)
-        except Exception:  # noqa: BLE001
-            self.stats = {}
-        self._p.join(timeout=10)
-        if self._p.is_alive():
-            self._p.kill()
 
 
 def _summary(rs: list[dict], timing: dict) -> dict:
@@ -217,116 +134,6 @@ def network_sweep(args: RemoteInferenceKeys, out: Path) -> tuple[list[dict], dic
     return rows, local
 
 
-def _client_main(address: str, actor_id: int, obs: dict, ready: Any, go: Any, seconds: float, counts: Any) -> None:
-    """One edge actor in its own process: chunks in a closed loop for `seconds` after `go`."""
-    from robo_async.actor.remote import RemotePolicy
-    from sim import ReachTask
-
-    p = RemotePolicy(address, ReachTask().spec(), actor_id=actor_id, give_up_s=30)
-    p.connect(60)
-    p.deterministic = True
-    p.predict_chunk(obs)  # warm
-    ready.put(actor_id)
-    go.wait()
-    until, n = time.monotonic() + seconds, 0
-    while time.monotonic() < until:
-        p.predict_chunk(obs, forwarded_state=obs["state"])
-        n += 1
-    p.close()
-    counts.put(n)
-
-
-def _load(address: str, actors: int, seconds: float, obs: dict) -> tuple[int, float]:
-    """`actors` closed-loop client processes for `seconds`: chunks received, wall time."""
-    ctx = mp.get_context("spawn")
-    ready, counts, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [
-        ctx.Process(target=_client_main, args=(address, i, obs, ready, go, seconds, counts), daemon=True)
-        for i in range(actors)
-    ]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        ready.get(timeout=300)
-    t0 = time.monotonic()
-    go.set()
-    total = sum(counts.get(timeout=seconds + 120) for _ in procs)
-    wall = time.monotonic() - t0
-    for p in procs:
-        p.join(timeout=10)
-    return total, wall
-
-
-def compute_gain(horizon: int, rows: int = 8, reps: int = 10) -> float:
-    """The large policy alone on this CPU: `rows` one by one against one batch of `rows` (the
-    most batching can give end to end here)."""
-    from policies.base import ChunkRequest
-    from robo_async.bench.cells import DIMS
-
-    p = large_policy(horizon)
-    p.deterministic = True
-    obs = {k: np.zeros(d, np.float32) for k, d in zip(("state", "target", "ee_to_target"), DIMS, strict=False)}
-    one, many = [ChunkRequest(obs, obs["state"])], [ChunkRequest(obs, obs["state"])] * rows
-    p.predict_chunks(many)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        for _ in range(rows):
-            p.predict_chunks(one)
-    t1 = time.perf_counter()
-    for _ in range(reps):
-        p.predict_chunks(many)
-    return (t1 - t0) / (time.perf_counter() - t1)
-
-
-def batching(args: RemoteInferenceKeys) -> tuple[dict[str, dict[str, dict[str, float]]], dict]:
-    from sim import ReachTask, SimRobot
-
-    horizon, bc_steps = args.chunk_len, args.bc_steps
-    seconds = args.batch_s
-    robot = SimRobot(ReachTask())
-    robot.connect()
-    obs = robot.reset(seed=0).as_dict()
-    robot.close()
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    sizes = {}
-    for kind in args.batch_policies:
-        out[kind] = {"batched": {}, "one_by_one": {}}
-        for name, max_batch in (("batched", 16), ("one_by_one", 1)):
-            server = ServerProcess(horizon, bc_steps, 0.0, max_batch, kind)
-            with server as address:
-                for n in (1, 2, 4, 8):
-                    chunks, wall = _load(address, n, seconds, obs)
-                    out[kind][name][str(n)] = round(chunks / wall, 1)
-                    print(f"  {kind} policy, server {name:<10} {n} actor(s): {chunks / wall:7.1f} chunks/s", flush=True)
-            sizes[f"{kind}/{name}"] = server.stats.get("batch_sizes", {})
-    return out, sizes
-
-
-def batching_figures(chunks_per_s: dict, sizes: dict, horizon: int) -> dict[str, object]:
-    figures: dict[str, object] = {}
-    main = "large" if "large" in chunks_per_s else next(iter(chunks_per_s))
-    figures["batching_policy"] = (
-        f"flow head {'x'.join(map(str, LARGE))} (25 M parameters, random init)"
-        if main == "large"
-        else "the sweep's flow policy"
-    )
-    figures["server_chunks_per_s"] = chunks_per_s[main]
-    figures["batching_gain_8"] = round(chunks_per_s[main]["batched"]["8"] / chunks_per_s[main]["one_by_one"]["8"], 2)
-    for kind, modes in chunks_per_s.items():
-        if kind != main:
-            figures[f"server_chunks_per_s_{kind}"] = modes
-            figures[f"batching_gain_8_{kind}"] = round(modes["batched"]["8"] / modes["one_by_one"]["8"], 2)
-    if main == "large":
-        figures["batching_compute_gain_8"] = round(compute_gain(horizon), 2)
-    figures["batch_sizes"] = sizes
-    print(
-        f"batching gain at 8 actors: {figures['batching_gain_8']}x (goal 3x; the policy alone batches "
-        f"{figures.get('batching_compute_gain_8')}x on this CPU)",
-        flush=True,
-    )
-    return figures
-
-
 @register("remote-inference", RemoteInferenceKeys)
 def bench_remote_inference(args: RemoteInferenceKeys) -> int:
     torch.set_num_threads(1)
@@ -347,7 +154,7 @@ def bench_remote_inference(args: RemoteInferenceKeys) -> int:
     sizes: dict = {}
     if args.batching:
         print("batching: closed-loop actors against one server (real compute, no injected time)", flush=True)
-        chunks_per_s, sizes = batching(args)
+        chunks_per_s, sizes = batching(args.chunk_len, args.bc_steps, args.batch_s, args.batch_policies)
     table = Table(
         title=f"bench remote-inference ({figures['infer_ms']:.0f} ms inference on the server, chunk "
         f"length {figures['chunk_len']}, {figures['episodes']} episodes per cell)"

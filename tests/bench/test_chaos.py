@@ -1,4 +1,4 @@
-"""`bench chaos`'s judgement of a run (robo_async/bench/chaos.py): which ack gaps count against a
+"""`bench chaos`'s judgement of a run (robo_async/bench/judge.py): which ack gaps count against a
 healthy actor, which process deaths are crashes, counters summed over learner restarts; and its
 hostile peer's named cases (robo_async/bench/hostile.py) refused by the checks that name them."""
 

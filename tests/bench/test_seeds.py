@@ -1,5 +1,5 @@
 """A learning row over seeds (`bench.seeds`): median, [min, max] and each seed's value, a seed that
-never reached X counted as +inf; robot-minutes and what a "to X" figure measures (`bench.rows`);
+never reached X counted as +inf; robot-minutes and what a "to X" figure measures (`bench.row_figures`);
 `bench learn`'s report and headline figures over saved seed runs. Pure functions, no training."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_a_table_cell_is_median_and_range_and_says_never():
 
 
 def test_robot_minutes_and_what_a_to_x_figure_measures():
-    from robo_async.bench.rows import reach_figures
+    from robo_async.bench.row_figures import reach_figures
 
     # (elapsed s, env steps, rolling success, episodes): 80% at 600 steps (the 40-episode rule), 90% never
     pts = [(5.0, 300, 0.85, 20), (10.0, 600, 0.85, 40), (20.0, 1200, 0.8, 60)]
@@ -94,7 +94,7 @@ def _run(row: str, seed: int, t80: float | None, bc: float | None = 0.3, **kw: o
 
 def test_bench_learn_reports_each_row_over_its_saved_seeds(tmp_path, capsys):
     from robo_async.bench.learn import figures, report, saved_runs
-    from robo_async.bench.rows import REACH_KEYS, VALUE_KEYS
+    from robo_async.bench.row_figures import REACH_KEYS, VALUE_KEYS
 
     for seed, t in enumerate([300.0, None, 200.0]):
         (tmp_path / f"pick_lift-dsrl-s{seed}.json").write_text(json.dumps(_run("pick_lift-dsrl", seed, t)))
@@ -116,7 +116,7 @@ def test_bench_learn_reports_each_row_over_its_saved_seeds(tmp_path, capsys):
 
 def test_a_row_whose_bc_start_is_already_there_is_marked_and_not_a_headline(capsys):
     from robo_async.bench.learn import figures, report
-    from robo_async.bench.rows import REACH_KEYS, VALUE_KEYS
+    from robo_async.bench.row_figures import REACH_KEYS, VALUE_KEYS
 
     rows = [merge([_run("pick_lift-qc", s, 12.0, bc=0.95) for s in range(2)], REACH_KEYS, VALUE_KEYS)]
     report(rows)
@@ -128,7 +128,7 @@ def test_a_row_whose_bc_start_is_already_there_is_marked_and_not_a_headline(caps
 
 def test_the_control_rate_is_the_one_the_task_builds():
     """Robot-minutes divide by the task's own rate (its robot spec's dt), not a fixed 30 Hz."""
-    from robo_async.bench.rows import control_hz
+    from robo_async.bench.row_figures import control_hz
 
     assert control_hz("push") == 30.0
     assert control_hz("gym_hil") == 10.0
