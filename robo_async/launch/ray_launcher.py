@@ -45,7 +45,7 @@ class RayLearner:
 
         from robo_async.learner.learner import Learner
 
-        torch.set_num_threads(max(cfg.threads, 1))
+        torch.set_num_threads(max(cfg.options.threads, 1))
         self.learner = Learner(cfg)
         self._stop = threading.Event()
         self._progress: dict[str, float] = {}
@@ -152,7 +152,7 @@ class RayActorWorker:
         try:  # a vectorized actor: a simulator slot for each of its other simulators too
             leases += [
                 manager.acquire(task.resource_id(lane_actor_id(cfg.actor_id, j)), job, lease_opts.wait_s)
-                for j in range(1, cfg.envs)
+                for j in range(1, cfg.options.envs)
             ]
             actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
             return True, f"done: {actor.env_steps} env steps"
@@ -199,7 +199,7 @@ class _RayLearnerProc:
             )
             .remote(cfg)
         )
-        self.rdv_ref = self.handle.rendezvous.remote(cfg.replicas) if cfg.replicas > 1 else None
+        self.rdv_ref = self.handle.rendezvous.remote(cfg.options.replicas) if cfg.options.replicas > 1 else None
         self.open_ref = None if self.rdv_ref is not None else self.handle.open.remote()
         self.replicas: list[tuple[object, object, object]] = []  # (handle, pid ref, run ref) of ranks 1..
         self._rank_pids: dict[int, int] = {}
@@ -220,7 +220,7 @@ class _RayLearnerProc:
 
         from robo_async.learner.replicas import Rendezvous
 
-        n = self.cfg.replicas
+        n = self.cfg.options.replicas
         for r in range(1, n):
             handle = (
                 ray.remote(RayReplica)
