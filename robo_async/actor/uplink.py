@@ -12,7 +12,7 @@ is the uplink thread's, which:
 - resends everything unacked when the learner restarts (a new `boot_id`) or when acks stop
   advancing for `resend_s` (a lost message, a failed commit), but not while the learner's status
   says its ingest is paused (a nearly full disk: it reads nothing); the store drops duplicates;
-- writes batches to a journal, an actor-local LMDB, in group commits every `commit_ms`, so an
+- writes batches to a journal, an actor-local LMDB, in group commits every `journal_commit_ms`, so an
   actor restart resends what it had journaled; with `journal=False` only batches beyond
   `max_ram_mb` of unacked data are spilled there.
 
@@ -67,11 +67,11 @@ class UplinkConfig:
     journal_dir: str | None = None  # actor-local store of unacked batches; None: RAM only
     journal: bool = ActorOptions.journal  # journal every batch (else only spill beyond max_ram_mb)
     max_ram_mb: float = ActorOptions.max_ram_mb  # unacked batches held in RAM before the oldest are spilled
-    commit_ms: float = 100.0  # journal group-commit interval
+    journal_commit_ms: float = 100.0  # journal group-commit interval
     resend_s: float = ActorOptions.resend_s  # resend unacked batches when acks stall this long
     max_other: int = 1000  # episode stats / heartbeats waiting to be sent (oldest dropped)
     # The thread wakes this often (or when put() leaves it work). Every wake takes the GIL from
-    # the control loop; keep it under commit_ms so the journal is written on time.
+    # the control loop; keep it under journal_commit_ms so the journal is written on time.
     idle_s: float = 0.05
     # Camera frames are encoded here, on the uplink thread (never in put()), so the learner only
     # stores bytes and the wire and journal carry ~5x less: "qoi" or "png" (lossless), "jpeg", or
@@ -122,7 +122,7 @@ class _Entry:
 
 class UplinkThread:
     """The thread that drives one or more uplinks (a vectorized actor's streams): each round it
-    steps every uplink under its lock, commits their journals every `commit_ms`, and sleeps until a
+    steps every uplink under its lock, commits their journals every `journal_commit_ms`, and sleeps until a
     `put()` leaves it work or `idle_s` passes. It ends when its last uplink is closed."""
 
     def __init__(self, name: str) -> None:
@@ -160,7 +160,7 @@ class UplinkThread:
                         busy |= u._step(u._sock)
                 now = time.monotonic()
                 if now >= next_commit:
-                    next_commit = now + members[0].config.commit_ms / 1000
+                    next_commit = now + members[0].config.journal_commit_ms / 1000
                     for u in members:
                         u._commit_journal()
                 if not busy:  # sleep (acks may have moved, batches may wait), or until a put() leaves work

@@ -32,7 +32,7 @@ class LearnerConfig:
     algo: str = "sac"  # a registered algorithm (algorithms/<name>/)
     algo_config: AlgoConfig = SACConfig()
     store: StoreConfig = StoreConfig()
-    mix: dict = field(default_factory=lambda: dict(DEFAULT_MIX))  # buffer.mix
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))  # buffer.mix
     prefetch: int = PREFETCH  # batches assembled ahead on a background thread (buffer.prefetch)
     task: str = "reach"
     spec_signature: dict = field(default_factory=dict)

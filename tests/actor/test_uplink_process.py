@@ -67,7 +67,7 @@ def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
         weights,
         LoopConfig(max_steps=steps, eval_every=0, inference="inline", episode_ticks=50),
         ActorOptions(uplink="process"),
-        delivery=UplinkConfig(journal_dir=str(journal), commit_ms=commit_ms),
+        delivery=UplinkConfig(journal_dir=str(journal), journal_commit_ms=commit_ms),
         start_seq=start_seq,
     )
     return Actor(robot, HoldPolicy(robot.spec), cfg)
