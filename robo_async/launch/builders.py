@@ -4,11 +4,10 @@ plain constructor arguments for the learner and each actor. Robots and teleops c
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
@@ -16,12 +15,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from hal.spec import RobotSpec
 from robo_async.actor.actor import ActorConfig, lane_actor_id
-from robo_async.actor.inference import InferenceModeError, choose_inference
 from robo_async.actor.loop import LoopConfig
-from robo_async.actor.options import InferenceMode, Replan, ReplanChoice
+from robo_async.actor.options import InferenceMode
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
+from robo_async.launch.checks import (  # noqa: F401  (resolve_precision, resolve_inference: re-exported)
+    check_advertise,
+    check_envs,
+    check_key_lanes,
+    check_replicas,
+    check_wandb,
+    one_line,
+    resolve_inference,
+    resolve_precision,
+    resolve_replan,
+    transport_keys,
+)
 from robo_async.launch.plan import TrainPlan
 from robo_async.launch.policy_args import (  # noqa: F401
     PolicyArgs,
@@ -49,13 +59,9 @@ from robo_async.launch.tasks import (  # noqa: F401
     task_args,
     task_spec,
 )
-from robo_async.learner import config as learner_config
 from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.algorithms.bc.config import BCOptions
 from robo_async.learner.config import LearnerConfig
-from robo_async.learner.metrics import WandbOptions
-from robo_async.learner.options import Precision
-from robo_async.transport.options import TransportOptions
 
 
 def algo_of(algo: dict | object) -> tuple[str, object]:
@@ -74,51 +80,6 @@ def _algo_schema(name: str) -> type:
     return algo_schema(name)
 
 
-@contextlib.contextmanager
-def one_line() -> Iterator[None]:
-    """A component's ValueError (its message names the key) as the plan's one ConfigError line."""
-    try:
-        yield
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-
-
-def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> InferenceMode:
-    """`actor.inference` for training actors: `choose_inference` (actor/inference.py) decides."""
-    try:
-        return choose_inference(
-            mode,
-            purpose="train",
-            robot=task.robot["type"] if task.robot is not None else None,
-            realtime=task.realtime,
-            server=server,
-        )
-    except InferenceModeError as e:
-        raise ConfigError(str(e)) from None
-
-
-def resolve_replan(choice: ReplanChoice, algo_name: str) -> Replan:
-    """`actor.replan`: auto is `end` for chunked critics (they learn Q of chunks that ran whole: no
-    action of a chunk is replaced), else `due`."""
-    if choice != ReplanChoice.auto:
-        return Replan(choice)
-    from robo_async.learner.algorithms.base import whole_chunks
-
-    return Replan.end if whole_chunks(algo_name) else Replan.due
-
-
-def resolve_device(name: str) -> str:
-    """`learner.device` resolved (`learner.config.resolve_device`), refused in one ConfigError line."""
-    with one_line():
-        return learner_config.resolve_device(name)
-
-
-def resolve_precision(name: str, device: str) -> Precision:
-    """`learner.precision` resolved (`learner.config.resolve_precision`), refused in one ConfigError line."""
-    with one_line():
-        return learner_config.resolve_precision(name, device)
-
-
 def new_run_dir(root: str, task: str) -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(root) / f"{stamp}-{task}"
@@ -134,160 +95,6 @@ def batch_bytes(spec: RobotSpec, flush_every: int) -> int:
     vec = spec.state_dim + sum(n for _, n in spec.features)
     per = 4 * (2 * vec + 2 * spec.action_dim) + 16 + 2 * sum(c.height * c.width * 3 for c in spec.cameras)
     return flush_every * per
-
-
-def transport_keys(t: TransportOptions | DictConfig, actors: int) -> str | None:
-    """The CURVE keys directory, or None for clear links (loopback, or an explicit opt-out)."""
-    from robo_async.transport.curve import is_loopback
-
-    if isinstance(t, DictConfig):
-        t = checked(OmegaConf.to_container(t, resolve=True), TransportOptions, "transport")  # type: ignore[arg-type]
-    mode, keys = t.curve, t.keys
-    if mode == "off":
-        return None
-    if not keys:
-        if mode == "on":
-            raise ConfigError(
-                "transport.curve=on needs transport.keys=<dir>: create one with `robo-async keys dir=keys actors=N`"
-            )
-        if not is_loopback(str(t.host)):
-            raise ConfigError(
-                f"transport.host={t.host} binds beyond loopback without keys: anyone who reaches "
-                f"the ports could read the weights and insert data. Create keys with "
-                f"`robo-async keys dir=keys actors={actors}` and set transport.keys=keys, or "
-                f"opt out with transport.curve=off"
-            )
-        return None
-    d = Path(str(keys)).expanduser().resolve()
-    missing = [str(p) for p in (d / "learner.key_secret", d / "learner.key", d / "authorized") if not p.exists()]
-    if missing:
-        raise ConfigError(
-            f"transport.keys={keys}: {', '.join(missing)} missing; create them with "
-            f"`robo-async keys dir={keys} actors={actors}`"
-        )
-    return str(d)
-
-
-def check_advertise(advertise: tuple[str, ...] | list[str] | None) -> tuple[str, str] | None:
-    """`transport.advertise` as (data, weights), each `tcp://host:port` with a port 1..65535, or None
-    (actors dial the bound addresses); anything else is a one-line ConfigError naming the key."""
-    if advertise is None:
-        return None
-    key = "transport.advertise"
-    if isinstance(advertise, str) or len(advertise) != 2:
-        raise ConfigError(
-            f"{key} is two addresses [data, weights], e.g. [tcp://gateway:7001,tcp://gateway:7002], not {advertise!r}"
-        )
-    for what, address in zip(("data", "weights"), advertise, strict=True):
-        if not isinstance(address, str) or not address.startswith("tcp://"):
-            raise ConfigError(f"{key}: the {what} address must be tcp://host:port, not {address!r}")
-        host, sep, port = address.removeprefix("tcp://").rpartition(":")
-        if not sep or not host or host in ("*", "0.0.0.0"):
-            raise ConfigError(
-                f"{key}: the {what} address {address!r} needs a host actors can dial and a port (tcp://host:port)"
-            )
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ConfigError(f"{key}: the {what} address {address!r} has port {port!r}; ports are 1 to 65535")
-    return advertise[0], advertise[1]
-
-
-def check_wandb(w: WandbOptions) -> None:
-    """`learner.wandb`: a known mode, and wandb installed when a project turns it on (else the
-    learner would fail at its start, again at each restart)."""
-    import importlib.util
-
-    from robo_async.learner.metrics import WandbSink
-
-    if w.mode not in WandbSink.MODES:
-        raise ConfigError(f"learner.wandb.mode must be one of {list(WandbSink.MODES)}, not {w.mode!r}")
-    if w.project and w.mode != "disabled" and importlib.util.find_spec("wandb") is None:
-        raise ConfigError(
-            "learner.wandb.project is set but wandb is not installed: "
-            "pip install 'robo_async[wandb]' (or pip install wandb)"
-        )
-
-
-def check_key_lanes(keys_dir: str | None, actors: int, envs: int) -> None:
-    """With CURVE, each actor's key must be issued for its robots' streams (`robo-async keys
-    lanes=`): a key owns exactly the lanes it was issued for."""
-    if keys_dir is None:
-        return
-    from robo_async.transport.curve import KeysError, authorized
-
-    try:
-        issued = {actor: lanes for actor, lanes in authorized(Path(keys_dir)).values()}
-    except KeysError as e:
-        raise ConfigError(str(e)) from None
-    short = [i for i in range(actors) if issued.get(i, 0) < envs]
-    if short:
-        raise ConfigError(
-            f"the keys in {keys_dir} do not cover actors {short[:8]} with {envs} env(s) each "
-            f"(issued: {[issued.get(i, 0) for i in short[:8]]}); run `robo-async keys dir={keys_dir} "
-            f"actors={actors} lanes={envs}`"
-        )
-
-
-def check_envs(a, c, plan_task, server: str | None) -> int:
-    """`actor.envs`: how many simulators each actor steps in one loop; more than one only where the
-    loop steps as fast as it can with inline inference (simulators, no teleop, guide or server)."""
-    from robo_async.transport.curve import LANE_STRIDE
-
-    envs = int(a.envs)  # 1 to MAX_ENVS (ActorOptions checks it)
-    if envs == 1:
-        return 1
-    for i in range(c.actors):
-        t = plan_task(i)
-        why = (
-            "a real robot"
-            if t.robot is not None
-            else "task.realtime=true"
-            if t.realtime
-            else "a teleop"
-            if t.teleop
-            else "actor.guide"
-            if a.guide
-            else "actor.inference_server"
-            if server
-            else None
-            if resolve_inference(a.inference, t, server) == "inline"
-            else f"actor.inference={a.inference}"
-        )
-        if why is not None:
-            raise ConfigError(
-                f"actor.envs={envs} steps several simulators with one batched policy call per tick, "
-                f"as fast as they go (inline inference); actor {i} has {why}"
-            )
-    if c.actors > LANE_STRIDE:
-        raise ConfigError(f"actor.envs > 1 takes at most {LANE_STRIDE} actors, not {c.actors}")
-    return envs
-
-
-def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec, device: str) -> int:
-    """`learner.replicas`: 1 to 64 learner ranks; more than one only where a runner places them
-    (launcher=local: processes on this machine; launcher=ray: Ray actors on the cluster) and, on
-    GPUs, one GPU per rank."""
-    from robo_async.learner.replicas import MAX_REPLICAS
-
-    n = int(c.learner.replicas)
-    if not 1 <= n <= MAX_REPLICAS:
-        raise ConfigError(f"learner.replicas must be 1 to {MAX_REPLICAS}, not {c.learner.replicas}")
-    if n > 1 and c.launcher.name not in ("local", "ray"):
-        raise ConfigError(
-            f"learner.replicas={n} runs its ranks as processes of launcher=local or as Ray actors "
-            f"(launcher=ray), not launcher={c.launcher.name}"
-        )
-    if n > 1 and device.startswith("cuda") and c.launcher.name == "local":  # (Ray gives each rank a GPU)
-        import torch
-
-        from robo_async.learner.algorithms import build_algorithm
-
-        first = torch.device(device).index or 0
-        if build_algorithm(algo_name, algo_config, policy).supports_device and first + n > torch.cuda.device_count():
-            raise ConfigError(
-                f"learner.replicas={n} on {device} needs a GPU per rank, this machine has "
-                f"{torch.cuda.device_count()}; use fewer replicas or learner.device=cpu"
-            )
-    return n
 
 
 def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
