@@ -43,7 +43,7 @@ from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, Infere
 from robo_async.actor.options import ActorOptions, InferenceMode, Replan
 from robo_async.actor.records import EpisodeLog, LatenessTracker, Sink
 from robo_async.actor.takeover import Operators
-from robo_async.transport.options import as_enum
+from robo_async.transport.options import as_choices
 from robo_async.transport.stats import ActorStats, Figure, histogram
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
@@ -105,8 +105,7 @@ class LoopConfig:
     server_wait_s: float = ActorOptions.server_wait_s  # a policy on a server: wait this long for it to answer first
 
     def __post_init__(self) -> None:
-        as_enum(self, "inference", InferenceMode, "loop")
-        as_enum(self, "replan", Replan, "loop")
+        as_choices(self, "loop")
 
     @classmethod
     def from_options(

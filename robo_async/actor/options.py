@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from robo_async.transport.options import as_enum
+from robo_async.transport.options import as_choices
 
 MAX_ENVS = 64  # robots per vectorized actor (robot j streams as actor id a + j * LANE_STRIDE, under MAX_ACTOR_ID)
 
@@ -118,21 +118,11 @@ class ActorOptions:
     guide_threshold: float = 0.5  # ... succeed at least this often
 
     def __post_init__(self) -> None:
-        for name, enum in ENUMS.items():
-            as_enum(self, name, enum, "actor")
+        as_choices(self, "actor")
         if not 1 <= self.envs <= MAX_ENVS:
             raise ValueError(f"actor.envs must be 1 to {MAX_ENVS}, not {self.envs}")
         if self.inference_workers < 1:
             raise ValueError(f"actor.inference_workers must be at least 1, not {self.inference_workers}")
-
-
-# the keys of `ActorOptions` that are choices, and their enums
-ENUMS: dict[str, type[StrEnum]] = {
-    "uplink": UplinkIn,
-    "inference": InferenceChoice,
-    "replan": ReplanChoice,
-    "server_image_codec": ServerImageCodec,
-}
 
 
 @dataclass(frozen=True)

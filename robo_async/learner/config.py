@@ -15,7 +15,7 @@ from robo_async.buffer.sampler import DEFAULT_MIX, PREFETCH
 from robo_async.learner.algorithms import AlgoConfig, PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.options import BudgetOptions, LearnerOptions, Precision, PrecisionChoice
-from robo_async.transport.options import TransportOptions, as_enum
+from robo_async.transport.options import TransportOptions, as_choices
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class LearnerConfig:
     restarted: int = 0  # supervised restarts before this start: the run's clock and budget continue
 
     def __post_init__(self) -> None:
-        as_enum(self, "precision", Precision, "learner")
+        as_choices(self, "learner")
 
     @classmethod
     def from_options(cls, options: LearnerOptions, budget: BudgetOptions, **plan: Any) -> LearnerConfig:

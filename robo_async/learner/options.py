@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from robo_async.learner.metrics import WandbOptions
-from robo_async.transport.options import as_enum
+from robo_async.transport.options import as_choices
 from robo_async.transport.weights import PushConfig
 
 
@@ -60,8 +60,7 @@ class LearnerOptions:
     wandb: WandbOptions = field(default_factory=WandbOptions)
 
     def __post_init__(self) -> None:
-        as_enum(self, "stale_embeddings", StaleEmbeddings, "learner")
-        as_enum(self, "precision", PrecisionChoice, "learner")
+        as_choices(self, "learner")
 
 
 @dataclass(frozen=True)

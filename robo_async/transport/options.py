@@ -1,9 +1,10 @@
 """`transport:` config section: where the learner binds and how its links are secured. Also the
-helpers every section's choices use (`as_enum`, `choices`): this is the floor below all of them."""
+helpers every section's choices use (`as_choices`, `as_enum`, `choices`): this is the floor below all of them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 
@@ -23,6 +24,25 @@ def as_enum(obj: object, name: str, enum: type[StrEnum], section: str) -> None:
         object.__setattr__(obj, name, enum(value))
     except ValueError:
         raise ValueError(f"{section}.{name} must be {choices(enum)}, not {value!r}") from None
+
+
+_CHOICE_FIELDS: dict[type, tuple[tuple[str, type[StrEnum]], ...]] = {}  # per class: its StrEnum-typed fields
+
+
+def _choice_fields(cls: type) -> tuple[tuple[str, type[StrEnum]], ...]:
+    if cls not in _CHOICE_FIELDS:
+        hints = typing.get_type_hints(cls)
+        _CHOICE_FIELDS[cls] = tuple(
+            (f.name, t) for f in fields(cls) if isinstance(t := hints[f.name], type) and issubclass(t, StrEnum)
+        )
+    return _CHOICE_FIELDS[cls]
+
+
+def as_choices(obj: object, section: str) -> None:
+    """Every field of a frozen dataclass typed as a `StrEnum` made a member of it (`as_enum`): the
+    annotation is the one list of its choices."""
+    for name, enum in _choice_fields(type(obj)):
+        as_enum(obj, name, enum, section)
 
 
 class Curve(StrEnum):
@@ -50,4 +70,4 @@ class TransportOptions:
     advertise: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        as_enum(self, "curve", Curve, "transport")
+        as_choices(self, "transport")
