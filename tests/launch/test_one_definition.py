@@ -177,3 +177,18 @@ def test_options_given_in_code_are_checked_and_typed_too():
     with pytest.raises(ValueError, match="learner.precision must be auto, fp32 or bf16"):
         LearnerOptions(precision="fp16")
     assert LoopConfig(inference="async_forward").inference is InferenceMode.async_forward
+
+
+def test_episode_ticks_default_is_the_tasks_own():
+    """Where the options leave `episode_ticks` out, every caller (train, eval, bc, teleop) gets the
+    task config's default: one definition, no literal beside it."""
+    from dataclasses import replace
+
+    from robo_async.launch.tasks import TaskArgs
+    from sim import TASKS
+
+    for name, (_, cfg_cls) in TASKS.items():
+        assert TaskArgs(name, {}).episode_ticks() == cfg_cls().episode_ticks, name
+    assert TaskArgs("push", {"episode_ticks": 7}).episode_ticks() == 7
+    robot = replace(TaskArgs("reach", {}), robot={"type": "so101", "hz": 10, "episode": {"seconds": 2.0}})
+    assert robot.episode_ticks() == 20  # a robot's episode.seconds at its rate
