@@ -11,7 +11,9 @@ their own (`tests/launch/test_config_schema.py` fails if one states a different 
 
 `typed_config(cfg)` checks a composed (or resumed) config at plan time and returns `TrainConfig`, the
 run as typed objects; a wrong type or unknown key is one `ConfigError` line
-(`ConfigError: algo.batch_size: 'abc' is not valid (...)`). Device groups (`robot`, `teleop`) are
+(`ConfigError: algo.batch_size: 'abc' is not valid (...)`); a key whose type is a `StrEnum` takes
+only its members' names (`choice_line`: `actor.replan 'x' unknown: actor.replan must be auto, due,
+end or continuous`), checked by Hydra when it composes. Device groups (`robot`, `teleop`) are
 LeRobot configs, checked by LeRobot when built.
 """
 
