@@ -126,5 +126,8 @@ def _composition(e: ConfigCompositionException) -> str:
             f"unknown config key '{key}'; see `robo-async train --cfg` for the keys, or add a new one with +{key}=..."
         )
     if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):  # as typed_config says it
-        return f"bad config: {cause.full_key}: {cause.value!r} is not valid ({str(cause).splitlines()[0]})"
+        from robo_async.launch.schema import choice_line
+
+        line = choice_line(cause, str(cause.full_key))
+        return f"bad config: {line or f'{cause.full_key}: {cause.value!r} is not valid ({str(cause).splitlines()[0]})'}"
     return f"bad override: {str(e).splitlines()[0]}"

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import inspect
 import io
@@ -241,7 +242,8 @@ def rows(cls: type, prefix: str, skip: set[str] = frozenset(), instance: object 
             out += rows(nested, f"{prefix}{f.name}.", instance=default if is_instance else None)
             continue
         meaning = f.metadata.get("help") or meanings.get(f.name, "")
-        out.append((prefix + f.name, type_name(f.type), "required" if default is MISSING else value(default), meaning))
+        shown = hint if isinstance(hint, type) and issubclass(hint, enum.Enum) else f.type  # a choice: its values
+        out.append((prefix + f.name, type_name(shown), "required" if default is MISSING else value(default), meaning))
     return out
 
 
@@ -284,6 +286,8 @@ def type_name(t: Any) -> str:
         return "None"
     if t is Any:
         return "Any"
+    if isinstance(t, type) and issubclass(t, enum.Enum):  # a choice: its values
+        return " | ".join(str(m.value) for m in t)
     origin = typing.get_origin(t)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(type_name(a) for a in typing.get_args(t))
@@ -303,6 +307,8 @@ def value(v: Any) -> str:
         return "[" + ", ".join(value(x) for x in v) + "]"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, enum.Enum):
+        return str(v.value)
     if isinstance(v, str):
         return v if v else '""'
     return repr(v) if isinstance(v, float) else str(v)

@@ -2,7 +2,8 @@
 are swapped in between ticks; transitions go through the `Adder` to the `Uplink` (acknowledged
 delivery, journal); in as-fast-as-possible sim mode the loop waits for the learner's allowance.
 
-    actor = Actor(safe_robot, policy, ActorConfig(actor_id, data_address, weights_address, LoopConfig(...)))
+    actor = Actor(safe_robot, policy, ActorConfig(actor_id, data_address, weights_address, LoopConfig(...),
+                                                  ActorOptions(flush_every=32)))
     actor.run(stop)        # until stop, the learner stopping, or loop.max_steps
 
 A vectorized actor (`actor.envs=N`, simulators only) drives N robots in one loop with one batched
@@ -29,6 +30,7 @@ from hal.teleop import Teleop
 from policies.base import Policy
 from robo_async.actor.adder import Adder
 from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
+from robo_async.actor.options import MAX_ENVS, ActorOptions, UplinkIn
 from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkThread
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.curve import LANE_STRIDE
@@ -36,7 +38,6 @@ from robo_async.transport.stats import ActorStats
 from robo_async.transport.wire import LearnerStatus
 
 log = logging.getLogger(__name__)
-MAX_ENVS = 64  # robots per vectorized actor (robot j streams as actor id a + j * LANE_STRIDE, under MAX_ACTOR_ID)
 
 
 def lane_actor_id(actor_id: int, lane: int) -> int:
@@ -46,26 +47,44 @@ def lane_actor_id(actor_id: int, lane: int) -> int:
 
 @dataclass(frozen=True)
 class ActorConfig:
-    """One actor: its id, the learner's addresses, the control loop, delivery, keys, a guide or a policy server."""
+    """One actor: its id, the learner's addresses, the `actor:` section as configured (`options`),
+    and what is derived for this actor: its control loop, delivery, keys and where its stream
+    resumes. Training actors get it from `from_options`."""
 
     actor_id: int
     data_address: str
     weights_address: str
-    loop: LoopConfig = LoopConfig()  # the control loop: pacing, episodes, inference mode
-    flush_every: int = 32  # transitions per message
-    start_seq: int = 0
+    loop: LoopConfig = LoopConfig()  # the control loop: pacing, episodes, inference mode (resolved)
+    # the `actor:` section: flush_every, envs, uplink (thread|process), embed, guide, inference_server, ...
+    options: ActorOptions = ActorOptions()
+    start_seq: int = 0  # the stream's next seq (a resumed run: the learner's high-water mark)
     first_status_timeout_s: float = 60.0
-    uplink: UplinkConfig = UplinkConfig()  # acknowledged delivery, journal
+    delivery: UplinkConfig = UplinkConfig()  # acknowledged delivery: journal, RAM budget, resends
     drain_s: float = 5.0  # on stop, wait this long for the learner to ack what was sent
     keys_dir: str | None = None  # CURVE keys (`robo-async keys`): this actor's pair and the learner's public key
-    learner_silent_s: float = 3.0  # no status for this long: the learner is away (logged, counted)
-    guide: str | None = None  # JSRL guide policy: "expert" (the task's scripted expert) or a `bc` run directory
-    inference_server: str | None = None  # the policy runs on this `robo-async serve` server (actor/remote.py)
-    server_image_codec: str = "jpeg"  # how camera frames travel to it: jpeg | png | qoi | raw
-    embed: bool = True  # the policy's frozen camera encoder (if any) embeds each batch's frames on the uplink thread
-    envs: int = 1  # robots (simulators) this actor steps in one loop: run_actor builds them
-    # thread: the uplink on a thread of this process | process: in a child, fed through shared memory
-    uplink_in: str = "thread"
+
+    @classmethod
+    def from_options(
+        cls,
+        options: ActorOptions,
+        *,
+        actor_id: int,
+        loop: LoopConfig,
+        delivery: UplinkConfig,
+        start_seq: int = 0,
+        keys_dir: str | None = None,
+    ) -> ActorConfig:
+        """A training actor (its addresses are filled in when the learner has bound): `options` as
+        configured (an empty `guide` or `inference_server` as none), with its loop and delivery
+        (`LoopConfig.from_options`, `UplinkConfig.from_options`). A ValueError names the key of
+        options that cannot run together."""
+        server = options.inference_server or None
+        if server is not None and not server.startswith(("tcp://", "ipc://")):
+            raise ValueError(f"actor.inference_server must be a ZMQ address like tcp://host:5560, not {server!r}")
+        if server is not None and options.guide:
+            raise ValueError("actor.guide (JSRL) runs on the control thread; it cannot run with actor.inference_server")
+        options = replace(options, guide=options.guide or None, inference_server=server)
+        return cls(actor_id, "", "", loop, options, start_seq=start_seq, delivery=delivery, keys_dir=keys_dir)
 
 
 class LearnerUnavailable(RuntimeError):
@@ -158,7 +177,7 @@ class Actor:
     def _watch_learner(self, client: WeightClient, pending: int) -> None:
         """Notice a silent learner (crashed, restarting, network down) and its return, once each."""
         silent = client.silent_s()
-        if silent > self.config.learner_silent_s:
+        if silent > self.config.options.learner_silent_s:
             if self._away_since is None:
                 self._away_since = time.monotonic() - silent
                 self.learner_outages += 1
@@ -179,7 +198,7 @@ class Actor:
 
     def _lane_uplink(self, lane: int) -> UplinkConfig:
         """Robot `lane`'s uplink: the actor's, with its own journal directory beside robot 0's."""
-        u = self.config.uplink
+        u = self.config.delivery
         if lane == 0 or u.journal_dir is None:
             return u
         from pathlib import Path
@@ -228,16 +247,16 @@ class Actor:
         remote = bool(getattr(self.policy, "remote", False))
         client = WeightClient(cfg.weights_address, secure=secure, weights=not remote).start()
         self.client = client
-        encoder = self.policy.frozen_encoder() if cfg.embed else None
+        encoder = self.policy.frozen_encoder() if cfg.options.embed else None
         ids = [lane_actor_id(cfg.actor_id, j) for j in range(len(self.robots))]
         group = None
-        if cfg.uplink_in == "process" and encoder is not None:
+        if cfg.options.uplink == UplinkIn.process and encoder is not None:
             log.info(
                 "actor %d: the policy's frozen encoder embeds frames on the uplink thread: the uplink stays "
                 "in this process (actor.uplink=thread)",
                 cfg.actor_id,
             )
-        elif cfg.uplink_in == "process":
+        elif cfg.options.uplink == UplinkIn.process:
             from robo_async.actor.uplink_process import ProcessUplinks
 
             group = ProcessUplinks(
@@ -273,7 +292,7 @@ class Actor:
                 start_seq = max(cfg.start_seq if j == 0 else 0, acked, journal_next[j])
                 if group is None:
                     u.start(acked, thread=shared)
-                adders.append(Adder(i, u, cfg.flush_every, start_seq=start_seq))
+                adders.append(Adder(i, u, cfg.options.flush_every, start_seq=start_seq))
             if group is not None:
                 group.start([status.acked_for(i) or 0 for i in ids])
             uplinks = self.uplinks

@@ -18,16 +18,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.base import ActionChunk, Policy
+from robo_async.actor.options import ActorOptions
 
 
 @dataclass(frozen=True)
 class GuideConfig:
-    """JSRL's curriculum (see the module's docstring)."""
+    """JSRL's curriculum (see the module's docstring): `actor.guide_*` (`ActorOptions`), whose
+    defaults these are."""
 
-    ticks: int = 60
-    step: int = 10
-    window: int = 10
-    threshold: float = 0.5
+    ticks: int = ActorOptions.guide_ticks
+    step: int = ActorOptions.guide_step
+    window: int = ActorOptions.guide_window
+    threshold: float = ActorOptions.guide_threshold
+
+    @classmethod
+    def from_options(cls, options: ActorOptions) -> GuideConfig:
+        """The curriculum of `actor.guide_*`; a ValueError naming the keys when it cannot run."""
+        if options.guide_ticks < 0 or options.guide_step < 0 or options.guide_window < 1:
+            raise ValueError("actor.guide_ticks and guide_step must be >= 0 and guide_window >= 1")
+        return cls(options.guide_ticks, options.guide_step, options.guide_window, options.guide_threshold)
 
 
 class JsrlGuide:

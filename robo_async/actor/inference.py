@@ -30,21 +30,22 @@ import numpy as np
 
 from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, call_policy
+from robo_async.actor.options import InferenceMode, Replan
 from robo_async.actor.schedule import ChunkSchedule
 
 log = logging.getLogger(__name__)
-REPLAN = ("due", "continuous", "end")  # when (and about which tick) the next chunk is asked for
+REPLAN = tuple(Replan)  # when (and about which tick) the next chunk is asked for (`options.Replan`)
 # The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
 # the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
 # executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible
 # simulators, where a tick has no wall-clock meaning).
-INFERENCE_MODES: dict[str, tuple[str, bool] | None] = {
-    "inline": None,
-    "sync": ("sync", False),
-    "async_naive": ("drop_stale", False),
-    "async_forward": ("drop_stale", True),
-    "async_forward_blend": ("blend", True),
-    "async_forward_rtc": ("rtc", True),
+INFERENCE_MODES: dict[InferenceMode, tuple[str, bool] | None] = {
+    InferenceMode.inline: None,
+    InferenceMode.sync: ("sync", False),
+    InferenceMode.async_naive: ("drop_stale", False),
+    InferenceMode.async_forward: ("drop_stale", True),
+    InferenceMode.async_forward_blend: ("blend", True),
+    InferenceMode.async_forward_rtc: ("rtc", True),
 }
 PURPOSES = ("train", "evaluate")  # what the acting is for: what `auto` picks (see choose_inference)
 
@@ -61,7 +62,7 @@ def choose_inference(
     robot: str | None = None,
     realtime: bool = False,
     server: str | None = None,
-) -> str:
+) -> InferenceMode:
     """The one decision of `actor.inference` (train, eval, bc, the benchmarks' callers).
 
     `requested`: `auto` (or None) or one of INFERENCE_MODES; `robot`: the real robot's type (None:
@@ -79,7 +80,8 @@ def choose_inference(
     - `auto` anywhere else (a real robot, real time, a server): inference beside the loop,
       `async_forward` for training, `async_forward_rtc` (real-time chunking) for evaluation.
 
-    Raises InferenceModeError (a ValueError) for an unknown mode or a refused `inline`."""
+    Returns the resolved mode (`auto` decided). Raises InferenceModeError (a ValueError) for an
+    unknown mode or a refused `inline`."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose '{purpose}' unknown; one of {PURPOSES}")
     mode = "auto" if requested is None else requested
@@ -88,8 +90,8 @@ def choose_inference(
     if mode == "auto":
         as_fast_sim = robot is None and not realtime and not server
         if purpose == "train":
-            return "inline" if as_fast_sim else "async_forward"
-        return "inline" if as_fast_sim and horizon == 1 else "async_forward_rtc"
+            return InferenceMode.inline if as_fast_sim else InferenceMode.async_forward
+        return InferenceMode.inline if as_fast_sim and horizon == 1 else InferenceMode.async_forward_rtc
     if mode == "inline" and server:
         raise InferenceModeError(
             f"actor.inference=inline would wait on the network on the control thread; with "
@@ -100,7 +102,7 @@ def choose_inference(
             f"actor.inference=inline runs the policy on the control thread, a sim-only speed "
             f"mode; robot {robot} needs an asynchronous mode (auto, async_forward, ...)"
         )
-    return mode
+    return InferenceMode(mode)
 
 
 def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:

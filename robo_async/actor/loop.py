@@ -40,8 +40,10 @@ from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.actor.guide import GuideConfig, JsrlGuide
 from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
+from robo_async.actor.options import ActorOptions, InferenceMode, Replan
 from robo_async.actor.records import EpisodeLog, LatenessTracker, Sink
 from robo_async.actor.takeover import Operators
+from robo_async.transport.options import as_choices
 from robo_async.transport.stats import ActorStats, Figure, histogram
 from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
 
@@ -71,31 +73,71 @@ REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (s
 @dataclass(frozen=True)
 class LoopConfig:
     """How one `ControlLoop` runs: episode length, pacing, seeds, the inference mode and replanning,
-    heartbeats. Builders derive it from the `actor:` section (`ActorOptions`); eval, bc and
-    benchmarks fill it directly."""
+    heartbeats. Training actors get it from `from_options` (the `actor:` section, `ActorOptions`);
+    eval, bc and benchmarks fill it directly. A field named as an `actor.*` key takes its default
+    from `ActorOptions` (the one definition); `inference`, `replan` and `guide_schedule` are derived:
+    the mode and rule `auto` resolved to, and JSRL's curriculum."""
 
     actor_id: int = 0  # stamped on episode summaries and heartbeats
-    episode_ticks: int = 50  # truncate episodes after this many ticks
+    episode_ticks: int = 50  # truncate episodes after this many ticks (training: the task's `episode_ticks`)
     realtime: bool = False  # pace ticks at the robot's hz (real robots always); else as fast as possible
     seed: int = 0  # episode k resets with seed * 100_003 + k
     start_episode: int = 0
-    eval_every: int = 2  # every n-th episode runs the deterministic policy (1: all, 0: never)
+    eval_every: int = ActorOptions.eval_every  # every n-th episode runs the deterministic policy (1: all, 0: never)
     max_steps: int | None = None  # stop after this many ticks
     max_episodes: int | None = None  # stop after this many finished episodes
-    heartbeat_s: float = 1.0
-    inference: str = "inline"  # one of inference.INFERENCE_MODES (inline: on this thread, sim only)
+    heartbeat_s: float = ActorOptions.heartbeat_s
+    # resolved (never auto): inline is the policy on this thread (sim only); `actor.inference` asks for one
+    inference: InferenceMode = InferenceMode.inline
     inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
-    inference_workers: int = 1  # inferences in flight at once (pipelined when > 1)
-    replan: str = "due"  # due: next chunk when the committed actions fall to latency + 1; end: the same
+    inference_workers: int = ActorOptions.inference_workers  # inferences in flight at once (pipelined when > 1)
+    # resolved (never auto): due: next chunk when the committed actions fall to latency + 1; end: the same
     # moment, about the tick the current chunk ends (every action executes: chunked critics); continuous:
     # whenever the engine is idle
+    replan: Replan = Replan.due
     explore_until_weights: bool = True  # uniform random actions while the policy has no weights (v < 0)
     end_on_terminated: bool = True  # False: run on to episode_ticks after the task ends (expert demos)
     warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
-    guide: GuideConfig | None = None  # JSRL: a guide acts first in training episodes (inline, sim only)
-    success_reward: float = 1.0  # an operator's success label: the tick's reward is at least this
+    # JSRL: a guide acts first in training episodes (inline, sim only), on this curriculum
+    guide_schedule: GuideConfig | None = None
+    success_reward: float = ActorOptions.success_reward  # an operator's success label: the reward is at least this
     teleop_drives: bool = False  # a teleop session: the operator drives from the first tick (robo-async teleop)
-    server_wait_s: float = 600.0  # a policy on a server: wait this long for it to answer first (saying where)
+    server_wait_s: float = ActorOptions.server_wait_s  # a policy on a server: wait this long for it to answer first
+
+    def __post_init__(self) -> None:
+        as_choices(self, "loop")
+
+    @classmethod
+    def from_options(
+        cls,
+        options: ActorOptions,
+        *,
+        inference: InferenceMode,
+        replan: Replan,
+        actor_id: int = 0,
+        episode_ticks: int = 50,
+        realtime: bool = False,
+        seed: int = 0,
+        start_episode: int = 0,
+    ) -> LoopConfig:
+        """A training actor's loop: `options`' keys as they are, the inference mode and replanning
+        rule as resolved (the launch layer decides `auto`: it knows the task and the algorithm), the
+        JSRL curriculum where `actor.guide` is set. A ValueError names a key that cannot run."""
+        return cls(
+            actor_id=actor_id,
+            episode_ticks=episode_ticks,
+            realtime=realtime,
+            seed=seed,
+            start_episode=start_episode,
+            eval_every=options.eval_every,
+            heartbeat_s=options.heartbeat_s,
+            inference=inference,
+            inference_workers=options.inference_workers,
+            replan=replan,
+            guide_schedule=GuideConfig.from_options(options) if options.guide else None,
+            success_reward=options.success_reward,
+            server_wait_s=options.server_wait_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -198,8 +240,6 @@ class ControlLoop:
                 f"real time, teleops, guide or policy server"
             )
         robot = robots[0]
-        if config.inference not in INFERENCE_MODES:
-            raise ValueError(f"inference mode '{config.inference}' unknown; modes: {list(INFERENCE_MODES)}")
         self.remote = bool(getattr(policy, "remote", False))  # on a policy server (actor/remote.py)
         if self.remote and INFERENCE_MODES[config.inference] is None:
             raise ValueError(
@@ -231,10 +271,12 @@ class ControlLoop:
         self._next_episode = config.start_episode  # the number the next reset gives its episode
         self.versions_seen: list[int] = []
         self._rng = np.random.default_rng(config.seed)
-        if guide is not None and (config.guide is None or config.inference != "inline"):
-            raise ValueError("a guide policy (JSRL) needs config.guide and inline inference (sim only)")
+        if guide is not None and (config.guide_schedule is None or config.inference != "inline"):
+            raise ValueError("a guide policy (JSRL) needs config.guide_schedule and inline inference (sim only)")
         # JSRL: the guide policy acts first in training episodes (actor/guide.py)
-        self.guide = JsrlGuide(guide, config.guide) if guide is not None and config.guide is not None else None
+        self.guide = (
+            JsrlGuide(guide, config.guide_schedule) if guide is not None and config.guide_schedule is not None else None
+        )
         self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)

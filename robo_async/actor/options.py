@@ -1,9 +1,77 @@
-"""`actor:` and `safety:` config sections: what every actor process is told. The builders
-(`robo_async.launch.builders`) derive `LoopConfig`, `UplinkConfig` and `ActorConfig` from these."""
+"""`actor:` and `safety:` config sections: what every actor process is told, and the choices their
+keys take (`StrEnum`s whose member names are the values, so Hydra checks a YAML string against
+them by name). The runtime configs are made from `ActorOptions` beside their components:
+`ActorConfig.from_options` (actor.py) embeds it, `LoopConfig.from_options` (loop.py) and
+`UplinkConfig.from_options` (uplink.py) take their mirrored fields' defaults from it.
+
+A `...Choice` is what a user may ask for, `auto` included; the enum of the same name without
+`Choice` is what `auto` resolves to (what a component runs): `InferenceChoice` -> `InferenceMode`,
+`ReplanChoice` -> `Replan`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+from robo_async.transport.options import as_choices
+
+MAX_ENVS = 64  # robots per vectorized actor (robot j streams as actor id a + j * LANE_STRIDE, under MAX_ACTOR_ID)
+
+
+class InferenceMode(StrEnum):
+    """A resolved inference mode: what a `ControlLoop` runs (`inference.INFERENCE_MODES`)."""
+
+    inline = "inline"  # the policy on the control thread, each chunk whole (as-fast-as-possible sims only)
+    sync = "sync"
+    async_naive = "async_naive"
+    async_forward = "async_forward"
+    async_forward_blend = "async_forward_blend"
+    async_forward_rtc = "async_forward_rtc"
+
+
+class InferenceChoice(StrEnum):
+    """`actor.inference` as asked: `auto` (`inference.choose_inference` decides) or a mode."""
+
+    auto = "auto"
+    inline = "inline"
+    sync = "sync"
+    async_naive = "async_naive"
+    async_forward = "async_forward"
+    async_forward_blend = "async_forward_blend"
+    async_forward_rtc = "async_forward_rtc"
+
+
+class Replan(StrEnum):
+    """A resolved replanning rule: when (and about which tick) the next chunk is asked for."""
+
+    due = "due"  # when the committed actions fall to latency + 1
+    end = "end"  # the same moment, about the tick the current chunk ends (every action runs)
+    continuous = "continuous"  # whenever the engine is idle
+
+
+class ReplanChoice(StrEnum):
+    """`actor.replan` as asked: `auto` (end for chunked critics, else due) or a rule."""
+
+    auto = "auto"
+    due = "due"
+    end = "end"
+    continuous = "continuous"
+
+
+class UplinkIn(StrEnum):
+    """`actor.uplink`: where delivery runs."""
+
+    thread = "thread"
+    process = "process"
+
+
+class ServerImageCodec(StrEnum):
+    """`actor.server_image_codec`: how camera frames travel to a policy server."""
+
+    jpeg = "jpeg"
+    png = "png"
+    qoi = "qoi"
+    raw = "raw"
 
 
 @dataclass(frozen=True)
@@ -17,7 +85,7 @@ class ActorOptions:
     eval_every: int = 2  # every n-th episode is deterministic; success is judged on those
     # where delivery runs: thread (a thread of the actor process) | process (a child process fed through shared
     # memory: encoding, journal, sends and acks off the control process)
-    uplink: str = "thread"
+    uplink: UplinkIn = UplinkIn.thread
     journal: bool = True  # keep unacked transitions in <run_dir>/actors/<id>/journal (survives actor restarts)
     max_ram_mb: float = 256.0  # unacked data held in RAM before the oldest is spilled to the journal
     resend_s: float = 5.0  # resend unacked data when the learner's acks stall this long
@@ -25,10 +93,10 @@ class ActorOptions:
     learner_silent_s: float = 3.0
     # auto (inline on an as-fast-as-possible sim, else async_forward) | inline (sim only) | sync | async_naive |
     # async_forward | async_forward_blend | async_forward_rtc
-    inference: str = "auto"
+    inference: InferenceChoice = InferenceChoice.auto
     # async modes: due (next chunk when committed actions fall to latency + 1) | end (about the tick the current chunk
     # ends: every action runs) | continuous; auto: end for qc/dsrl, else due
-    replan: str = "auto"
+    replan: ReplanChoice = ReplanChoice.auto
     # an operator's success label: that tick's reward is at least this (and the episode ends)
     success_reward: float = 1.0
     # inferences in flight at once; 2 = pipelined (reacts sooner, twice the inference compute)
@@ -38,7 +106,7 @@ class ActorOptions:
     # ... waiting this long for it to answer first (the robot holds; where it tries is logged)
     server_wait_s: float = 600.0
     # camera frames to the server: jpeg (quality 90, ~20x fewer bytes) | png | qoi (lossless) | raw
-    server_image_codec: str = "jpeg"
+    server_image_codec: ServerImageCodec = ServerImageCodec.jpeg
     # a policy with a frozen camera encoder (algo=dsrl on a pixel prior): the uplink thread stores each frame's
     # embedding beside it (else the learner embeds)
     embed: bool = True
@@ -48,6 +116,13 @@ class ActorOptions:
     guide_step: int = 10  # ... handing over this many ticks earlier
     guide_window: int = 10  # ... each time the last guide_window training episodes
     guide_threshold: float = 0.5  # ... succeed at least this often
+
+    def __post_init__(self) -> None:
+        as_choices(self, "actor")
+        if not 1 <= self.envs <= MAX_ENVS:
+            raise ValueError(f"actor.envs must be 1 to {MAX_ENVS}, not {self.envs}")
+        if self.inference_workers < 1:
+            raise ValueError(f"actor.inference_workers must be at least 1, not {self.inference_workers}")
 
 
 @dataclass(frozen=True)

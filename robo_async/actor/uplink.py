@@ -12,7 +12,7 @@ is the uplink thread's, which:
 - resends everything unacked when the learner restarts (a new `boot_id`) or when acks stop
   advancing for `resend_s` (a lost message, a failed commit), but not while the learner's status
   says its ingest is paused (a nearly full disk: it reads nothing); the store drops duplicates;
-- writes batches to a journal, an actor-local LMDB, in group commits every `commit_ms`, so an
+- writes batches to a journal, an actor-local LMDB, in group commits every `journal_commit_ms`, so an
   actor restart resends what it had journaled; with `journal=False` only batches beyond
   `max_ram_mb` of unacked data are spilled there.
 
@@ -43,6 +43,9 @@ import lmdb
 import zmq
 
 from robo_async.actor.journal import Journal
+from robo_async.actor.options import ActorOptions
+from robo_async.buffer.layout import StoreConfig
+from robo_async.transport.options import TransportOptions
 from robo_async.transport.wire import LearnerStatus, Message, StreamGap, TransitionBatch, encode, is_image_column
 
 if TYPE_CHECKING:  # the transport process (actor.uplink=process) runs without torch
@@ -57,24 +60,52 @@ class UplinkError(RuntimeError):
 
 @dataclass(frozen=True)
 class UplinkConfig:
-    """Acknowledged delivery: the journal, the RAM budget, resends, frame encoding, queue sizes."""
+    """Acknowledged delivery: the journal, the RAM budget, resends, frame encoding, queue sizes. A
+    field named as an `actor.*` or `transport.*` key takes its default from `ActorOptions` or
+    `TransportOptions` (the one definition); training actors get it from `from_options`."""
 
     journal_dir: str | None = None  # actor-local store of unacked batches; None: RAM only
-    journal: bool = True  # journal every batch (else only spill beyond max_ram_mb)
-    max_ram_mb: float = 256.0  # unacked batches held in RAM before the oldest are spilled
-    commit_ms: float = 100.0  # journal group-commit interval
-    resend_s: float = 5.0  # resend unacked batches when acks stall this long
+    journal: bool = ActorOptions.journal  # journal every batch (else only spill beyond max_ram_mb)
+    max_ram_mb: float = ActorOptions.max_ram_mb  # unacked batches held in RAM before the oldest are spilled
+    journal_commit_ms: float = 100.0  # journal group-commit interval
+    resend_s: float = ActorOptions.resend_s  # resend unacked batches when acks stall this long
     max_other: int = 1000  # episode stats / heartbeats waiting to be sent (oldest dropped)
     # The thread wakes this often (or when put() leaves it work). Every wake takes the GIL from
-    # the control loop; keep it under commit_ms so the journal is written on time.
+    # the control loop; keep it under journal_commit_ms so the journal is written on time.
     idle_s: float = 0.05
     # Camera frames are encoded here, on the uplink thread (never in put()), so the learner only
     # stores bytes and the wire and journal carry ~5x less: "qoi" or "png" (lossless), "jpeg", or
-    # None to send raw pixels.
-    image_codec: str | None = "qoi"
-    jpeg_quality: int = 95
-    queue_mb: float = 64.0  # batches queued in ZMQ, in bytes (the high-water mark is sized from it) ...
+    # None to send raw pixels (the store's `buffer.image_codec` and `jpeg_quality`).
+    image_codec: str | None = StoreConfig.image_codec
+    jpeg_quality: int = StoreConfig.jpeg_quality
+    # batches queued in ZMQ, in bytes (the high-water mark is sized from it) ...
+    queue_mb: float = TransportOptions.queue_mb
     message_bytes: int = 65536  # ... and the expected size of one batch message
+
+    @classmethod
+    def from_options(
+        cls,
+        options: ActorOptions,
+        *,
+        journal_dir: str | None,
+        image_codec: str | None,
+        jpeg_quality: int,
+        queue_mb: float,
+        message_bytes: int,
+    ) -> UplinkConfig:
+        """A training actor's delivery: `actor.journal`, `max_ram_mb` and `resend_s` as they are;
+        the journal's place, the store's frame encoding (`buffer.image_codec`, `jpeg_quality`) and
+        the queue sizes (`transport.queue_mb`, one batch's size) from the plan."""
+        return cls(
+            journal_dir=journal_dir,
+            journal=options.journal,
+            max_ram_mb=options.max_ram_mb,
+            resend_s=options.resend_s,
+            image_codec=image_codec,
+            jpeg_quality=jpeg_quality,
+            queue_mb=queue_mb,
+            message_bytes=message_bytes,
+        )
 
 
 @dataclass(eq=False)  # entries compare by identity
@@ -91,7 +122,7 @@ class _Entry:
 
 class UplinkThread:
     """The thread that drives one or more uplinks (a vectorized actor's streams): each round it
-    steps every uplink under its lock, commits their journals every `commit_ms`, and sleeps until a
+    steps every uplink under its lock, commits their journals every `journal_commit_ms`, and sleeps until a
     `put()` leaves it work or `idle_s` passes. It ends when its last uplink is closed."""
 
     def __init__(self, name: str) -> None:
@@ -129,7 +160,7 @@ class UplinkThread:
                         busy |= u._step(u._sock)
                 now = time.monotonic()
                 if now >= next_commit:
-                    next_commit = now + members[0].config.commit_ms / 1000
+                    next_commit = now + members[0].config.journal_commit_ms / 1000
                     for u in members:
                         u._commit_journal()
                 if not busy:  # sleep (acks may have moved, batches may wait), or until a put() leaves work

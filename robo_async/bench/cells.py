@@ -185,7 +185,7 @@ def run_cell(
             explore_until_weights=False,
             warmup_inference=mode != "sync",
         ),
-        uplink=UplinkConfig(journal_dir=str(journal / str(actor_id))),
+        delivery=UplinkConfig(journal_dir=str(journal / str(actor_id))),
     )
     actor = Actor(
         SafeRobot(SimRobot(task)),

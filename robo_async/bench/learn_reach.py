@@ -18,6 +18,7 @@ from hal.safety import SafeRobot
 from policies.scripted import HoldPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig
+from robo_async.actor.options import ActorOptions
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
@@ -69,9 +70,9 @@ def actor_vs_raw(
                 data,
                 weights,
                 LoopConfig(max_steps=n, eval_every=0, inference="inline", episode_ticks=episode),
-                uplink=UplinkConfig(journal_dir=journal),
+                delivery=UplinkConfig(journal_dir=journal),
                 start_seq=sent[0],
-                uplink_in=uplink,
+                options=ActorOptions(uplink=uplink),
             )
             robot = SafeRobot(make_robot(task))
             actor = Actor(robot, HoldPolicy(robot.spec), cfg)
@@ -123,9 +124,9 @@ def realtime_jitter(seconds: float, uplinks: tuple[str, ...], task: TaskArgs = T
                 data,
                 weights,
                 LoopConfig(max_steps=n, eval_every=0, inference="inline", realtime=True, episode_ticks=50),
-                uplink=UplinkConfig(journal_dir=f"{tmp}/journal"),
+                delivery=UplinkConfig(journal_dir=f"{tmp}/journal"),
                 start_seq=sent,
-                uplink_in=u,
+                options=ActorOptions(uplink=u),
             )
             res = Actor(robot, HoldPolicy(robot.spec), cfg).run(threading.Event())
             assert res is not None

@@ -151,7 +151,7 @@ def produce(
         actor_id,
         data,
         lambda: client.status,
-        UplinkConfig(journal_dir=journal, resend_s=1.0, commit_ms=50),
+        UplinkConfig(journal_dir=journal, resend_s=1.0, journal_commit_ms=50),
         secure=secure,
     )
     journal_next = uplink.open()

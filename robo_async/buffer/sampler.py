@@ -27,11 +27,17 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import numpy as np
 
 from robo_async.buffer.layout import TABLES
 from robo_async.buffer.store import ReplayStore
+
+# `buffer.mix` and `buffer.prefetch` defaults, the one definition (the `buffer:` section, the learner's config and
+# the sampler take them from here): RLPD-style, half online, half human data; batches assembled ahead
+DEFAULT_MIX: Mapping[str, float] = MappingProxyType({"online": 0.5, "demos": 0.25, "interventions": 0.25})
+PREFETCH = 2
 
 
 def split(batch_size: int, mix: Mapping[str, float]) -> dict[str, int]:
@@ -67,7 +73,7 @@ class Sampler:
         batch_size: int,
         mix: Mapping[str, float],
         seed: int = 0,
-        prefetch: int = 2,
+        prefetch: int = PREFETCH,
         window: int = 1,
         max_lag: int | None = None,
         successful_only: bool = False,

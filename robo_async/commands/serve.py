@@ -17,8 +17,10 @@ from omegaconf import OmegaConf
 
 from robo_async.commands.args import hydra_help, wants_help
 from robo_async.config import UserError, compose_config
-from robo_async.launch.schema import ConfigError
+from robo_async.launch.schema import ConfigError, checked
+from robo_async.serve.options import ServeOptions
 from robo_async.serve.server import PolicyServer, ServeConfig
+from robo_async.transport.options import TransportOptions
 
 USAGE = (
     "usage: robo-async serve [overrides] [serve.port=5560] [policy.path=<weights>] [serve.weights=tcp://learner:<port>]"
@@ -57,24 +59,12 @@ def build_server(overrides: list[str]) -> PolicyServer:
     algo_name, algo_config = algo_of(plain["algo"])
     pol = acting_args(PolicyArgs.from_config(plain["policy"]), algo_name, algo_config)
     policy = make_actor_policy(pol, spec)
-    s = cfg.serve
-    if int(s.max_batch) < 1 or float(s.batch_window_ms) < 0:
+    s = checked(plain["serve"], ServeOptions, "serve")
+    if s.max_batch < 1 or s.batch_window_ms < 0:
         raise ConfigError("serve.max_batch must be >= 1 and serve.batch_window_ms >= 0")
-    keys = transport_keys(cfg.transport, 1)
-    return PolicyServer(
-        policy,
-        spec,
-        ServeConfig(
-            f"tcp://{cfg.transport.host}:{int(s.port)}",
-            weights_address=s.weights or None,
-            keys_dir=keys,
-            key_id=int(s.key_id),
-            max_batch=int(s.max_batch),
-            batch_window_ms=float(s.batch_window_ms),
-            max_message_mb=float(cfg.transport.max_message_mb),
-            policy_name=pol.name,
-        ),
-    ).open()
+    t = checked(plain["transport"], TransportOptions, "transport")
+    config = ServeConfig.from_options(s, t, keys_dir=transport_keys(t, 1), policy_name=pol.name)
+    return PolicyServer(policy, spec, config).open()
 
 
 def serve(overrides: list[str], stop: threading.Event | None = None) -> int:

@@ -94,7 +94,7 @@ def teleop_session(
                 robot,
                 HoldPolicy(robot.spec),
                 LoopConfig(
-                    episode_ticks=targs.episode_ticks(100),
+                    episode_ticks=targs.episode_ticks(),
                     seed=seed,
                     realtime=realtime,
                     eval_every=0,

@@ -210,7 +210,7 @@ def import_history(cfg, run_dir: Path, plan=None) -> None:  # type: ignore[no-un
             store.embedding_versions(),
             encoder,
             f"replay store {store.path}",
-            skip=plan is not None and plan.learner.stale_embeddings == "skip",
+            skip=plan is not None and plan.learner.options.stale_embeddings == "skip",
         )
         if problem:
             raise UserError(problem)

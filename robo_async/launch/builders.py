@@ -7,18 +7,31 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from hal.spec import RobotSpec
-from robo_async.actor.actor import ActorConfig
-from robo_async.actor.inference import InferenceModeError, choose_inference
-from robo_async.actor.loop import GuideConfig, LoopConfig
+from robo_async.actor.actor import ActorConfig, lane_actor_id
+from robo_async.actor.loop import LoopConfig
+from robo_async.actor.options import InferenceMode
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
+from robo_async.launch.checks import (  # noqa: F401  (resolve_precision, resolve_inference: re-exported)
+    check_advertise,
+    check_envs,
+    check_key_lanes,
+    check_replicas,
+    check_wandb,
+    one_line,
+    resolve_inference,
+    resolve_precision,
+    resolve_replan,
+    transport_keys,
+)
 from robo_async.launch.plan import TrainPlan
 from robo_async.launch.policy_args import (  # noqa: F401
     PolicyArgs,
@@ -49,8 +62,6 @@ from robo_async.launch.tasks import (  # noqa: F401
 from robo_async.learner.algorithms import PolicySpec, config_class
 from robo_async.learner.algorithms.bc.config import BCOptions
 from robo_async.learner.config import LearnerConfig
-from robo_async.learner.metrics import WandbOptions
-from robo_async.transport.options import TransportOptions
 
 
 def algo_of(algo: dict | object) -> tuple[str, object]:
@@ -67,56 +78,6 @@ def _algo_schema(name: str) -> type:
 
     check_algo({"name": name})  # an unknown algorithm: one line naming the known ones
     return algo_schema(name)
-
-
-def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> str:
-    """`actor.inference` for training actors: `choose_inference` (actor/inference.py) decides."""
-    try:
-        return choose_inference(
-            mode,
-            purpose="train",
-            robot=task.robot["type"] if task.robot is not None else None,
-            realtime=task.realtime,
-            server=server,
-        )
-    except InferenceModeError as e:
-        raise ConfigError(str(e)) from None
-
-
-def resolve_device(name: str) -> str:
-    """`learner.device`: auto picks the first GPU when torch sees one, else the CPU."""
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(name)
-    except RuntimeError as e:
-        raise ConfigError(f"learner.device '{name}' is not a torch device ({e}); use auto, cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"learner.device={name} but torch sees no GPU here; use auto or cpu")
-    return name
-
-
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
-    """`value` if it is one of `allowed`, else a one-line ConfigError naming the key."""
-    if value not in allowed:
-        raise ConfigError(f"{key} is {' or '.join(allowed)}, not {value!r}")
-    return value
-
-
-def resolve_precision(name: str, device: str) -> str:
-    """`learner.precision`: auto is bf16 mixed precision where the device computes bf16 fast (a GPU
-    with bf16, a CPU with AMX or AVX512-BF16 through oneDNN), else fp32."""
-    import torch
-
-    if name not in ("auto", "fp32", "bf16"):
-        raise ConfigError(f"learner.precision is auto, fp32 or bf16, not {name!r}")
-    if name != "auto":
-        return name
-    if device.startswith("cuda"):
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
 def new_run_dir(root: str, task: str) -> Path:
@@ -136,173 +97,35 @@ def batch_bytes(spec: RobotSpec, flush_every: int) -> int:
     return flush_every * per
 
 
-def transport_keys(t: TransportOptions | DictConfig, actors: int) -> str | None:
-    """The CURVE keys directory, or None for clear links (loopback, or an explicit opt-out)."""
-    from robo_async.transport.curve import is_loopback
-
-    if isinstance(t, DictConfig):
-        t = checked(OmegaConf.to_container(t, resolve=True), TransportOptions, "transport")  # type: ignore[arg-type]
-    mode, keys = t.curve, t.keys
-    if mode not in ("auto", "on", "off"):
-        raise ConfigError(f"transport.curve must be auto, on or off, not '{mode}'")
-    if mode == "off":
-        return None
-    if not keys:
-        if mode == "on":
-            raise ConfigError(
-                "transport.curve=on needs transport.keys=<dir>: create one with `robo-async keys dir=keys actors=N`"
-            )
-        if not is_loopback(str(t.host)):
-            raise ConfigError(
-                f"transport.host={t.host} binds beyond loopback without keys: anyone who reaches "
-                f"the ports could read the weights and insert data. Create keys with "
-                f"`robo-async keys dir=keys actors={actors}` and set transport.keys=keys, or "
-                f"opt out with transport.curve=off"
-            )
-        return None
-    d = Path(str(keys)).expanduser().resolve()
-    missing = [str(p) for p in (d / "learner.key_secret", d / "learner.key", d / "authorized") if not p.exists()]
-    if missing:
-        raise ConfigError(
-            f"transport.keys={keys}: {', '.join(missing)} missing; create them with "
-            f"`robo-async keys dir={keys} actors={actors}`"
-        )
-    return str(d)
-
-
-def check_advertise(advertise: tuple[str, ...] | list[str] | None) -> tuple[str, str] | None:
-    """`transport.advertise` as (data, weights), each `tcp://host:port` with a port 1..65535, or None
-    (actors dial the bound addresses); anything else is a one-line ConfigError naming the key."""
-    if advertise is None:
-        return None
-    key = "transport.advertise"
-    if isinstance(advertise, str) or len(advertise) != 2:
-        raise ConfigError(
-            f"{key} is two addresses [data, weights], e.g. [tcp://gateway:7001,tcp://gateway:7002], not {advertise!r}"
-        )
-    for what, address in zip(("data", "weights"), advertise, strict=True):
-        if not isinstance(address, str) or not address.startswith("tcp://"):
-            raise ConfigError(f"{key}: the {what} address must be tcp://host:port, not {address!r}")
-        host, sep, port = address.removeprefix("tcp://").rpartition(":")
-        if not sep or not host or host in ("*", "0.0.0.0"):
-            raise ConfigError(
-                f"{key}: the {what} address {address!r} needs a host actors can dial and a port (tcp://host:port)"
-            )
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ConfigError(f"{key}: the {what} address {address!r} has port {port!r}; ports are 1 to 65535")
-    return advertise[0], advertise[1]
-
-
-def check_wandb(w: WandbOptions) -> None:
-    """`learner.wandb`: a known mode, and wandb installed when a project turns it on (else the
-    learner would fail at its start, again at each restart)."""
-    import importlib.util
-
-    from robo_async.learner.metrics import WandbSink
-
-    if w.mode not in WandbSink.MODES:
-        raise ConfigError(f"learner.wandb.mode must be one of {list(WandbSink.MODES)}, not {w.mode!r}")
-    if w.project and w.mode != "disabled" and importlib.util.find_spec("wandb") is None:
-        raise ConfigError(
-            "learner.wandb.project is set but wandb is not installed: "
-            "pip install 'robo_async[wandb]' (or pip install wandb)"
-        )
-
-
-def check_key_lanes(keys_dir: str | None, actors: int, envs: int) -> None:
-    """With CURVE, each actor's key must be issued for its robots' streams (`robo-async keys
-    lanes=`): a key owns exactly the lanes it was issued for."""
-    if keys_dir is None:
-        return
-    from robo_async.transport.curve import KeysError, authorized
-
-    try:
-        issued = {actor: lanes for actor, lanes in authorized(Path(keys_dir)).values()}
-    except KeysError as e:
-        raise ConfigError(str(e)) from None
-    short = [i for i in range(actors) if issued.get(i, 0) < envs]
-    if short:
-        raise ConfigError(
-            f"the keys in {keys_dir} do not cover actors {short[:8]} with {envs} env(s) each "
-            f"(issued: {[issued.get(i, 0) for i in short[:8]]}); run `robo-async keys dir={keys_dir} "
-            f"actors={actors} lanes={envs}`"
-        )
-
-
-def check_envs(a, c, plan_task, server: str | None) -> int:
-    """`actor.envs`: how many simulators each actor steps in one loop; more than one only where the
-    loop steps as fast as it can with inline inference (simulators, no teleop, guide or server)."""
-    from robo_async.actor.actor import MAX_ENVS
-    from robo_async.transport.curve import LANE_STRIDE
-
-    envs = int(a.envs)
-    if not 1 <= envs <= MAX_ENVS:
-        raise ConfigError(f"actor.envs must be 1 to {MAX_ENVS}, not {a.envs}")
-    if envs == 1:
-        return 1
-    for i in range(c.actors):
-        t = plan_task(i)
-        why = (
-            "a real robot"
-            if t.robot is not None
-            else "task.realtime=true"
-            if t.realtime
-            else "a teleop"
-            if t.teleop
-            else "actor.guide"
-            if a.guide
-            else "actor.inference_server"
-            if server
-            else None
-            if resolve_inference(a.inference, t, server) == "inline"
-            else f"actor.inference={a.inference}"
-        )
-        if why is not None:
-            raise ConfigError(
-                f"actor.envs={envs} steps several simulators with one batched policy call per tick, "
-                f"as fast as they go (inline inference); actor {i} has {why}"
-            )
-    if c.actors > LANE_STRIDE:
-        raise ConfigError(f"actor.envs > 1 takes at most {LANE_STRIDE} actors, not {c.actors}")
-    return envs
-
-
-def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec) -> int:
-    """`learner.replicas`: 1 to 64 learner ranks; more than one only where a runner places them
-    (launcher=local: processes on this machine; launcher=ray: Ray actors on the cluster) and, on
-    GPUs, one GPU per rank."""
-    from robo_async.learner.replicas import MAX_REPLICAS
-
-    n = int(c.learner.replicas)
-    if not 1 <= n <= MAX_REPLICAS:
-        raise ConfigError(f"learner.replicas must be 1 to {MAX_REPLICAS}, not {c.learner.replicas}")
-    if n > 1 and c.launcher.name not in ("local", "ray"):
-        raise ConfigError(
-            f"learner.replicas={n} runs its ranks as processes of launcher=local or as Ray actors "
-            f"(launcher=ray), not launcher={c.launcher.name}"
-        )
-    device = resolve_device(c.learner.device)
-    if n > 1 and device.startswith("cuda") and c.launcher.name == "local":  # (Ray gives each rank a GPU)
-        import torch
-
-        from robo_async.learner.algorithms import build_algorithm
-
-        first = torch.device(device).index or 0
-        if build_algorithm(algo_name, algo_config, policy).supports_device and first + n > torch.cuda.device_count():
-            raise ConfigError(
-                f"learner.replicas={n} on {device} needs a GPU per rank, this machine has "
-                f"{torch.cuda.device_count()}; use fewer replicas or learner.device=cpu"
-            )
-    return n
-
-
 def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict | None = None) -> TrainPlan:
     """The plan of a run from its config (composed, or a resumed run's): checked and typed first
-    (`typed_config`: one ConfigError line per wrong type or unknown key), then every choice that
-    only fits together (robots and policy, algorithm and policy, inference and guide) is refused
-    here, before anything starts."""
+    (`typed_config`: one ConfigError line per wrong type, unknown key or choice), then each
+    component's part made beside it (`LearnerConfig.from_options`, `ActorConfig.from_options`), and
+    every choice that only fits together across them (robots and policy, algorithm and policy,
+    inference and guide, envs and keys) refused here, before anything starts."""
     c = cfg if isinstance(cfg, TrainConfig) else typed_config(cfg)
     config_yaml = OmegaConf.to_yaml(cfg if isinstance(cfg, DictConfig) else as_dict(c), resolve=True)
+    task, actor_tasks = plan_tasks(c)
+    spec = task_spec(task)
+
+    def plan_task(i: int) -> TaskArgs:
+        return actor_tasks[i] if actor_tasks else task
+
+    algo_name, algo_config, pol, policy_spec = plan_policy(c, spec, plan_task)
+    t = c.transport
+    keys_dir = transport_keys(t, c.actors)
+    advertise = check_advertise(t.advertise)
+    learner = plan_learner(c, run_dir, resume_meta, task.name, spec, algo_name, algo_config, policy_spec, keys_dir)
+    learner = dataclasses.replace(learner, config_yaml=config_yaml)
+    actors = plan_actors(c, run_dir, resume_meta, plan_task, algo_name, keys_dir, learner.max_actors)
+    return TrainPlan(
+        run_dir, learner, task, pol, actors, c.launcher, actor_tasks, c.resources, c.dashboard.port, advertise
+    )
+
+
+def plan_tasks(c: TrainConfig) -> tuple[TaskArgs, tuple[TaskArgs, ...]]:
+    """The run's task and, with `robots`, each actor's (a LeRobot device, or the task's simulator
+    with some task keys overridden); every actor's robot must fit the policy built for the task."""
     safety = as_dict(c.safety)
     task_values = as_dict(c.task)
     task = task_args(task_values, c.robot, safety, c.teleop)
@@ -323,10 +146,6 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         actor_tasks = tuple(dataclasses.replace(t, reward_classifier=c.reward_classifier) for t in actor_tasks)
         make_safe_robot(task)  # refuses here, in one line, a classifier that is missing or does not fit
     spec = task_spec(task)
-
-    def plan_task(i: int) -> TaskArgs:
-        return actor_tasks[i] if actor_tasks else task
-
     for i, t in enumerate(actor_tasks):
         other = task_spec(t)
         if (other.action_dim, other.state_dim, other.features) != (spec.action_dim, spec.state_dim, spec.features):
@@ -334,6 +153,14 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
                 f"robots[{i}] ({other.name}) does not fit the policy built for {spec.name}: "
                 f"{other.action_dim} joints, features {other.features}"
             )
+    return task, actor_tasks
+
+
+def plan_policy(
+    c: TrainConfig, spec: RobotSpec, plan_task: Callable[[int], TaskArgs]
+) -> tuple[str, object, PolicyArgs, PolicySpec]:
+    """The algorithm (its acting delay as the actors will ask), the actors' policy and the policy
+    spec the learner trains; the algorithm refuses a policy it cannot train, here."""
     a = c.actor
     server = a.inference_server or None
     algo_name, algo_config = algo_of(c.algo)
@@ -371,139 +198,122 @@ def build_plan(cfg: DictConfig | TrainConfig, run_dir: Path, resume_meta: dict |
         build_algorithm(algo_name, algo_config, policy_spec)
     except (ValueError, KeyError) as e:
         raise ConfigError(str(e).strip("'\"")) from None
-    pol = acting_args(pol, algo_name, algo_config)
-    buf = c.buffer
+    return algo_name, algo_config, acting_args(pol, algo_name, algo_config), policy_spec
+
+
+def plan_learner(
+    c: TrainConfig,
+    run_dir: Path,
+    resume_meta: dict | None,
+    task_name: str,
+    spec: RobotSpec,
+    algo_name: str,
+    algo_config: object,
+    policy_spec: PolicySpec,
+    keys_dir: str | None,
+) -> LearnerConfig:
+    """The learner's part: `LearnerConfig.from_options` with the store, the transport and the
+    plan-level checks of the learner section (W&B installed, replicas placeable)."""
+    buf, t = c.buffer, c.transport
     if buf.name != "lmdb":
         raise ConfigError("only buffer=lmdb exists")
-    mix = check_mix(dict(buf.mix))
+    with one_line():
+        mix = check_mix(dict(buf.mix))
     store = StoreConfig(**{f.name: getattr(buf, f.name) for f in fields(StoreConfig)})
-    t = c.transport
-    keys_dir = transport_keys(t, c.actors)
-    advertise = check_advertise(t.advertise)
     check_wandb(c.learner.wandb)
-    learner = LearnerConfig(
-        run_dir=str(run_dir),
-        data_address=f"tcp://{t.host}:{t.data_port}",
-        weights_address=f"tcp://{t.host}:{t.weights_port}",
-        policy=policy_spec,
-        algo=algo_name,
-        algo_config=algo_config,
-        store=store,
-        mix=mix,
-        prefetch=buf.prefetch,
-        task=task.name,
-        spec_signature=spec.signature(),
-        config_yaml=config_yaml,
-        publish_every=c.learner.publish_every,
-        checkpoint_every_s=c.learner.checkpoint_every_s,
-        log_every_s=c.learner.log_every_s,
-        budget_s=c.budget.seconds,
-        budget_env_steps=c.budget.env_steps,
-        stop_at_success=c.stop_at_success,
-        success_window=c.success_window,
-        seed=c.seed,
-        resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
-        count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
-        threads=c.learner.threads,
-        device=resolve_device(c.learner.device),
-        precision=resolve_precision(c.learner.precision, resolve_device(c.learner.device)),
-        stale_embeddings=_choice("learner.stale_embeddings", c.learner.stale_embeddings, ("refuse", "skip")),
-        keys_dir=keys_dir,
-        max_message_mb=t.max_message_mb,
-        queue_mb=t.queue_mb,
-        message_bytes=batch_bytes(spec, a.flush_every),
-        push=c.learner.weights,
-        wandb=c.learner.wandb,
-        replicas=check_replicas(c, algo_name, algo_config, policy_spec),
-    )
-    if server is not None and not server.startswith(("tcp://", "ipc://")):
-        raise ConfigError(f"actor.inference_server must be a ZMQ address like tcp://host:5560, not {server!r}")
-    if a.server_image_codec not in ("jpeg", "png", "qoi", "raw"):
-        raise ConfigError(f"actor.server_image_codec must be jpeg, png, qoi or raw, not '{a.server_image_codec}'")
-    if server is not None and a.guide:
-        raise ConfigError("actor.guide (JSRL) runs on the control thread; it cannot run with actor.inference_server")
-    resolve_inference(a.inference, task, server)
-    replan = a.replan
-    if replan not in ("auto", "due", "continuous", "end"):
-        raise ConfigError(f"actor.replan must be auto, due, end or continuous, not '{a.replan}'")
-    if replan == "auto":  # chunked critics learn Q of chunks that ran whole: no action of a chunk is replaced
-        from robo_async.learner.algorithms.base import whole_chunks
+    with one_line():
+        learner = LearnerConfig.from_options(
+            c.learner,
+            c.budget,
+            run_dir=str(run_dir),
+            data_address=f"tcp://{t.host}:{t.data_port}",
+            weights_address=f"tcp://{t.host}:{t.weights_port}",
+            policy=policy_spec,
+            algo=algo_name,
+            algo_config=algo_config,
+            store=store,
+            mix=mix,
+            prefetch=buf.prefetch,
+            task=task_name,
+            spec_signature=spec.signature(),
+            stop_at_success=c.stop_at_success,
+            success_window=c.success_window,
+            seed=c.seed,
+            resume=resume_meta is not None and not resume_meta.get("fresh_learner"),
+            count_stored=bool(resume_meta and resume_meta.get("fresh_learner")),
+            keys_dir=keys_dir,
+            max_message_mb=t.max_message_mb,
+            queue_mb=t.queue_mb,
+            message_bytes=batch_bytes(spec, c.actor.flush_every),
+        )
+    check_replicas(c, algo_name, algo_config, policy_spec, learner.device)
+    return learner
 
-        replan = "end" if whole_chunks(algo_name) else "due"
-    if a.inference_workers < 1:
-        raise ConfigError(f"actor.inference_workers must be at least 1, not {a.inference_workers}")
-    guide = None
-    if a.guide:
-        guide = GuideConfig(a.guide_ticks, a.guide_step, a.guide_window, a.guide_threshold)
-        if guide.ticks < 0 or guide.step < 0 or guide.window < 1:
-            raise ConfigError("actor.guide_ticks and guide_step must be >= 0 and guide_window >= 1")
-        for i in range(c.actors):
-            if resolve_inference(a.inference, plan_task(i)) != "inline":
-                raise ConfigError(
-                    "actor.guide (JSRL) runs the guide on the control thread: simulators with "
-                    "actor.inference=inline (or auto) only"
-                )
-        if a.guide != "expert" and not Path(a.guide).exists():
-            raise ConfigError(f"actor.guide={a.guide}: use expert or a `robo-async bc` run directory")
+
+def plan_actors(
+    c: TrainConfig,
+    run_dir: Path,
+    resume_meta: dict | None,
+    plan_task: Callable[[int], TaskArgs],
+    algo_name: str,
+    keys_dir: str | None,
+    max_actors: int,
+) -> tuple[ActorConfig, ...]:
+    """Each actor's part: `ActorConfig.from_options` with its loop (the inference mode and
+    replanning rule resolved for its robot and the algorithm) and delivery; then what fits only
+    across actors and tasks (a guide on inline simulators, envs, streams, keys' lanes)."""
+    a, buf, t = c.actor, c.buffer, c.transport
+    server = a.inference_server or None
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
-    envs = check_envs(a, c, plan_task, server)
-    if c.actors * envs > learner.max_actors:  # each robot is a stream the learner keeps state for
-        raise ConfigError(
-            f"{c.actors} actors x {envs} envs = {c.actors * envs} streams; the learner keeps "
-            f"{learner.max_actors} (the rest would be refused): use fewer actors or envs"
-        )
-    check_key_lanes(keys_dir, c.actors, envs)
-    from robo_async.actor.actor import lane_actor_id
+    replan = resolve_replan(a.replan, algo_name)
+    envs = int(a.envs)
 
     def episodes_of(i: int) -> int:  # all the episodes actor i's robots made (their numbers seed resets)
         return sum(int(eps.get(str(lane_actor_id(i, j)), 0)) for j in range(envs))
 
-    actors = tuple(
-        ActorConfig(
-            actor_id=i,
-            data_address="",
-            weights_address="",
-            envs=envs,
-            loop=LoopConfig(
+    if c.actors < 1:
+        raise ConfigError("actors must be at least 1")
+    actors = []
+    for i in range(c.actors):
+        ti = plan_task(i)
+        with one_line():
+            loop = LoopConfig.from_options(
+                a,
+                inference=resolve_inference(a.inference, ti, server),
+                replan=replan,
                 actor_id=i,
-                episode_ticks=plan_task(i).episode_ticks(),
-                realtime=plan_task(i).realtime,
+                episode_ticks=ti.episode_ticks(),
+                realtime=ti.realtime,
                 seed=c.seed * 1000 + i,
                 start_episode=episodes_of(i),
-                eval_every=a.eval_every,
-                heartbeat_s=a.heartbeat_s,
-                inference=resolve_inference(a.inference, plan_task(i), server),
-                replan=replan,
-                success_reward=a.success_reward,
-                inference_workers=a.inference_workers,
-                guide=guide,
-                server_wait_s=a.server_wait_s,
-            ),
-            flush_every=a.flush_every,
-            start_seq=int(hw.get(str(i), 0)),
-            learner_silent_s=a.learner_silent_s,
-            keys_dir=keys_dir,
-            guide=a.guide or None,
-            inference_server=server,
-            server_image_codec=a.server_image_codec,
-            embed=a.embed,
-            uplink_in=_choice("actor.uplink", a.uplink, ("thread", "process")),
-            uplink=UplinkConfig(
+            )
+            delivery = UplinkConfig.from_options(
+                a,
                 journal_dir=str(run_dir / "actors" / str(i) / "journal"),
-                journal=a.journal,
-                max_ram_mb=a.max_ram_mb,
-                resend_s=a.resend_s,
                 image_codec=buf.image_codec,
-                queue_mb=t.queue_mb,
-                message_bytes=batch_bytes(task_spec(plan_task(i)), a.flush_every),
                 jpeg_quality=buf.jpeg_quality,
-            ),
+                queue_mb=t.queue_mb,
+                message_bytes=batch_bytes(task_spec(ti), a.flush_every),
+            )
+            actors.append(
+                ActorConfig.from_options(
+                    a, actor_id=i, loop=loop, delivery=delivery, start_seq=int(hw.get(str(i), 0)), keys_dir=keys_dir
+                )
+            )
+    if a.guide:
+        if any(cfg.loop.inference != InferenceMode.inline for cfg in actors):
+            raise ConfigError(
+                "actor.guide (JSRL) runs the guide on the control thread: simulators with "
+                "actor.inference=inline (or auto) only"
+            )
+        if a.guide != "expert" and not Path(a.guide).exists():
+            raise ConfigError(f"actor.guide={a.guide}: use expert or a `robo-async bc` run directory")
+    envs = check_envs(a, c, plan_task, server)
+    if c.actors * envs > max_actors:  # each robot is a stream the learner keeps state for
+        raise ConfigError(
+            f"{c.actors} actors x {envs} envs = {c.actors * envs} streams; the learner keeps "
+            f"{max_actors} (the rest would be refused): use fewer actors or envs"
         )
-        for i in range(c.actors)
-    )
-    if not actors:
-        raise ConfigError("actors must be at least 1")
-    return TrainPlan(
-        run_dir, learner, task, pol, actors, c.launcher, actor_tasks, c.resources, c.dashboard.port, advertise
-    )
+    check_key_lanes(keys_dir, c.actors, envs)
+    return tuple(actors)

@@ -165,7 +165,7 @@ class _LearnerGroup:
     group from the last checkpoint. `failure()` says which rank failed first."""
 
     def __init__(self, ctx: BaseContext, cfg: LearnerConfig, stop: StopFlag) -> None:
-        port, n = free_port(), cfg.replicas
+        port, n = free_port(), cfg.options.replicas
         env = [Rendezvous("127.0.0.1", port, r, n, r).env() for r in range(n)]
         status = ctx.Queue()
         self.ranks = [_Process(ctx, "learner", rank_main, (env[0], learner_main, cfg, stop, status), status)]
@@ -241,7 +241,7 @@ class LocalRunner:
         self.stop_event = StopFlag(self.ctx)  # never an mp.Event: a kill -9 inside it wedges the rest (flag.py)
 
     def start_learner(self, cfg: LearnerConfig) -> _Process | _LearnerGroup:
-        if cfg.replicas > 1:
+        if cfg.options.replicas > 1:
             return _LearnerGroup(self.ctx, cfg, self.stop_event)
         status = self.ctx.Queue()
         return _Process(self.ctx, "learner", learner_main, (cfg, self.stop_event, status), status)

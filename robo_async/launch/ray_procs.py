@@ -64,7 +64,7 @@ class RayLearnerProc:
             )
             .remote(cfg)
         )
-        self.rdv_ref = self.handle.rendezvous.remote(cfg.replicas) if cfg.replicas > 1 else None
+        self.rdv_ref = self.handle.rendezvous.remote(cfg.options.replicas) if cfg.options.replicas > 1 else None
         self.open_ref = None if self.rdv_ref is not None else self.handle.open.remote()
         self.replicas: list[tuple[object, object, object]] = []  # (handle, pid ref, run ref) of ranks 1..
         self._rank_pids: dict[int, int] = {}
@@ -85,7 +85,7 @@ class RayLearnerProc:
 
         from robo_async.learner.replicas import Rendezvous
 
-        n = self.cfg.replicas
+        n = self.cfg.options.replicas
         for r in range(1, n):
             handle = (
                 ray.remote(RayReplica)

@@ -24,7 +24,7 @@ class RayLearner:
 
         from robo_async.learner.learner import Learner
 
-        torch.set_num_threads(max(cfg.threads, 1))
+        torch.set_num_threads(max(cfg.options.threads, 1))
         self.learner = Learner(cfg)
         self._stop = threading.Event()
         self._progress: dict[str, float] = {}
@@ -131,7 +131,7 @@ class RayActorWorker:
         try:  # a vectorized actor: a simulator slot for each of its other simulators too
             leases += [
                 manager.acquire(task.resource_id(lane_actor_id(cfg.actor_id, j)), job, lease_opts.wait_s)
-                for j in range(1, cfg.envs)
+                for j in range(1, cfg.options.envs)
             ]
             actor = run_actor(task, policy, cfg, threading.Event())  # ends when the learner says it is stopping
             return True, f"done: {actor.env_steps} env steps"

@@ -109,7 +109,9 @@ def lease_resources(plan: TrainPlan) -> list[Lease]:
     needs: dict[str, int] = {}
     for cfg in plan.actors:
         t = plan.task_of(cfg.actor_id)
-        needs[t.resource_need] = needs.get(t.resource_need, 0) + cfg.envs  # a vectorized actor: a slot per simulator
+        needs[t.resource_need] = (
+            needs.get(t.resource_need, 0) + cfg.options.envs
+        )  # a vectorized actor: a slot per simulator
         if t.robot is not None:
             rid = t.resource_id(cfg.actor_id)
             kind, _, rest = rid.partition(":")

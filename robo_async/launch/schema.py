@@ -11,7 +11,9 @@ their own (`tests/launch/test_config_schema.py` fails if one states a different 
 
 `typed_config(cfg)` checks a composed (or resumed) config at plan time and returns `TrainConfig`, the
 run as typed objects; a wrong type or unknown key is one `ConfigError` line
-(`ConfigError: algo.batch_size: 'abc' is not valid (...)`). Device groups (`robot`, `teleop`) are
+(`ConfigError: algo.batch_size: 'abc' is not valid (...)`); a key whose type is a `StrEnum` takes
+only its members' names (`choice_line`: `actor.replan 'x' unknown: actor.replan must be auto, due,
+end or continuous`), checked by Hydra when it composes. Device groups (`robot`, `teleop`) are
 LeRobot configs, checked by LeRobot when built.
 """
 
@@ -37,12 +39,14 @@ from policies.configs import (
 )
 from robo_async.actor.options import ActorOptions, SafetyOptions
 from robo_async.buffer.lmdb_store import TABLES, StoreConfig
+from robo_async.buffer.sampler import DEFAULT_MIX, PREFETCH
 from robo_async.dashboard.options import DashboardOptions
 from robo_async.launch.options import LauncherConfig, RayLauncherConfig, ResourcesConfig
 from robo_async.learner.algorithms.bc.config import BCOptions
+from robo_async.learner.config import LearnerConfig
 from robo_async.learner.options import BudgetOptions, LearnerOptions
 from robo_async.serve.options import ServeOptions
-from robo_async.transport.options import TransportOptions
+from robo_async.transport.options import TransportOptions, choices
 
 GROUPS = ("task", "policy", "algo", "buffer", "launcher")  # typed groups; robot and teleop are LeRobot's
 
@@ -67,7 +71,7 @@ class SimTaskOptions:
 
 
 def _mix() -> dict[str, float]:
-    return {"online": 0.5, "demos": 0.25, "interventions": 0.25}
+    return dict(DEFAULT_MIX)
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ class BufferConfig(StoreConfig):
     # share of each training batch per table (RLPD-style: half online, half human data); a table with no data gives
     # its share to the others
     mix: dict[str, float] = field(default_factory=_mix)
-    prefetch: int = 2  # batches assembled ahead on a background thread
+    prefetch: int = PREFETCH  # batches assembled ahead on a background thread
     imports: tuple[
         dict[str, str], ...
     ] = ()  # earlier data, e.g. [{path: runs/old/replay, table: demos}, {path: data/my_lerobot_ds, table: demos}]
@@ -181,8 +185,8 @@ class TrainConfig:
     # a `robo-async reward train` directory: actors' reward and success come from camera frames
     reward_classifier: str | None = None
     # stop once the success rate over the last `success_window` deterministic episodes reaches this
-    stop_at_success: float | None = 0.9
-    success_window: int = 20  # deterministic episodes the success rate is taken over
+    stop_at_success: float | None = LearnerConfig.stop_at_success
+    success_window: int = LearnerConfig.success_window  # deterministic episodes the success rate is taken over
     eval_episodes: int = 20  # evaluation after training (deterministic policy); 0 to skip
     video: bool = False  # write eval.mp4 of one evaluation episode into the run directory
     transport: TransportOptions = field(default_factory=TransportOptions)  # learner endpoints and link security
@@ -277,8 +281,8 @@ def _open_maps(node: type) -> DictConfig:
 def _register() -> None:
     cs = ConfigStore.instance()
     cs.store(name="robo_async_schema", node=_mirror(TrainConfig, _LOOSE))
-    for group, choices in group_schemas().items():
-        for choice, cls in choices.items():
+    for group, named in group_schemas().items():
+        for choice, cls in named.items():
             cs.store(group=f"schema/{group}", name=choice, node=_open_maps(_mirror(cls)))
 
 
@@ -304,9 +308,18 @@ def check(values: dict, schema: type, where: str, loose: frozenset[str] = frozen
         if isinstance(e, ConfigKeyError):
             known = sorted(f.name for f in fields(node))
             raise ConfigError(f"unknown key {key}; {where} has {', '.join(known)}") from None
-        raise ConfigError(f"{key}: {value!r} is not valid ({line})") from None
+        raise ConfigError(choice_line(e, key) or f"{key}: {value!r} is not valid ({line})") from None
     except OmegaConfBaseException as e:
         raise ConfigError(f"{where}: {str(e).splitlines()[0]}") from None
+
+
+def choice_line(e: ValidationError, key: str) -> str | None:
+    """The one line for a value that is not one of a key's choices (an Enum field: `actor.replan
+    'x' unknown: actor.replan must be auto, due, end or continuous`); None for other errors."""
+    enum = getattr(getattr(e, "child_node", None), "enum_type", None)
+    if enum is None:
+        return None
+    return f"{key} {getattr(e, 'value', None)!r} unknown: {key} must be {choices(enum)}"
 
 
 def _coerce(t: Any, v: object, where: str) -> object:

@@ -41,13 +41,16 @@ class TaskArgs:
         """The control rate (ticks/s): the robot config's `hz`, else the task's."""
         return float((self.robot or {}).get("hz") or self.options.get("hz", 30.0))
 
-    def episode_ticks(self, default: int = 50) -> int:
-        """Ticks per episode: a robot's `episode.seconds` at its rate, else the task's
-        `episode_ticks` (else `default`)."""
+    def episode_ticks(self) -> int:
+        """Ticks per episode: a robot's `episode.seconds` at its rate, else `task.episode_ticks`
+        (where the options leave it out: its default, the one in the task's config class)."""
         seconds = ((self.robot or {}).get("episode") or {}).get("seconds")
         if seconds is not None:
             return max(1, int(round(float(seconds) * self.hz)))
-        return int(self.options.get("episode_ticks", default))
+        if "episode_ticks" in self.options:
+            return int(self.options["episode_ticks"])
+        _, cfg_cls = TASKS[self.name]
+        return int(next(f.default for f in fields(cfg_cls) if f.name == "episode_ticks"))
 
     def resource_id(self, index: int) -> str:
         if self.robot is not None:

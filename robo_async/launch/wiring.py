@@ -30,7 +30,7 @@ AnyEvent = Event | ThreadEvent | StopFlag
 def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEvent) -> Actor:
     """Build the actor's robot (behind the safety layer), teleops and policy; run until the
     learner stops or `stop`. Raises hal's RobotError when the robot is lost."""
-    robots = [make_safe_robot(task) for _ in range(cfg.envs)]  # a vectorized actor: several simulators
+    robots = [make_safe_robot(task) for _ in range(cfg.options.envs)]  # a vectorized actor: several simulators
     robot = robots[0]
     teleops = make_teleops(task, robot)
     for t in teleops:
@@ -38,10 +38,12 @@ def run_actor(task: TaskArgs, policy: PolicyArgs, cfg: ActorConfig, stop: AnyEve
     try:
         actor = Actor(
             robots if len(robots) > 1 else robot,
-            remote_policy(cfg, policy, robot.spec) if cfg.inference_server else make_actor_policy(policy, robot.spec),
+            remote_policy(cfg, policy, robot.spec)
+            if cfg.options.inference_server
+            else make_actor_policy(policy, robot.spec),
             cfg,
             teleops,
-            guide=make_guide(cfg.guide, task, robot) if cfg.guide else None,
+            guide=make_guide(cfg.options.guide, task, robot) if cfg.options.guide else None,
         )
         actor.run(stop)
         return actor
@@ -57,16 +59,16 @@ def remote_policy(cfg: ActorConfig, policy: PolicyArgs, spec: RobotSpec) -> Poli
     from robo_async.actor.remote import RemotePolicy
     from robo_async.transport.curve import secure_client
 
-    assert cfg.inference_server is not None
+    assert cfg.options.inference_server is not None
     secure = partial(secure_client, keys_dir=cfg.keys_dir, actor_id=cfg.actor_id) if cfg.keys_dir else None
     return RemotePolicy(
-        cfg.inference_server,
+        cfg.options.inference_server,
         spec,
         cfg.actor_id,
         policy.name,
         secure=secure,
         instruction=str(policy.option("instruction") or ""),
-        image_codec=cfg.server_image_codec,
+        image_codec=cfg.options.server_image_codec,
     )
 
 

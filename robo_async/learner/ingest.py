@@ -45,7 +45,7 @@ class LearnerIngest:
         if iv > self._corrections_seen:
             self._corrections_seen = iv
             # the first version whose updates drew batches after this commit (prefetched ones predate it)
-            left = self.config.publish_every - self.updates % self.config.publish_every
+            left = self.config.options.publish_every - self.updates % self.config.options.publish_every
             target = self.version + 1 + (left <= self.config.prefetch)
             if not self._pending_corrections or self._pending_corrections[-1][1] != target:
                 self._pending_corrections.append((time.monotonic(), target))

@@ -29,6 +29,7 @@ from robo_async.learner.config import LearnerConfig
 from robo_async.learner.frames import LatestFrames
 from robo_async.learner.ingest import LearnerIngest
 from robo_async.learner.metrics import MetricsLogger, RateWindows
+from robo_async.learner.options import StaleEmbeddings
 from robo_async.learner.replicas import ReplicaGroup, build_learner_algorithm, join_primary, update_autocast
 from robo_async.learner.reporting import LearnerReporting
 from robo_async.transport.channels import TransitionReceiver
@@ -73,12 +74,10 @@ class Learner(LearnerIngest, LearnerReporting):
         self.store = PersistentReplayStore(self.run_dir / "replay", config.store)
         # a frozen camera encoder: every stored row carries its embeddings, batches bring no frames
         self.encoder = self.algorithm.frozen_encoder()
-        if config.stale_embeddings not in ("refuse", "skip"):
-            raise ValueError(f"learner.stale_embeddings is refuse or skip, not {config.stale_embeddings!r}")
         enc = self.encoder
         self.sampler = Sampler(
             self.store,
-            ac.batch_size * config.replicas,
+            ac.batch_size * config.options.replicas,
             mix,
             config.seed,
             config.prefetch,
@@ -130,14 +129,14 @@ class Learner(LearnerIngest, LearnerReporting):
 
     # --- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
-        torch.set_num_threads(self.config.threads)
+        torch.set_num_threads(self.config.options.threads)
         (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         self.store.open()
         problem = check_store_versions(
             self.store.embedding_versions(),
             self.encoder,
             f"replay store {self.store.path}",
-            skip=self.config.stale_embeddings == "skip",
+            skip=self.config.options.stale_embeddings == StaleEmbeddings.skip,
         )
         if problem:
             self.store.close()
@@ -169,13 +168,17 @@ class Learner(LearnerIngest, LearnerReporting):
             auth=self._auth,
             queue_mb=c.queue_mb,
             weights_bytes=sum(a.nbytes for a in weights.values()),
-            push=c.push,
-            snapshot_bytes=snapshot_bytes(weights, kept, c.push.precision),
+            push=c.options.weights,
+            snapshot_bytes=snapshot_bytes(weights, kept, c.options.weights.precision),
         )
-        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard, wandb=self.config.wandb)
+        self._metrics = MetricsLogger(self.run_dir, self.config.tensorboard, wandb=self.config.options.wandb)
         now = time.monotonic()
         self._t0 = now - self._elapsed_before
-        self._next = {"status": 0.0, "log": now + self.config.log_every_s, "ckpt": now + self.config.checkpoint_every_s}
+        self._next = {
+            "status": 0.0,
+            "log": now + self.config.options.log_every_s,
+            "ckpt": now + self.config.options.checkpoint_every_s,
+        }
         self.publish()
 
     @property
@@ -227,10 +230,10 @@ class Learner(LearnerIngest, LearnerReporting):
             self._publisher.publish_status(self.status())
             self._publisher.check()  # a dead publisher thread is a learner failure, not silence
         if now >= self._next["log"]:
-            self._next["log"] = now + self.config.log_every_s
+            self._next["log"] = now + self.config.options.log_every_s
             self._log()
         if now >= self._next["ckpt"]:
-            self._next["ckpt"] = now + self.config.checkpoint_every_s
+            self._next["ckpt"] = now + self.config.options.checkpoint_every_s
             self.save()
         self._check_stop(now)
 
@@ -250,7 +253,7 @@ class Learner(LearnerIngest, LearnerReporting):
             self._last_update_metrics = self.algorithm.update(b)
         self.updates += 1
         self.limiter.updates += 1
-        if self.updates % self.config.publish_every == 0:
+        if self.updates % self.config.options.publish_every == 0:
             self.version += 1
             self.publish()
         return True

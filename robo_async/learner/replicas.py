@@ -403,12 +403,12 @@ class ReplicaGroup:
 def join_primary(config: LearnerConfig, algorithm: Algorithm) -> ReplicaGroup | None:
     """Rank 0 (the learner) joins its replicas and starts them from its state (restored or fresh);
     None with `learner.replicas=1`."""
-    if config.replicas == 1:
+    if config.options.replicas == 1:
         return None
     rdv = Rendezvous.from_env()
-    if rdv.rank != 0 or rdv.world != config.replicas:
+    if rdv.rank != 0 or rdv.world != config.options.replicas:
         raise ValueError(
-            f"the learner is rank 0 of learner.replicas={config.replicas}, "
+            f"the learner is rank 0 of learner.replicas={config.options.replicas}, "
             f"not RANK={rdv.rank} of WORLD_SIZE={rdv.world}"
         )
     group = ReplicaGroup(rdv, algorithm.device).join()
@@ -421,9 +421,9 @@ def run_replica(
 ) -> Algorithm:
     """A replica (rank >= 1) from join to rank 0's stop: the same algorithm, started from rank 0's
     state, updated on the shards it is sent. Returns the algorithm (tests compare its weights)."""
-    if rendezvous.world != config.replicas:
-        raise ValueError(f"learner.replicas={config.replicas} but WORLD_SIZE={rendezvous.world}")
-    torch.set_num_threads(config.threads)
+    if rendezvous.world != config.options.replicas:
+        raise ValueError(f"learner.replicas={config.options.replicas} but WORLD_SIZE={rendezvous.world}")
+    torch.set_num_threads(config.options.threads)
     algorithm = build_learner_algorithm(config, rendezvous.local_rank)
     group = ReplicaGroup(rendezvous, algorithm.device).join()
     try:

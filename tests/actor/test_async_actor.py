@@ -13,6 +13,7 @@ from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
 from robo_async.actor.loop import LoopConfig
+from robo_async.actor.options import ActorOptions
 from robo_async.buffer.lmdb_store import PersistentReplayStore
 from sim import ReachTask, SimRobot
 
@@ -118,7 +119,7 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
         rx.address,
         pub.address,
         LoopConfig(realtime=True, max_steps=150, eval_every=0, inference="async_forward_rtc", episode_ticks=50),
-        flush_every=4,
+        ActorOptions(flush_every=4),
     )
     actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     try:

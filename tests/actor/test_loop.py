@@ -154,7 +154,7 @@ def test_jsrl_guide_acts_first_in_training_episodes_and_hands_over_earlier_as_su
         max_episodes=6,
         inference="inline",
         eval_every=3,
-        guide=GuideConfig(ticks=7, step=3, window=1, threshold=0.0),
+        guide_schedule=GuideConfig(ticks=7, step=3, window=1, threshold=0.0),
     )
     loop = ControlLoop(robot, policy, cfg, observer=ticks.append, guide=guide)
     try:

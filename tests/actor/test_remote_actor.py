@@ -16,6 +16,7 @@ from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.config import LearnerConfig
 from robo_async.learner.learner import Learner
+from robo_async.learner.options import LearnerOptions
 from robo_async.serve import PolicyServer, ServeConfig
 from robo_async.transport.channels import WeightClient
 from sim import ReachTask, SimRobot
@@ -48,7 +49,7 @@ def test_an_actor_with_its_policy_on_a_server_gets_statuses_and_acks_but_no_weig
             algo_config=SACConfig(batch_size=16, warmup_steps=1 << 30, hidden=(32, 32)),  # no updates: only pushes
             tensorboard=False,
             stop_at_success=None,
-            checkpoint_every_s=3600.0,
+            options=LearnerOptions(checkpoint_every_s=3600.0),
         )
     )
     learner.open()
@@ -71,7 +72,7 @@ def test_an_actor_with_its_policy_on_a_server_gets_statuses_and_acks_but_no_weig
             data,
             weights,
             LoopConfig(realtime=True, inference="async_forward", episode_ticks=50, eval_every=0),
-            uplink=UplinkConfig(journal_dir=None),
+            delivery=UplinkConfig(journal_dir=None),
             drain_s=60.0,
         ),
     )

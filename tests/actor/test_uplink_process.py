@@ -57,6 +57,7 @@ def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
     from policies.scripted import HoldPolicy
     from robo_async.actor.actor import Actor, ActorConfig
     from robo_async.actor.loop import LoopConfig
+    from robo_async.actor.options import ActorOptions
     from robo_async.launch.builders import TaskArgs, make_robot
 
     robot = SafeRobot(make_robot(TaskArgs("reach", {})))
@@ -65,9 +66,9 @@ def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
         data,
         weights,
         LoopConfig(max_steps=steps, eval_every=0, inference="inline", episode_ticks=50),
-        uplink=UplinkConfig(journal_dir=str(journal), commit_ms=commit_ms),
+        ActorOptions(uplink="process"),
+        delivery=UplinkConfig(journal_dir=str(journal), journal_commit_ms=commit_ms),
         start_seq=start_seq,
-        uplink_in="process",
     )
     return Actor(robot, HoldPolicy(robot.spec), cfg)
 

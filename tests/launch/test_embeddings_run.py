@@ -104,7 +104,13 @@ def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_re
     with pytest.raises(EmbeddingMismatch, match=f"{version:014x}.*{other:014x}"):
         learner.open()
     # ... unless those rows are to be left out
-    learner = Learner(dataclasses.replace(plan2.learner, run_dir=str(tmp_path / "run"), stale_embeddings="skip"))
+    learner = Learner(
+        dataclasses.replace(
+            plan2.learner,
+            run_dir=str(tmp_path / "run"),
+            options=dataclasses.replace(plan2.learner.options, stale_embeddings="skip"),
+        )
+    )
     learner.open()
     learner.close()
 

@@ -20,6 +20,7 @@ from robo_async.launch.processes import learner_main
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.config import LearnerConfig
+from robo_async.learner.options import LearnerOptions
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.stats import FIELD_TYPES, ActorStats
 from robo_async.transport.wire import Heartbeat, TransitionBatch, encode
@@ -76,7 +77,7 @@ def learner_proc(tmp_path):
         algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
         tensorboard=False,
         stop_at_success=None,
-        checkpoint_every_s=3600.0,
+        options=LearnerOptions(checkpoint_every_s=3600.0),
     )
     proc = ctx.Process(target=learner_main, args=(cfg, stop, status, errors, 0.1))
     proc.start()
@@ -185,7 +186,7 @@ def test_actors_count_as_heard_while_the_learner_leaves_their_messages_in_the_so
         algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
         tensorboard=False,
         stop_at_success=None,
-        checkpoint_every_s=3600.0,
+        options=LearnerOptions(checkpoint_every_s=3600.0),
     )
     learner = Learner(cfg)
     learner.open()

@@ -19,6 +19,7 @@ from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.bc.config import BCConfig
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.config import LearnerConfig
+from robo_async.learner.options import LearnerOptions
 from robo_async.learner.replicas import (
     Rendezvous,
     ReplicaGroup,
@@ -42,7 +43,7 @@ POLICY = PolicySpec(
 
 def config(algo: str, seed: int = 0) -> LearnerConfig:
     algo_config = BCConfig(batch_size=B) if algo == "bc" else SACConfig(batch_size=B, hidden=(32, 32))
-    return LearnerConfig("unused", "", "", POLICY, algo, algo_config, seed=seed, replicas=WORLD)
+    return LearnerConfig("unused", "", "", POLICY, algo, algo_config, seed=seed, options=LearnerOptions(replicas=WORLD))
 
 
 def batches(seed: int = 0) -> list[dict[str, np.ndarray]]:

@@ -66,8 +66,8 @@ def test_the_learner_section_carries_wandb_to_the_learner(tmp_path):
     from robo_async.launch.builders import build_plan
 
     plan = build_plan(compose_config(["learner.wandb.project=arm", "learner.wandb.mode=offline"]), tmp_path / "run")
-    assert (plan.learner.wandb.project, plan.learner.wandb.mode) == ("arm", "offline")
-    assert build_plan(compose_config([]), tmp_path / "off").learner.wandb.project is None  # off by default
+    assert (plan.learner.options.wandb.project, plan.learner.options.wandb.mode) == ("arm", "offline")
+    assert build_plan(compose_config([]), tmp_path / "off").learner.options.wandb.project is None  # off by default
 
 
 def test_a_bad_wandb_mode_or_a_missing_wandb_is_refused_at_plan_time(tmp_path, monkeypatch):
