@@ -8,7 +8,7 @@ PYTHON312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python
 	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info[:2]==(3,12)' 2>/dev/null; then echo $$p; break; fi; done)
 export MUJOCO_GL ?= egl
 
-.PHONY: demo test docs setup clean
+.PHONY: demo test test-e2e test-all docs setup clean
 
 $(STAMP): pyproject.toml setup.py
 	@if [ -z "$(PYTHON312)" ]; then echo "error: Python 3.12 not found (install it, e.g. pyenv install 3.12)"; exit 1; fi
@@ -22,8 +22,16 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/robo-async train
 
+# every test but the long end-to-end ones (marked `e2e`): under 10 minutes on 2 cores, set-up included
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 -m "not e2e" tests
+
+# the long end-to-end tests: whole training runs killed, hung, restarted, resumed, on Ray, on the twin
+test-e2e: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 -m e2e tests
+
+# both (what CI runs: .ci/run)
+test-all: test test-e2e
 
 # the docs site (docs/, mkdocs.yml), built offline with warnings as errors into site/
 docs: $(STAMP)

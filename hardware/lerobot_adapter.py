@@ -213,6 +213,7 @@ class LeRobotRobot(Robot):
         self._ticks = 0
         self.camera_wait_s = camera_wait_s
         self.camera_stalls = 0  # observations made without fresh camera frames
+        self.status_glitches = 0  # servo status reads showing a fault a second read did not confirm
         self._camera_stall: str | None = None  # why the cameras stopped, until they deliver again
         self._last_images: dict[str, np.ndarray] = {}
 
@@ -262,20 +263,41 @@ class LeRobotRobot(Robot):
         bus = self._bus()
         if bus is None or not hasattr(bus, "sync_read"):
             return
+        faults = self._read_faults(bus)
+        if faults:  # confirmed by a second read from a clean port: a stale or torn reply (a late
+            # answer to an earlier read, parsed as this one) must not stop the arm, a real fault persists
+            port = getattr(getattr(bus, "port_handler", None), "ser", None)
+            if port is not None and hasattr(port, "reset_input_buffer"):
+                port.reset_input_buffer()
+            again = self._read_faults(bus)
+            confirmed = {m: v for m, v in again.items() if m in faults}
+            if not confirmed:
+                self.status_glitches += 1
+                log.warning(
+                    "%s: a servo status read %s, not confirmed by a second read; going on", self._where(), faults
+                )
+                return
+            motor, (bits, temp, why) = next(iter(confirmed.items()))
+            raise RobotFault(
+                f"{self._where()}: servo '{motor}' reports {' and '.join(why)} "
+                f"(status {bits:#04x}, {temp} degC); the arm is stopped"
+            )
+
+    def _read_faults(self, bus) -> dict[str, tuple[int, object, list[str]]]:
+        """motor -> (status bits, temperature, the faults they say) for each servo reporting one."""
         try:
             status = bus.sync_read("Status", normalize=False)
             temps = bus.sync_read("Present_Temperature", normalize=False)
         except BUS_ERRORS as e:
             raise RobotError(f"{self._where()}: {e}") from None
         except (KeyError, NotImplementedError):  # a bus without these registers
-            return
+            return {}
+        out = {}
         for motor, bits in status.items():
-            faults = [why for bit, why in STATUS_BITS.items() if int(bits) & (1 << bit)]
-            if faults:
-                raise RobotFault(
-                    f"{self._where()}: servo '{motor}' reports {' and '.join(faults)} "
-                    f"(status {int(bits):#04x}, {temps.get(motor, '?')} degC); the arm is stopped"
-                )
+            why = [w for bit, w in STATUS_BITS.items() if int(bits) & (1 << bit)]
+            if why:
+                out[motor] = (int(bits), temps.get(motor, "?"), why)
+        return out
 
     def close(self) -> None:
         # best effort: a device that is gone (cable pulled) or faulted (a servo answering with an

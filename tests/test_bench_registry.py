@@ -112,6 +112,7 @@ def test_bench_hil_refuses_an_unknown_task_or_arm_in_the_parser(key, capsys, tmp
     assert f"bench hil: {key}='push,nope': give one of" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_bench_envs_compares_a_peer_env_bare_and_through_the_actor(capsys, tmp_path):
     import json
 
@@ -182,6 +183,7 @@ def test_bench_weight_push_times_every_variant_against_raw_zmq(capsys):
     assert set(out["full_over_raw"]) == set(out["full_over_raw_median"]) == {"1.0"}
 
 
+@pytest.mark.e2e
 def test_bench_twin_measures_the_cap_at_the_servos_of_the_so101_twin(capsys, tmp_path):
     """The bench's own path on the twin (its own process, LeRobot's so101_follower and leader), with
     tiny budgets: every figure is there and no servo saw a goal change above the safety layer's cap
@@ -195,6 +197,7 @@ def test_bench_twin_measures_the_cap_at_the_servos_of_the_so101_twin(capsys, tmp
     assert 0 < out["max_step_seen_over_cap"] <= 1.0
 
 
+@pytest.mark.e2e
 def test_bench_fuzz_sends_malformed_messages_of_every_kind_to_live_receivers_and_counts_each_drop(capsys):
     """The bench's own path with a tiny budget: a learner, a policy server and a weight client, each
     in its own process, drop every mutant sent (by their own counters), none crashes, and the

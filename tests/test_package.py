@@ -40,6 +40,7 @@ def test_the_wheel_carries_every_config_and_asset(wheel: Path):
     assert {"sim/assets/so101_reach.xml", "robo_async/dashboard/page.html"} <= names
 
 
+@pytest.mark.e2e
 def test_an_installed_wheel_trains_from_any_directory(wheel: Path, tmp_path: Path):
     site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     subprocess.run(

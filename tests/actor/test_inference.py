@@ -177,6 +177,7 @@ def test_hot_swap_changes_the_version_between_chunks_without_a_missed_tick():
     engine.close()
 
 
+@pytest.mark.e2e
 def test_flow_policy_rtc_prefix_is_exact_and_bc_learns():
     torch.manual_seed(0)
     p = FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, horizon=6, steps=4, hidden=(64, 64))
@@ -274,6 +275,7 @@ def test_flow_policy_delta_mode_and_image_inputs():
         FlowChunkPolicy(("state",), (A,), SPEC.joint_low, SPEC.joint_high, action_mode="relative")
 
 
+@pytest.mark.e2e
 def test_bc_with_camera_frames_lowers_the_loss():
     from robo_async.learner.algorithms.bc.config import BCConfig
     from robo_async.learner.algorithms.bc.offline import clone

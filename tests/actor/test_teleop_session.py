@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.commands.teleop import teleop_session
@@ -34,6 +35,7 @@ def test_rerecord_drops_the_episode_and_success_keeps_the_next_one_labelled(tmp_
     assert all(int(r["intervention"]) == OPERATOR for r in rows)  # the operator drove every tick
 
 
+@pytest.mark.e2e
 def test_teleop_command_records_the_virtual_operators_episodes_to_a_store_and_a_lerobot_dataset(tmp_path):
     res = subprocess.run(
         [

@@ -149,6 +149,7 @@ def store_streams(run_dir):
 
 
 @pytest.mark.parametrize("launcher", ["serial", "local"])
+@pytest.mark.e2e
 def test_vectorized_actors_train_and_resume_with_every_simulators_stream_whole(tmp_path, launcher):
     run_dir = tmp_path / "vec"
     actors = 1 if launcher == "serial" else 2  # (serial runs one actor)
@@ -189,6 +190,7 @@ def test_vectorized_actors_train_and_resume_with_every_simulators_stream_whole(t
         assert (run_dir / "actors" / "0" / "journal-lane2").is_dir()
 
 
+@pytest.mark.e2e
 def test_actor_envs_that_cannot_step_as_one_are_refused_at_plan_time():
     for extra, why in (
         (["task.realtime=true"], "task.realtime=true"),

@@ -163,6 +163,7 @@ def reach_target():
 
 
 @pytest.mark.timeout(300)  # LeRobot's start under a loaded suite
+@pytest.mark.e2e
 def test_a_lerobot_record_dataset_imports_into_reach_in_rad_as_the_twin_moved(twin, tmp_path):
     """`lerobot-record` writes `<motor>.pos` in degrees and gripper 0..100; imported as a reach run
     imports it, each frame's action is one of the leader's readings the twin served and its state one
@@ -218,6 +219,7 @@ def lerobot_columns(root: Path, *features: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.timeout(300)  # three of our commands and lerobot-train, each starting torch
+@pytest.mark.e2e
 def test_our_export_of_reach_trains_in_lerobot_train_in_lerobots_units_and_imports_back(tmp_path):
     """A reach store (scripted demos with a front camera: ACT wants an image or an environment
     state) exported with task=reach: actions and states as LeRobot's `<motor>.pos` in degrees and

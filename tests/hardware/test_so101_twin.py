@@ -223,6 +223,7 @@ def _robot_args(twin, **episode):
     ]
 
 
+@pytest.mark.e2e
 def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path):
     far = [0.6, -0.5, 0.7, 0.4, -0.8, 1.2]
     twin.control("set_joints", role="leader", q=far)
@@ -266,6 +267,7 @@ def test_teleop_with_the_leader_far_away_converges_without_a_jump(twin, tmp_path
     assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK
 
 
+@pytest.mark.e2e
 def test_train_then_eval_on_the_twin(twin, tmp_path):
     run = tmp_path / "run"
     res = _cli(
@@ -294,6 +296,7 @@ def test_train_then_eval_on_the_twin(twin, tmp_path):
     assert max(twin.state()["max_goal_step"]) <= 0.05 + TICK
 
 
+@pytest.mark.e2e
 def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin, tmp_path):
     """A HIL session on the twin: the leader arm (far from the follower) takes over when the
     button device says so, hands back, labels the episode; between episodes the follower goes
@@ -345,6 +348,7 @@ def test_a_hil_session_on_the_twin_homes_takes_over_and_stores_corrections(twin,
     assert np.abs(corrections - leader_q).max(-1).min() < 0.02, corrections[-3:]
 
 
+@pytest.mark.e2e
 def test_a_pulled_cable_mid_run_loses_the_arm_and_the_job_takes_it_back_when_the_port_returns(twin, tmp_path):
     """The arm's port goes away mid-run (the cable): its actor stops (the robot held, closed, its
     lease dropped with the process), the run goes on waiting, and once the port is back the arm's

@@ -45,6 +45,7 @@ def bc_run(tmp_path_factory):
     return run_dir, res
 
 
+@pytest.mark.e2e
 def test_bc_writes_weights_plot_and_evaluation(bc_run):
     run_dir, res = bc_run
     for name in ("policy.safetensors", "policy.yaml", "bc_loss.png", "eval.json", "config.yaml"):
@@ -72,6 +73,7 @@ def test_saved_weights_load_into_the_actor_policy(bc_run):
         make_actor_policy(PolicyArgs.from_config(OmegaConf.to_container(bigger.policy, resolve=True)), spec)
 
 
+@pytest.mark.e2e
 def test_bc_from_a_store_demos_table(tmp_path):
     store = tmp_path / "demos"
     res = run(["buffer", "demos", f"out={store}", "episodes=3"])
@@ -112,6 +114,7 @@ def test_bc_from_a_store_demos_table(tmp_path):
     assert not (tmp_path / "c" / "policy.safetensors").exists()
 
 
+@pytest.mark.e2e
 def test_bc_bad_inputs_are_one_clear_line(tmp_path):
     root = f"runs_root={tmp_path / 'runs'}"
     res = run(["bc", "policy=mlp", root])
@@ -125,6 +128,7 @@ def test_bc_bad_inputs_are_one_clear_line(tmp_path):
     assert res.returncode == 2 and "robo-async bc policy=flow" in res.stderr
 
 
+@pytest.mark.e2e
 def test_async_inference_config_errors_are_one_clear_line():
     for args, want in (
         (["actor.inference=fast"], "actor.inference 'fast' unknown"),

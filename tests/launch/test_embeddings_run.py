@@ -50,6 +50,7 @@ def train_args(tmp: Path, prior: str, run: str) -> list[str]:
     ]
 
 
+@pytest.mark.e2e
 def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_refused(tmp_path):
     from robo_async.commands.train import import_history, prepare, run_encoder
     from robo_async.learner.learner import Learner
@@ -115,6 +116,7 @@ def test_embeddings_are_stored_once_with_their_version_and_another_encoder_is_re
     learner.close()
 
 
+@pytest.mark.e2e
 def test_a_classifier_reward_run_relabels_its_imported_demonstrations(tmp_path):
     """reward_classifier=: the imported demonstrations carry the classifier's rewards and successes
     (on their next frames), not the simulator's, like every online tick of the run."""
@@ -172,6 +174,7 @@ def test_a_classifier_reward_run_relabels_its_imported_demonstrations(tmp_path):
     assert not np.array_equal(got, sim_rewards)  # the simulator's rewards are gone
 
 
+@pytest.mark.e2e
 def test_demos_for_a_success_classifier_hold_the_goal_or_miss_it(tmp_path):
     """`buffer demos hold=true`: on to episode_ticks with the goal held (many success frames);
     `miss=true`: the scripted near miss, every episode a failure; bad values are one line."""

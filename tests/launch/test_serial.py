@@ -4,6 +4,8 @@ typed config errors, and the allowance that holds actors by what they produced."
 import subprocess
 import sys
 
+import pytest
+
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import record_demos
 from robo_async.learner.metrics import read_metrics
@@ -15,6 +17,7 @@ def run(args, timeout=240):
     return subprocess.run(EXE + args, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.e2e
 def test_serial_launcher_learns_reach_by_bc_from_recorded_demos(tmp_path):
     demos = tmp_path / "demos"
     n, rate = record_demos(TaskArgs("reach", {}), demos, episodes=60)
@@ -43,6 +46,7 @@ def test_serial_launcher_learns_reach_by_bc_from_recorded_demos(tmp_path):
     assert evaluation and int(evaluation[0].split()[3].rstrip("%")) >= 50, res.stdout
 
 
+@pytest.mark.e2e
 def test_wrong_types_and_unknown_keys_are_one_line_at_plan_time(tmp_path):
     for args, want in (
         (["algo.batch_size=abc"], "algo.batch_size: 'abc' is not valid"),
@@ -58,6 +62,7 @@ def test_wrong_types_and_unknown_keys_are_one_line_at_plan_time(tmp_path):
         assert "Traceback" not in res.stderr and "search path" not in res.stderr
 
 
+@pytest.mark.e2e
 def test_policy_algorithm_pairs_that_do_not_fit_are_refused_in_one_line(tmp_path):
     for args, want in (
         (["policy=flow", "algo=sac"], "algo=sac trains policy=mlp, not policy=flow"),
@@ -75,6 +80,7 @@ def test_policy_algorithm_pairs_that_do_not_fit_are_refused_in_one_line(tmp_path
         assert len(lines) == 1 and want in lines[0], (args, res.stderr)
 
 
+@pytest.mark.e2e
 def test_the_final_evaluation_acts_as_the_run_did(tmp_path):
     """A run with async_forward and injected latency is evaluated in that mode at that latency,
     not in the default mode at 0 ms."""

@@ -56,6 +56,7 @@ def test_dsrl_needs_a_prior_and_refuses_a_mismatched_one(tmp_path):
         )
 
 
+@pytest.mark.e2e
 def test_dsrl_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
     prior = FlowChunkPolicy(
         obs_keys=("state",),

@@ -77,6 +77,7 @@ def run(args, timeout=300):
     return subprocess.run(EXE + args, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.e2e
 def test_hil_training_with_the_virtual_operator_records_corrections_and_learns_from_them(tmp_path):
     run_dir = tmp_path / "hil"
     res = run(
@@ -116,6 +117,7 @@ def test_hil_training_with_the_virtual_operator_records_corrections_and_learns_f
     assert (run_dir / "learning_curve.png").exists()
 
 
+@pytest.mark.e2e
 def test_hil_takeovers_under_the_ray_launcher(tmp_path):
     run_dir = tmp_path / "ray"
     res = run(

@@ -98,6 +98,7 @@ def test_qc_refuses_a_policy_it_cannot_train():
         build_algorithm("qc", QCConfig(), spec)
 
 
+@pytest.mark.e2e
 def test_qc_serial_run_raises_q_on_a_task_that_pays_every_step(tmp_path):
     """InvertedPendulum pays +1 per tick until the pole falls: Q must climb from its start."""
     run_dir = tmp_path / "run"
@@ -187,6 +188,7 @@ def test_qc_from_pixels_shares_one_encoder_trained_by_the_critic_only():
     assert algo.policy.predict_chunk(obs).actions.shape == (4, 3)
 
 
+@pytest.mark.e2e
 def test_qc_from_pixels_trains_end_to_end_on_frames_the_actor_encoded(tmp_path):
     """Camera frames cross the wire encoded by the actor's uplink; the learner stores those bytes
     (it encodes none itself) and the chunked critic trains on them."""

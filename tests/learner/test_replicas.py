@@ -150,6 +150,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.e2e
 def test_two_gloo_ranks_learn_what_one_process_learns_from_the_combined_batches(trained: Path) -> None:
     """Rank 0 trained alone first (a resumed learner); rank 1 was built with another seed: the start
     gives it rank 0's weights and optimiser state, then each update averages the ranks' gradients."""

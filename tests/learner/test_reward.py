@@ -38,6 +38,7 @@ def trained(tmp_path_factory):
     return root, res
 
 
+@pytest.mark.e2e
 def test_the_classifier_separates_success_from_failure_frames_on_held_out_episodes(trained):
     root, res = trained
     clf = SuccessClassifier.load(root / "clf")

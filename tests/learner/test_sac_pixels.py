@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from robo_async.learner.algorithms import PolicySpec, build_algorithm
@@ -79,6 +80,7 @@ def test_bc_of_the_mlp_policy_learns_from_frames_too():
     assert any(not torch.equal(a, p) for a, p in zip(before, bc.policy.encoder.parameters(), strict=False))
 
 
+@pytest.mark.e2e
 def test_sac_from_pixels_end_to_end_on_frames_the_actor_encoded(tmp_path):
     run_dir = tmp_path / "run"
     res = subprocess.run(

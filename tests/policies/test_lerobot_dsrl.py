@@ -130,6 +130,7 @@ def test_act_gets_a_residual_head_on_its_own_chunk(tmp_path):
         SteeredLeRobotPolicy(act, residual_scale=0.0)
 
 
+@pytest.mark.e2e
 def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
     """Serial run on reach: the learner loads the saved prior, trains the noise actor and the
     critics; the actors steer the same prior with the published noise-actor weights."""
@@ -187,6 +188,7 @@ def test_dsrl_steers_a_saved_lerobot_diffusion_policy_end_to_end(tmp_path):
     assert "evaluation: success rate" in res.stdout  # the checkpoint's noise actor steers the prior again
 
 
+@pytest.mark.e2e
 def test_a_residual_head_on_a_saved_lerobot_act_policy_end_to_end(tmp_path):
     """Serial run on reach from a LeRobot ACT checkpoint: the learner trains the residual head and the
     critics (algo=dsrl), actors run ACT plus the published head; the closing evaluation acts with it."""

@@ -165,6 +165,7 @@ def test_dsrl_steers_smolvla(backbone):
     assert steered.predict_chunk(obs()).actions.shape == (8, 6)
 
 
+@pytest.mark.e2e
 def test_bc_trains_smolvla_with_its_own_loss_and_evaluates_it(tmp_path):
     """`robo-async bc policy=smolvla`: LeRobot's training loss through its preprocessor (the
     tokenizer), saved as a LeRobot directory with its backbone, evaluated in the async actor."""
@@ -204,6 +205,7 @@ def test_bc_trains_smolvla_with_its_own_loss_and_evaluates_it(tmp_path):
     assert not any("vision_model" in k for k in changed)  # the frozen vision encoder did not
 
 
+@pytest.mark.e2e
 def test_dsrl_trains_online_on_a_saved_smolvla(backbone, tmp_path):
     """`robo-async train algo=dsrl policy=smolvla policy.path=<saved SmolVLA>`: the learner and
     the actor load the frozen SmolVLA (its backbone inside), the noise actor learns and its

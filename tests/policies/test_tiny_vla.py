@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from policies.base import ChunkRequest
@@ -90,6 +91,7 @@ def test_an_untrained_policy_does_not_separate_them_by_construction():
     assert not (moves[0] < -0.2 and moves[1] > 0.2)
 
 
+@pytest.mark.e2e
 def test_bc_on_all_sim_tasks_at_once_reports_success_per_instruction(tmp_path):
     run_dir = tmp_path / "vla"
     res = subprocess.run(

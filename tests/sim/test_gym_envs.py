@@ -264,6 +264,7 @@ def test_peer_envs_are_sim_resources_whose_experts_succeed(task, name, actions):
     assert sink.flags[-1] == (True, False)
 
 
+@pytest.mark.e2e
 def test_peer_envs_pass_the_conformance_suite_and_name_bad_tasks():
     from sim import GymHilConfig, GymHilRobot, MetaWorldConfig, MetaWorldRobot
 

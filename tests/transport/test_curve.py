@@ -96,6 +96,7 @@ def handshake_fails(sock: zmq.Socket, address: str) -> None:
         mon.close(linger=0)
 
 
+@pytest.mark.e2e
 def test_strangers_get_no_weights_and_cannot_insert_and_keys_bind_actor_ids(secure_learner, keys, tmp_path):
     proc, (data, weights), status = secure_learner
     ctx = zmq.Context.instance()
@@ -153,6 +154,7 @@ def test_strangers_get_no_weights_and_cannot_insert_and_keys_bind_actor_ids(secu
             s.close(linger=0)
 
 
+@pytest.mark.e2e
 def test_streams_beyond_the_keys_lanes_or_the_learners_capacity_are_refused_at_plan_time(keys):
     res = subprocess.run(
         EXE + ["train", f"transport.keys={keys}", "actors=2", "actor.envs=2", "budget.env_steps=10"],
@@ -173,6 +175,7 @@ def test_streams_beyond_the_keys_lanes_or_the_learners_capacity_are_refused_at_p
     assert res.returncode != 0 and len(err) == 1 and "1200 streams; the learner keeps 1024" in err[0], res.stderr
 
 
+@pytest.mark.e2e
 def test_binding_beyond_loopback_in_the_clear_is_refused_in_one_line():
     res = subprocess.run(
         EXE + ["train", "transport.host=0.0.0.0", "budget.env_steps=10"], capture_output=True, text=True, timeout=120
@@ -182,6 +185,7 @@ def test_binding_beyond_loopback_in_the_clear_is_refused_in_one_line():
     assert len(err) == 1 and "transport.host=0.0.0.0 binds beyond loopback without keys" in err[0], res.stderr
 
 
+@pytest.mark.e2e
 def test_a_training_run_over_curve_links(tmp_path, keys):
     from robo_async.learner.metrics import read_metrics
 
