@@ -92,6 +92,7 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
     store = PersistentReplayStore(tmp_path / "r").open()
     stop, boot = threading.Event(), "hotswap"
     swapped, wrong = threading.Event(), threading.Event()
+    running: dict[str, Actor] = {}
 
     def learner():
         new = flow((32,)).weights()
@@ -105,7 +106,11 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
             if len(store) >= 10 and not wrong.is_set():  # another architecture: refused, old weights kept
                 pub.publish(Weights(1, flow((64,)).weights(), flow((64,)).architecture))
                 wrong.set()
-            if len(store) >= 20 and not swapped.is_set():  # mid-episode (episodes are 50 ticks)
+            # mid-episode (episodes are 50 ticks), once the actor has refused the other architecture (sent
+            # together, the newer set would supersede it before the actor looked)
+            loop = getattr(running.get("actor"), "loop", None)  # made when the actor starts running
+            refused = loop is not None and 1 in loop._bad_weights_logged
+            if len(store) >= 20 and refused and not swapped.is_set():
                 pub.publish(Weights(2, new, flow((32,)).architecture))
                 swapped.set()
 
@@ -121,7 +126,7 @@ def test_weights_hot_swapped_over_zmq_mid_episode_without_a_missed_tick(tmp_path
         LoopConfig(realtime=True, max_steps=150, eval_every=0, inference="async_forward_rtc", episode_ticks=50),
         ActorOptions(flush_every=4),
     )
-    actor = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
+    actor = running["actor"] = Actor(SafeRobot(SimRobot(ReachTask())), policy, cfg)
     try:
         actor.run(threading.Event())
         deadline = __import__("time").monotonic() + 20

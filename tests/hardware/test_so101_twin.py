@@ -138,6 +138,7 @@ def test_a_stalled_loop_holds_then_the_torque_goes_off(twin):
         robot.close()
 
 
+@pytest.mark.e2e
 def test_a_killed_actor_leaves_the_arm_held(twin, tmp_path):
     script = tmp_path / "actor.py"
     script.write_text(

@@ -62,6 +62,7 @@ def _classifier(twin, out):
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.e2e
 def test_the_reward_classifier_is_the_reward_of_a_hil_session_on_the_twin(tmp_path):
     """The operator's buttons hand control to the leader arm (held at the goal by a hand) at tick 3
     and never hand back; nobody labels success: each episode ends where the classifier, on the

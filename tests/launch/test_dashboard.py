@@ -41,6 +41,7 @@ def browser():
 
 
 @pytest.mark.timeout(900)  # four waits of up to 120 s each on a slow machine
+@pytest.mark.e2e
 def test_the_dashboard_page_shows_a_live_actors_tick_counter_advancing(browser, tmp_path):
     from selenium.webdriver.common.by import By
 

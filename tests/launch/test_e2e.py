@@ -307,6 +307,7 @@ def test_unknown_config_key():
     assert "unknown config key 'foo'" in _one_error_line(run(["train", "foo=1"]))
 
 
+@pytest.mark.e2e
 def test_unknown_task_names_options():
     assert "unknown task 'nope'; available: gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(
         run(["train", "task=nope"])

@@ -102,6 +102,7 @@ def _kill_processes_mentioning(text: str, grace_s: float = 10.0) -> None:
 
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
+@pytest.mark.e2e
 def test_two_jobs_on_a_ray_cluster_asking_for_the_same_robot_take_turns(tmp_path, ray_cluster):
     from robo_async.learner.metrics import read_metrics
 

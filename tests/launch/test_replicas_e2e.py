@@ -37,6 +37,7 @@ def group_comes_back(run_dir, seen):
 
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
+@pytest.mark.e2e
 def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_losing_nothing(tmp_path):
     """Three faults on one run (learner.replicas=2), each answered by restarting the whole group
     from its checkpoint on the same addresses while the actor keeps its process:
@@ -106,6 +107,7 @@ def test_killed_or_hung_learner_ranks_restart_the_group_and_the_run_finishes_los
 
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
+@pytest.mark.e2e
 def test_on_ray_the_replicas_are_ray_actors_and_a_killed_one_restarts_the_group(tmp_path):
     """launcher=ray with learner.replicas=2: rank 0 is the learner's Ray actor, rank 1 a Ray actor
     of its own joining it (a local Ray here; on a cluster it goes wherever there is room). The

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from robo_async.learner.metrics import read_metrics
 
 EXE = [sys.executable, "-m", "robo_async.cli"]
@@ -29,6 +31,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.e2e
 def test_training_with_the_policy_on_a_server(tmp_path):
     serve_port, weights_port = free_port(), free_port()
     server = subprocess.Popen(
@@ -81,6 +84,7 @@ def test_training_with_the_policy_on_a_server(tmp_path):
     assert rows[-1]["actors/server_bad_replies"] == 0 and "actors/latency_ticks" in rows[-1]
 
 
+@pytest.mark.e2e
 def test_inline_with_a_server_is_refused_by_name():
     res = subprocess.run(
         EXE + ["train", "actor.inference=inline", "actor.inference_server=tcp://127.0.0.1:5999"],
