@@ -32,6 +32,10 @@ def run(args, timeout=180, **kw):
     return subprocess.run(EXE + args, capture_output=True, text=True, timeout=timeout, **kw)
 
 
+# whole training runs as users start them (`robo-async train`), killed, hung, resumed: `make test-e2e`
+pytestmark = pytest.mark.e2e
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "smoke"
@@ -40,7 +44,6 @@ def trained(tmp_path_factory):
     return run_dir, res
 
 
-@pytest.mark.e2e
 def test_smoke_run_writes_everything_and_newer_weights_reach_the_actor(trained):
     run_dir, res = trained
     for name in ("config.yaml", "metrics.jsonl", "learning_curve.png", "processes.json"):
@@ -56,7 +59,6 @@ def test_smoke_run_writes_everything_and_newer_weights_reach_the_actor(trained):
     assert f"results in {run_dir}" in res.stdout
 
 
-@pytest.mark.e2e
 def test_resume_restores_counters_and_weights(trained, tmp_path):
     run_dir, _ = trained
     before = checkpoint.resolve(run_dir)
@@ -139,7 +141,6 @@ def assert_contiguous(run_dir, actor):
 
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
-@pytest.mark.e2e
 def test_learner_killed_past_its_restart_budget_stops_then_resume_loses_nothing(tmp_path):
     demos = tmp_path / "demos"
     res = run(["buffer", "demos", f"out={demos}", "episodes=5"])
@@ -282,7 +283,6 @@ def test_learner_restore_loads_exact_weights(trained):
         assert (v == tensors[f"critic_target/{k}"]).all()
 
 
-@pytest.mark.e2e
 def test_eval_prints_success_and_writes_mp4(trained, tmp_path):
     run_dir, _ = trained
     video = tmp_path / "ep.mp4"
@@ -302,25 +302,21 @@ def _one_error_line(res):
     return lines[0]
 
 
-@pytest.mark.e2e
 def test_unknown_config_key():
     assert "unknown config key 'foo'" in _one_error_line(run(["train", "foo=1"]))
 
 
-@pytest.mark.e2e
 def test_unknown_task_names_options():
     assert "unknown task 'nope'; available: gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(
         run(["train", "task=nope"])
     )
 
 
-@pytest.mark.e2e
 def test_unknown_algo_and_policy():
     assert "unknown algo 'ppo'" in _one_error_line(run(["train", "algo=ppo"]))
     assert "unknown policy 'vla'" in _one_error_line(run(["train", "policy=vla"]))
 
 
-@pytest.mark.e2e
 def test_checkpoint_from_another_task(trained, tmp_path):
     run_dir, _ = trained
     assert "trained on task 'reach', not 'push'" in _one_error_line(run(["eval", f"checkpoint={run_dir}", "task=push"]))
@@ -337,7 +333,6 @@ def test_checkpoint_from_another_task(trained, tmp_path):
     assert "was trained for robot" in _one_error_line(run(["eval", f"checkpoint={other}"]))
 
 
-@pytest.mark.e2e
 def test_a_new_run_into_a_used_run_dir_is_refused_and_nothing_there_changes(trained):
     run_dir, _ = trained
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").iterdir())
@@ -349,7 +344,6 @@ def test_a_new_run_into_a_used_run_dir_is_refused_and_nothing_there_changes(trai
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (run_dir / "checkpoints").iterdir()) == before
 
 
-@pytest.mark.e2e
 def test_port_in_use_fails_fast_with_message(tmp_path):
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
@@ -365,7 +359,6 @@ def test_port_in_use_fails_fast_with_message(tmp_path):
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
 @pytest.mark.parametrize("runner", ["local", "ray"])
-@pytest.mark.e2e
 def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_themselves(tmp_path, runner):
     """One job per runner, three faults one after the other (a Ray start is the slow part):
     1. the learner killed (-9) comes back by itself from its checkpoint while the real-time actor
@@ -401,7 +394,6 @@ def test_a_killed_learner_a_killed_actor_and_a_hung_actor_each_come_back_by_them
     assert assert_contiguous(run_dir, 0) > steps + 100
 
 
-@pytest.mark.e2e
 def test_with_the_transport_in_a_child_process_a_killed_actor_loses_nothing(tmp_path):
     """`actor.uplink=process` under the local launcher: actor 0 killed (-9) mid-run leaves its
     transport process to journal what it was handed; the restarted actor's child waits for it,
@@ -413,7 +405,6 @@ def test_with_the_transport_in_a_child_process_a_killed_actor_loses_nothing(tmp_
     assert assert_contiguous(run_dir, 0) > steps
 
 
-@pytest.mark.e2e
 def test_an_actor_crashing_past_its_restart_budget_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "crash0"
     proc, pids = start_training(run_dir, "launcher.supervise.restarts=0")
@@ -459,7 +450,6 @@ def test_learner_refuses_batches_that_do_not_fit_the_spec(tmp_path):
     )
 
 
-@pytest.mark.e2e
 def test_two_heterogeneous_actors_and_a_robot_unplugged_mid_run(tmp_path):
     """Actor 0 drives the MuJoCo arm directly, actor 1 the same arm through LeRobot's Robot API
     (sim_so101 via our adapter), actor 2 is unplugged after 400 ticks: it stops, the run goes on."""
@@ -485,7 +475,6 @@ def test_two_heterogeneous_actors_and_a_robot_unplugged_mid_run(tmp_path):
         assert_contiguous(run_dir, a)
 
 
-@pytest.mark.e2e
 def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
     env = {**os.environ, "ROBO_ASYNC_LEASE_DIR": str(tmp_path / "leases")}
     holder = subprocess.Popen(
@@ -511,7 +500,6 @@ def test_a_held_robot_fails_fast_naming_the_holder(tmp_path):
 
 
 @pytest.mark.timeout(900)  # several faults in one run: phases add up on a slow machine
-@pytest.mark.e2e
 def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
     from robo_async.launch.restarts import read_events
 
@@ -565,7 +553,6 @@ def test_two_actors_on_a_local_ray_survive_a_learner_killed_mid_run(tmp_path):
     assert read_metrics(run_dir)[-1]["supervisor/learner_restarts"] == 1
 
 
-@pytest.mark.e2e
 def test_any_gymnasium_env_trains_as_a_sim_resource(tmp_path):
     run_dir = tmp_path / "gym"
     res = run(
@@ -584,7 +571,6 @@ def test_any_gymnasium_env_trains_as_a_sim_resource(tmp_path):
     assert assert_contiguous(run_dir, 0) >= 800
 
 
-@pytest.mark.e2e
 def test_training_run_with_async_inference_reports_inference_latency(tmp_path):
     """A real-time training run whose actor runs the async inference engine (injected 40 ms):
     the engine's latency reaches the learner's metrics through the heartbeats."""
@@ -615,7 +601,6 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.e2e
 def test_children_stop_and_checkpoint_when_the_launcher_is_killed(tmp_path):
     run_dir = tmp_path / "orphan"
     proc, pids = start_training(run_dir)

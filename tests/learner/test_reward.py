@@ -20,6 +20,10 @@ EXE = [sys.executable, "-m", "robo_async.cli"]
 TASK = {"cameras": ("front",), "image_size": 64, "episode_ticks": 90}
 
 
+# every test here shares a classifier trained on rendered frames (a whole `robo-async reward train`)
+pytestmark = pytest.mark.e2e
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("reward")
@@ -38,7 +42,6 @@ def trained(tmp_path_factory):
     return root, res
 
 
-@pytest.mark.e2e
 def test_the_classifier_separates_success_from_failure_frames_on_held_out_episodes(trained):
     root, res = trained
     clf = SuccessClassifier.load(root / "clf")
