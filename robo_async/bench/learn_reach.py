@@ -17,7 +17,7 @@ from rich.table import Table
 from hal.safety import SafeRobot
 from policies.scripted import HoldPolicy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.options import ActorOptions
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.bench import emit, register

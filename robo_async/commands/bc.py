@@ -372,7 +372,8 @@ def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed
     """Success rate per task, the policy told that task's instruction (deterministic), through
     the one control loop (real time unless `inline`)."""
     from hal.safety import SafeRobot
-    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.actor.loop import ControlLoop
+    from robo_async.actor.loop_config import LoopConfig
     from sim import INSTRUCTIONS
 
     out = {}

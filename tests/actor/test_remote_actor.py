@@ -9,7 +9,7 @@ import time
 from hal.safety import SafeRobot
 from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.remote import RemotePolicy
 from robo_async.actor.uplink import UplinkConfig
 from robo_async.learner.algorithms import PolicySpec

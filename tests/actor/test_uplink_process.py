@@ -56,7 +56,7 @@ def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
     from hal.safety import SafeRobot
     from policies.scripted import HoldPolicy
     from robo_async.actor.actor import Actor, ActorConfig
-    from robo_async.actor.loop import LoopConfig
+    from robo_async.actor.loop_config import LoopConfig
     from robo_async.actor.options import ActorOptions
     from robo_async.launch.builders import TaskArgs, make_robot
 
