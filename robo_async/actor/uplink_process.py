@@ -48,7 +48,8 @@ import msgpack
 import zmq
 
 from robo_async.actor.ring import SlotRing
-from robo_async.actor.uplink import UplinkConfig, UplinkError
+from robo_async.actor.uplink import UplinkError
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.transport.wire import Message, TransitionBatch, decode, encode
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from robo_async.actor.ring import HEADER, RingError, SlotRing
-from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.actor.uplink import Uplink
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.bench.ingest import IngestProcess
 from robo_async.transport.wire import encode
 
