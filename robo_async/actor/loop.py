@@ -37,7 +37,8 @@ from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
 from policies.base import Policy, WeightsMismatch, check_architecture
 from robo_async.actor.guide import JsrlGuide
-from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
+from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
+from robo_async.actor.inference_modes import INFERENCE_MODES
 from robo_async.actor.lane import Lane, inline_actions, nonfinite
 from robo_async.actor.loop_config import LoopConfig, LoopResult, TickInfo
 from robo_async.actor.loop_stats import inference_stats, robot_stats

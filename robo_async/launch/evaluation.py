@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_async.actor.inference import InferenceModeError, choose_inference
+from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 from robo_async.actor.loop import ControlLoop
 from robo_async.actor.loop_config import LoopConfig, TickInfo
 from robo_async.launch.policy_args import make_actor_policy
