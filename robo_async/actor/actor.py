@@ -29,9 +29,11 @@ from hal.safety import SafeRobot
 from hal.teleop import Teleop
 from policies.base import Policy
 from robo_async.actor.adder import Adder
-from robo_async.actor.loop import ControlLoop, LoopConfig, LoopResult, TickInfo
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig, LoopResult, TickInfo
 from robo_async.actor.options import MAX_ENVS, ActorOptions, UplinkIn
-from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkThread
+from robo_async.actor.uplink import Uplink, UplinkThread
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.transport.channels import WeightClient
 from robo_async.transport.curve import LANE_STRIDE
 from robo_async.transport.stats import ActorStats

@@ -14,12 +14,14 @@ the schedule by `ChunkSchedule.merge`:
 
 Bad chunks (NaN, wrong shape) are dropped and counted; an inference running past `timeout_s` is
 reported and the loop keeps holding the last action until it returns.
+
+Which mode a run uses (and `auto`'s rule) is `actor/inference_modes.py`; the latency windows the
+runner plans by, `actor/latency.py`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -30,79 +32,11 @@ import numpy as np
 
 from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, call_policy
-from robo_async.actor.options import InferenceMode, Replan
+from robo_async.actor.inference_modes import REPLAN
+from robo_async.actor.latency import LatencyTracker, TickLatency
 from robo_async.actor.schedule import ChunkSchedule
 
 log = logging.getLogger(__name__)
-REPLAN = tuple(Replan)  # when (and about which tick) the next chunk is asked for (`options.Replan`)
-# The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
-# the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
-# executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible
-# simulators, where a tick has no wall-clock meaning).
-INFERENCE_MODES: dict[InferenceMode, tuple[str, bool] | None] = {
-    InferenceMode.inline: None,
-    InferenceMode.sync: ("sync", False),
-    InferenceMode.async_naive: ("drop_stale", False),
-    InferenceMode.async_forward: ("drop_stale", True),
-    InferenceMode.async_forward_blend: ("blend", True),
-    InferenceMode.async_forward_rtc: ("rtc", True),
-}
-PURPOSES = ("train", "evaluate")  # what the acting is for: what `auto` picks (see choose_inference)
-
-
-class InferenceModeError(ValueError):
-    """An inference mode this run cannot use; one line naming it and what to use instead."""
-
-
-def choose_inference(
-    requested: str | None,
-    *,
-    purpose: str,
-    horizon: int = 1,
-    robot: str | None = None,
-    realtime: bool = False,
-    server: str | None = None,
-) -> InferenceMode:
-    """The one decision of `actor.inference` (train, eval, bc, the benchmarks' callers).
-
-    `requested`: `auto` (or None) or one of INFERENCE_MODES; `robot`: the real robot's type (None:
-    a simulator); `realtime`: the loop keeps wall-clock time on a simulator (a real-time sim, or
-    `robo-async bc` showing its chunk policy as it would run); `server`: the policy server's
-    address (`actor.inference_server`), if the policy runs there; `horizon`: actions per chunk.
-
-    The rule:
-    - a named mode is used as asked, except `inline`, which runs the policy on the control thread
-      (a sim-only speed mode: the loop waits on every inference): refused on a real robot and with
-      a server (the loop would wait on the network);
-    - `auto` on an as-fast-as-possible simulator (no robot, not real time, no server): `inline` for
-      training (any policy: acting is a data source there) and for evaluating a one-step policy
-      (horizon 1); evaluating a chunk policy: `async_forward_rtc` (it is judged as it will run);
-    - `auto` anywhere else (a real robot, real time, a server): inference beside the loop,
-      `async_forward` for training, `async_forward_rtc` (real-time chunking) for evaluation.
-
-    Returns the resolved mode (`auto` decided). Raises InferenceModeError (a ValueError) for an
-    unknown mode or a refused `inline`."""
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose '{purpose}' unknown; one of {PURPOSES}")
-    mode = "auto" if requested is None else requested
-    if mode != "auto" and mode not in INFERENCE_MODES:
-        raise InferenceModeError(f"actor.inference '{mode}' unknown; use auto or one of {list(INFERENCE_MODES)}")
-    if mode == "auto":
-        as_fast_sim = robot is None and not realtime and not server
-        if purpose == "train":
-            return InferenceMode.inline if as_fast_sim else InferenceMode.async_forward
-        return InferenceMode.inline if as_fast_sim and horizon == 1 else InferenceMode.async_forward_rtc
-    if mode == "inline" and server:
-        raise InferenceModeError(
-            f"actor.inference=inline would wait on the network on the control thread; with "
-            f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)"
-        )
-    if mode == "inline" and robot is not None:
-        raise InferenceModeError(
-            f"actor.inference=inline runs the policy on the control thread, a sim-only speed "
-            f"mode; robot {robot} needs an asynchronous mode (auto, async_forward, ...)"
-        )
-    return InferenceMode(mode)
 
 
 def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> np.ndarray:
@@ -110,67 +44,6 @@ def forward_state(state: np.ndarray, committed: np.ndarray, spec: RobotSpec) -> 
     robot's own forward model, `RobotSpec.forward_state` (position control: the last committed
     target; velocity control: the integral; else `state`)."""
     return spec.forward_state(state, committed)
-
-
-def percentile(values: deque[float] | deque[int] | list[float], q: float) -> float:
-    """numpy's default (linear) percentile of a small window, without numpy's per-call overhead
-    (~5 us against ~90 us for 50 values: a remote actor asks for its p95 on every request)."""
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
-
-
-class TickLatency:
-    """Latency in control ticks as the loop saw it: from the tick a chunk was asked for to the
-    tick it was merged (the first tick it could be used), over a sliding window. This is what a
-    prefix must cover, wherever the policy runs (here or on a server across a network), and it
-    needs no clock: a tick is the unit."""
-
-    def __init__(self, window: int = 50, min_samples: int = 3) -> None:
-        self._samples: deque[int] = deque(maxlen=window)
-        self.min_samples = min_samples
-        self._cached: dict[float, int | None] = {}  # by q; the runner asks every tick, samples come per chunk
-
-    def add(self, ticks: int) -> None:
-        self._samples.append(max(int(ticks), 0))
-        self._cached.clear()
-
-    def ticks(self, q: float = 95) -> int | None:
-        """The q-th percentile (rounded up), or None before `min_samples` chunks have landed.
-        Outliers (over twice the median plus one: a lost request answered on a re-request, a
-        stall) are left out: planning every chunk for them would idle the robot on every chunk
-        for a rare loss, which the re-request and holding already cover."""
-        if len(self._samples) < self.min_samples:
-            return None
-        if q not in self._cached:
-            cut = 2 * percentile(self._samples, 50) + 1
-            self._cached[q] = int(math.ceil(percentile([s for s in self._samples if s <= cut], q) - 1e-9))
-        return self._cached[q]
-
-
-class LatencyTracker:
-    """Inference latency over a sliding window (seconds)."""
-
-    def __init__(self, window: int = 50, initial_s: float = 0.0) -> None:
-        self._samples: deque[float] = deque(maxlen=window)
-        self._initial = initial_s
-
-    def add(self, seconds: float) -> None:
-        self._samples.append(seconds)
-
-    @property
-    def samples(self) -> list[float]:
-        """The window's latencies (s), oldest first."""
-        return list(self._samples)
-
-    def percentile(self, q: float) -> float:
-        return percentile(self._samples, q) if self._samples else self._initial
-
-    def ticks(self, dt: float, q: float = 95) -> int:
-        """Whole control ticks an inference takes (rounded up)."""
-        return int(math.ceil(self.percentile(q) / dt - 1e-9))
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from threading import Event as ThreadEvent
 
@@ -37,159 +35,20 @@ import numpy as np
 
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
-from policies.base import ActionChunk, ChunkRequest, Policy, WeightsMismatch, check_architecture
-from robo_async.actor.guide import GuideConfig, JsrlGuide
-from robo_async.actor.inference import INFERENCE_MODES, AsyncChunkRunner, InferenceEngine
-from robo_async.actor.options import ActorOptions, InferenceMode, Replan
+from policies.base import Policy, WeightsMismatch, check_architecture
+from robo_async.actor.guide import JsrlGuide
+from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
+from robo_async.actor.inference_modes import INFERENCE_MODES
+from robo_async.actor.lane import Lane, inline_actions, nonfinite
+from robo_async.actor.loop_config import LoopConfig, LoopResult, TickInfo
+from robo_async.actor.loop_stats import inference_stats, robot_stats
+from robo_async.actor.pacing import Pacer, realtime_switch_interval
 from robo_async.actor.records import EpisodeLog, LatenessTracker, Sink
 from robo_async.actor.takeover import Operators
-from robo_async.transport.options import as_choices
-from robo_async.transport.stats import ActorStats, Figure, histogram
-from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, EpisodeStats, Heartbeat, Weights
+from robo_async.transport.stats import ActorStats, Figure
+from robo_async.transport.wire import OPERATOR, POLICY, TAKEOVER, Heartbeat, Weights
 
 log = logging.getLogger(__name__)
-
-
-def _nonfinite(
-    obs: dict[str, np.ndarray], next_obs: dict[str, np.ndarray], reward: float, applied: np.ndarray
-) -> str | None:
-    """The first part of a row that is not finite (NaN or infinity), named; None when all are.
-    Integer columns (camera frames) cannot be."""
-    if not math.isfinite(reward):
-        return "the reward"
-    if not np.all(np.isfinite(applied)):
-        return "the action"
-    for prefix, o in (("observation", obs), ("next observation", next_obs)):
-        for k, v in o.items():
-            a = np.asarray(v)
-            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-                return f"the {prefix} '{k}'"
-    return None
-
-
-REALTIME_SWITCH_S = 0.0005  # GIL switch interval while a real-time loop runs (see ControlLoop.run)
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """How one `ControlLoop` runs: episode length, pacing, seeds, the inference mode and replanning,
-    heartbeats. Training actors get it from `from_options` (the `actor:` section, `ActorOptions`);
-    eval, bc and benchmarks fill it directly. A field named as an `actor.*` key takes its default
-    from `ActorOptions` (the one definition); `inference`, `replan` and `guide_schedule` are derived:
-    the mode and rule `auto` resolved to, and JSRL's curriculum."""
-
-    actor_id: int = 0  # stamped on episode summaries and heartbeats
-    episode_ticks: int = 50  # truncate episodes after this many ticks (training: the task's `episode_ticks`)
-    realtime: bool = False  # pace ticks at the robot's hz (real robots always); else as fast as possible
-    seed: int = 0  # episode k resets with seed * 100_003 + k
-    start_episode: int = 0
-    eval_every: int = ActorOptions.eval_every  # every n-th episode runs the deterministic policy (1: all, 0: never)
-    max_steps: int | None = None  # stop after this many ticks
-    max_episodes: int | None = None  # stop after this many finished episodes
-    heartbeat_s: float = ActorOptions.heartbeat_s
-    # resolved (never auto): inline is the policy on this thread (sim only); `actor.inference` asks for one
-    inference: InferenceMode = InferenceMode.inline
-    inference_timeout_s: float = 2.0  # an inference running longer is reported; the robot holds
-    inference_workers: int = ActorOptions.inference_workers  # inferences in flight at once (pipelined when > 1)
-    # resolved (never auto): due: next chunk when the committed actions fall to latency + 1; end: the same
-    # moment, about the tick the current chunk ends (every action executes: chunked critics); continuous:
-    # whenever the engine is idle
-    replan: Replan = Replan.due
-    explore_until_weights: bool = True  # uniform random actions while the policy has no weights (v < 0)
-    end_on_terminated: bool = True  # False: run on to episode_ticks after the task ends (expert demos)
-    warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
-    # JSRL: a guide acts first in training episodes (inline, sim only), on this curriculum
-    guide_schedule: GuideConfig | None = None
-    success_reward: float = ActorOptions.success_reward  # an operator's success label: the reward is at least this
-    teleop_drives: bool = False  # a teleop session: the operator drives from the first tick (robo-async teleop)
-    server_wait_s: float = ActorOptions.server_wait_s  # a policy on a server: wait this long for it to answer first
-
-    def __post_init__(self) -> None:
-        as_choices(self, "loop")
-
-    @classmethod
-    def from_options(
-        cls,
-        options: ActorOptions,
-        *,
-        inference: InferenceMode,
-        replan: Replan,
-        actor_id: int = 0,
-        episode_ticks: int = 50,
-        realtime: bool = False,
-        seed: int = 0,
-        start_episode: int = 0,
-    ) -> LoopConfig:
-        """A training actor's loop: `options`' keys as they are, the inference mode and replanning
-        rule as resolved (the launch layer decides `auto`: it knows the task and the algorithm), the
-        JSRL curriculum where `actor.guide` is set. A ValueError names a key that cannot run."""
-        return cls(
-            actor_id=actor_id,
-            episode_ticks=episode_ticks,
-            realtime=realtime,
-            seed=seed,
-            start_episode=start_episode,
-            eval_every=options.eval_every,
-            heartbeat_s=options.heartbeat_s,
-            inference=inference,
-            inference_workers=options.inference_workers,
-            replan=replan,
-            guide_schedule=GuideConfig.from_options(options) if options.guide else None,
-            success_reward=options.success_reward,
-            server_wait_s=options.server_wait_s,
-        )
-
-
-@dataclass(frozen=True)
-class TickInfo:
-    """What an observer sees after each tick (benchmarks, video)."""
-
-    tick: int  # since the loop started
-    episode_tick: int  # since the episode started (0-based)
-    episode: int
-    action: np.ndarray  # what the loop chose (before safety)
-    applied: np.ndarray  # what the robot got
-    chosen_at: float  # monotonic time the action was chosen
-    lateness_s: float  # how late this tick started against its schedule (0 when not real time)
-    obs_tick: int  # the tick whose observation the action was computed from (-1: hold / inline)
-    new_chunks: int  # chunks merged into the schedule so far (async modes)
-    lane: int = 0  # which of the loop's robots (a vectorized actor's simulators)
-
-
-@dataclass
-class LoopResult:
-    """What `ControlLoop.run()` returns: ticks run, per-episode stats, tick lateness (ms) and why it stopped."""
-
-    ticks: int = 0
-    episodes: list[EpisodeStats] = field(default_factory=list)
-    lateness_p50_ms: float = 0.0
-    lateness_p99_ms: float = 0.0
-    lateness_max_ms: float = 0.0
-    missed_ticks: int = 0  # ticks that started more than half a period late
-    stop_reason: str = ""
-    seconds: float = 0.0  # wall-clock time from the first tick to the end (excludes connect/warm-up)
-
-
-@dataclass(eq=False)
-class _Lane:
-    """One robot's running episode in a `ControlLoop` (a vectorized actor steps several)."""
-
-    index: int
-    robot: SafeRobot
-    sink: Sink
-    actor_id: int  # the stream its transitions and episodes go out under
-    obs: dict[str, np.ndarray] = field(default_factory=dict)
-    episode: int = 0  # this episode's number (resets are seeded by it)
-    evaluation: bool = False
-    ret: float = 0.0
-    length: int = 0
-    success: bool = False
-    operator: int = 0  # ticks an operator drove
-    chunk: ActionChunk | None = None  # inline: the chunk being executed, and where in it
-    chunk_i: int = 0
-    last_applied: np.ndarray | None = None
-    # this episode's applied actions, for its jerk (the last 10,000: episodes without a time limit)
-    commanded: deque[np.ndarray] = field(default_factory=lambda: deque(maxlen=10_000))
 
 
 class ControlLoop:
@@ -251,7 +110,7 @@ class ControlLoop:
         self.robot, self.policy, self.config = robot, policy, config
         # one lane per robot (a vectorized actor steps several simulators; every other loop, one)
         self.lanes = [
-            _Lane(
+            Lane(
                 i,
                 r,
                 s if s is not None else EpisodeLog(),
@@ -311,79 +170,14 @@ class ControlLoop:
         n = self.config.eval_every
         return n > 0 and self.policy.version >= 0 and episode % n == n - 1
 
-    def _inline(self, lanes: list[_Lane]) -> list[tuple[np.ndarray, int]]:
-        """(action, policy version) per lane, on this thread. A chunk is executed whole, as in
-        every other mode (what chunk critics learn from), and the next one is asked for when it
-        runs out: for several lanes, in one batched call per kind of episode (training or
-        evaluation)."""
-        if self.policy.version < 0 and self.config.explore_until_weights:
-            spec = self.robot.spec
-            return [(self._rng.uniform(spec.low, spec.high).astype(np.float32), self.policy.version) for _ in lanes]
-        need = [ln for ln in lanes if ln.chunk is None or ln.chunk_i >= len(ln.chunk.actions)]
-        if len(lanes) == 1:
-            if need:
-                ln = need[0]
-                ln.chunk, ln.chunk_i = self.policy.predict_chunk(ln.obs), 0
-        else:
-            for evaluation in (False, True):
-                group = [ln for ln in need if ln.evaluation is evaluation]
-                if group:
-                    self.policy.deterministic = evaluation
-                    for ln, chunk in zip(
-                        group, self.policy.predict_chunks([ChunkRequest(ln.obs) for ln in group]), strict=False
-                    ):
-                        ln.chunk, ln.chunk_i = chunk, 0
-        out = []
-        for ln in lanes:
-            assert ln.chunk is not None
-            ln.chunk_i += 1
-            out.append((ln.chunk.actions[ln.chunk_i - 1], ln.chunk.policy_version))
-        return out
-
     def actor_stats(self) -> ActorStats:
         """Heartbeat figures: safety counters, tick lateness, inference latency, and those of the
         operators, a remote policy and the actor around this loop (`stats=`)."""
-        sts = [ln.robot.stats for ln in self.lanes]
-        parts = [
-            ActorStats(
-                clipped=sum(st.clipped for st in sts),
-                rejected=sum(st.rejected for st in sts),
-                workspace=sum(st.workspace for st in sts),
-                estopped=sum(st.estopped for st in sts),
-                clipped_step=sum(st.clipped_step + st.clipped_velocity for st in sts),
-                clipped_accel=sum(st.clipped_accel for st in sts),
-                max_step_rad=round(max(min(st.max_step_seen, 1e6) for st in sts), 6),
-                watchdog_holds=sum(st.watchdog_holds for st in sts),
-                torque_offs=sum(st.torque_offs for st in sts),
-                stops=sum(st.stops for st in sts),
-                nonfinite=self.nonfinite,
-                late_p99_ms=round(self.lateness.percentile_ms(99), 3),
-                missed_ticks=self.lateness.missed,
-                late_hist=histogram(np.asarray(self.lateness.samples) * 1000, "late_hist")
-                if self.lateness.samples
-                else None,
-                guide_ticks=self.guide.ticks if self.guide is not None else None,
-                train_jerk=round(float(np.mean(self.train_jerk)), 1) if self.train_jerk else None,
-            )
-        ]
+        parts = [robot_stats(self.lanes, self.lateness, self.nonfinite, self.guide, self.train_jerk)]
         if self.operators is not None:
             parts.append(self.operators.stats())
         if self.runner is not None:
-            e = self.runner.engine
-            parts.append(
-                ActorStats(
-                    infer_p50_ms=round(e.latency.percentile(50) * 1000, 2),
-                    infer_p95_ms=round(e.latency.percentile(95) * 1000, 2),
-                    infer_hist=histogram(np.asarray(e.latency.samples) * 1000, "infer_hist")
-                    if e.latency.samples
-                    else None,
-                    held_ticks=self.runner.holds,
-                    bad_chunks=e.bad_chunks,
-                    hung=e.hung_reports,
-                    stale_dropped=self.runner.schedule.stale_dropped,
-                    latency_ticks=self.runner.latency_ticks(),
-                )
-            )
+            parts.append(inference_stats(self.runner))
         if self.remote:
             parts.append(self.policy.stats())  # type: ignore[attr-defined]
         if self._extra_stats is not None:
@@ -401,49 +195,32 @@ class ControlLoop:
         if self.runner is not None:
             self.runner.drop_plan(hold)
 
-    def _reset(self, lane: _Lane) -> dict[str, np.ndarray]:
+    def _reset(self, lane: Lane) -> dict[str, np.ndarray]:
         """A new episode on this lane's robot, seeded by its number, and its bookkeeping."""
-        lane.chunk = None  # an inline chunk never runs into the next episode
         if self.guide is not None:
             self.guide.reset()
-        lane.episode, self._next_episode = self._next_episode, self._next_episode + 1
-        reset = getattr(lane.robot, "episode_reset", None)  # a real arm: home, then the scene's reset
-        if reset is not None:
-            stop = self._stop_event
-            reset.run(lane.robot, self.teleops, stop=(lambda: stop is not None and stop.is_set()))
-        lane.obs = lane.robot.reset(seed=self.config.seed * 100_003 + lane.episode).as_dict()
-        lane.ret, lane.length, lane.success, lane.operator = 0.0, 0, False, 0
-        lane.last_applied = None
+        episode, self._next_episode = self._next_episode, self._next_episode + 1
+        stop = self._stop_event
+        lane.start(episode, self.config.seed, self.teleops, lambda: stop is not None and stop.is_set())
         lane.evaluation = self._is_eval(lane.episode)
         return lane.obs
 
-    def _end_episode(self, lane: _Lane, version: int, label: TeleopEventKind | None, result: LoopResult) -> None:
+    def _end_episode(self, lane: Lane, version: int, label: TeleopEventKind | None, result: LoopResult) -> None:
         """The episode's summary to its lane's sink and the result; JSRL's schedule; its jerk."""
-        stats = EpisodeStats(
-            lane.actor_id,
-            lane.episode,
-            lane.ret,
-            lane.length,
-            lane.success,
-            version,
-            lane.evaluation,
-            lane.operator,
-            label.value if label is not None else "",
-        )
+        stats = lane.summary(version, label)
         lane.sink.send_episode(stats)
         result.episodes.append(stats)
         del result.episodes[:-1000]  # bounded on days-long runs
         if self.guide is not None and not lane.evaluation:
             self.guide.episode_ended(lane.success)
-        if not lane.evaluation and len(lane.commanded) >= 4:
-            a = np.asarray(lane.commanded, np.float64)
-            self.train_jerk.append(float(np.abs(np.diff(a, n=3, axis=0)).mean() / self.robot.spec.dt**3))
+        if not lane.evaluation and (jerk := lane.jerk(self.robot.spec.dt)) is not None:
+            self.train_jerk.append(jerk)
         lane.commanded.clear()
         self.episodes += 1
 
     def _step_lane(
         self,
-        ln: _Lane,
+        ln: Lane,
         action: np.ndarray,
         version: int,
         label: TeleopEventKind | None,
@@ -483,7 +260,7 @@ class ControlLoop:
             if not np.all(np.isfinite(policy_action)):  # a policy's NaN: not what the row keeps
                 policy_action = applied
                 self.nonfinite += 1
-        cut = _nonfinite(obs, next_obs, reward, applied)
+        cut = nonfinite(obs, next_obs, reward, applied)
         if cut is None:
             ln.sink.add(
                 obs,
@@ -538,16 +315,10 @@ class ControlLoop:
     def run(self, stop: Event | ThreadEvent | None = None) -> LoopResult:
         """Drive the robot until `stop`, `max_steps`, `max_episodes` or the gate says stop. The
         robot must be connected; the caller closes it. The inference engine is closed on return."""
-        switch = sys.getswitchinterval()
-        if self.config.realtime:
-            # When the control thread wakes for its tick while another thread (uplink, inference,
-            # weights) runs Python, it waits for the GIL up to the switch interval (5 ms by
-            # default): the tick's lateness. 0.5 ms bounds that wait.
-            sys.setswitchinterval(min(switch, REALTIME_SWITCH_S))
         try:
-            return self._run(stop)
+            with realtime_switch_interval(self.config.realtime):  # bounds a tick's wait for the GIL
+                return self._run(stop)
         finally:
-            sys.setswitchinterval(switch)
             for ln in self.lanes:
                 ln.sink.flush()
             if self.runner is not None:
@@ -567,9 +338,8 @@ class ControlLoop:
         lane0.evaluation = self._is_eval(lane0.episode)
         ops = self.operators
         self.policy.deterministic = lane0.evaluation
-        dt = robot.spec.dt
         next_beat = time.monotonic() + cfg.heartbeat_s
-        next_tick = time.monotonic()
+        pacer = Pacer(robot.spec.dt, self.lateness)
         max_steps = math.inf if cfg.max_steps is None else cfg.max_steps
         max_episodes = math.inf if cfg.max_episodes is None else cfg.max_episodes
         finished = 0
@@ -581,15 +351,7 @@ class ControlLoop:
             if self.env_steps >= max_steps:
                 result.stop_reason = "max_steps"
                 break
-            lateness = 0.0
-            if cfg.realtime:  # tick k starts at t0 + k * dt; a late tick restarts the pacing
-                now = time.monotonic()
-                if now < next_tick:
-                    time.sleep(next_tick - now)
-                    now = time.monotonic()
-                lateness = now - next_tick
-                self.lateness.add(lateness)
-                next_tick = now + dt if lateness > dt else next_tick + dt
+            lateness = pacer.wait() if cfg.realtime else 0.0  # tick k starts at t0 + k * dt
             if self._weights is not None:
                 self._swap_weights()
             label = None
@@ -606,7 +368,7 @@ class ControlLoop:
             elif runner is not None:
                 chosen = [(runner.tick(self.tick, lane0.obs), runner.version)]
             else:
-                chosen = self._inline(lanes)
+                chosen = inline_actions(self.policy, lanes, robot.spec, self._rng, cfg.explore_until_weights)
             for ln, (action, version) in zip(lanes, chosen, strict=False):
                 if self._step_lane(ln, action, version, label, lateness, result):  # its episode ended
                     finished += 1
@@ -618,7 +380,7 @@ class ControlLoop:
                     if len(lanes) == 1:
                         self.policy.deterministic = ln.evaluation
                     if cfg.realtime:  # a reset may take a while on a real robot: restart the pacing
-                        next_tick = time.monotonic()
+                        pacer.restart()
             self.tick += 1
             if finished >= max_episodes:
                 result.stop_reason = "max_episodes"

@@ -19,7 +19,7 @@ MAX_ENVS = 64  # robots per vectorized actor (robot j streams as actor id a + j 
 
 
 class InferenceMode(StrEnum):
-    """A resolved inference mode: what a `ControlLoop` runs (`inference.INFERENCE_MODES`)."""
+    """A resolved inference mode: what a `ControlLoop` runs (`inference_modes.INFERENCE_MODES`)."""
 
     inline = "inline"  # the policy on the control thread, each chunk whole (as-fast-as-possible sims only)
     sync = "sync"
@@ -30,7 +30,7 @@ class InferenceMode(StrEnum):
 
 
 class InferenceChoice(StrEnum):
-    """`actor.inference` as asked: `auto` (`inference.choose_inference` decides) or a mode."""
+    """`actor.inference` as asked: `auto` (`inference_modes.choose_inference` decides) or a mode."""
 
     auto = "auto"
     inline = "inline"

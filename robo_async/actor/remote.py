@@ -35,7 +35,7 @@ import zmq
 
 from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, WeightsMismatch
-from robo_async.actor.inference import LatencyTracker
+from robo_async.actor.latency import LatencyTracker
 from robo_async.buffer.codec import encode_image
 from robo_async.transport.robot_spec import spec_difference, spec_json
 from robo_async.transport.stats import ActorStats

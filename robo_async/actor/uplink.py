@@ -26,6 +26,9 @@ A vectorized actor's streams share one thread (`UplinkThread`): `u.start(acked, 
 for each. Its wakes are the actor's, not one set per stream (64 threads waking 20 times a second
 each took the GIL from the control loop ~1,300 times a second). If it dies, every stream it
 drives raises on its next `put()`.
+
+What the uplink holds until it is acked (the entries, the journal's commits, the spill) is its base,
+`UnackedBatches` (`actor/unacked.py`); what it is given, `UplinkConfig` (`actor/uplink_config.py`).
 """
 
 from __future__ import annotations
@@ -35,18 +38,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import lmdb
 import zmq
 
-from robo_async.actor.journal import Journal
-from robo_async.actor.options import ActorOptions
-from robo_async.buffer.layout import StoreConfig
-from robo_async.transport.options import TransportOptions
-from robo_async.transport.wire import LearnerStatus, Message, StreamGap, TransitionBatch, encode, is_image_column
+from robo_async.actor.unacked import Entry, UnackedBatches
+from robo_async.actor.uplink_config import UplinkConfig
+from robo_async.transport.wire import LearnerStatus, Message, StreamGap, TransitionBatch, encode
 
 if TYPE_CHECKING:  # the transport process (actor.uplink=process) runs without torch
     from policies.embedding import FrozenEncoder
@@ -56,68 +54,6 @@ log = logging.getLogger(__name__)
 
 class UplinkError(RuntimeError):
     """The uplink cannot send any more (its thread died); the actor must stop and be restarted."""
-
-
-@dataclass(frozen=True)
-class UplinkConfig:
-    """Acknowledged delivery: the journal, the RAM budget, resends, frame encoding, queue sizes. A
-    field named as an `actor.*` or `transport.*` key takes its default from `ActorOptions` or
-    `TransportOptions` (the one definition); training actors get it from `from_options`."""
-
-    journal_dir: str | None = None  # actor-local store of unacked batches; None: RAM only
-    journal: bool = ActorOptions.journal  # journal every batch (else only spill beyond max_ram_mb)
-    max_ram_mb: float = ActorOptions.max_ram_mb  # unacked batches held in RAM before the oldest are spilled
-    journal_commit_ms: float = 100.0  # journal group-commit interval
-    resend_s: float = ActorOptions.resend_s  # resend unacked batches when acks stall this long
-    max_other: int = 1000  # episode stats / heartbeats waiting to be sent (oldest dropped)
-    # The thread wakes this often (or when put() leaves it work). Every wake takes the GIL from
-    # the control loop; keep it under journal_commit_ms so the journal is written on time.
-    idle_s: float = 0.05
-    # Camera frames are encoded here, on the uplink thread (never in put()), so the learner only
-    # stores bytes and the wire and journal carry ~5x less: "qoi" or "png" (lossless), "jpeg", or
-    # None to send raw pixels (the store's `buffer.image_codec` and `jpeg_quality`).
-    image_codec: str | None = StoreConfig.image_codec
-    jpeg_quality: int = StoreConfig.jpeg_quality
-    # batches queued in ZMQ, in bytes (the high-water mark is sized from it) ...
-    queue_mb: float = TransportOptions.queue_mb
-    message_bytes: int = 65536  # ... and the expected size of one batch message
-
-    @classmethod
-    def from_options(
-        cls,
-        options: ActorOptions,
-        *,
-        journal_dir: str | None,
-        image_codec: str | None,
-        jpeg_quality: int,
-        queue_mb: float,
-        message_bytes: int,
-    ) -> UplinkConfig:
-        """A training actor's delivery: `actor.journal`, `max_ram_mb` and `resend_s` as they are;
-        the journal's place, the store's frame encoding (`buffer.image_codec`, `jpeg_quality`) and
-        the queue sizes (`transport.queue_mb`, one batch's size) from the plan."""
-        return cls(
-            journal_dir=journal_dir,
-            journal=options.journal,
-            max_ram_mb=options.max_ram_mb,
-            resend_s=options.resend_s,
-            image_codec=image_codec,
-            jpeg_quality=jpeg_quality,
-            queue_mb=queue_mb,
-            message_bytes=message_bytes,
-        )
-
-
-@dataclass(eq=False)  # entries compare by identity
-class _Entry:
-    seq: int
-    count: int
-    batch: TransitionBatch | None  # None once spilled: read back from the journal to resend
-    nbytes: int
-    frames: list | None = None  # the batch's wire frames, encoded once (journal and sends share them)
-    journaled: bool = False
-    sent_t: float = 0.0  # monotonic time of the latest send
-    gap: str = ""  # not rows but a range this actor lost (why): sent as a StreamGap until acked
 
 
 class UplinkThread:
@@ -176,7 +112,7 @@ class UplinkThread:
             log.error("%s: uplink thread died: %s: %s", self.name, type(e).__name__, e)
 
 
-class Uplink:
+class Uplink(UnackedBatches):
     """The actor's side of acknowledged delivery (see the module's docstring): `put()` from the
     control loop, a thread that sends in order, journals, resends and drops what the learner acked."""
 
@@ -190,153 +126,28 @@ class Uplink:
         secure: Callable[[zmq.Socket], None] | None = None,
         encoder: FrozenEncoder | None = None,
     ) -> None:
-        self.actor_id = actor_id
-        self._encoder = encoder  # a frozen camera encoder: each batch's frames are embedded here (buffer/embeddings.py)
+        super().__init__(actor_id, config, encoder)  # the unacked batches, the journal and the lock
         self._secure = secure  # CURVE client keys (transport/curve.py), set before connecting
         self.address = address
-        self.config = config
         self._status = status
         self._ctx = ctx or zmq.Context.instance()
         self._inbox: deque[Message] = deque()
-        self._unacked: deque[_Entry] = deque()
         self._other: deque[Message] = deque()
         self._other_in: deque[Message] = deque(maxlen=config.max_other)  # from put(), for the thread
         self._cursor = 0  # entries before it were sent since the last (re)send started
-        self._ram = 0
-        self._acked = 0
         self._boot: str | None = None
         self._paused_since: float | None = None  # the learner's status says its ingest is paused (since)
         self._said_paused = False
         self._progress_t = time.monotonic()
-        self._to_journal: list[_Entry] = []
-        self._to_delete: list[int] = []
-        self._journal: Journal | None = None  # actor/journal.py: the LMDB of unacked batches
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by put() when it left work (the driving thread's, once started)
         self._detached = threading.Event()  # the driving thread has let go of this uplink (closed or died)
         self._driver: UplinkThread | None = None
-        # Guards the queues, counters and the socket (used by put() and the thread, one at a time;
-        # the lock is the memory barrier ZMQ asks for). put() only ever try-acquires it.
-        self._lock = threading.Lock()
         self._sock: zmq.Socket | None = None
         self.direct_sends = 0
-        self._unacked_count = 0
-        self._warned_ram = False
         self.resends = 0
-        self.spilled = 0
-        self.journal_errors = 0
-        self.gaps = 0  # ranges of this stream declared lost to the learner (damaged or missing journal entries)
         self.dropped_other = 0
         self.error: BaseException | None = None  # what killed the uplink thread
-
-    # --- journal ---------------------------------------------------------------------------------
-    def open(self) -> int:
-        """Open the journal (if configured) and queue what it holds. Returns the next seq to use."""
-        if self.config.journal_dir is None:
-            return 0
-        path = Path(self.config.journal_dir)
-        self._journal = Journal(path, self.actor_id)
-        held, damaged = self._journal.open()
-        next_seq = 0
-        for seq, count in held:
-            self._unacked.append(_Entry(seq, count, None, 0, journaled=True))
-            self._unacked_count += count
-            next_seq = max(next_seq, seq + count)
-        if damaged:
-            self._declare_gaps(damaged, path)
-        if self._unacked:
-            log.info(
-                "actor %d: journal holds %d unacked transitions (seq %d..%d); resending",
-                self.actor_id,
-                self.unacked,
-                self._unacked[0].seq,
-                next_seq - 1,
-            )
-        return next_seq
-
-    def _declare_gaps(self, damaged: list[int], path: Path) -> None:
-        """Damaged journal entries (their keys: the seqs they start at) become gaps the learner is
-        told of in the stream's order: from each to the next batch the journal still holds (a
-        damaged entry after the last one needs none: numbering goes on from there)."""
-        starts = sorted(e.seq for e in self._unacked)
-        gaps = []
-        for d in sorted(damaged):
-            after = [s for s in starts if s > d]
-            if after:  # (journaled: the damaged entry is deleted once the gap is acked)
-                gaps.append(_Entry(d, after[0] - d, None, 0, journaled=True, gap=f"damaged in journal {path}"))
-        for g in gaps:
-            self._unacked.append(g)
-            self._unacked_count += g.count
-        self._unacked = deque(sorted(self._unacked, key=lambda e: e.seq))
-        self.gaps += len(gaps)
-        log.error(
-            "actor %d: %d damaged batch(es) in journal %s skipped; %d range(s) declared lost to the learner (%s)",
-            self.actor_id,
-            len(damaged),
-            path,
-            len(gaps),
-            [(g.seq, g.count) for g in gaps][:8],
-        )
-
-    def _load(self, e: _Entry) -> TransitionBatch | None:
-        assert self._journal is not None
-        return self._journal.load(e.seq)
-
-    def _frames(self, e: _Entry) -> list:
-        if e.frames is None:
-            assert e.batch is not None
-            b = e.batch
-            if self._encoder is not None and self._has_images(b):
-                from robo_async.buffer.embeddings import embed_batch  # once, before the frames are encoded
-
-                b = embed_batch(b, self._encoder)[0]
-            if self.config.image_codec and self._has_images(b):
-                from robo_async.buffer.codec import encode_frames  # camera frames: encoded here, once
-
-                b = TransitionBatch(
-                    b.actor_id, b.seq, encode_frames(b.arrays, self.config.image_codec, self.config.jpeg_quality)
-                )
-            e.frames = encode(b)
-        return e.frames
-
-    def _commit_journal(self, locked: bool = False) -> None:
-        """Write queued batches to the journal and delete acked ones, in one transaction. The
-        write (and its fsync) runs without the lock unless the caller holds it (`locked`)."""
-        if self._journal is None:
-            return
-        if not locked:
-            self._lock.acquire()
-        try:
-            todo, dels = self._to_journal, self._to_delete
-            self._to_journal, self._to_delete = [], []
-            # usually encoded already (put() sent them); the frames are immutable from here on
-            writes = [(e.seq, self._frames(e)) for e in todo if e.batch is not None]
-        finally:
-            if not locked:
-                self._lock.release()
-        if not (todo or dels):
-            return
-        ok = True
-        try:
-            self._journal.write(writes, dels)
-        except lmdb.Error as err:
-            ok = False
-            self.journal_errors += 1
-            log.error("actor %d: journal write failed (%s); unacked data stays in RAM", self.actor_id, err)
-        if not locked:
-            self._lock.acquire()
-        try:
-            if not ok:  # try again at the next commit
-                self._to_journal[:0] = [e for e in todo if e.seq + e.count > self._acked]
-                self._to_delete[:0] = dels
-                return
-            for e in todo:
-                e.journaled = True
-                if e.seq + e.count <= self._acked:  # acked while it was being written
-                    self._to_delete.append(e.seq)
-        finally:
-            if not locked:
-                self._lock.release()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self, acked: int = 0, thread: UplinkThread | None = None) -> None:
@@ -392,10 +203,6 @@ class Uplink:
         finally:
             self._lock.release()
 
-    @staticmethod
-    def _has_images(batch: TransitionBatch) -> bool:
-        return any(is_image_column(a) for a in batch.arrays.values())
-
     def close(self, drain_s: float = 5.0) -> None:
         """Stop after everything is acked, the learner says it is stopping, or `drain_s` passes.
         Whatever is still unacked stays in the journal for the next start."""
@@ -430,27 +237,11 @@ class Uplink:
         """Transitions handed over and not yet acked, including those the thread has not seen."""
         return self._unacked_count + sum(m.count for m in list(self._inbox) if isinstance(m, TransitionBatch))
 
-    @property
-    def unacked(self) -> int:
-        """Transitions not yet acked (safe to read from any thread)."""
-        return self._unacked_count
-
-    def durable(self) -> int:
-        """Every seq below this is acked by the learner or written to the journal: safe should this
-        process die (what `actor.uplink=process` releases its shared-memory slots by)."""
-        with self._lock:
-            safe = self._acked
-            for e in self._unacked:
-                if not e.journaled:
-                    break
-                safe = max(safe, e.seq + e.count)
-            return safe
-
     # --- the thread --------------------------------------------------------------------------
     def _intake_one(self, msg: Message) -> None:
         if isinstance(msg, TransitionBatch):
             nbytes = sum(a.nbytes for a in msg.arrays.values())
-            e = _Entry(msg.seq, msg.count, msg, nbytes)
+            e = Entry(msg.seq, msg.count, msg, nbytes)
             self._unacked.append(e)
             self._unacked_count += msg.count
             self._ram += nbytes
@@ -586,33 +377,3 @@ class Uplink:
             self._other.popleft()
             sent = True
         return sent
-
-    def _spill(self) -> None:
-        """Past the RAM budget, keep only the journal's copy of the oldest unacked batches."""
-        if self._ram <= self.config.max_ram_mb * 2**20:
-            return
-        if self._journal is None:  # nowhere to spill: keep it (losing it is worse), say so once
-            if not self._warned_ram:
-                log.warning(
-                    "actor %d: %.0f MB unacked and no journal to spill to; holding it in RAM",
-                    self.actor_id,
-                    self._ram / 2**20,
-                )
-                self._warned_ram = True
-            return
-        victims = []
-        for e in self._unacked:
-            if self._ram <= self.config.max_ram_mb * 2**20 * 0.9:
-                break
-            if e.batch is not None:
-                victims.append(e)
-                if not e.journaled and e not in self._to_journal:
-                    self._to_journal.append(e)
-                self._ram -= e.nbytes
-        self._commit_journal(locked=True)  # rare (past the RAM budget): written under the lock
-        for e in victims:
-            if e.journaled:
-                e.batch = e.frames = None
-                self.spilled += 1
-            else:
-                self._ram += e.nbytes  # journal write failed: keep it in RAM

@@ -23,8 +23,8 @@ from hal.safety import SafeRobot
 from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig, TickInfo
-from robo_async.actor.uplink import UplinkConfig
+from robo_async.actor.loop_config import LoopConfig, TickInfo
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import record_expert
 from robo_async.learner.algorithms.bc.config import BCConfig

@@ -17,9 +17,9 @@ from rich.table import Table
 from hal.safety import SafeRobot
 from policies.scripted import HoldPolicy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.options import ActorOptions
-from robo_async.actor.uplink import UplinkConfig
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.bench import emit, register
 from robo_async.bench.ingest import IngestProcess
 from robo_async.commands.args import arg

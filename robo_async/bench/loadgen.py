@@ -23,7 +23,8 @@ import uuid
 import numpy as np
 
 from robo_async.actor.adder import Adder
-from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.actor.uplink import Uplink
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.store import ReplayError
 from robo_async.transport.channels import TransitionReceiver, WeightClient

@@ -22,7 +22,8 @@ from robo_async.bench.twin_operator import Buttons, ReachingHand
 if TYPE_CHECKING:
     from hal.spec import RobotSpec
     from policies.base import Policy
-    from robo_async.actor.loop import ControlLoop, LoopResult, TickInfo
+    from robo_async.actor.loop import ControlLoop
+    from robo_async.actor.loop_config import LoopResult, TickInfo
 
 TICK_RAD = 2 * math.pi / 4096  # one encoder tick of the STS3215, rad
 # the jump policy's two poses (rad): shoulder_pan, wrist_roll and gripper over their full range;
@@ -63,7 +64,8 @@ def run_loop(
     stop: threading.Event | None = None,
 ) -> tuple[LoopResult, ControlLoop]:
     """The control loop at the robot's rate in real time for `ticks` (episodes of `episode_ticks`)."""
-    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.actor.loop import ControlLoop
+    from robo_async.actor.loop_config import LoopConfig
 
     cfg = LoopConfig(episode_ticks=episode_ticks or ticks + 1, realtime=True, max_steps=ticks, eval_every=0)
     loop = ControlLoop(robot, policy, cfg, teleops=teleops, observer=observer)

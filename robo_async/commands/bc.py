@@ -110,7 +110,7 @@ def _clone(policy, name: str, demos: list, b: BCOptions, seed: int, progress: Pr
 def eval_mode(cfg, horizon: int) -> str:
     """The inference mode the cloned policy is evaluated in: `actor.inference`, `auto` deciding as
     for an evaluation in wall-clock real time (`choose_inference`: async_forward_rtc)."""
-    from robo_async.actor.inference import InferenceModeError, choose_inference
+    from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 
     try:
         return choose_inference(str(cfg.actor.inference), purpose="evaluate", horizon=horizon, realtime=True)
@@ -372,7 +372,8 @@ def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed
     """Success rate per task, the policy told that task's instruction (deterministic), through
     the one control loop (real time unless `inline`)."""
     from hal.safety import SafeRobot
-    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.actor.loop import ControlLoop
+    from robo_async.actor.loop_config import LoopConfig
     from sim import INSTRUCTIONS
 
     out = {}

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from robo_async.actor.adder import Adder
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.tools import IMPORT_ACTOR_BASE
 from robo_async.commands.args import arg, groups_help, help_text, parse_known, usage, wants_help

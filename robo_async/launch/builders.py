@@ -15,9 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from hal.spec import RobotSpec
 from robo_async.actor.actor import ActorConfig, lane_actor_id
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.options import InferenceMode
-from robo_async.actor.uplink import UplinkConfig
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.buffer.lmdb_store import StoreConfig
 from robo_async.buffer.sampler import check_mix
 from robo_async.launch.checks import (  # noqa: F401  (resolve_precision, resolve_inference: re-exported)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from robo_async.actor.inference import InferenceModeError, choose_inference
+from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 from robo_async.actor.options import InferenceMode, Replan, ReplanChoice
 from robo_async.launch.schema import ConfigError, checked
 from robo_async.launch.tasks import TaskArgs

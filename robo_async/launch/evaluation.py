@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_async.actor.inference import InferenceModeError, choose_inference
-from robo_async.actor.loop import ControlLoop, LoopConfig, TickInfo
+from robo_async.actor.inference_modes import InferenceModeError, choose_inference
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig, TickInfo
 from robo_async.launch.policy_args import make_actor_policy
 from robo_async.launch.sources import Compose, policy_source
 from robo_async.launch.tasks import make_safe_robot

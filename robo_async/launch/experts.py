@@ -13,7 +13,8 @@ import numpy as np
 from hal.safety import SafeRobot
 from policies.scripted import ScriptedPolicy
 from robo_async.actor.adder import Adder
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.buffer.tools import IMPORT_ACTOR_BASE
 from robo_async.launch.tasks import TaskArgs, make_robot

@@ -12,7 +12,7 @@ from hal.safety import SafeRobot
 from policies.delayed import DelayedPolicy
 from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.options import ActorOptions
 from robo_async.buffer.lmdb_store import PersistentReplayStore
 from sim import ReachTask, SimRobot

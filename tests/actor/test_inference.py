@@ -10,7 +10,9 @@ import torch
 
 from policies.base import ActionChunk, Policy
 from policies.flow import FlowChunkPolicy
-from robo_async.actor.inference import AsyncChunkRunner, ChunkSchedule, InferenceEngine, LatencyTracker, forward_state
+from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine, forward_state
+from robo_async.actor.latency import LatencyTracker
+from robo_async.actor.schedule import ChunkSchedule
 from sim import ReachTask
 
 SPEC = ReachTask().spec()
@@ -456,7 +458,7 @@ def test_rtc_with_a_latency_over_half_the_chunk_asks_about_the_forwarded_state()
     """A prefix of d actions leaves H - d new ones per d ticks of waiting; with fewer than d
     (latency over half the chunk: RTC's bound d <= H - d) the robot would hold between chunks,
     so the rtc runner asks about the tick after the committed actions, as async_forward does."""
-    from robo_async.actor.inference import TickLatency
+    from robo_async.actor.latency import TickLatency
 
     policy = Scripted(horizon=4)
     engine = InferenceEngine(policy, A, 4)
@@ -481,7 +483,7 @@ def test_rtc_with_a_latency_over_half_the_chunk_asks_about_the_forwarded_state()
 
 
 def test_tick_latency_leaves_out_lost_requests():
-    from robo_async.actor.inference import TickLatency
+    from robo_async.actor.latency import TickLatency
 
     lat = TickLatency()
     for _ in range(40):
@@ -495,7 +497,7 @@ def test_tick_latency_leaves_out_lost_requests():
 
 
 def test_choose_inference_is_the_one_rule_for_auto_and_inline():
-    from robo_async.actor.inference import InferenceModeError, choose_inference
+    from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 
     def pick(requested, purpose, **kw):
         return choose_inference(requested, purpose=purpose, **kw)
@@ -556,7 +558,7 @@ def test_a_new_episode_asks_at_once_while_the_last_episodes_inference_runs():
 
 def test_the_window_percentile_is_numpys_linear_percentile():
     """The trackers' percentile (pure Python, on every remote request) equals numpy's default."""
-    from robo_async.actor.inference import percentile
+    from robo_async.actor.latency import percentile
 
     rng = np.random.default_rng(3)
     for n in (1, 2, 3, 7, 50):

@@ -9,7 +9,9 @@ import torch
 from hal.safety import SafeRobot
 from policies.base import ActionChunk, Policy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
+from robo_async.actor.records import EpisodeLog
 from robo_async.transport.wire import LearnerStatus
 from sim import ReachTask, SimRobot
 
@@ -128,7 +130,8 @@ def test_inline_executes_each_chunk_whole_and_starts_a_new_one_each_episode():
 
 
 def test_jsrl_guide_acts_first_in_training_episodes_and_hands_over_earlier_as_success_comes():
-    from robo_async.actor.loop import GuideConfig, TickInfo
+    from robo_async.actor.guide import GuideConfig
+    from robo_async.actor.loop_config import TickInfo
     from robo_async.launch.builders import TaskArgs, make_safe_robot
 
     class Const(Policy):

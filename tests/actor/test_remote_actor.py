@@ -9,9 +9,9 @@ import time
 from hal.safety import SafeRobot
 from policies.flow import FlowChunkPolicy
 from robo_async.actor.actor import Actor, ActorConfig
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.remote import RemotePolicy
-from robo_async.actor.uplink import UplinkConfig
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.algorithms.sac import SACConfig
 from robo_async.learner.config import LearnerConfig

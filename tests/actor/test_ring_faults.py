@@ -18,7 +18,7 @@ import zmq
 
 from robo_async.actor import ring as ring_module
 from robo_async.actor.ring import SharedMemoryFull, SlotRing
-from robo_async.actor.uplink import UplinkConfig
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.transport.wire import Heartbeat, TransitionBatch, decode, encode
 
 

@@ -9,7 +9,8 @@ from hal.teleop import Teleop, TeleopEvent, TeleopEventKind
 from hardware.lerobot_teleop import LeRobotTeleop, make_lerobot_teleop_device
 from policies.scripted import ScriptedPolicy
 from robo_async.actor.adder import Adder
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.takeover import TeleopMismatch, check_teleops
 from robo_async.buffer.lmdb_store import PersistentReplayStore, StoreConfig
 from robo_async.launch.experts import StoreOutlet

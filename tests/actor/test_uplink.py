@@ -5,7 +5,8 @@ import time
 import numpy as np
 import pytest
 
-from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.actor.uplink import Uplink
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.buffer.codec import Column, decode_frames
 from robo_async.transport.channels import TransitionReceiver
 from robo_async.transport.publisher import WeightPublisher
@@ -243,7 +244,8 @@ def test_numpy_scalars_in_summaries_are_sent_and_a_dead_uplink_thread_is_raised(
     for any reason must stop the control loop's next put(), not go silent."""
     import zmq
 
-    from robo_async.actor.uplink import Uplink, UplinkConfig, UplinkError
+    from robo_async.actor.uplink import Uplink, UplinkError
+    from robo_async.actor.uplink_config import UplinkConfig
     from robo_async.transport.wire import ActorStats, EpisodeStats, Heartbeat, decode
 
     ctx = zmq.Context.instance()

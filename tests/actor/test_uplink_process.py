@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from robo_async.actor.ring import HEADER, RingError, SlotRing
-from robo_async.actor.uplink import Uplink, UplinkConfig
+from robo_async.actor.uplink import Uplink
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.bench.ingest import IngestProcess
 from robo_async.transport.wire import encode
 
@@ -56,7 +57,7 @@ def _actor(data, weights, journal, steps, start_seq=0, commit_ms=100.0):
     from hal.safety import SafeRobot
     from policies.scripted import HoldPolicy
     from robo_async.actor.actor import Actor, ActorConfig
-    from robo_async.actor.loop import LoopConfig
+    from robo_async.actor.loop_config import LoopConfig
     from robo_async.actor.options import ActorOptions
     from robo_async.launch.builders import TaskArgs, make_robot
 

@@ -12,7 +12,9 @@ from hal.safety import SafeRobot
 from policies.base import ActionChunk, ChunkRequest, Policy
 from policies.mlp import MLPPolicy
 from robo_async.actor.actor import Actor, ActorConfig, lane_actor_id
-from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
+from robo_async.actor.records import EpisodeLog
 from robo_async.transport.curve import LANE_STRIDE, owns
 from sim import ReachTask, SimRobot
 

@@ -11,7 +11,9 @@ import pytest
 from hal.ee_teleop import EndEffectorDevice, EndEffectorTeleop
 from hal.safety import SafeRobot
 from policies.scripted import HoldPolicy
-from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
+from robo_async.actor.records import EpisodeLog
 from robo_async.launch.tasks import TaskArgs, make_robot, make_teleops
 
 

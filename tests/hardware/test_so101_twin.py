@@ -397,7 +397,8 @@ def test_a_camera_that_stops_delivering_ends_the_episode_and_the_next_waits_for_
     frames stop, the episode ends there (truncated, named in the log) with the last frames kept,
     and the next episode starts once the camera delivers again."""
     from policies.scripted import HoldPolicy
-    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.actor.loop import ControlLoop
+    from robo_async.actor.loop_config import LoopConfig
     from tests.hardware.conftest import RunningTwin
 
     t = RunningTwin(tmp_path / "twin", camera=True)

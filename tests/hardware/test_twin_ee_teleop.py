@@ -11,7 +11,9 @@ import pytest
 
 from hardware.lerobot_adapter import ArmKinematics
 from policies.scripted import HoldPolicy
-from robo_async.actor.loop import ControlLoop, EpisodeLog, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
+from robo_async.actor.records import EpisodeLog
 from robo_async.launch.tasks import REAL_ARM_SAFETY, make_safe_robot, make_teleops, task_args
 from tests.hal.test_ee_teleop import Listener
 from tests.hal.test_gamepad import INTERVENE, Pad, pygame

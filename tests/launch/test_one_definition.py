@@ -13,9 +13,9 @@ from omegaconf import OmegaConf
 
 from robo_async.actor.actor import ActorConfig
 from robo_async.actor.guide import GuideConfig
-from robo_async.actor.loop import LoopConfig
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.options import ActorOptions, InferenceChoice, InferenceMode, Replan, ReplanChoice
-from robo_async.actor.uplink import UplinkConfig
+from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.config import UserError, compose_config, load_config
 from robo_async.launch.builders import build_plan
 from robo_async.launch.schema import BufferConfig, ConfigError, TrainConfig

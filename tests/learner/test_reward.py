@@ -10,7 +10,8 @@ import torch
 
 from hal.safety import SafeRobot
 from policies.reward import META, WEIGHTS, ClassifierReward, RewardError, SuccessClassifier
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.commands.reward import train_classifier
 from robo_async.launch.builders import TaskArgs
 from robo_async.launch.experts import expert_policy, record_demos

@@ -90,7 +90,8 @@ def test_gsde_noise_is_held_for_sde_every_ticks_and_has_sacs_marginal():
 
 
 def test_gsde_commands_are_smoother_than_white_noise_on_the_sim():
-    from robo_async.actor.loop import ControlLoop, LoopConfig
+    from robo_async.actor.loop import ControlLoop
+    from robo_async.actor.loop_config import LoopConfig
     from robo_async.launch.builders import TaskArgs, make_safe_robot
 
     jerk = {}

@@ -12,7 +12,8 @@ from hal.safety import SafeRobot
 from policies.base import ChunkRequest
 from policies.lerobot_build import LeRobotPolicyUnavailable, build_lerobot_policy, load_lerobot_policy
 from policies.tiny_backbone import BackboneFilesMissing, check_backbone_dir, instruction_tokenizer, make_tiny_smolvlm
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from sim import INSTRUCTIONS, ReachConfig, ReachTask, SimRobot
 
 pytest.importorskip("transformers")

@@ -16,7 +16,8 @@ from hal.safety import SafeRobot
 from policies.base import ActionChunk, Policy
 from policies.flow import FlowChunkPolicy
 from robo_async.actor.inference import InferenceEngine
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.actor.remote import RemotePolicy, RemotePolicyError, ServerUnavailable
 from robo_async.bench.netem import NetemProxy
 from robo_async.serve import PolicyServer, ServeConfig

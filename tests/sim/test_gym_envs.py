@@ -9,7 +9,8 @@ import pytest
 from hal.conformance import check_robot
 from hal.robot import RobotError
 from hal.safety import SafeRobot
-from robo_async.actor.loop import ControlLoop, LoopConfig
+from robo_async.actor.loop import ControlLoop
+from robo_async.actor.loop_config import LoopConfig
 from robo_async.launch.experts import EpisodeCollector, expert_policy
 from robo_async.launch.tasks import TaskArgs, make_robot
 from sim import GymConfig, GymRobot

@@ -1,0 +1,79 @@
+"""Which inference mode a run uses: the one vocabulary of modes (`INFERENCE_MODES`: each mode's
+schedule merge and whether it forwards the state, or `inline`), the replanning rules (`REPLAN`), and
+the one rule for `actor.inference=auto` and for refusing a mode a run cannot use
+(`choose_inference`, `InferenceModeError`). The engine that runs a mode is `actor/inference.py`.
+"""
+
+from __future__ import annotations
+
+from robo_async.actor.options import InferenceMode, Replan
+
+REPLAN = tuple(Replan)  # when (and about which tick) the next chunk is asked for (`options.Replan`)
+# The one vocabulary of inference modes (`actor.inference`): mode -> (schedule merge mode, forward
+# the state), or None for `inline`: the policy runs on the control thread, a chunk at a time, each
+# executed whole before the next is asked for (zero-latency sync), a sim-only speed mode (as-fast-as-possible
+# simulators, where a tick has no wall-clock meaning).
+INFERENCE_MODES: dict[InferenceMode, tuple[str, bool] | None] = {
+    InferenceMode.inline: None,
+    InferenceMode.sync: ("sync", False),
+    InferenceMode.async_naive: ("drop_stale", False),
+    InferenceMode.async_forward: ("drop_stale", True),
+    InferenceMode.async_forward_blend: ("blend", True),
+    InferenceMode.async_forward_rtc: ("rtc", True),
+}
+PURPOSES = ("train", "evaluate")  # what the acting is for: what `auto` picks (see choose_inference)
+
+
+class InferenceModeError(ValueError):
+    """An inference mode this run cannot use; one line naming it and what to use instead."""
+
+
+def choose_inference(
+    requested: str | None,
+    *,
+    purpose: str,
+    horizon: int = 1,
+    robot: str | None = None,
+    realtime: bool = False,
+    server: str | None = None,
+) -> InferenceMode:
+    """The one decision of `actor.inference` (train, eval, bc, the benchmarks' callers).
+
+    `requested`: `auto` (or None) or one of INFERENCE_MODES; `robot`: the real robot's type (None:
+    a simulator); `realtime`: the loop keeps wall-clock time on a simulator (a real-time sim, or
+    `robo-async bc` showing its chunk policy as it would run); `server`: the policy server's
+    address (`actor.inference_server`), if the policy runs there; `horizon`: actions per chunk.
+
+    The rule:
+    - a named mode is used as asked, except `inline`, which runs the policy on the control thread
+      (a sim-only speed mode: the loop waits on every inference): refused on a real robot and with
+      a server (the loop would wait on the network);
+    - `auto` on an as-fast-as-possible simulator (no robot, not real time, no server): `inline` for
+      training (any policy: acting is a data source there) and for evaluating a one-step policy
+      (horizon 1); evaluating a chunk policy: `async_forward_rtc` (it is judged as it will run);
+    - `auto` anywhere else (a real robot, real time, a server): inference beside the loop,
+      `async_forward` for training, `async_forward_rtc` (real-time chunking) for evaluation.
+
+    Returns the resolved mode (`auto` decided). Raises InferenceModeError (a ValueError) for an
+    unknown mode or a refused `inline`."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose '{purpose}' unknown; one of {PURPOSES}")
+    mode = "auto" if requested is None else requested
+    if mode != "auto" and mode not in INFERENCE_MODES:
+        raise InferenceModeError(f"actor.inference '{mode}' unknown; use auto or one of {list(INFERENCE_MODES)}")
+    if mode == "auto":
+        as_fast_sim = robot is None and not realtime and not server
+        if purpose == "train":
+            return InferenceMode.inline if as_fast_sim else InferenceMode.async_forward
+        return InferenceMode.inline if as_fast_sim and horizon == 1 else InferenceMode.async_forward_rtc
+    if mode == "inline" and server:
+        raise InferenceModeError(
+            f"actor.inference=inline would wait on the network on the control thread; with "
+            f"actor.inference_server={server} use an asynchronous mode (auto, async_forward, ...)"
+        )
+    if mode == "inline" and robot is not None:
+        raise InferenceModeError(
+            f"actor.inference=inline runs the policy on the control thread, a sim-only speed "
+            f"mode; robot {robot} needs an asynchronous mode (auto, async_forward, ...)"
+        )
+    return InferenceMode(mode)
