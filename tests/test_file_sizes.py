@@ -25,7 +25,6 @@ ALLOWED: dict[str, str] = {
     "robo_async/actor/uplink_process.py": TODO,
     "robo_async/commands/bc.py": TODO,
     "robo_async/launch/schema.py": TODO,
-    "robo_async/serve/server.py": TODO,
 }
 
 
