@@ -24,7 +24,6 @@ ALLOWED: dict[str, str] = {
     "robo_async/actor/uplink.py": TODO,
     "robo_async/actor/uplink_process.py": TODO,
     "robo_async/commands/bc.py": TODO,
-    "robo_async/launch/schema.py": TODO,
 }
 
 
