@@ -23,7 +23,6 @@ ALLOWED: dict[str, str] = {
     "robo_async/actor/loop.py": TODO,
     "robo_async/actor/uplink.py": TODO,
     "robo_async/actor/uplink_process.py": TODO,
-    "robo_async/commands/bc.py": TODO,
 }
 
 
