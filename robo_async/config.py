@@ -90,7 +90,8 @@ def _hydra_value(v: object) -> str:
 def load_config(overrides: list[str], base: Path | None = None) -> TrainConfig:
     """The run config from `overrides`, checked and typed (`robo_async.launch.schema.TrainConfig`);
     a wrong type or unknown key is one UserError line."""
-    from robo_async.launch.schema import ConfigError, typed_config
+    from robo_async.launch.mirrors import ConfigError
+    from robo_async.launch.schema import typed_config
 
     cfg = compose_config(overrides, base)
     try:
@@ -126,7 +127,7 @@ def _composition(e: ConfigCompositionException) -> str:
             f"unknown config key '{key}'; see `robo-async train --cfg` for the keys, or add a new one with +{key}=..."
         )
     if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):  # as typed_config says it
-        from robo_async.launch.schema import choice_line
+        from robo_async.launch.mirrors import choice_line
 
         line = choice_line(cause, str(cause.full_key))
         return f"bad config: {line or f'{cause.full_key}: {cause.value!r} is not valid ({str(cause).splitlines()[0]})'}"

@@ -281,6 +281,7 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
     each labelled with its task's instruction, one language-conditioned policy trained on all of
     them, then evaluated per instruction (`eval_episodes` each, in `actor.inference` mode, real
     time unless inline)."""
+    from robo_async.launch.evaluation import evaluate_per_instruction
     from sim import INSTRUCTIONS
 
     b = bc_options(pol_cfg["bc"])
@@ -368,38 +369,4 @@ def bc_multitask(cfg, pol_cfg: dict) -> int:
     return 0
 
 
-def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed: int = 10_000) -> dict[str, float]:
-    """Success rate per task, the policy told that task's instruction (deterministic), through
-    the one control loop (real time unless `inline`)."""
-    from hal.safety import SafeRobot
-    from robo_async.actor.loop import ControlLoop
-    from robo_async.actor.loop_config import LoopConfig
-    from sim import INSTRUCTIONS
-
-    out = {}
-    for name, t in targs.items():
-        policy.instruction = INSTRUCTIONS[name]
-        robot = SafeRobot(make_robot(t))
-        robot.connect()
-        try:
-            loop = ControlLoop(
-                robot,
-                policy,
-                LoopConfig(
-                    episode_ticks=t.episode_ticks(),
-                    realtime=mode != "inline",
-                    seed=seed,
-                    eval_every=1,
-                    max_episodes=episodes,
-                    inference=mode,
-                    explore_until_weights=False,
-                ),
-            )
-            res = loop.run()
-        finally:
-            robot.close()
-        out[INSTRUCTIONS[name]] = float(np.mean([e.success for e in res.episodes])) if res.episodes else 0.0
-    return out
-
-
-__all__ = ["bc", "bc_multitask", "episodes_from_store", "evaluate_chunk_policy", "evaluate_per_instruction"]
+__all__ = ["bc", "bc_multitask", "episodes_from_store", "evaluate_chunk_policy"]

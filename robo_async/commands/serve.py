@@ -17,9 +17,10 @@ from omegaconf import OmegaConf
 
 from robo_async.commands.args import hydra_help, wants_help
 from robo_async.config import UserError, compose_config
-from robo_async.launch.schema import ConfigError, checked
+from robo_async.launch.mirrors import ConfigError, checked
+from robo_async.serve.config import ServeConfig
 from robo_async.serve.options import ServeOptions
-from robo_async.serve.server import PolicyServer, ServeConfig
+from robo_async.serve.server import PolicyServer
 from robo_async.transport.options import TransportOptions
 
 USAGE = (

@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
     from robo_async.buffer import tools
     from robo_async.buffer.lmdb_store import StoreError
     from robo_async.launch.builders import task_args
-    from robo_async.launch.schema import ConfigError, as_dict
+    from robo_async.launch.mirrors import ConfigError, as_dict
 
     if wants_help(argv):
         print(help_text(TeleopArgs, "teleop", __doc__, extra=groups_help(), tail=TAIL))

@@ -16,8 +16,9 @@ from robo_async.commands.args import hydra_help, wants_help
 from robo_async.config import UserError, compose_config
 from robo_async.launch.builders import ConfigError, build_plan, new_run_dir
 from robo_async.launch.local import RunFailed, RunResult, launch_local
+from robo_async.launch.mirrors import as_dict
 from robo_async.launch.progress import ProgressDisplay
-from robo_async.launch.schema import TrainConfig, as_dict, typed_config
+from robo_async.launch.schema import TrainConfig, typed_config
 from robo_async.launch.tasks import import_target
 from robo_async.learner import checkpoint
 from robo_async.learner.metrics import plot_learning_curve

@@ -32,6 +32,7 @@ from robo_async.launch.checks import (  # noqa: F401  (resolve_precision, resolv
     resolve_replan,
     transport_keys,
 )
+from robo_async.launch.mirrors import ConfigError, as_dict, checked
 from robo_async.launch.plan import TrainPlan
 from robo_async.launch.policy_args import (  # noqa: F401
     PolicyArgs,
@@ -43,11 +44,8 @@ from robo_async.launch.policy_args import (  # noqa: F401
 )
 from robo_async.launch.schema import (  # noqa: F401
     BufferConfig,
-    ConfigError,
     TrainConfig,
-    as_dict,
     check_algo,
-    checked,
     typed_config,
 )
 from robo_async.launch.tasks import (  # noqa: F401

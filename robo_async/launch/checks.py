@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 from robo_async.actor.options import InferenceMode, Replan, ReplanChoice
-from robo_async.launch.schema import ConfigError, checked
+from robo_async.launch.mirrors import ConfigError, checked
 from robo_async.launch.tasks import TaskArgs
 from robo_async.learner import config as learner_config
 from robo_async.learner.algorithms import PolicySpec

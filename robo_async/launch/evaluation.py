@@ -1,7 +1,8 @@
 """A trained policy on the robot it was trained for, through the one control loop, in any
 inference mode, scored over deterministic episodes; optionally an MP4 (H.264, plays in browsers)
 of the first episode. The body of `robo-async eval` (robo_async/commands/eval.py), and the evaluation
-that ends `robo-async train` and `robo-async bc`."""
+that ends `robo-async train` and `robo-async bc`; for a language-conditioned policy trained on several
+tasks, its success per task's instruction (`evaluate_per_instruction`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from hal.safety import SafeRobot
 from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 from robo_async.actor.loop import ControlLoop
 from robo_async.actor.loop_config import LoopConfig, TickInfo
 from robo_async.launch.policy_args import make_actor_policy
 from robo_async.launch.sources import Compose, policy_source
-from robo_async.launch.tasks import make_safe_robot
+from robo_async.launch.tasks import make_robot, make_safe_robot
+from sim import INSTRUCTIONS
 
 
 class CheckpointMismatch(ValueError):
@@ -125,6 +128,35 @@ def evaluate(
         st.get("infer_p50_ms"),
         st.get("infer_p95_ms"),
     )
+
+
+def evaluate_per_instruction(policy, targs: dict, episodes: int, mode: str, seed: int = 10_000) -> dict[str, float]:
+    """Success rate per task, the policy told that task's instruction (deterministic), through
+    the one control loop (real time unless `inline`): `robo-async bc policy=tiny_vla`'s evaluation."""
+    out = {}
+    for name, t in targs.items():
+        policy.instruction = INSTRUCTIONS[name]
+        robot = SafeRobot(make_robot(t))
+        robot.connect()
+        try:
+            loop = ControlLoop(
+                robot,
+                policy,
+                LoopConfig(
+                    episode_ticks=t.episode_ticks(),
+                    realtime=mode != "inline",
+                    seed=seed,
+                    eval_every=1,
+                    max_episodes=episodes,
+                    inference=mode,
+                    explore_until_weights=False,
+                ),
+            )
+            res = loop.run()
+        finally:
+            robot.close()
+        out[INSTRUCTIONS[name]] = float(np.mean([e.success for e in res.episodes])) if res.episodes else 0.0
+    return out
 
 
 def write_mp4(path: Path, frames: list[np.ndarray], fps: float) -> str:

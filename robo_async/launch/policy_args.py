@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hal.spec import RobotSpec
 from policies.base import Policy, make_policy
-from robo_async.launch.schema import ConfigError
+from robo_async.launch.mirrors import ConfigError
 from robo_async.launch.tasks import obs_dims, task_args, task_spec
 
 _POLICY_KEYS = ("name", "obs_keys", "hidden", "action_mode", "delta_scale", "obs_scale")

@@ -12,8 +12,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from robo_async.launch.builders import algo_of
+from robo_async.launch.mirrors import ConfigError
 from robo_async.launch.policy_args import PolicyArgs, acting_args
-from robo_async.launch.schema import ConfigError
 from robo_async.launch.tasks import TaskArgs, task_args
 from robo_async.learner import checkpoint
 

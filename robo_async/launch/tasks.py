@@ -11,7 +11,8 @@ from hal.robot import Robot
 from hal.safety import SafeRobot
 from hal.spec import RobotSpec
 from hal.workspace import WorkspaceBox
-from robo_async.launch.schema import ConfigError, check_task
+from robo_async.launch.mirrors import ConfigError
+from robo_async.launch.schema import check_task
 from sim import TASKS, SimImperfections, SimRobot
 
 

@@ -3,7 +3,8 @@
     server = PolicyServer(policy, spec, ServeConfig("tcp://0.0.0.0:5560", weights_address=...))
     server.serve(stop)            # or server.start() on a thread
 
-Actors send `InferRequest`s (wire.py: the observation, the forwarded state, the delay in ticks and
+How it listens, batches and follows the learner is its `ServeConfig` (config.py). Actors send
+`InferRequest`s (wire.py: the observation, the forwarded state, the delay in ticks and
 the RTC prefix) and get `ChunkReply`s (the actions, the policy version that computed them). The
 loop takes every request that has arrived and, while an actor heard from in the last second has
 not asked yet, waits for more (up to `max_batch`) at most `batch_window_ms` or half a forward
@@ -25,7 +26,6 @@ import dataclasses
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import zmq
@@ -33,9 +33,8 @@ import zmq
 from hal.spec import RobotSpec
 from policies.base import ChunkRequest, Policy, WeightsMismatch, check_architecture
 from robo_async.buffer.codec import Column, CorruptRecord, decode_frames
-from robo_async.serve.options import ServeOptions
+from robo_async.serve.config import ServeConfig
 from robo_async.transport.channels import WeightClient, bind
-from robo_async.transport.options import TransportOptions
 from robo_async.transport.robot_spec import spec_difference, spec_json
 from robo_async.transport.wire import (
     MAX_FRAMES,
@@ -61,42 +60,6 @@ def _decoded(msg: InferRequest) -> InferRequest:
     for k, f in frames.items():
         obs[k] = decode_frames(f, Column(f"obs/{k}", "uint8", tuple(f.shape[1:])))[0]
     return dataclasses.replace(msg, obs=obs)
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """How a `PolicyServer` listens, batches and follows the learner (`robo-async serve`'s
-    `serve.*` and `transport.*` keys). A field named as a `serve.*` or `transport.*` key takes its
-    default from `ServeOptions` or `TransportOptions` (the one definition); `from_options` makes it
-    from them."""
-
-    address: str = "tcp://127.0.0.1:5560"  # serve.port on transport.host
-    weights_address: str | None = None  # the learner's weight publisher (serve.weights): new weights are hot-swapped
-    keys_dir: str | None = None  # CURVE: the learner's pair serves, only listed actor keys connect
-    key_id: int = ServeOptions.key_id  # with keys: the actor key the server subscribes to the learner's weights with
-    max_batch: int = ServeOptions.max_batch  # requests per forward pass
-    # after the first request, wait this long for others to batch with it
-    batch_window_ms: float = ServeOptions.batch_window_ms
-    # larger requests are refused by ZMQ (the sender is disconnected)
-    max_message_mb: float = TransportOptions.max_message_mb
-    policy_name: str = ""  # what hellos are checked against ("" accepts any)
-
-    @classmethod
-    def from_options(
-        cls, options: ServeOptions, transport: TransportOptions, *, keys_dir: str | None, policy_name: str
-    ) -> ServeConfig:
-        """The server of `serve:` on `transport.host`, its CURVE keys (checked by the caller) and the
-        policy it serves."""
-        return cls(
-            f"tcp://{transport.host}:{options.port}",
-            weights_address=options.weights or None,
-            keys_dir=keys_dir,
-            key_id=options.key_id,
-            max_batch=options.max_batch,
-            batch_window_ms=options.batch_window_ms,
-            max_message_mb=transport.max_message_mb,
-            policy_name=policy_name,
-        )
 
 
 class PolicyServer:

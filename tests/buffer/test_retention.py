@@ -133,7 +133,7 @@ def test_retention_is_set_from_the_command_line(tmp_path):
     # a limit below one row is named when the run is planned, before any process starts
     import pytest
 
-    from robo_async.launch.schema import ConfigError
+    from robo_async.launch.mirrors import ConfigError
 
     with pytest.raises(ConfigError, match=r"buffer.max_rows \{'online': 0, .*limits at least 1"):
         build_plan(compose_config(["buffer.max_rows.online=0", "eval_episodes=0"]), tmp_path / "run0")

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 from robo_async.cli import main
 from robo_async.config import compose_config, load_config
 from robo_async.launch.builders import build_plan, check_advertise
+from robo_async.launch.mirrors import ConfigError
 from robo_async.launch.runner import Exit, Ready
-from robo_async.launch.schema import ConfigError
 from robo_async.launch.supervisor import Supervisor, actor_addresses
 from robo_async.transport.options import TransportOptions
 from tests.launch.test_supervisor import Display, Runner, clock, finish, plan_for  # noqa: F401 (clock: the fixture)

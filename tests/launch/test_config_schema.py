@@ -13,12 +13,8 @@ from robo_async.actor.options import ActorOptions
 from robo_async.cli import main
 from robo_async.config import CONFIG_DIR, UserError, compose_config, load_config
 from robo_async.launch.builders import build_plan
-from robo_async.launch.schema import (
-    ConfigError,
-    TrainConfig,
-    as_dict,
-    group_schemas,
-)
+from robo_async.launch.mirrors import ConfigError, as_dict
+from robo_async.launch.schema import TrainConfig, group_schemas
 
 DEVICE_GROUPS = ("robot", "teleop")  # LeRobot device configs, checked by LeRobot
 

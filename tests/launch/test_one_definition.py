@@ -18,11 +18,12 @@ from robo_async.actor.options import ActorOptions, InferenceChoice, InferenceMod
 from robo_async.actor.uplink_config import UplinkConfig
 from robo_async.config import UserError, compose_config, load_config
 from robo_async.launch.builders import build_plan
-from robo_async.launch.schema import BufferConfig, ConfigError, TrainConfig
+from robo_async.launch.mirrors import ConfigError
+from robo_async.launch.schema import BufferConfig, TrainConfig
 from robo_async.learner.config import LearnerConfig
 from robo_async.learner.options import BudgetOptions, LearnerOptions, Precision, PrecisionChoice
+from robo_async.serve.config import ServeConfig
 from robo_async.serve.options import ServeOptions
-from robo_async.serve.server import ServeConfig
 from robo_async.transport.options import TransportOptions
 
 SECTIONS: dict[str, type] = {  # the options sections, as the user writes them

@@ -23,16 +23,11 @@ from robo_async.learner.options import LearnerOptions
 from robo_async.learner.replicas import (
     Rendezvous,
     ReplicaGroup,
-    ShardError,
     build_learner_algorithm,
-    decode_header,
-    encode_header,
     join_primary,
-    layout_of,
-    pack,
     run_replica,
-    unpack,
 )
+from robo_async.learner.shards import ShardError, decode_header, encode_header, layout_of, pack, unpack
 
 B, K, WORLD = 16, 5, 2  # rows per rank, updates, ranks
 LOW, HIGH = (-1.9, -1.7, -1.6, -1.6, -2.7, -0.2), (1.9, 1.7, 1.6, 1.6, 2.8, 1.7)

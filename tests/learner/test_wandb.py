@@ -75,7 +75,7 @@ def test_a_bad_wandb_mode_or_a_missing_wandb_is_refused_at_plan_time(tmp_path, m
 
     from robo_async.config import compose_config
     from robo_async.launch.builders import build_plan
-    from robo_async.launch.schema import ConfigError
+    from robo_async.launch.mirrors import ConfigError
 
     with pytest.raises(ConfigError, match="learner.wandb.mode"):
         build_plan(compose_config(["learner.wandb.project=arm", "learner.wandb.mode=cloud"]), tmp_path / "a")
