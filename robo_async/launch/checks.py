@@ -118,14 +118,10 @@ def check_advertise(advertise: tuple[str, ...] | list[str] | None) -> tuple[str,
 
 
 def check_wandb(w: WandbOptions) -> None:
-    """`learner.wandb`: a known mode, and wandb installed when a project turns it on (else the
-    learner would fail at its start, again at each restart)."""
+    """`learner.wandb`: wandb installed when a project turns it on (else the learner would fail at
+    its start, again at each restart). The mode is checked where it is defined (WandbMode)."""
     import importlib.util
 
-    from robo_async.learner.metrics import WandbSink
-
-    if w.mode not in WandbSink.MODES:
-        raise ConfigError(f"learner.wandb.mode must be one of {list(WandbSink.MODES)}, not {w.mode!r}")
     if w.project and w.mode != "disabled" and importlib.util.find_spec("wandb") is None:
         raise ConfigError(
             "learner.wandb.project is set but wandb is not installed: "

@@ -7,7 +7,10 @@ import math
 import os
 import threading
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+
+from robo_async.transport.options import as_choices
 
 LEARNING_CURVE = "learning_curve.png"
 
@@ -136,6 +139,14 @@ class MetricsLogger:
             self._wandb.close()
 
 
+class WandbMode(StrEnum):
+    """`learner.wandb.mode`: where W&B writes."""
+
+    online = "online"
+    offline = "offline"  # no network needed: `wandb sync <run dir>/wandb/offline-run-*` uploads later
+    disabled = "disabled"
+
+
 @dataclass(frozen=True)
 class WandbOptions:
     """Weights & Biases beside TensorBoard (`learner.wandb.*`): the same namespaced keys, stepped by
@@ -144,7 +155,10 @@ class WandbOptions:
 
     project: str | None = None  # the W&B project; null: no W&B
     entity: str | None = None  # the team or user (null: your default)
-    mode: str = "online"  # online | offline (no network needed) | disabled
+    mode: WandbMode = WandbMode.online  # online | offline (no network needed) | disabled
+
+    def __post_init__(self) -> None:
+        as_choices(self, "learner.wandb")
 
 
 class WandbSink:
@@ -152,13 +166,9 @@ class WandbSink:
     a restarted learner) goes on logging into the same W&B run. Its files go under
     `<run_dir>/wandb/`."""
 
-    MODES = ("online", "offline", "disabled")
-
     def __init__(self, run_dir: Path, options: WandbOptions) -> None:
         import hashlib
 
-        if options.mode not in self.MODES:
-            raise ValueError(f"learner.wandb.mode must be one of {list(self.MODES)}, not {options.mode!r}")
         try:
             import wandb
         except ImportError:
@@ -175,7 +185,7 @@ class WandbSink:
         self.run = wandb.init(
             project=options.project,
             entity=options.entity,
-            mode=options.mode,
+            mode=str(options.mode),
             dir=str(run_dir),
             name=run_dir.name,
             id=run_id,
