@@ -1,4 +1,4 @@
-"""MLP networks: a tanh-squashed Gaussian actor and twin Q critics (for SAC), on state vectors
+"""MLP networks: a tanh-squashed Gaussian actor (for SAC; its critics: policies.critics), on state vectors
 and, with `cameras`, on camera frames through a small conv encoder (pixel SAC, DrQ-style)."""
 
 from __future__ import annotations
@@ -62,20 +62,6 @@ class GaussianActor(nn.Module):
         if deterministic:
             return torch.tanh(self(obs)[0])
         return self.sample(obs)[0]
-
-
-class TwinCritic(nn.Module):
-    """Two independent Q(obs, normalised action) heads."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int]) -> None:
-        super().__init__()
-        self.q1 = mlp([obs_dim + act_dim, *hidden, 1])
-        self.q2 = mlp([obs_dim + act_dim, *hidden, 1])
-
-    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(obs [B, O], normalized action [B, A]) -> (Q1, Q2), [B] each."""
-        x = torch.cat([obs, act], dim=-1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 
 def flatten_obs(

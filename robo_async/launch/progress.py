@@ -19,6 +19,7 @@ def _fmt(p: dict[str, float]) -> dict[str, str]:
         "steps/s 10s|60s": f"{p.get('time/env_steps_per_s_10s', 0):.0f}|{p.get('time/env_steps_per_s_60s', 0):.0f}",
         "updates": f"{int(p.get('time/updates', 0)):,}",
         "updates/s 10s|60s": f"{p.get('time/updates_per_s_10s', 0):.0f}|{p.get('time/updates_per_s_60s', 0):.0f}",
+        "UTD 60s|cap": f"{p.get('time/utd_60s', 0):.2g}|{p.get('time/utd_cap', 0):.3g}",
         "episodes": f"{int(p.get('time/episodes', 0))}",
         "success": "-" if sr is None else f"{sr:.0%}",
         "policy v": f"{int(p.get('charts/policy_version', 0))}",

@@ -9,6 +9,7 @@ state. Metadata (strings): `meta` JSON with counters, config, spec signature and
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,8 @@ from safetensors.torch import save as st_save
 from robo_async.learner.algorithms.base import Algorithm
 
 NAME = re.compile(r"ckpt_(\d{9})\.safetensors$")
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(RuntimeError):
@@ -122,4 +125,10 @@ def restore(algo: Algorithm, tensors: dict[str, torch.Tensor], metadata: dict[st
             if k.startswith(prefix):
                 idx, key = k[len(prefix) :].split("/", 1)
                 state.setdefault(int(idx), {})[key] = v
-        opt.load_state_dict({"state": state, "param_groups": json.loads(metadata[f"{name}/param_groups"])})
+        groups = json.loads(metadata[f"{name}/param_groups"])
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in opt.param_groups]:
+            # e.g. SAC's twin critics (12 tensors) saved before the critic ensemble (6): the weights
+            # were converted (policies.critics.load_twin_heads), Adam's moments cannot be
+            log.warning("checkpoint: %s was saved for another layout of its parameters; it starts afresh", name)
+            continue
+        opt.load_state_dict({"state": state, "param_groups": groups})

@@ -12,6 +12,11 @@ import numpy as np
 from robo_async.learner.figures import actor_figures, operator_figures
 
 
+def utd(updates_per_s: float, env_steps_per_s: float) -> float:
+    """Updates per env step from the two rates over one window (0 while no env step came)."""
+    return updates_per_s / env_steps_per_s if env_steps_per_s > 0 else 0.0
+
+
 class LearnerReporting:
     """The reporting half of `Learner` (see the module's docstring); reads the attributes the
     learner sets (counters, deques of recent episodes, the store, the sockets, heartbeats)."""
@@ -21,13 +26,18 @@ class LearnerReporting:
         rates, versions, the store, transport, the actors' figures from their latest heartbeats,
         and the latest update's losses."""
         stats = [h.stats for h in self.heartbeats.values()]
+        rates = self.rates.rates(time.monotonic(), {"env_steps": self.env_steps, "updates": self.updates})
         out = {
             "time/elapsed_s": time.monotonic() - self._t0,
             "time/env_steps": self.env_steps,
             "time/updates": self.updates,
             "time/episodes": self.episodes,
             "supervisor/learner_restarts": self.config.restarted,
-            **self.rates.rates(time.monotonic(), {"env_steps": self.env_steps, "updates": self.updates}),
+            **rates,
+            # the update-to-data ratio reached: what a real-time robot's learner managed, under its cap (algo.utd_ratio)
+            "time/utd_10s": utd(rates["time/updates_per_s_10s"], rates["time/env_steps_per_s_10s"]),
+            "time/utd_60s": utd(rates["time/updates_per_s_60s"], rates["time/env_steps_per_s_60s"]),
+            "time/utd_cap": self.limiter.updates_per_insert if self.config.algo_config.limit_to_data else 0.0,
             "charts/policy_version": self.version,
             "charts/version_lag": float(np.mean(self.lags)) if self.lags else 0.0,
             "charts/version_lag_p95": float(np.percentile(self.lags, 95)) if self.lags else 0.0,

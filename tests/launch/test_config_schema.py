@@ -23,6 +23,12 @@ def _yaml_files() -> list[Path]:
     return sorted(p for p in CONFIG_DIR.rglob("*.yaml") if p.relative_to(CONFIG_DIR).parts[0] not in DEVICE_GROUPS)
 
 
+def _is_preset(path: Path) -> bool:
+    """A preset (`algo=rlpd`): a group file that selects another choice's schema and sets keys of it
+    (and of other sections) to values of its own, in the global package."""
+    return path.read_text().startswith("# @package _global_")
+
+
 def _default_of(path: Path) -> dict:
     """The dataclass defaults a YAML file's keys must equal."""
     rel = path.relative_to(CONFIG_DIR)
@@ -48,15 +54,31 @@ def _differences(stated: object, default: object, key: str) -> list[str]:
 def test_yaml_states_no_default_of_its_own(path):
     stated = yaml.safe_load(path.read_text()) or {}
     stated.pop("defaults", None)
+    if _is_preset(path):  # its keys are the dataclasses' (at the top level), its values its own
+        group = path.relative_to(CONFIG_DIR).parts[0]
+        stated[group].pop("name")
+        diffs = _differences(stated, as_dict(TrainConfig()) | {group: _preset_base(path)}, "")
+        assert diffs and all("YAML says" in d for d in diffs), diffs
+        return
     stated.pop("name", None)  # the selection's name (e.g. launcher=serial is LauncherConfig named serial)
     assert _differences(stated, _default_of(path), "") == []
+
+
+def _preset_base(path: Path) -> dict:
+    group = path.relative_to(CONFIG_DIR).parts[0]
+    base = yaml.safe_load(path.read_text())[group]["name"]
+    return as_dict(group_schemas()[group][base]())
 
 
 def test_each_group_yaml_selects_its_schema_and_every_schema_has_a_yaml():
     schemas = group_schemas()
     for group, choices in schemas.items():
-        files = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")}
+        files = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if not _is_preset(p)}
         assert files == set(choices), group
+        for preset in [p for p in (CONFIG_DIR / group).glob("*.yaml") if _is_preset(p)]:
+            text = yaml.safe_load(preset.read_text())
+            assert text["defaults"][0] == f"/schema/{group}/{text[group]['name']}@{group}", preset
+            assert text[group]["name"] in choices, preset
         for choice in choices:
             defaults = yaml.safe_load((CONFIG_DIR / group / f"{choice}.yaml").read_text())["defaults"]
             assert defaults[0] == f"/schema/{group}/{choice}@_here_", (group, choice)

@@ -1,4 +1,5 @@
-"""Soft Actor-Critic: twin critics, target critics, learned temperature (Haarnoja et al. 2018).
+"""Soft Actor-Critic: twin critics, target critics, learned temperature (Haarnoja et al. 2018);
+with `algo.critics`/`critic_subset`/`critic_layer_norm` (`algo=rlpd`), RLPD's critic ensemble.
 
 Actions inside the algorithm are normalised to [-1, 1]; the policy (`policies.mlp.MLPPolicy`)
 maps them to joint targets. Stored actions are joint targets as executed, mapped back here.
@@ -18,9 +19,22 @@ import torch
 from torch import nn
 
 from policies.augment import random_shift
-from policies.mlp import TwinCritic, flatten_obs
+from policies.critics import CriticEnsemble, load_twin_heads, subset_min
+from policies.mlp import flatten_obs
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
+
+
+class Critics(CriticEnsemble):
+    """SAC's critics: Q(obs features, normalised action) for every member, [n, B]. Checkpoints of
+    the twin critics (`q1`, `q2`) load into two members."""
+
+    def __init__(self, obs_dim: int, act_dim: int, c: SACConfig) -> None:
+        super().__init__(obs_dim + act_dim, c.hidden, c.critics, c.critic_layer_norm)
+        self._register_load_state_dict_pre_hook(lambda state, prefix, *_: load_twin_heads(state, prefix))
+
+    def q(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        return self(torch.cat([obs, act], dim=-1))
 
 
 class Temperature(nn.Module):
@@ -43,7 +57,7 @@ class SAC(Algorithm):
         self.policy = mlp_policy(policy, "sac")
         self.actor = self.policy.net
         act_dim = len(policy.action_low)
-        self.critic = TwinCritic(self.policy.feature_dim, act_dim, c.hidden)
+        self.critic = Critics(self.policy.feature_dim, act_dim, c)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.encoder = self.policy.encoder  # None without cameras; else shared by critic and actor
         self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False) if self.encoder is not None else None
@@ -122,18 +136,20 @@ class SAC(Algorithm):
 
         with torch.no_grad():
             next_act, next_logp = self.actor.sample(next_obs)
-            q1_t, q2_t = self.critic_target(next_t, next_act)
-            v_next = torch.min(q1_t, q2_t) - alpha * next_logp
+            q_next = subset_min(self.critic_target.q(next_t, next_act), c.critic_subset, self._gen)
+            v_next = q_next - alpha * next_logp
             target = reward + c.gamma * (1.0 - terminated) * v_next
-        q1, q2 = self.critic(obs, act)
-        critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        qs = self.critic.q(obs, act)  # [n, B]
+        critic_loss = ((qs - target) ** 2).mean(1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
 
         new_act, logp = self.actor.sample(a_obs)
-        q1_pi, q2_pi = self.critic(a_obs, new_act)
-        actor_loss = (alpha * logp - torch.min(q1_pi, q2_pi)).mean()
+        qs_pi = self.critic.q(a_obs, new_act)
+        # SAC: the min of the twin critics; an ensemble whose target draws a subset: the mean (REDQ, RLPD)
+        q_pi = qs_pi.min(0).values if c.critic_subset >= c.critics else qs_pi.mean(0)
+        actor_loss = (alpha * logp - q_pi).mean()
         dagger = torch.zeros(())
         if operated is not None and bool(operated.any()):
             mean = torch.tanh(self.actor(a_obs[operated])[0])
@@ -151,8 +167,8 @@ class SAC(Algorithm):
         soft_update(self.critic, self.critic_target, c.tau)
 
         return {
-            "losses/qf_loss": critic_loss.item() / 2,
-            "losses/qf1_values": q1.mean().item(),
+            "losses/qf_loss": critic_loss.item() / c.critics,
+            "losses/qf1_values": qs[0].mean().item(),
             "losses/actor_loss": actor_loss.item(),
             "losses/alpha_loss": alpha_loss.item(),
             "losses/alpha": alpha.item(),
