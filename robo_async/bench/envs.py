@@ -18,7 +18,7 @@ from pathlib import Path
 
 from robo_async.bench import emit, register, show
 from robo_async.bench.learn_reach import actor_vs_raw
-from robo_async.bench.row_figures import REACH_KEYS, control_hz, curve, reach_figures, read_final
+from robo_async.bench.row_figures import REACH_KEYS, control_hz, curve, reach_figures, read_final, utd_reached
 from robo_async.bench.rows import BC_EVAL, _cli
 from robo_async.bench.seeds import cell, merge, of
 from robo_async.commands.args import arg
@@ -37,6 +37,14 @@ class EnvRow:
     episode: int = 100  # ticks per episode for the rate rounds
     bc_extra: tuple[str, ...] = ()  # more `robo-async bc` overrides
     train_extra: tuple[str, ...] = ()  # more `robo-async train` overrides
+    # dsrl: a flow policy cloned from the demonstrations, steered by DSRL; sac or rlpd (algo=rlpd):
+    # policy=mlp from scratch, the demonstrations in its replay (no BC start)
+    recipe: str = "dsrl"
+    demos: str = ""  # the demonstrations' directory name (rows of one task setting share them); "": the row's
+
+
+FIXED_CUBE = "task.kwargs=[[random_block_position,false],[reset_delay_seconds,0.0]]"  # gym_hil's default cube
+REALTIME = "task.realtime=true"  # the actor at the task's rate (10 Hz): the learner does what it can meanwhile
 
 
 ROWS = {
@@ -55,6 +63,26 @@ ROWS = {
             bc_extra=("policy.bc.batch=64",),
             train_extra=("buffer.cache_mb=3000",),
         ),
+        # per robot-minute (issue 39): the cube where gym_hil puts it by default, the actor real-time paced
+        EnvRow(
+            "gym_hil-fixed-rlpd",
+            "gym_hil",
+            (FIXED_CUBE, REALTIME),
+            "gym_hil_fixed_seconds_to_80",
+            recipe="rlpd",
+            demos="gym_hil-fixed",
+            # on a 2-core CPU compute caps the UTD of a real-time run: two LayerNorm critics update in 29 ms,
+            # ten in 109 ms (1 thread), so about 3.5 against 0.9 updates per env step at 10 Hz
+            train_extra=("algo.critics=2",),
+        ),
+        EnvRow(
+            "gym_hil-fixed-sac",
+            "gym_hil",
+            (FIXED_CUBE, REALTIME),
+            "gym_hil_fixed_sac_seconds_to_80",
+            recipe="sac",
+            demos="gym_hil-fixed",
+        ),
     )
 }
 
@@ -63,7 +91,8 @@ def rates(row: EnvRow, steps: int, rounds: int) -> dict[str, object]:
     from robo_async.config import compose_config
     from robo_async.launch.builders import task_args
 
-    targs = task_args(compose_config([f"task={row.task}", *row.keys]).task)
+    keys = [k for k in row.keys if k != REALTIME]  # the rates compare as-fast-as-possible stepping
+    targs = task_args(compose_config([f"task={row.task}", *keys]).task)
     return actor_vs_raw(steps, rounds, targs, row.episode)
 
 
@@ -94,15 +123,20 @@ def bc_prior(row: EnvRow, demos: Path, root: Path) -> tuple[Path, float | None]:
 def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, object]:
     """`buffer demos` (20 expert episodes), BC (both once per row), then `train` (DSRL, `seed`)
     with them imported, from state."""
-    demos = root / f"demos-{row.name}"
-    if not (demos / "data.mdb").exists():
+    demos = root / f"demos-{row.demos or row.name}"
+    if not (demos / "data.mdb").exists():  # recorded as fast as the simulator goes
+        keys = [k for k in row.keys if k != REALTIME]
         _cli(
-            ["buffer", "demos", f"task={row.task}", *row.keys, f"out={demos}", f"episodes={DEMOS}"],
+            ["buffer", "demos", f"task={row.task}", *keys, f"out={demos}", f"episodes={DEMOS}"],
             900,
-            root / f"demos-{row.name}.log",
+            root / f"demos-{row.demos or row.name}.log",
         )
     t_bc = time.monotonic()
-    bc_dir, bc_success = bc_prior(row, demos, root)
+    if row.recipe == "dsrl":
+        bc_dir, bc_success = bc_prior(row, demos, root)
+        start = ["policy=flow", f"policy.path={bc_dir}", "algo=dsrl"]
+    else:  # RL from scratch with the demonstrations in the replay: no BC start
+        bc_success, start = None, ["policy=mlp", f"algo={row.recipe}"]
     bc_wall = round(time.monotonic() - t_bc, 1)  # cloning and its 20 real-time evaluation episodes
     run_dir = root / f"{row.name}-s{seed}"
     if run_dir.exists():
@@ -113,9 +147,7 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
             "train",
             f"task={row.task}",
             *row.keys,
-            "policy=flow",
-            f"policy.path={bc_dir}",
-            "algo=dsrl",
+            *start,
             f"buffer.imports=[{{path: {demos}, table: demos}}]",
             *row.train_extra,
             f"seed={seed}",
@@ -138,6 +170,7 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
         "bc_wall_s": bc_wall,
         "env_steps": env_steps,
         "robot_minutes": round(env_steps / hz / 60, 2),
+        "utd_reached": utd_reached(run_dir) if (run_dir / "metrics.jsonl").exists() else None,
         "wall_s": round(time.monotonic() - t0, 1),
         "returncode": res.returncode,
         "run_dir": str(run_dir),
@@ -145,7 +178,7 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
     }
 
 
-VALUES = ("final_success", "bc_start_success", "env_steps", "robot_minutes", "wall_s")
+VALUES = ("final_success", "bc_start_success", "env_steps", "robot_minutes", "wall_s", "utd_reached")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +238,7 @@ def bench_envs(args: EnvsKeys) -> int:
         "s to 90%",
         "final",
         "BC start",
+        "UTD reached",
     )
     cells = []
     for n, f in out.items():
@@ -222,6 +256,7 @@ def bench_envs(args: EnvsKeys) -> int:
                 reach_cell(f, "seconds_to_90") if learned else "-",
                 cell(of(f, "final_success", reach=False), "{:.0%}", reach=False) if learned else "-",
                 cell(of(f, "bc_start_success", reach=False), "{:.0%}", reach=False) if learned else "-",
+                cell(of(f, "utd_reached", reach=False), "{:.2g}", reach=False) if learned else "-",
             )
         )
     show(

@@ -77,6 +77,18 @@ def control_hz(task: str, keys: Sequence[str] = ()) -> float:
         robot.close()
 
 
+def utd_reached(run_dir: Path) -> float | None:
+    """Learner updates per env step over the whole run (its last metrics line): what a real-time
+    paced run's learner managed under its cap."""
+    from robo_async.learner.metrics import read_metrics
+
+    last = None
+    for r in read_metrics(run_dir):
+        if "time/updates" in r and r.get("time/env_steps"):
+            last = r
+    return None if last is None else round(last["time/updates"] / last["time/env_steps"], 2)
+
+
 def robot_minutes(env_steps: float | None, hz: float) -> float | None:
     """`env_steps` as minutes of a robot at `hz` (None stays None)."""
     return None if env_steps is None else round(env_steps / hz / 60, 2)
