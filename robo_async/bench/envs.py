@@ -120,6 +120,16 @@ def bc_prior(row: EnvRow, demos: Path, root: Path) -> tuple[Path, float | None]:
         return out, None
 
 
+def starting_point(row: EnvRow, demos: Path, root: Path) -> tuple[float | None, list[str]]:
+    """The BC start's success (None: none) and the train overrides of the row's recipe: dsrl steers
+    the flow policy cloned from the demonstrations; sac and rlpd learn policy=mlp from scratch with
+    the demonstrations in the replay."""
+    if row.recipe == "dsrl":
+        bc_dir, bc_success = bc_prior(row, demos, root)
+        return bc_success, ["policy=flow", f"policy.path={bc_dir}", "algo=dsrl"]
+    return None, ["policy=mlp", f"algo={row.recipe}"]
+
+
 def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, object]:
     """`buffer demos` (20 expert episodes), BC (both once per row), then `train` (DSRL, `seed`)
     with them imported, from state."""
@@ -132,11 +142,7 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
             root / f"demos-{row.demos or row.name}.log",
         )
     t_bc = time.monotonic()
-    if row.recipe == "dsrl":
-        bc_dir, bc_success = bc_prior(row, demos, root)
-        start = ["policy=flow", f"policy.path={bc_dir}", "algo=dsrl"]
-    else:  # RL from scratch with the demonstrations in the replay: no BC start
-        bc_success, start = None, ["policy=mlp", f"algo={row.recipe}"]
+    bc_success, start = starting_point(row, demos, root)
     bc_wall = round(time.monotonic() - t_bc, 1)  # cloning and its 20 real-time evaluation episodes
     run_dir = root / f"{row.name}-s{seed}"
     if run_dir.exists():

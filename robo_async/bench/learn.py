@@ -42,6 +42,9 @@ ROWS = {
         Row("pick_lift-dsrl", "pick_lift", "state", "dsrl"),
         Row("pick_lift-filtered", "pick_lift", "state", "filtered"),
         Row("pick_lift-qc-realtime", "pick_lift", "state", "qc", 0.0, True),
+        # per robot-minute (issue 39): SAC and RLPD (two LayerNorm critics: on 2 cores compute caps the UTD) at 30 Hz
+        Row("pick_lift-sac-realtime", "pick_lift", "state", "sac", 0.0, True),
+        Row("pick_lift-rlpd-realtime", "pick_lift", "state", "rlpd", 0.0, True, extra=("algo.critics=2",)),
         Row("pick_lift-qc-200ms", "pick_lift", "state", "qc", 200.0),
         # the latency pair with DSRL (faster than QC from state), from [state, cube_pos] (ABS_KEYS)
         Row("pick_lift-dsrl-realtime", "pick_lift", "state", "dsrl", 0.0, True, absolute=True),
@@ -190,6 +193,7 @@ def report(rows: list[dict]) -> None:
         "final",
         "BC start",
         "updates/s",
+        "UTD reached",
         "env steps",
         "train jerk",
     )
@@ -204,6 +208,7 @@ def report(rows: list[dict]) -> None:
             cell(of(r, "final_success", reach=False), "{:.0%}", reach=False),
             cell(of(r, "bc_start_success", reach=False), "{:.0%}", reach=False),
             cell(of(r, "updates_per_s", reach=False), "{:.1f}", reach=False),
+            cell(of(r, "utd_reached", reach=False), "{:.2g}", reach=False),
             cell(of(r, "env_steps", reach=False), "{:.0f}", reach=False),
             cell(of(r, "train_jerk", reach=False), "{:.0f}", reach=False),
         )

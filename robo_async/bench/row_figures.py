@@ -29,6 +29,7 @@ VALUE_KEYS = (
     "robot_minutes",
     "updates_per_s",
     "updates_per_s_training",
+    "utd_reached",
     "train_jerk",
     "mean_completion_ticks",
     "wall_s",

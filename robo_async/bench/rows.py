@@ -64,8 +64,9 @@ class Row:
         o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
         if self.obs == "pixels":
             o += ["task.cameras=[front,wrist]", "task.image_size=64", "buffer.cache_mb=3000"]
-        if self.algo == "sac":  # a peer env's observation keys and scales are its task's defaults
-            o += ["policy=mlp", *(() if peer(self.task) else (f"policy.obs_keys={STATE_KEYS}", *SCALE)), "algo=sac"]
+        if self.algo in ONE_STEP:  # a peer env's observation keys and scales are its task's defaults
+            keys = () if peer(self.task) else (f"policy.obs_keys={STATE_KEYS}", *SCALE)
+            o += ["policy=mlp", *keys, f"algo={self.algo}"]
         else:
             keys = "[state]" if self.obs == "pixels" else ABS_KEYS if self.absolute else STATE_KEYS
             o += [
@@ -91,6 +92,9 @@ class Row:
     def seeded(self, seed: int) -> Row:
         """The same row for one seed (`seed=` of the train run): named `<name>-s<seed>`."""
         return dataclasses.replace(self, name=f"{self.name}-s{seed}", extra=(*self.extra, f"seed={seed}"))
+
+
+ONE_STEP = ("sac", "rlpd")  # algorithms (and presets) of the one-step policy=mlp, learned from scratch
 
 
 def _cli(args: list[str], timeout: float, log: Path) -> subprocess.CompletedProcess:
@@ -219,7 +223,7 @@ def run_row(row: Row, root: Path, budget_s: float) -> dict[str, object]:
     record_demos(row.task, row.obs, demos, root / f"demos-{row.task}-{row.obs}.log")
     bc_dir, bc_success = (
         (None, None)
-        if row.algo == "sac"
+        if row.algo in ONE_STEP
         else bc_start(row.task, row.obs, demos, root, root / f"bc-{row.task}-{row.obs}.log", absolute=row.absolute)
     )
     run_dir = root / row.name
@@ -277,6 +281,7 @@ def summarize(
         "updates": int(updates),
         "updates_per_s": round(updates / elapsed, 2),
         "updates_per_s_training": training_rate,
+        "utd_reached": round(updates / last["time/env_steps"], 2) if last.get("time/env_steps") else None,
         "wall_s": round(wall, 1),
         "returncode": returncode,
         # commanded-action jerk of the last 20 training episodes per actor (mean abs d3a/dt3, rad/s^3)

@@ -1,0 +1,40 @@
+"""The per-robot-minute rows (issue 39): what `bench envs` and `bench learn` run for SAC and RLPD,
+and the UTD a run reached, read from its metrics."""
+
+import json
+from pathlib import Path
+
+from robo_async.bench.envs import FIXED_CUBE, REALTIME, ROWS, starting_point
+from robo_async.bench.learn import ROWS as LEARN_ROWS
+from robo_async.bench.row_figures import utd_reached
+from robo_async.config import compose_config
+
+
+def test_the_fixed_cube_rows_learn_from_scratch_real_time_with_the_demos_shared(tmp_path):
+    rlpd, sac = ROWS["gym_hil-fixed-rlpd"], ROWS["gym_hil-fixed-sac"]
+    assert rlpd.demos == sac.demos  # one set of demonstrations for both
+    assert REALTIME in rlpd.keys and FIXED_CUBE in rlpd.keys
+    bc, start = starting_point(rlpd, tmp_path / "demos", tmp_path)
+    assert bc is None and start == ["policy=mlp", "algo=rlpd"]  # no BC prior was cloned
+    assert not list(tmp_path.iterdir())
+    cfg = compose_config(["task=gym_hil", *rlpd.keys, *start, *rlpd.train_extra])
+    assert ["random_block_position", False] in [list(kv) for kv in cfg.task.kwargs]
+    assert cfg.task.realtime and cfg.algo.critic_layer_norm and cfg.algo.critics == 2
+
+
+def test_the_learn_rows_of_one_step_presets_pass_the_preset(tmp_path):
+    o = LEARN_ROWS["pick_lift-rlpd-realtime"].overrides(tmp_path / "d", None)
+    assert "algo=rlpd" in o and "policy=mlp" in o and "policy=flow" not in o
+    assert "task.realtime=true" in o
+    cfg = compose_config(o)
+    assert cfg.algo.name == "sac" and cfg.algo.critic_layer_norm and cfg.buffer.mix["demos"] == cfg.buffer.mix["online"]
+
+
+def test_utd_reached_is_updates_per_env_step_at_the_end(tmp_path: Path):
+    rows = [
+        {"time/env_steps": 0, "time/updates": 0},
+        {"time/env_steps": 100, "time/updates": 50},
+        {"time/env_steps": 400, "time/updates": 1000},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert utd_reached(tmp_path) == 2.5
