@@ -73,11 +73,11 @@ def test_the_learner_section_carries_wandb_to_the_learner(tmp_path):
 def test_a_bad_wandb_mode_or_a_missing_wandb_is_refused_at_plan_time(tmp_path, monkeypatch):
     import importlib.util
 
-    from robo_async.config import compose_config
+    from robo_async.config import UserError, compose_config
     from robo_async.launch.builders import build_plan
     from robo_async.launch.mirrors import ConfigError
 
-    with pytest.raises(ConfigError, match="learner.wandb.mode"):
+    with pytest.raises(UserError, match="learner.wandb.mode"):  # refused when composing (WandbMode), before the plan
         build_plan(compose_config(["learner.wandb.project=arm", "learner.wandb.mode=cloud"]), tmp_path / "a")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
