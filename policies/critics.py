@@ -92,10 +92,19 @@ def subset_min(qs: torch.Tensor, subset: int, generator: torch.Generator | None 
     return qs[idx.to(qs.device)].min(0).values
 
 
-def load_twin_heads(state: dict[str, torch.Tensor], prefix: str, heads: tuple[str, str] = ("q1", "q2")) -> None:
+def policy_value(qs: torch.Tensor, subset: int) -> torch.Tensor:
+    """What the actor maximises, from an ensemble's Q values [n, B]: the min over all members
+    (SAC's clipped double Q) when every member is in the target, else their mean (REDQ, RLPD)."""
+    return qs.min(0).values if subset >= qs.shape[0] else qs.mean(0)
+
+
+def load_twin_heads(
+    state: dict[str, torch.Tensor], prefix: str, heads: tuple[str, str] = ("q1", "q2"), into: str = ""
+) -> None:
     """Rewrite, in place, a state dict of twin `nn.Sequential` heads (`<prefix>q1.<i>.weight` [out,
-    in], ...) into a two-member `CriticEnsemble`'s (`<prefix>net.<i>.weight` [2, in, out], ...), so
-    checkpoints written before the ensemble still load. A state dict without them is left alone."""
+    in], ...) into a two-member `CriticEnsemble`'s at `<prefix><into>` (`net.<i>.weight` [2, in,
+    out], ...), so checkpoints written before the ensemble still load. A state dict without them
+    is left alone."""
     first = f"{prefix}{heads[0]}."
     if not any(k.startswith(first) for k in state):
         return
@@ -104,6 +113,6 @@ def load_twin_heads(state: dict[str, torch.Tensor], prefix: str, heads: tuple[st
         a, b = state.pop(key), state.pop(f"{prefix}{heads[1]}.{rest}")
         layer, name = rest.rsplit(".", 1)
         if a.dim() == 2:  # a Linear's weight: [out, in] -> [in, out]
-            state[f"{prefix}net.{rest}"] = torch.stack([a.T, b.T])
+            state[f"{prefix}{into}net.{rest}"] = torch.stack([a.T, b.T])
         else:  # a Linear's or a LayerNorm's bias or scale: [out] -> [1, out]
-            state[f"{prefix}net.{layer}.{name}"] = torch.stack([a, b]).unsqueeze(1)
+            state[f"{prefix}{into}net.{layer}.{name}"] = torch.stack([a, b]).unsqueeze(1)

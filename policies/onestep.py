@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from policies.base import ActionChunk, ChunkRequest, Policy, register
+from policies.critics import CriticEnsemble, load_twin_heads
 from policies.embedding import FrozenEncoder
 from policies.flow import FlowChunkPolicy
 from policies.networks import ChunkNorm, ImageEncoder
@@ -89,7 +90,8 @@ class ChunkActor(nn.Module):
 
 
 class ChunkCritic(nn.Module):
-    """Twin Q(s, a_{t:t+H}) over a normalized chunk: [B] x 2."""
+    """Q(s, a_{t:t+H}) over a normalized chunk for each of `critics` members (policies.critics;
+    LayerNorm, SiLU): [critics, B]. Checkpoints of the twin heads (`q1`, `q2`) load into two."""
 
     def __init__(
         self,
@@ -99,11 +101,13 @@ class ChunkCritic(nn.Module):
         hidden: tuple[int, ...],
         cameras: int = 0,
         image_size: int = 64,
+        critics: int = 2,
     ) -> None:
         super().__init__()
         self.encoder = Encoder(cond_dim, cameras, image_size)
-        dims = [self.encoder.out + horizon * action_dim, *hidden]
-        self.q1, self.q2 = mlp(dims, 1, layer_norm=True), mlp(dims, 1, layer_norm=True)
+        in_dim = self.encoder.out + horizon * action_dim
+        self.heads = CriticEnsemble(in_dim, hidden, critics, layer_norm=True, activation="silu")
+        self._register_load_state_dict_pre_hook(lambda state, prefix, *_: load_twin_heads(state, prefix, into="heads."))
 
     def forward(
         self,
@@ -111,11 +115,10 @@ class ChunkCritic(nn.Module):
         chunk: torch.Tensor,
         images: torch.Tensor | None = None,
         features: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cond, chunk [B, H, A]) -> (Q1, Q2), [B] each; `features` skip encoding again."""
+    ) -> torch.Tensor:
+        """(cond, chunk [B, H, A]) -> Q [critics, B]; `features` skip encoding again."""
         f = self.encoder(cond, images) if features is None else features
-        h = torch.cat([f, chunk.reshape(len(chunk), -1)], dim=-1)
-        return self.q1(h).squeeze(-1), self.q2(h).squeeze(-1)
+        return self.heads(torch.cat([f, chunk.reshape(len(chunk), -1)], dim=-1))
 
 
 @register("flow_onestep")
@@ -130,6 +133,7 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         best_of_n: int = 1,
         critic_hidden: tuple[int, ...] = (256, 256),
         actor_hidden: tuple[int, ...] | None = None,
+        critics: int = 2,
         **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -145,7 +149,7 @@ class OneStepChunkPolicy(FlowChunkPolicy):
         cams = len(self.cameras)
         self.actor = ChunkActor(cond, self.horizon, len(self.low), hidden, cams, self.image_size)
         self.critic = (
-            ChunkCritic(cond, self.horizon, len(self.low), tuple(critic_hidden), cams, self.image_size)
+            ChunkCritic(cond, self.horizon, len(self.low), tuple(critic_hidden), cams, self.image_size, critics)
             if self.best_of_n > 1
             else None
         )
@@ -196,7 +200,7 @@ class OneStepChunkPolicy(FlowChunkPolicy):
                 z[::n] = 0  # the mode is always among the candidates
             chunks = self.actor(cond, z, features=fr, delay=None if delay is None else delay.repeat_interleave(n, 0))
             cf = self.critic.encoder(cond, images).repeat_interleave(n, 0)
-            q = torch.min(*self.critic(cond, chunks, features=cf)).reshape(b, n)
+            q = self.critic(cond, chunks, features=cf).min(0).values.reshape(b, n)
             best = q.argmax(1)
             return chunks.reshape(b, n, *shape[1:])[torch.arange(b, device=cond.device), best]
 

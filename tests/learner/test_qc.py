@@ -32,20 +32,19 @@ def policy(n: int) -> OneStepChunkPolicy:
 
 
 class ChunkSum(nn.Module):
-    """A critic head whose Q is the sum of the chunk's entries (the last H*A inputs)."""
+    """Critic heads (two members) whose Q is the sum of the chunk's entries (the last H*A inputs): [2, B]."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h[:, -self.width :].sum(-1, keepdim=True)
+        return h[:, -self.width :].sum(-1).unsqueeze(0).expand(2, -1)
 
 
 def test_best_of_n_executes_the_highest_q_candidate():
     p = policy(16)
-    p.critic.q1 = ChunkSum(4 * 3)
-    p.critic.q2 = ChunkSum(4 * 3)
+    p.critic.heads = ChunkSum(4 * 3)
     seen = []
     forward = p.actor.forward
 
@@ -61,7 +60,7 @@ def test_best_of_n_executes_the_highest_q_candidate():
     q = cands.sum((2, 3))
     assert not torch.allclose(q.max(1).values, q.min(1).values)  # the candidates differ
     torch.testing.assert_close(best, cands[torch.arange(5), q.argmax(1)])
-    p.critic.q1 = p.critic.q2 = _Neg(ChunkSum(12))  # the negated critic picks the lowest instead
+    p.critic.heads = _Neg(ChunkSum(12))  # the negated critic picks the lowest instead
     worst = p.act(cond)
     cands = seen[-1].reshape(5, 16, 4, 3)
     torch.testing.assert_close(worst, cands[torch.arange(5), cands.sum((2, 3)).argmin(1)])
@@ -381,7 +380,9 @@ def test_the_learner_updates_in_the_precision_it_was_given(tmp_path, precision):
         )
     )
     seen = []
-    first = next(m for m in learner.algorithm.critic.modules() if isinstance(m, torch.nn.Linear))
+    from policies.critics import EnsembleLinear
+
+    first = next(m for m in learner.algorithm.critic.modules() if isinstance(m, EnsembleLinear))
     first.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     batch = window_batch(16, 4, 3, ())
     learner.sampler.get = lambda timeout=0.0: batch

@@ -129,3 +129,43 @@ def test_bad_ensemble_sizes_are_named():
         SACConfig(critics=0)
     with pytest.raises(ValueError, match="activation"):
         CriticEnsemble(3, (4,), activation="tanh")
+
+
+def test_a_twin_chunk_critic_checkpoint_loads_into_the_chunk_ensemble():
+    from policies.onestep import ChunkCritic, mlp
+
+    torch.manual_seed(0)
+    old = nn.Module()  # the twin heads' layout before the ensemble: Linear, LayerNorm, SiLU ..., Linear
+    old.q1, old.q2 = mlp([3 + 4 * 2, 16, 16], 1, layer_norm=True), mlp([3 + 4 * 2, 16, 16], 1, layer_norm=True)
+    critic = ChunkCritic(3, 4, 2, (16, 16))
+    critic.load_state_dict(
+        {**{k: v for k, v in critic.state_dict().items() if k.startswith("encoder")}, **old.state_dict()}
+    )
+    cond, chunk = torch.randn(5, 3), torch.randn(5, 4, 2)
+    x = torch.cat([cond, chunk.reshape(5, -1)], -1)
+    qs = critic(cond, chunk)
+    torch.testing.assert_close(qs[0], old.q1(x).squeeze(-1))
+    torch.testing.assert_close(qs[1], old.q2(x).squeeze(-1))
+
+
+@pytest.mark.parametrize("critics,subset", [(2, 2), (5, 2)])
+def test_qc_with_a_critic_ensemble_updates_every_member(critics, subset):
+    from robo_async.learner.algorithms.qc import QCConfig
+
+    torch.manual_seed(0)
+    pspec = PolicySpec("flow", ("state",), (3,), (-1.0,) * 3, (1.0,) * 3, (32, 32), "absolute", options={"horizon": 4})
+    qc = build_algorithm(
+        "qc",
+        QCConfig(critic_hidden=(32,), actor_hidden=(32,), batch_size=8, critics=critics, critic_subset=subset),
+        pspec,
+    )
+    before = [p.detach().clone() for p in qc.critic.heads.parameters()]
+    import numpy as np
+
+    from tests.learner.test_qc import window_batch
+
+    qc.update(window_batch(8, 4, 3, ()))
+    assert qc.critic(torch.randn(6, 3), torch.randn(6, 4, 3)).shape == (critics, 6)
+    for b, a in zip(before, qc.critic.heads.parameters(), strict=True):  # every member moved
+        assert bool((a.detach() - b).reshape(critics, -1).abs().sum(1).gt(0).all())
+    assert np.isfinite(qc.update(window_batch(8, 4, 3, ()))["losses/qf_loss"])

@@ -54,6 +54,20 @@ class AlgoConfig:
     intervention_penalty: float = 0.0  # RLIF: this is taken off the reward of each takeover's first tick (0: off)
 
 
+@dataclass(frozen=True)
+class CriticsConfig(AlgoConfig):
+    """What an algorithm with Q critics has: an ensemble (RLPD, REDQ; `algo=rlpd` sets them for SAC)."""
+
+    critics: int = 2  # Q heads in the ensemble (2: twin critics)
+    critic_subset: int = 2  # members drawn at random for each target's min (>= critics: all, clipped double Q)
+
+    def __post_init__(self) -> None:
+        if self.critics < 1 or self.critic_subset < 1:
+            raise ValueError(
+                f"algo.critics must be >= 1 and algo.critic_subset >= 1, not {self.critics} and {self.critic_subset}"
+            )
+
+
 def hil_rewards(rewards: np.ndarray, interventions: np.ndarray | None, penalty: float) -> np.ndarray:
     """RLIF (Luo et al. 2023): an operator taking over says the policy was going wrong; the first
     tick of each takeover gets `-penalty` (rows or [n, H] windows alike)."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from robo_async.learner.algorithms.base import AlgoConfig
+from robo_async.learner.algorithms.base import CriticsConfig
 
 
 @dataclass(frozen=True)
-class DSRLConfig(AlgoConfig):
+class DSRLConfig(CriticsConfig):
     """`algo=dsrl`: DSRL's critics, noise actor and temperature. Fewer updates per env step than
     SAC by default (`utd_ratio` 0.25: one chunk-level update per few ticks)."""
 

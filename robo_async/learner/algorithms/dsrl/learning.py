@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.critics import policy_value, subset_min
 from policies.embedding import EMBEDDING, FrozenEncoder
 from policies.lerobot_dsrl import SteeredLeRobotPolicy
 from policies.onestep import ChunkCritic, NoiseSteeredPolicy
@@ -148,8 +149,9 @@ class DSRL(Algorithm):
             feat = self.policy.noise_actor.trunk[0].in_features
         self.window = self.policy.horizon
         h, a = self.policy.horizon, len(policy.action_low)
-        self.critic = ChunkCritic(feat, h, a, c.critic_hidden)  # Q^A(s, chunk)
+        self.critic = ChunkCritic(feat, h, a, c.critic_hidden, critics=c.critics)  # Q^A(s, chunk)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self._gen = torch.Generator().manual_seed(0)  # the target's random subset of critics
         self.noise_critic = ChunkCritic(feat, *self.steer.noise_shape, c.critic_hidden)  # Q^W(s, z)
         self.actor = self.policy.noise_actor
         self.temperature = Temperature(c.init_alpha)
@@ -214,11 +216,10 @@ class DSRL(Algorithm):
         with torch.no_grad():  # Q^A: H-step backup on the executed chunk
             z_next, _ = self._steer(next_f)
             a_next = s.chunks(nxt, z_next, next_f)  # the frozen encoder's features: frames encoded once
-            target = self.tensor(ret) + self.tensor(boot) * torch.min(
-                *self.critic_target(next_f, a_next, features=next_f)
-            )
-        q1, q2 = self.critic(f, chunk, features=f)
-        critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+            q_next = subset_min(self.critic_target(next_f, a_next, features=next_f), c.critic_subset, self._gen)
+            target = self.tensor(ret) + self.tensor(boot) * q_next
+        qs = self.critic(f, chunk, features=f)  # [critics, B]
+        critic_loss = ((qs - target) ** 2).mean(1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
@@ -233,15 +234,15 @@ class DSRL(Algorithm):
             z_all = torch.cat([z_pi, z_uni])
             f2 = f[torch.as_tensor(idx, device=f.device)]
             a_all = s.chunks({k: v[idx] for k, v in obs.items()}, z_all, f2)
-            w_target = torch.min(*self.critic(f2, a_all, features=f2))
-        w1, w2 = self.noise_critic(f2, z_all / p.noise_bound, features=f2)
-        noise_loss = ((w1 - w_target) ** 2).mean() + ((w2 - w_target) ** 2).mean()
+            w_target = policy_value(self.critic(f2, a_all, features=f2), c.critic_subset)
+        ws = self.noise_critic(f2, z_all / p.noise_bound, features=f2)
+        noise_loss = ((ws - w_target) ** 2).mean(1).sum()
         self.noise_critic_opt.zero_grad(set_to_none=True)
         noise_loss.backward()
         self.noise_critic_opt.step()
 
         z, logp = self._steer(f)
-        qw = torch.min(*self.noise_critic(f, z / p.noise_bound, features=f))
+        qw = self.noise_critic(f, z / p.noise_bound, features=f).min(0).values
         actor_loss = (alpha * logp - qw).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
@@ -253,8 +254,8 @@ class DSRL(Algorithm):
 
         soft_update(self.critic, self.critic_target, c.tau)
         return {
-            "losses/qf_loss": critic_loss.item() / 2,
-            "losses/qf1_values": q1.mean().item(),
+            "losses/qf_loss": critic_loss.item() / c.critics,
+            "losses/qf1_values": qs[0].mean().item(),
             "losses/noise_critic_loss": noise_loss.item() / 2,
             "losses/actor_loss": actor_loss.item(),
             "losses/alpha": alpha.item(),

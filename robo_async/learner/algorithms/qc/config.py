@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from robo_async.learner.algorithms.base import AlgoConfig
+from robo_async.learner.algorithms.base import CriticsConfig
 
 
 @dataclass(frozen=True)
-class QCConfig(AlgoConfig):
+class QCConfig(CriticsConfig):
     """`algo=qc`: Q-chunking's critic, one-step actor and BC flow prior, and the delays they
     train for."""
 

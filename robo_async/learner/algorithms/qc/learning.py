@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from policies.augment import random_shift
+from policies.critics import policy_value, subset_min
 from policies.flow import FlowChunkPolicy
 from policies.onestep import ChunkCritic, OneStepChunkPolicy
 from robo_async.buffer.cache import window_targets
@@ -77,7 +78,7 @@ class QC(Algorithm):
         self.actor = self.policy.actor
         cond, h, a = sum(policy.obs_dims), self.flow.horizon, len(policy.action_low)
         cams, size = len(self.flow.cameras), self.flow.image_size
-        self.critic = self.policy.critic or ChunkCritic(cond, h, a, c.critic_hidden, cams, size)
+        self.critic = self.policy.critic or ChunkCritic(cond, h, a, c.critic_hidden, cams, size, c.critics)
         if cams:  # pixel SAC/RLPD-style: one image encoder, trained by the critic, read by the actor
             self.actor.encoder = self.critic.encoder
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -95,6 +96,7 @@ class QC(Algorithm):
         return "flow_onestep", {
             "best_of_n": config.best_of_n,
             "critic_hidden": tuple(config.critic_hidden),
+            "critics": config.critics,
             "actor_hidden": tuple(config.actor_hidden),
             "path": None,
         }
@@ -179,11 +181,11 @@ class QC(Algorithm):
                 next_chunk = self.policy.act(next_cond, next_imgs)
             else:
                 next_chunk = self.actor(next_cond, torch.randn(b, *shape, device=self.device), features=next_f)
-            q_next = torch.min(*self.critic_target(next_cond, next_chunk, features=next_f))
+            q_next = subset_min(self.critic_target(next_cond, next_chunk, features=next_f), c.critic_subset, self._gen)
             target = ret_t + boot_t * q_next
         feats = self.critic.encoder(cond, imgs)  # with cameras, the encoder learns from the critic only
-        q1, q2 = self.critic(cond, chunk, features=feats)
-        critic_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        qs = self.critic(cond, chunk, features=feats)  # [critics, B]
+        critic_loss = ((qs - target) ** 2).mean(1).sum()
         self.critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_opt.step()
@@ -220,7 +222,7 @@ class QC(Algorithm):
         act = self.actor(a_cond, z, features=a_feats, delay=delay)
         distill = ((act - target_chunk) ** 2).mean()
         q_chunk = act if acting is None else self.relative_to(act, acting[2], batch["obs/state"])
-        q_pi = torch.min(*self.critic(cond, q_chunk, features=f))
+        q_pi = policy_value(self.critic(cond, q_chunk, features=f), c.critic_subset)
         q_loss = -q_pi.mean() / q_pi.abs().mean().detach().clamp(min=1e-6)
         warm = self.updates < c.distill_only_updates
         actor_loss = c.alpha * distill + (0.0 if warm else q_loss)
@@ -237,8 +239,8 @@ class QC(Algorithm):
         soft_update(self.critic, self.critic_target, c.tau)
         self.updates += 1
         return {
-            "losses/qf_loss": critic_loss.item() / 2,
-            "losses/qf1_values": q1.mean().item(),
+            "losses/qf_loss": critic_loss.item() / c.critics,
+            "losses/qf1_values": qs[0].mean().item(),
             "losses/actor_loss": actor_loss.item(),
             "losses/q_pi": q_pi.mean().item(),
             "losses/distill_loss": distill.item(),

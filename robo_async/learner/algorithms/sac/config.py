@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from robo_async.learner.algorithms.base import AlgoConfig
+from robo_async.learner.algorithms.base import CriticsConfig
 
 
 @dataclass(frozen=True)
-class SACConfig(AlgoConfig):
+class SACConfig(CriticsConfig):
     """`algo=sac`: SAC's discount, target rate, learning rates, temperature and critic size."""
 
     gamma: float = 0.9  # discount per control tick
@@ -19,15 +19,7 @@ class SACConfig(AlgoConfig):
     init_alpha: float = 0.1  # initial entropy temperature
     target_entropy: float | None = None  # None: -action_dim
     hidden: tuple[int, ...] = (256, 256)  # critic layers (the actor's come from the policy config)
-    # RLPD (Ball et al. 2023; `algo=rlpd` sets them): an ensemble of critics, the target the min over a random subset
-    critics: int = 2  # Q heads in the ensemble (2: SAC's twin critics)
-    critic_subset: int = 2  # members drawn at random for each target's min (>= critics: all of them)
+    # RLPD (Ball et al. 2023; `algo=rlpd` sets it with algo.critics and algo.critic_subset)
     critic_layer_norm: bool = False  # LayerNorm after each critic hidden layer (keeps Q bounded at high UTD)
-
-    def __post_init__(self) -> None:
-        if self.critics < 1 or not 1 <= self.critic_subset:
-            raise ValueError(
-                f"algo.critics must be >= 1 and algo.critic_subset >= 1, not {self.critics} and {self.critic_subset}"
-            )
 
     augment_pad: int = 4  # camera frames (policy.cameras): DrQ random shift by up to this many pixels (0: off)

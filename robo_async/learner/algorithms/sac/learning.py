@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from policies.augment import random_shift
-from policies.critics import CriticEnsemble, load_twin_heads, subset_min
+from policies.critics import CriticEnsemble, load_twin_heads, policy_value, subset_min
 from policies.mlp import flatten_obs
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
@@ -147,9 +147,7 @@ class SAC(Algorithm):
 
         new_act, logp = self.actor.sample(a_obs)
         qs_pi = self.critic.q(a_obs, new_act)
-        # SAC: the min of the twin critics; an ensemble whose target draws a subset: the mean (REDQ, RLPD)
-        q_pi = qs_pi.min(0).values if c.critic_subset >= c.critics else qs_pi.mean(0)
-        actor_loss = (alpha * logp - q_pi).mean()
+        actor_loss = (alpha * logp - policy_value(qs_pi, c.critic_subset)).mean()
         dagger = torch.zeros(())
         if operated is not None and bool(operated.any()):
             mean = torch.tanh(self.actor(a_obs[operated])[0])
