@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import json
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +132,9 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
 
     assert run_of("gym_hil", "hil", 2).extra == ("teleop=virtual", "algo.dagger_weight=1.0", "seed=2")
     assert run_of("push", "no_hil", 0).extra == ("seed=0",)
+    rt = run_of("gym_hil", "hil", 1, "rlpd", realtime=True)  # its own name: runs saved in dir= do not mix
+    assert rt.name == "gym_hil-hil-rlpd-rt-s1" and "algo=rlpd" in rt.overrides(Path("d"), None)
+    assert "task.realtime=true" in rt.overrides(Path("d"), None)
     runs = {
         "hil": [
             {"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},

@@ -36,9 +36,12 @@ TASKS = ("push", "gym_hil")
 ARMS = ("hil", "no_hil")
 
 
-def run_of(task: str, arm: str, seed: int) -> Row:
-    """One run of the bench: SAC from state on `task`, with (`hil`) or without the operator."""
-    return Row(f"{task}-{arm}-s{seed}", task, "state", "sac", extra=(*(HIL if arm == "hil" else ()), f"seed={seed}"))
+def run_of(task: str, arm: str, seed: int, algo: str = "sac", realtime: bool = False) -> Row:
+    """One run of the bench: SAC (or `algo`, e.g. the rlpd preset) from state on `task`, with
+    (`hil`) or without the operator; `realtime`: the actor at the task's rate (named `-rt`)."""
+    name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}-s{seed}"
+    extra = (*(HIL if arm == "hil" else ()), f"seed={seed}")
+    return Row(name, task, "state", algo, realtime=realtime, extra=extra)
 
 
 def intervention_rates(run_dir: Path, share: float = 0.1) -> tuple[float | None, float | None]:
@@ -107,6 +110,10 @@ class HilKeys:
     seeds: int = arg(3, help="seeds per task and arm (seed=0..seeds-1; 1 for a quick look)")
     arms: tuple[Literal["hil", "no_hil"], ...] = arg(ARMS, help="with the virtual operator (hil), without (no_hil)")
     budget_s: float = arg(600.0, help="wall-clock budget of each train run, s")
+    algo: Literal["sac", "rlpd"] = arg("sac", help="the learner: sac, or the rlpd preset (algo=rlpd)")
+    realtime: bool = arg(
+        False, help="the actor at the task's rate (task.realtime=true): robot time as a robot spends it"
+    )
     classifier: bool = arg(True, help="train and score the success classifier on pick_lift frames")
     dir: Path | None = arg(None, help="bench directory; runs saved there are not rerun (none: a new one)")
 
@@ -174,7 +181,7 @@ def bench_hil(args: HilKeys) -> int:
     for task in tasks:
         for seed in range(seeds):
             for arm in arms:
-                row = run_of(task, arm, seed)
+                row = run_of(task, arm, seed, args.algo, args.realtime)
                 if (root / f"{row.name}.json").exists():  # measured by an earlier, interrupted bench in this dir
                     continue
                 print(f"{row.name}: training for up to {budget:.0f} s ...", flush=True)
@@ -202,9 +209,9 @@ def bench_hil(args: HilKeys) -> int:
     runs = {
         task: {
             arm: [
-                json.loads((root / f"{run_of(task, arm, s).name}.json").read_text())
+                json.loads((root / f"{run_of(task, arm, s, args.algo, args.realtime).name}.json").read_text())
                 for s in range(seeds)
-                if (root / f"{run_of(task, arm, s).name}.json").exists()
+                if (root / f"{run_of(task, arm, s, args.algo, args.realtime).name}.json").exists()
             ]
             for arm in arms
         }
