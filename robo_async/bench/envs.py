@@ -18,7 +18,15 @@ from pathlib import Path
 
 from robo_async.bench import emit, register, show
 from robo_async.bench.learn_reach import actor_vs_raw
-from robo_async.bench.row_figures import REACH_KEYS, control_hz, curve, reach_figures, read_final, utd_reached
+from robo_async.bench.row_figures import (
+    REACH_KEYS,
+    control_hz,
+    curve,
+    plot,
+    reach_figures,
+    read_final,
+    utd_reached,
+)
 from robo_async.bench.rows import BC_EVAL, _cli
 from robo_async.bench.seeds import cell, merge, of
 from robo_async.commands.args import arg
@@ -219,6 +227,7 @@ def bench_envs(args: EnvsKeys) -> int:
     print(f"working in {root}")
     budget_s, steps, rounds = args.budget_s, args.steps, args.rounds
     out: dict[str, dict] = {}
+    curves: list[dict] = []
     for n in names:
         row = ROWS[n]
         print(f"row {n}: bare env vs the actor ({rounds} rounds of {steps} ticks) ...", flush=True)
@@ -230,6 +239,7 @@ def bench_envs(args: EnvsKeys) -> int:
                 runs.append(learn(row, root, budget_s, seed))
                 (root / f"{n}-s{seed}.json").write_text(json.dumps(runs[-1]))
             fig.update(merge(runs, REACH_KEYS, VALUES))
+            curves += [{**r, "row": f"{n}-s{r['seed']}"} for r in runs]
         out[n] = fig
         (root / f"{n}.json").write_text(json.dumps(fig))
     cols = (
@@ -265,6 +275,9 @@ def bench_envs(args: EnvsKeys) -> int:
                 cell(of(f, "utd_reached", reach=False), "{:.2g}", reach=False) if learned else "-",
             )
         )
+    if curves:  # every seed's rolling success against wall-clock and robot-minutes
+        plot(curves, root / "learning_curves.png")
+        print(f"learning curves: {root / 'learning_curves.png'}")
     show(
         "bench envs: median [min, max] over seeds (never: a seed that did not get there); (BC): the BC start was "
         "already at 80%",
