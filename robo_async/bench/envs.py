@@ -49,6 +49,9 @@ class EnvRow:
     # policy=mlp from scratch, the demonstrations in its replay (no BC start)
     recipe: str = "dsrl"
     demos: str = ""  # the demonstrations' directory name (rows of one task setting share them); "": the row's
+    # the task keys the demonstrations are recorded with (None: the row's own, less task.realtime); e.g. the
+    # cube at one place while the row's task puts it anywhere (demonstrations from one start)
+    demo_keys: tuple[str, ...] | None = None
 
 
 FIXED_CUBE = "task.kwargs=[[random_block_position,false],[reset_delay_seconds,0.0]]"  # gym_hil's default cube
@@ -81,6 +84,17 @@ ROWS = {
             demos="gym_hil-fixed",
             # on a 2-core CPU compute caps the UTD of a real-time run: two LayerNorm critics update in 29 ms,
             # ten in 109 ms (1 thread), so about 3.5 against 0.9 updates per env step at 10 Hz
+            train_extra=("algo.critics=2",),
+        ),
+        # demonstrations from one start (the default cube place), a task that puts the cube anywhere
+        EnvRow(
+            "gym_hil-random-onestart-rlpd",
+            "gym_hil",
+            (REALTIME,),
+            "gym_hil_random_onestart_seconds_to_80",
+            recipe="rlpd",
+            demos="gym_hil-fixed",
+            demo_keys=(FIXED_CUBE,),
             train_extra=("algo.critics=2",),
         ),
         EnvRow(
@@ -143,7 +157,7 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
     with them imported, from state."""
     demos = root / f"demos-{row.demos or row.name}"
     if not (demos / "data.mdb").exists():  # recorded as fast as the simulator goes
-        keys = [k for k in row.keys if k != REALTIME]
+        keys = list(row.demo_keys) if row.demo_keys is not None else [k for k in row.keys if k != REALTIME]
         _cli(
             ["buffer", "demos", f"task={row.task}", *keys, f"out={demos}", f"episodes={DEMOS}"],
             900,

@@ -38,3 +38,23 @@ def test_utd_reached_is_updates_per_env_step_at_the_end(tmp_path: Path):
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert utd_reached(tmp_path) == 2.5
+
+
+def test_the_one_start_row_trains_on_a_random_cube_with_the_fixed_cube_demonstrations(tmp_path, monkeypatch):
+    import robo_async.bench.envs as envs
+
+    row = ROWS["gym_hil-random-onestart-rlpd"]
+    assert FIXED_CUBE not in row.keys and row.demo_keys == (FIXED_CUBE,)
+    assert row.demos == ROWS["gym_hil-fixed-rlpd"].demos  # the same 20 demonstrations as the fixed rows
+    calls = []
+
+    def fake_cli(args, timeout, log):
+        calls.append(args)
+        raise StopIteration  # the recording command is all this test reads
+
+    monkeypatch.setattr(envs, "_cli", fake_cli)
+    try:
+        envs.learn(row, tmp_path, 1.0)
+    except StopIteration:
+        pass
+    assert calls[0][:2] == ["buffer", "demos"] and FIXED_CUBE in calls[0] and REALTIME not in calls[0]
