@@ -40,6 +40,7 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(n, 1, d_out).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[n, B, d_in] (or [B, d_in], the same input for every member) -> [n, B, d_out]."""
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.n, *x.shape)
         return torch.baddbmm(self.bias, x, self.weight)
@@ -54,6 +55,7 @@ class EnsembleLayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n, 1, d))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[n, B, d] normalised over d, then each member's scale and shift."""
         return F.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
 
 
@@ -79,6 +81,7 @@ class CriticEnsemble(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, D] -> every member's Q, [n, B]."""
         return self.net(x).squeeze(-1)
 
 

@@ -34,6 +34,7 @@ class Critics(CriticEnsemble):
         self._register_load_state_dict_pre_hook(lambda state, prefix, *_: load_twin_heads(state, prefix))
 
     def q(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Every member's Q(obs features, normalised action): [n, B]."""
         return self(torch.cat([obs, act], dim=-1))
 
 
