@@ -38,6 +38,9 @@ class TableConfig:
     cameras: tuple[str, ...] = ()
     image_size: int = 128
     home_noise: float = 0.1
+    # the cube's start (x, y, m) every episode, e.g. demonstrations recorded from one start; null: anywhere
+    # in the task's range ([0.15, -0.08] to [0.22, 0.08]) per episode
+    cube_xy: tuple[float, float] | None = None
 
 
 class TableTask(ReachTask):
@@ -101,7 +104,9 @@ class TableTask(ReachTask):
     def reset(self, rng: np.random.Generator) -> None:
         super().reset(rng)
         assert self.model is not None and self.data is not None
-        xy = rng.uniform(CUBE_LOW, CUBE_HIGH)
+        xy = rng.uniform(CUBE_LOW, CUBE_HIGH)  # drawn either way: the goal's draw stays the same
+        if self.config.cube_xy is not None:
+            xy = np.asarray(self.config.cube_xy, dtype=float)
         a = self._cube_qpos
         self.data.qpos[a : a + 7] = [xy[0], xy[1], CUBE_HALF, 1, 0, 0, 0]
         self.data.eq_active[0] = 0

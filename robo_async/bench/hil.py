@@ -33,15 +33,25 @@ from robo_async.commands.args import arg
 
 HIL = ("teleop=virtual", "algo.dagger_weight=1.0")
 TASKS = ("push", "gym_hil")
+# demonstrations from one start (the cube at one place) for tasks that put it anywhere (bench hil demos=one_start)
+ONE_START = {
+    "gym_hil": ("task.kwargs=[[random_block_position,false],[reset_delay_seconds,0.0]]",),
+    "push": ("task.cube_xy=[0.185,0.0]",),
+    "pick_lift": ("task.cube_xy=[0.185,0.0]",),
+}
 ARMS = ("hil", "no_hil")
 
 
-def run_of(task: str, arm: str, seed: int, algo: str = "sac", realtime: bool = False) -> Row:
+def run_of(task: str, arm: str, seed: int, algo: str = "sac", realtime: bool = False, demos: str = "spread") -> Row:
     """One run of the bench: SAC (or `algo`, e.g. the rlpd preset) from state on `task`, with
-    (`hil`) or without the operator; `realtime`: the actor at the task's rate (named `-rt`)."""
-    name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}-s{seed}"
+    (`hil`) or without the operator; `realtime`: the actor at the task's rate (named `-rt`);
+    `demos=one_start`: the demonstrations all start from one cube place (named `-onestart`)."""
+    one = demos == "one_start"
+    name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}{'-onestart' if one else ''}"
     extra = (*(HIL if arm == "hil" else ()), f"seed={seed}")
-    return Row(name, task, "state", algo, realtime=realtime, extra=extra)
+    return Row(
+        f"{name}-s{seed}", task, "state", algo, realtime=realtime, extra=extra, demo_keys=ONE_START[task] if one else ()
+    )
 
 
 def intervention_rates(run_dir: Path, share: float = 0.1) -> tuple[float | None, float | None]:
@@ -106,11 +116,14 @@ def classifier(root: Path, updates: int = 600) -> dict[str, object]:
 class HilKeys:
     """The keys of `robo-async bench hil`."""
 
-    tasks: tuple[Literal["push", "gym_hil"], ...] = arg(TASKS, help="tasks compared")
+    tasks: tuple[Literal["push", "gym_hil", "pick_lift"], ...] = arg(TASKS, help="tasks compared")
     seeds: int = arg(3, help="seeds per task and arm (seed=0..seeds-1; 1 for a quick look)")
     arms: tuple[Literal["hil", "no_hil"], ...] = arg(ARMS, help="with the virtual operator (hil), without (no_hil)")
     budget_s: float = arg(600.0, help="wall-clock budget of each train run, s")
     algo: Literal["sac", "rlpd"] = arg("sac", help="the learner: sac, or the rlpd preset (algo=rlpd)")
+    demos: Literal["spread", "one_start"] = arg(
+        "spread", help="the 20 demonstrations' cube starts: spread as the task's, or all from one place"
+    )
     realtime: bool = arg(
         False, help="the actor at the task's rate (task.realtime=true): robot time as a robot spends it"
     )
@@ -181,7 +194,7 @@ def bench_hil(args: HilKeys) -> int:
     for task in tasks:
         for seed in range(seeds):
             for arm in arms:
-                row = run_of(task, arm, seed, args.algo, args.realtime)
+                row = run_of(task, arm, seed, args.algo, args.realtime, args.demos)
                 if (root / f"{row.name}.json").exists():  # measured by an earlier, interrupted bench in this dir
                     continue
                 print(f"{row.name}: training for up to {budget:.0f} s ...", flush=True)
@@ -209,9 +222,11 @@ def bench_hil(args: HilKeys) -> int:
     runs = {
         task: {
             arm: [
-                json.loads((root / f"{run_of(task, arm, s, args.algo, args.realtime).name}.json").read_text())
+                json.loads(
+                    (root / f"{run_of(task, arm, s, args.algo, args.realtime, args.demos).name}.json").read_text()
+                )
                 for s in range(seeds)
-                if (root / f"{run_of(task, arm, s, args.algo, args.realtime).name}.json").exists()
+                if (root / f"{run_of(task, arm, s, args.algo, args.realtime, args.demos).name}.json").exists()
             ]
             for arm in arms
         }

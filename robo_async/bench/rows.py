@@ -59,6 +59,7 @@ class Row:
     extra: tuple[str, ...] = ()  # more train overrides (bench hil: teleop=virtual ...)
     classifier: bool = False  # the reward comes only from a success classifier (reward_classifier=)
     absolute: bool = False  # state rows: [state, cube_pos] (no features measured from the end effector)
+    demo_keys: tuple[str, ...] = ()  # task keys the demonstrations are recorded with (e.g. the cube at one start)
 
     def overrides(self, demos: Path, bc_dir: Path | None) -> list[str]:
         o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
@@ -115,13 +116,22 @@ def peer(task: str) -> bool:
     return task in POLICY_DEFAULTS
 
 
-def record_demos(task: str, obs: str, out: Path, log: Path) -> None:
+def record_demos(task: str, obs: str, out: Path, log: Path, keys: tuple[str, ...] = ()) -> None:
     """20 scripted episodes, rate-limited (smooth, like a human's), with frames for pixel rows (a
-    peer env's expert at its own pace)."""
+    peer env's expert at its own pace); `keys`: task keys of the recording (e.g. one cube start)."""
     if not (out / "data.mdb").exists():
         cams = ["cameras=front,wrist", "image_size=64"] if obs == "pixels" else []
         pace = [] if peer(task) else [f"max_step={MAX_STEP}"]
-        _cli(["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}", *pace, *cams], 900, log)
+        args = ["buffer", "demos", f"out={out}", f"episodes={DEMOS}", f"task={task}", *keys, *pace, *cams]
+        _cli(args, 900, log)
+
+
+def demos_dir(row: Row, root: Path) -> Path:
+    """Where a row's demonstrations go: one directory per task, observation and recording keys."""
+    import hashlib
+
+    tag = "-" + hashlib.sha1(" ".join(row.demo_keys).encode()).hexdigest()[:6] if row.demo_keys else ""
+    return root / f"demos-{row.task}-{row.obs}{tag}"
 
 
 BC_EVAL = ["eval_episodes=20", "actor.inference=async_forward"]  # real time, no injected latency
@@ -219,8 +229,8 @@ def success_classifier(task: str, demos: Path, root: Path) -> Path:
 
 def run_row(row: Row, root: Path, budget_s: float) -> dict[str, object]:
     """Train `row` (not a BC row) for up to `budget_s` seconds and read its figures back."""
-    demos = root / f"demos-{row.task}-{row.obs}"
-    record_demos(row.task, row.obs, demos, root / f"demos-{row.task}-{row.obs}.log")
+    demos = demos_dir(row, root)
+    record_demos(row.task, row.obs, demos, demos.with_suffix(".log"), row.demo_keys)
     bc_dir, bc_success = (
         (None, None)
         if row.algo in ONE_STEP

@@ -58,3 +58,19 @@ def test_the_one_start_row_trains_on_a_random_cube_with_the_fixed_cube_demonstra
     except StopIteration:
         pass
     assert calls[0][:2] == ["buffer", "demos"] and FIXED_CUBE in calls[0] and REALTIME not in calls[0]
+
+
+def test_bench_hil_one_start_records_from_one_cube_place_and_trains_on_the_spread(tmp_path, monkeypatch):
+    import robo_async.bench.rows as rows
+    from robo_async.bench.hil import run_of
+
+    row = run_of("pick_lift", "hil", 0, demos="one_start")
+    spread = run_of("pick_lift", "hil", 0)
+    assert row.name == "pick_lift-hil-onestart-s0" and spread.name == "pick_lift-hil-s0"
+    assert not any("cube_xy" in o for o in row.overrides(tmp_path / "d", None))  # training: the cube anywhere
+    assert rows.demos_dir(row, tmp_path) != rows.demos_dir(spread, tmp_path)
+    calls = []
+    monkeypatch.setattr(rows, "_cli", lambda args, timeout, log: calls.append(args))
+    rows.record_demos(row.task, row.obs, rows.demos_dir(row, tmp_path), tmp_path / "log", row.demo_keys)
+    assert "task.cube_xy=[0.185,0.0]" in calls[0]
+    assert compose_config(["task=pick_lift", *row.demo_keys]).task.cube_xy == [0.185, 0.0]

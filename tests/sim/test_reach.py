@@ -116,3 +116,20 @@ def test_the_pick_lift_near_miss_closes_beside_the_cube_and_rises_empty():
         assert task.ee_pos[2] > cube0[2] + TableConfig().lift_height  # up where a lifted cube would be
         assert abs(task.cube_pos[2] - cube0[2]) < 0.01  # the cube stayed on the table
         assert closest < 0.06  # it went down beside the cube, not anywhere
+
+
+def test_task_cube_xy_puts_the_cube_at_one_start_and_the_default_spreads_it():
+    """Demonstrations from one start (`task.cube_xy`) against a task that puts the cube anywhere."""
+    from sim.table import PickLiftTask, TableConfig
+
+    def starts(config):
+        task = PickLiftTask(config)
+        task.build()
+        out = []
+        for seed in range(4):
+            task.reset(np.random.default_rng(seed))
+            out.append(tuple(np.round(task.cube_pos[:2], 4)))
+        return out
+
+    assert set(starts(TableConfig(cube_xy=(0.2, 0.05)))) == {(0.2, 0.05)}
+    assert len(set(starts(TableConfig()))) == 4
