@@ -104,7 +104,7 @@ def start_training(run_dir, *extra):
     )
     _STARTED.append(proc)
     pids = run_dir / "processes.json"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a hang guard: Ray and replicas start slowly on a loaded 2-core machine
     while not pids.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert pids.exists(), proc.communicate(timeout=30)
