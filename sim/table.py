@@ -42,6 +42,18 @@ class TableConfig:
     # in the task's range ([0.15, -0.08] to [0.22, 0.08]) per episode
     cube_xy: tuple[float, float] | None = None
 
+    def __post_init__(self) -> None:
+        xy = self.cube_xy
+        if xy is not None and (
+            len(xy) != 2
+            or not all(np.isfinite(float(v)) for v in xy)
+            or not all(lo <= float(v) <= hi for v, lo, hi in zip(xy, CUBE_LOW, CUBE_HIGH, strict=True))
+        ):
+            raise ValueError(
+                f"task.cube_xy must be [x, y] within the task's cube range {CUBE_LOW.tolist()} to "
+                f"{CUBE_HIGH.tolist()} (m), not {list(xy)}"
+            )
+
 
 class TableTask(ReachTask):
     """Shared scene; `push` and `pick_lift` differ in goal, reward and success."""

@@ -133,3 +133,11 @@ def test_task_cube_xy_puts_the_cube_at_one_start_and_the_default_spreads_it():
 
     assert set(starts(TableConfig(cube_xy=(0.2, 0.05)))) == {(0.2, 0.05)}
     assert len(set(starts(TableConfig()))) == 4
+
+
+@pytest.mark.parametrize("xy", [(0.5, 0.0), (0.2, float("nan")), (0.2,)])
+def test_a_cube_start_off_the_tasks_range_is_named(xy):
+    from sim.table import TableConfig
+
+    with pytest.raises(ValueError, match="task.cube_xy"):
+        TableConfig(cube_xy=xy)
