@@ -1,5 +1,6 @@
 """MuJoCo tasks exposed as `hal.Robot`s (`SimRobot`) and as Gymnasium envs."""
 
+from sim.fetch import FetchConfig, FetchRobot
 from sim.gym_hil import GymHilConfig, GymHilRobot
 from sim.gym_hil import policy_defaults as gym_hil_policy
 from sim.gym_robot import GymConfig, GymRobot
@@ -16,6 +17,7 @@ TASKS = {
     "gym": (GymRobot, GymConfig),
     "gym_hil": (GymHilRobot, GymHilConfig),
     "metaworld": (MetaWorldRobot, MetaWorldConfig),
+    "fetch": (FetchRobot, FetchConfig),
 }
 # policy keys a run of the task starts from, for the policies that have them (the user's overrides win):
 # an outside env's actions are its own (not joint targets) and its observations are named its way; a
@@ -24,6 +26,8 @@ POLICY_DEFAULTS: dict[str, object] = {
     "gym": {"obs_keys": ["state"], "action_mode": "absolute"},
     "gym_hil": gym_hil_policy,
     "metaworld": {"obs_keys": ["state"], "action_mode": "absolute"},
+    # a goal-conditioned task: the goal is an input (hindsight relabelling rewrites it)
+    "fetch": {"obs_keys": ["state", "desired_goal"], "action_mode": "absolute"},
 }
 EXPERTS = {"reach": ReachExpert, "push": PushExpert, "pick_lift": PickLiftExpert}  # scripted experts
 MISSES = {"pick_lift": PickLiftMiss}  # scripted near misses: labelled failure episodes (success classifiers)
@@ -31,6 +35,8 @@ MISSES = {"pick_lift": PickLiftMiss}  # scripted near misses: labelled failure e
 INSTRUCTIONS = {"reach": "reach the red target", "push": "push the cube into the square", "pick_lift": "lift the cube"}
 
 __all__ = [
+    "FetchConfig",
+    "FetchRobot",
     "GymConfig",
     "GymRobot",
     "GymHilConfig",

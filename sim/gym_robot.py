@@ -169,6 +169,35 @@ class GymRobot(Robot):
         self.tick, self.episode_return = 0, 0.0
         return self.get_observation()
 
+    def goal_reward(self) -> float:
+        """The distance threshold of the env's sparse goal reward (Gymnasium-Robotics' goal API),
+        checked on random goals: its `compute_reward` must be `-(|achieved - desired| > threshold)`,
+        the rule hindsight relabelling recomputes (`algo.her`). One RobotError line otherwise."""
+        env = self._env or self._make()
+        try:
+            u, name = env.unwrapped, self.config.env_id
+            thr, fn = getattr(u, "distance_threshold", None), getattr(u, "compute_reward", None)
+            dims = self.spec.feature_dims()
+            if thr is None or not callable(fn) or dims.get("achieved_goal") != dims.get("desired_goal"):
+                raise RobotError(
+                    f"gym env '{name}' has no goal API (achieved_goal, desired_goal, compute_reward, "
+                    "distance_threshold) for algo.her; set algo.her_threshold if its reward is -(distance > threshold)"
+                )
+            rng = np.random.default_rng(0)
+            achieved = rng.normal(size=(64, dims["achieved_goal"])) * float(thr)
+            desired = np.zeros_like(achieved)
+            want = -(np.linalg.norm(achieved - desired, axis=-1) > float(thr)).astype(np.float64)
+            got = np.asarray(fn(achieved, desired, [{}] * len(achieved)), np.float64)
+            if got.shape != want.shape or not np.allclose(got, want):
+                raise RobotError(
+                    f"gym env '{name}': its compute_reward is not the sparse -(distance > {thr}) that algo.her "
+                    "recomputes (a dense reward_type?)"
+                )
+            return float(thr)
+        finally:
+            if env is not self._env:
+                env.close()
+
     def expert_callable(self):
         """The outside scripted policy this env's task names (`config.expert`), or None."""
         return load_callable(self.config.expert) if self.config.expert else None

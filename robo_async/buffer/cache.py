@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from robo_async.buffer.codec import Schema
+from robo_async.buffer.her import future_slots
 
 
 class _Region:
@@ -227,9 +228,10 @@ class TableCache:
             n_old = int(rng.binomial(n, older / max(older + rec, 1)))
         return n - n_old, n_old
 
-    def sample(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """`n` rows drawn uniformly from both regions, in proportion to the part of the table each stands for:
-        every column, leading dim `n`. Raises LookupError while nothing is cached."""
+    def sample(self, n: int, rng: np.random.Generator, goal_at: str | None = None, final: bool = False) -> dict:
+        """`n` rows drawn uniformly from both regions, in proportion to the part of the table each stands for
+        (LookupError while nothing is cached). `goal_at` (HER, `her.py`): also `her/goal`, that column at a
+        later row of each row's episode (its last cached row with `final`, else a uniform draw)."""
         with self.lock:
             n_new, n_old = self._split(n, rng)
             parts = []
@@ -237,7 +239,10 @@ class TableCache:
                 parts.append((self._rec, rng.integers(0, self._rec.filled, size=n_new)))
             if n_old:
                 parts.append((self._res, rng.integers(0, self._res.filled, size=n_old)))
-            return {c.name: _gather(parts, c.name) for c in self.schema.columns}
+            out = {c.name: _gather(parts, c.name) for c in self.schema.columns}
+            if goal_at is not None:
+                out["her/goal"] = _gather([(r, future_slots(r, i, rng, final)) for r, i in parts], goal_at)
+            return out
 
     def sample_windows(
         self,

@@ -16,6 +16,9 @@ Staleness bound (AReaL-style): with `max_lag=K`, online rows whose `policy_versi
 replaced by fresh draws; `dropped_stale` counts them. Other tables (demos, interventions) are
 never dropped for age.
 
+Hindsight relabelling (`her`, `her.py`): goal-conditioned rows get, in a share of each batch, a
+goal their episode achieved later, with the reward recomputed; `relabelled` counts them.
+
 Rejection sampling (`successful_only`, filtered BC): online windows are kept only when their
 episode is known to have succeeded. Every batch carries `table` (the index in TABLES of the table
 each row came from), so algorithms can weight tables.
@@ -31,6 +34,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from robo_async.buffer.her import HerStrategy, Relabel, relabel
 from robo_async.buffer.layout import TABLES
 from robo_async.buffer.store import ReplayStore
 
@@ -80,6 +84,7 @@ class Sampler:
         lookback: int = 0,
         exclude: frozenset[str] = frozenset(),
         embedding_version: int | None = None,
+        her: Relabel | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, not {window}")
@@ -87,6 +92,8 @@ class Sampler:
             raise ValueError(f"lookback must be >= 0 and needs windows (window >= 2), not lookback={lookback}")
         if successful_only and window < 2:
             raise ValueError("successful_only needs windows (window >= 2): outcomes are known per episode")
+        if her is not None and window > 1:
+            raise ValueError("algo.her relabels single transitions; this algorithm samples windows")
         self.store = store
         self.window = window
         self.lookback = lookback  # windows also bring the observation up to this many ticks before them
@@ -98,6 +105,8 @@ class Sampler:
         self.exclude = frozenset(exclude)
         self.embedding_version = embedding_version
         self.dropped_embeddings = 0
+        self.her = her  # hindsight relabelling of goal-conditioned rows (`her.py`)
+        self.relabelled = 0
         self.version_floor = -(1 << 62)  # online rows from policies older than this are dropped
         self.dropped_stale = 0
         self.batch_size = batch_size
@@ -133,7 +142,12 @@ class Sampler:
             return self.store.sample_windows(
                 n, self.window, self._rng, table, lookback=self.lookback, exclude=self.exclude
             )
-        return self.store.sample(n, self._rng, table)
+        if self.her is None:
+            return self.store.sample(n, self._rng, table)
+        her = self.her
+        part = self.store.sample(n, self._rng, table, goal_at=her.column, final=her.strategy is HerStrategy.final)
+        self.relabelled += relabel(part, part.pop("her/goal"), self._rng, her)
+        return part
 
     def _keep(self, part: dict[str, np.ndarray], table: str = "online") -> np.ndarray:
         """Which rows (windows) pass the embedding version, and online ones the staleness bound and

@@ -34,8 +34,16 @@ class ReplayStore(abc.ABC):
         """Store a batch; returns how many transitions were new (duplicates are dropped)."""
 
     @abc.abstractmethod
-    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
-        """A uniformly sampled batch: the same keys as inserted, leading dim `batch_size`."""
+    def sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator,
+        table: str = "online",
+        goal_at: str | None = None,
+        final: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """A uniformly sampled batch: the same keys as inserted, leading dim `batch_size`; with
+        `goal_at`, `her/goal` too: that column at a later row of each row's episode (HER)."""
 
     def can_sample(self, table: str = "online") -> bool:
         """Whether `table` holds something to sample now."""
@@ -143,7 +151,16 @@ class InMemoryReplayStore(ReplayStore):
         self._hw[batch.actor_id] = batch.seq + batch.count
         return n
 
-    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
+    def sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator,
+        table: str = "online",
+        goal_at: str | None = None,
+        final: bool = False,
+    ) -> dict[str, np.ndarray]:
+        if goal_at is not None:
+            raise ReplayError("hindsight relabelling needs the persistent store's episode links (buffer=lmdb)")
         if table != "online":
             raise ReplayError(f"the in-memory store has only the 'online' table, not '{table}'")
         if self._size == 0:

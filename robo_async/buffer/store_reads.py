@@ -147,12 +147,20 @@ class StoreReads:
             return None
         return self.caches[table].sample_windows(batch_size, horizon, rng, lookback=lookback, exclude=exclude)
 
-    def sample(self, batch_size: int, rng: np.random.Generator, table: str = "online") -> dict[str, np.ndarray]:
+    def sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator,
+        table: str = "online",
+        goal_at: str | None = None,
+        final: bool = False,
+    ) -> dict[str, np.ndarray]:
         """`batch_size` transitions drawn uniformly from `table`'s RAM cache (never from disk);
-        raises ReplayError while it has nothing to sample."""
+        raises ReplayError while it has nothing to sample. `goal_at`/`final`: HER's future goals
+        (`TableCache.sample`)."""
         if not self.can_sample(table):
             raise ReplayError(f"table '{table}' has nothing to sample yet")
-        return self.caches[table].sample(batch_size, rng)
+        return self.caches[table].sample(batch_size, rng, goal_at, final)
 
     def __len__(self) -> int:
         return sum(self.live(t) for t in TABLES)

@@ -23,6 +23,7 @@ from robo_async.buffer.sampler import check_mix
 from robo_async.launch.checks import (  # noqa: F401  (resolve_precision, resolve_inference: re-exported)
     check_advertise,
     check_envs,
+    check_her,
     check_key_lanes,
     check_replicas,
     check_wandb,
@@ -193,9 +194,10 @@ def plan_policy(
     from robo_async.learner.algorithms import build_algorithm
 
     try:  # the algorithm refuses a policy it cannot train, here rather than in the learner process
-        build_algorithm(algo_name, algo_config, policy_spec)
+        algo = build_algorithm(algo_name, algo_config, policy_spec)
     except (ValueError, KeyError) as e:
         raise ConfigError(str(e).strip("'\"")) from None
+    algo_config = check_her(algo_name, algo_config, algo.window, spec, policy_spec.obs_keys, plan_task(0))
     return algo_name, algo_config, acting_args(pol, algo_name, algo_config), policy_spec
 
 

@@ -1,21 +1,25 @@
 """Plan-time checks and resolutions that span the run config's sections: what `auto` resolves to
 for the actors (`resolve_inference`, `resolve_replan`), the transport's keys and advertised
 addresses, W&B, envs against each actor's task, replicas against the launcher and GPUs, streams
-against the keys' lanes. Each refusal is one `ConfigError` line naming the key; a component's own
-`ValueError` becomes one through `one_line`. `builders.build_plan` calls them."""
+against the keys' lanes, hindsight relabelling against the task's goals. Each refusal is one
+`ConfigError` line naming the key; a component's own `ValueError` becomes one through `one_line`.
+`builders.build_plan` calls them."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hal.robot import RobotError
+from hal.spec import RobotSpec
 from robo_async.actor.inference_modes import InferenceModeError, choose_inference
 from robo_async.actor.options import InferenceMode, Replan, ReplanChoice
 from robo_async.launch.mirrors import ConfigError, checked
-from robo_async.launch.tasks import TaskArgs
+from robo_async.launch.tasks import TaskArgs, make_robot
 from robo_async.learner import config as learner_config
 from robo_async.learner.algorithms import PolicySpec
 from robo_async.learner.metrics import WandbOptions
@@ -210,3 +214,38 @@ def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec, device: s
                 f"{torch.cuda.device_count()}; use fewer replicas or learner.device=cpu"
             )
     return n
+
+
+def check_her(algo_name: str, algo_config, window: int, spec: RobotSpec, obs_keys: tuple[str, ...], task) -> object:
+    """`algo.her`: the algorithm learns from single transitions, the task is goal-conditioned
+    (features `achieved_goal` and `desired_goal`), the policy reads the desired goal, and the
+    threshold is resolved from the task's env (`GymRobot.goal_reward`) unless given. Returns the
+    algorithm's config with `her_threshold` set; one ConfigError line otherwise."""
+    from robo_async.buffer.her import HerStrategy, Relabel
+
+    if algo_config.her == HerStrategy.none:
+        return algo_config
+    if window > 1:
+        raise ConfigError(f"algo.her relabels single transitions; algo={algo_name} learns from windows of {window}")
+    feats = spec.feature_dims()
+    if "achieved_goal" not in feats or feats.get("desired_goal") != feats["achieved_goal"]:
+        raise ConfigError(
+            f"algo.her needs a goal-conditioned task (features achieved_goal and desired_goal of one size, "
+            f"e.g. task=fetch); {spec.name} has {sorted(feats) or 'none'}"
+        )
+    if "desired_goal" not in obs_keys:
+        raise ConfigError(f"algo.her relabels desired_goal, which policy.obs_keys {list(obs_keys)} leaves out; add it")
+    threshold = algo_config.her_threshold
+    if threshold is None:
+        robot = make_robot(task)
+        try:
+            if not hasattr(robot, "goal_reward"):
+                raise ConfigError(f"algo.her: {spec.name} does not say its goal threshold; set algo.her_threshold")
+            threshold = robot.goal_reward()
+        except RobotError as e:
+            raise ConfigError(str(e)) from None
+        finally:
+            robot.close()
+    with one_line():
+        Relabel(HerStrategy(algo_config.her), threshold, algo_config.her_ratio)
+    return dataclasses.replace(algo_config, her_threshold=threshold)

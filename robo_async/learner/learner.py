@@ -89,6 +89,7 @@ class Learner(LearnerIngest, LearnerReporting):
             if enc is not None
             else frozenset(),
             embedding_version=enc.version if enc is not None else None,
+            her=ac.relabelling(),
         )
         self.embedded_rows = 0  # rows this learner (re-)embedded: from actors that did not, or with another encoder
         self.boot_id = uuid.uuid4().hex[:12]

@@ -307,7 +307,7 @@ def test_unknown_config_key():
 
 
 def test_unknown_task_names_options():
-    assert "unknown task 'nope'; available: gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(
+    assert "unknown task 'nope'; available: fetch, gym, gym_hil, metaworld, pick_lift, push, reach" in _one_error_line(
         run(["train", "task=nope"])
     )
 

@@ -32,6 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from robo_async.buffer.her import HerStrategy, Relabel
+from robo_async.transport.options import as_choices
+
 if TYPE_CHECKING:
     from policies.base import Policy
     from policies.embedding import FrozenEncoder
@@ -52,6 +55,21 @@ class AlgoConfig:
     # table holds them, buffer.mix draws it RLPD-style)
     dagger_weight: float = 0.0  # HG-DAgger: BC loss toward the operator's actions, this weight (0: off; sac, qc)
     intervention_penalty: float = 0.0  # RLIF: this is taken off the reward of each takeover's first tick (0: off)
+    # hindsight relabelling of goal-conditioned tasks (task=fetch; robo_async/buffer/her.py), single transitions
+    her: HerStrategy = HerStrategy.none  # future | final: goals the episode achieved replace the desired one
+    her_ratio: float = 0.8  # share of each batch relabelled (0.8: HER's future with k = 4)
+    her_threshold: float | None = None  # a goal is reached within this distance (m); None: the env's own
+
+    def __post_init__(self) -> None:
+        as_choices(self, "algo")
+
+    def relabelling(self) -> Relabel | None:
+        """The sampler's HER settings (None without `algo.her`); the threshold must be resolved."""
+        if self.her is HerStrategy.none:
+            return None
+        if self.her_threshold is None:
+            raise ValueError("algo.her_threshold is not resolved (the plan reads it from the task's env)")
+        return Relabel(HerStrategy(self.her), self.her_threshold, self.her_ratio)
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,7 @@ class CriticsConfig(AlgoConfig):
     critic_subset: int = 2  # members drawn at random for each target's min (>= critics: all, clipped double Q)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.critics < 1 or self.critic_subset < 1:
             raise ValueError(
                 f"algo.critics must be >= 1 and algo.critic_subset >= 1, not {self.critics} and {self.critic_subset}"
