@@ -45,13 +45,14 @@ class EnvRow:
     episode: int = 100  # ticks per episode for the rate rounds
     bc_extra: tuple[str, ...] = ()  # more `robo-async bc` overrides
     train_extra: tuple[str, ...] = ()  # more `robo-async train` overrides
-    # dsrl: a flow policy cloned from the demonstrations, steered by DSRL; sac or rlpd (algo=rlpd):
+    # dsrl: a flow policy cloned from the demonstrations, steered by DSRL; sb3: SB3 SAC+HER (sb3_her.py); sac or rlpd:
     # policy=mlp from scratch, the demonstrations in its replay (no BC start)
     recipe: str = "dsrl"
     demos: str = ""  # the demonstrations' directory name (rows of one task setting share them); "": the row's
     # the task keys the demonstrations are recorded with (None: the row's own, less task.realtime); e.g. the
     # cube at one place while the row's task puts it anywhere (demonstrations from one start)
     demo_keys: tuple[str, ...] | None = None
+    robot_minutes: float | None = None  # a robot-time budget too (budget.env_steps at the task's rate)
 
 
 FIXED_CUBE = "task.kwargs=[[random_block_position,false],[reset_delay_seconds,0.0]]"  # gym_hil's default cube
@@ -96,6 +97,21 @@ ROWS = {
             demos="gym_hil-fixed",
             demo_keys=(FIXED_CUBE,),
             train_extra=("algo.critics=2",),
+        ),
+        # goal-conditioned (issue 39): FetchPush from state, hindsight relabelling, 20 scripted demonstrations in
+        # the replay, 30 robot-minutes at 25 Hz; against SB3's SAC+HER on the same budget and demonstrations
+        EnvRow(
+            "fetch_push-her",
+            "fetch",
+            (),
+            "fetch_push_her_seconds_to_80",
+            50,
+            recipe="sac",
+            train_extra=("algo.her=future", "algo.gamma=0.95"),
+            robot_minutes=30.0,
+        ),
+        EnvRow(
+            "fetch_push-sb3-her", "fetch", (), "fetch_push_sb3_her_seconds_to_80", 50, recipe="sb3", robot_minutes=30.0
         ),
         EnvRow(
             "gym_hil-fixed-sac",
@@ -152,9 +168,44 @@ def starting_point(row: EnvRow, demos: Path, root: Path) -> tuple[float | None, 
     return None, ["policy=mlp", f"algo={row.recipe}"]
 
 
+def sb3_learn(row: EnvRow, budget_s: float, seed: int, hz: float) -> dict[str, object]:
+    """The SB3 SAC+HER baseline (`sb3_her.py`) on the row's env, budget and 20 demonstrations of the task's expert."""
+    from robo_async.bench.sb3_her import SB3Her, run
+    from robo_async.config import compose_config
+    from robo_async.launch.tasks import make_robot, task_args
+
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError as e:
+        from robo_async.config import UserError
+
+        raise UserError(
+            f"bench envs row {row.name} needs stable-baselines3: pip install -e '.[baselines]' ({e})"
+        ) from None
+    robot = make_robot(task_args(compose_config([f"task={row.task}", *row.keys]).task))
+    steps = int(round((row.robot_minutes or 30.0) * 60 * hz))
+    res = run(SB3Her(robot.config.env_id, steps, budget_s, seed, DEMOS), robot.expert_callable())
+    points = res["curve"]
+    return {
+        "seed": seed,
+        **reach_figures(points, None, hz),
+        "final_success": res["final_success"],
+        "bc_start_success": None,
+        "env_steps": res["env_steps"],
+        "robot_minutes": round(res["env_steps"] / hz / 60, 2),
+        "utd_reached": res["utd_reached"],
+        "wall_s": res["wall_s"],
+        "returncode": 0,
+        "curve": points,
+    }
+
+
 def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, object]:
     """`buffer demos` (20 expert episodes), BC (both once per row), then `train` (DSRL, `seed`)
-    with them imported, from state."""
+    with them imported, from state. The `sb3` recipe runs SB3's SAC+HER instead (`sb3_learn`)."""
+    hz = control_hz(row.task, row.keys)
+    if row.recipe == "sb3":
+        return sb3_learn(row, budget_s, seed, hz)
     demos = root / f"demos-{row.demos or row.name}"
     if not (demos / "data.mdb").exists():  # recorded as fast as the simulator goes
         keys = list(row.demo_keys) if row.demo_keys is not None else [k for k in row.keys if k != REALTIME]
@@ -181,6 +232,7 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
             f"seed={seed}",
             f"run_dir={run_dir}",
             f"budget.seconds={budget_s:g}",
+            *([f"budget.env_steps={int(round(row.robot_minutes * 60 * hz))}"] if row.robot_minutes else []),
             "stop_at_success=0.9",
             "eval_episodes=20",
         ],
@@ -188,7 +240,6 @@ def learn(row: EnvRow, root: Path, budget_s: float, seed: int = 0) -> dict[str, 
         root / f"{row.name}-s{seed}.log",
     )
     points = curve(run_dir) if (run_dir / "metrics.jsonl").exists() else []
-    hz = control_hz(row.task, row.keys)
     env_steps = points[-1][1] if points else 0
     return {
         "seed": seed,
