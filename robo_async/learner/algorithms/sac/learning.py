@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from policies.augment import random_shift
-from policies.critics import CriticEnsemble, load_twin_heads, policy_value, subset_min
+from policies.critics import CriticEnsemble, frozen, load_twin_heads, policy_value, subset_min
 from policies.mlp import flatten_obs
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
@@ -65,9 +65,9 @@ class SAC(Algorithm):
         self._gen = torch.Generator().manual_seed(0)
         self.temperature = Temperature(c.init_alpha)
         self.target_entropy = -float(act_dim) if c.target_entropy is None else c.target_entropy
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=c.actor_lr, foreach=True)
         critic_params = list(self.critic.parameters()) + (list(self.encoder.parameters()) if self.encoder else [])
-        self.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr)
+        self.critic_opt = torch.optim.Adam(critic_params, lr=c.critic_lr, foreach=True)
         self.alpha_opt = torch.optim.Adam(self.temperature.parameters(), lr=c.alpha_lr)
 
     def modules(self) -> dict[str, nn.Module]:
@@ -146,16 +146,17 @@ class SAC(Algorithm):
         critic_loss.backward()
         self.critic_opt.step()
 
-        new_act, logp = self.actor.sample(a_obs)
-        qs_pi = self.critic.q(a_obs, new_act)
-        actor_loss = (alpha * logp - policy_value(qs_pi, c.critic_subset)).mean()
-        dagger = torch.zeros(())
-        if operated is not None and bool(operated.any()):
-            mean = torch.tanh(self.actor(a_obs[operated])[0])
-            dagger = ((mean - act[operated].clamp(-1, 1)) ** 2).sum(-1).mean()
-            actor_loss = actor_loss + c.dagger_weight * dagger
-        self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        with frozen(self.critic):  # the actor's gradient goes through the critics, not into them
+            new_act, logp = self.actor.sample(a_obs)
+            qs_pi = self.critic.q(a_obs, new_act)
+            actor_loss = (alpha * logp - policy_value(qs_pi, c.critic_subset)).mean()
+            dagger = torch.zeros(())
+            if operated is not None and bool(operated.any()):
+                mean = torch.tanh(self.actor(a_obs[operated])[0])
+                dagger = ((mean - act[operated].clamp(-1, 1)) ** 2).sum(-1).mean()
+                actor_loss = actor_loss + c.dagger_weight * dagger
+            self.actor_opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
         self.actor_opt.step()
 
         alpha_loss = -(log_alpha * (logp.detach() + self.target_entropy)).mean()
