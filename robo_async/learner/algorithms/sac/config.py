@@ -22,4 +22,8 @@ class SACConfig(CriticsConfig):
     # RLPD (Ball et al. 2023; `algo=rlpd` sets it with algo.critics and algo.critic_subset)
     critic_layer_norm: bool = False  # LayerNorm after each critic hidden layer (keeps Q bounded at high UTD)
 
+    # behaviour cloning of the demonstrations (the demos table), only where the critics rate the demonstrated action
+    # above the policy's own: the Q filter of Nair et al. 2018 (0: off)
+    demo_bc_weight: float = 0.0
+
     augment_pad: int = 4  # camera frames (policy.cameras): DrQ random shift by up to this many pixels (0: off)

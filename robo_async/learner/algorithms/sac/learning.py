@@ -21,8 +21,11 @@ from torch import nn
 from policies.augment import random_shift
 from policies.critics import CriticEnsemble, frozen, load_twin_heads, policy_value, subset_min
 from policies.mlp import flatten_obs
+from robo_async.buffer.layout import TABLES
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
+
+DEMOS = TABLES.index("demos")  # the `table` index of demonstration rows
 
 
 class Critics(CriticEnsemble):
@@ -95,8 +98,10 @@ class SAC(Algorithm):
         )
         done = torch.as_tensor(batch["terminated"], dtype=torch.float32)  # truncation still bootstraps
         operated = torch.as_tensor(iv > 0) if iv is not None and self.config.dagger_weight else None
+        tab = batch.get("table")
+        demo = torch.as_tensor(tab == DEMOS) if tab is not None and self.config.demo_bc_weight else None
         if self.encoder is None:
-            return self.losses(obs, act, reward, next_obs, done, operated=operated)
+            return self.losses(obs, act, reward, next_obs, done, operated=operated, demo=demo)
         pad = self.config.augment_pad
 
         def frames(prefix: str) -> torch.Tensor:
@@ -109,7 +114,7 @@ class SAC(Algorithm):
             next_feats = self.policy.features(next_obs, next_imgs)
             next_target = self.policy.features(next_obs, next_imgs, self.encoder_target)
         out = self.losses(
-            feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach(), operated=operated
+            feats, act, reward, next_feats, done, next_target, actor_obs=feats.detach(), operated=operated, demo=demo
         )
         soft_update(self.encoder, self.encoder_target, self.config.tau)
         return out
@@ -124,11 +129,13 @@ class SAC(Algorithm):
         next_obs_target: torch.Tensor | None = None,
         actor_obs: torch.Tensor | None = None,
         operated: torch.Tensor | None = None,
+        demo: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """One SAC update on inputs already encoded: `obs` (the critic's, may carry the encoder's
         gradient), `next_obs` (the actor's next action), `next_obs_target` (the target critics';
         default `next_obs`), `actor_obs` (the actor's; default `obs`); `operated` marks rows an
-        operator drove (HG-DAgger's BC term pulls the actor's mean toward their actions)."""
+        operator drove (HG-DAgger's BC term pulls the actor's mean toward their actions); `demo` marks
+        demonstrations, cloned where the critics rate their action above the policy's (`demo_bc_weight`)."""
         c = self.config
         log_alpha = self.temperature.log_alpha
         alpha = log_alpha.exp().detach()
@@ -155,6 +162,15 @@ class SAC(Algorithm):
                 mean = torch.tanh(self.actor(a_obs[operated])[0])
                 dagger = ((mean - act[operated].clamp(-1, 1)) ** 2).sum(-1).mean()
                 actor_loss = actor_loss + c.dagger_weight * dagger
+            demo_bc = kept = torch.zeros(())
+            if demo is not None and bool(demo.any()):
+                with torch.no_grad():  # the Q filter: clone only where the demonstrated action beats the policy's
+                    q_demo = policy_value(self.critic.q(a_obs[demo], act[demo]), c.critic_subset)
+                    better = (q_demo > policy_value(qs_pi.detach()[:, demo], c.critic_subset)).float()
+                mean = torch.tanh(self.actor(a_obs[demo])[0])
+                demo_bc = (((mean - act[demo].clamp(-1, 1)) ** 2).sum(-1) * better).sum() / demo.sum()
+                kept = better.mean()
+                actor_loss = actor_loss + c.demo_bc_weight * demo_bc
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
         self.actor_opt.step()
@@ -174,4 +190,5 @@ class SAC(Algorithm):
             "losses/alpha": alpha.item(),
             "losses/entropy": -logp.mean().item(),
             **({"losses/dagger_loss": dagger.item()} if operated is not None else {}),
+            **({"losses/demo_bc_loss": demo_bc.item(), "losses/demo_kept": kept.item()} if demo is not None else {}),
         }
