@@ -39,6 +39,7 @@ class SB3Her:
     learning_rate: float = 1e-3
     tau: float = 0.05
     batch_size: int = 256
+    threads: int = 1  # torch threads, as our learner's default (learner.threads): two fight over a busy 2-core CPU
 
 
 def _env(env_id: str):
@@ -74,6 +75,7 @@ def run(s: SB3Her, expert=None) -> dict[str, object]:
     from stable_baselines3.common.callbacks import BaseCallback
 
     torch.manual_seed(s.seed)
+    torch.set_num_threads(s.threads)
     env, eval_env = _env(s.env_id), _env(s.env_id)
     model = SAC(
         "MultiInputPolicy",

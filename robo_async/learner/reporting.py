@@ -44,6 +44,7 @@ class LearnerReporting:
             "charts/version_lag_max": float(max(self.lags)) if self.lags else 0.0,
             "buffer/dropped_stale": self.sampler.dropped_stale,
             "buffer/rejected_outcome": self.sampler.rejected_outcome,
+            "buffer/her_relabelled": self.sampler.relabelled,  # rows given a goal their episode achieved (algo.her)
             "buffer/embedded_rows": self.embedded_rows,  # embedded here (the actor did not, or another encoder did)
             "buffer/dropped_embeddings": self.sampler.dropped_embeddings,  # sampled rows of another encoder, left out
             "charts/actor_policy_version": self.newest_actor_version,
