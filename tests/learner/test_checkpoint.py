@@ -20,17 +20,6 @@ def trained_sac(seed=0, steps=5):
     return sac
 
 
-def test_sac_update_fits_critic_to_fixed_batch():
-    torch.manual_seed(0)
-    sac = build_algorithm("sac", SACConfig(hidden=(64, 64), critic_lr=1e-3), spec(4, 2, (64, 64)))
-    o, a = torch.randn(64, 4), torch.rand(64, 2) * 2 - 1
-    r, done = torch.randn(64), torch.ones(64)  # terminal: the target is just the reward
-    first = sac.losses(o, a, r, o, done)["losses/qf_loss"]
-    for _ in range(300):
-        last = sac.losses(o, a, r, o, done)["losses/qf_loss"]
-    assert last < 0.2 * first
-
-
 def test_checkpoint_roundtrip_restores_everything(tmp_path):
     src = trained_sac(0)
     path = checkpoint.save(tmp_path, src, {"updates": 5, "version": 2})
