@@ -74,3 +74,30 @@ def test_bench_hil_one_start_records_from_one_cube_place_and_trains_on_the_sprea
     rows.record_demos(row.task, row.obs, rows.demos_dir(row, tmp_path), tmp_path / "log", row.demo_keys)
     assert "task.cube_xy=[0.185,0.0]" in calls[0]
     assert compose_config(["task=pick_lift", *row.demo_keys]).task.cube_xy == [0.185, 0.0]
+
+
+def test_bench_hil_headlines_the_task_it_ran_when_push_is_not_among_them(tmp_path, capsys):
+    """The unsuffixed keys (`robot_minutes_speedup`, `intervention_rate_last`) are push's, else the first task's."""
+    from robo_async.bench import run_bench
+    from robo_async.bench.hil import run_of
+
+    def saved(arm, steps, rate):
+        return {
+            "row": run_of("pick_lift", arm, 0, demos="one_start").name,
+            "seconds_to_80": steps / 40,
+            "env_steps_to_80": steps,
+            "robot_minutes_to_80": round(steps / 30 / 60, 2),
+            "final_success": 0.8,
+            "intervention_rate_last": rate,
+            "curve": [],
+        }
+
+    for arm, steps, rate in (("hil", 8280, 0.08), ("no_hil", 15788, None)):
+        r = saved(arm, steps, rate)
+        (tmp_path / f"{r['row']}.json").write_text(json.dumps(r))
+    argv = ["tasks=[pick_lift]", "seeds=1", "demos=one_start", "classifier=false", f"dir={tmp_path}"]
+    assert run_bench("hil", argv) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["headline_task"] == "pick_lift"
+    assert last["robot_minutes_speedup"] == last["robot_minutes_speedup_pick_lift"] == 1.91
+    assert last["intervention_rate_last"] == 0.08
