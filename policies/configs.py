@@ -29,6 +29,8 @@ class MLPPolicyConfig:
         str, ...
     ] = ()  # camera names (task.cameras) the policy sees through a small conv encoder (pixel SAC)
     image_size: int = 64  # frames are resized to this square size for the encoder
+    # normalise the vector inputs by running statistics of the replay (HER's normaliser; the fetch task's default)
+    obs_norm: bool = False
     # injected inference latency for sim/tests (async actor modes): a number, or [low, high] (uniform)
     inference_delay_ms: float | tuple[float, float] = 0
 

@@ -64,6 +64,46 @@ class GaussianActor(nn.Module):
         return self.sample(obs)[0]
 
 
+class ObsNorm(nn.Module):
+    """A running mean and standard deviation of the flat vector inputs, fitted on every batch the learner
+    trains on (Chan et al.'s parallel update), inputs mapped to (x - mean) / max(std, eps) clipped to
+    +-clip: HER's input normaliser (Andrychowicz et al. 2017), so positions in metres and velocities of
+    a few mm per tick weigh alike without a hand-set `obs_scale` per key. The identity until fitted. Its
+    statistics are buffers: they travel with the actor's weights and live in checkpoints."""
+
+    def __init__(self, dim: int, clip: float = 5.0, eps: float = 1e-2) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(1, dtype=torch.float64))  # [1]: the wire carries no 0-d arrays
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("m2", torch.zeros(dim, dtype=torch.float64))
+        self.clip, self.eps = float(clip), float(eps)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch [B, D] into the statistics; rows with a non-finite value are left out."""
+        x = x.detach().to(torch.float64).reshape(-1, self.mean.shape[0])
+        x = x[torch.isfinite(x).all(-1)]
+        if not len(x):
+            return
+        n, nb = float(self.count[0]), float(len(x))
+        mean_b = x.mean(0)
+        delta = mean_b - self.mean
+        total = n + nb
+        self.mean += delta * (nb / total)
+        self.m2 += ((x - mean_b) ** 2).sum(0) + delta**2 * (n * nb / total)
+        self.count.fill_(total)
+
+    def std(self) -> torch.Tensor:
+        """The running standard deviation per input, at least `eps`."""
+        return (self.m2 / self.count.clamp(min=1.0)).sqrt().clamp(min=self.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised and clipped inputs, float32 (unchanged before two rows were seen)."""
+        if float(self.count[0]) < 2:
+            return x
+        return ((x - self.mean) / self.std()).clamp(-self.clip, self.clip).to(torch.float32)
+
+
 def flatten_obs(
     obs: Mapping[str, np.ndarray | torch.Tensor],
     keys: Sequence[str],
@@ -100,6 +140,7 @@ class MLPPolicy(Policy):
         seed: int = 0,
         cameras: Sequence[str] = (),
         image_size: int = 64,
+        obs_norm: bool = False,
     ) -> None:
         if exploration not in ("white", "gsde"):
             raise ValueError(f"exploration must be 'white' or 'gsde', not {exploration!r}")
@@ -129,14 +170,19 @@ class MLPPolicy(Policy):
         self.encoder = ImageEncoder(len(self.cameras), self.image_size) if self.cameras else None
         self.feature_dim = self.obs_dim + (self.encoder.out * len(self.cameras) if self.encoder is not None else 0)
         self.net = GaussianActor(self.feature_dim, len(self.low), self.hidden)
+        self.norm = ObsNorm(self.obs_dim) if obs_norm else None  # over the vector inputs only
+        parts = {"actor": self.net, "encoder": self.encoder, "norm": self.norm}
         self._module: nn.Module = (
-            nn.ModuleDict({"actor": self.net, "encoder": self.encoder}) if self.encoder is not None else self.net
+            nn.ModuleDict({k: m for k, m in parts.items() if m is not None})
+            if self.encoder is not None or self.norm is not None
+            else self.net
         )
         self.version = -1
 
     @property
     def architecture(self) -> str:
         cams = f"+{len(self.cameras)}cam{self.image_size}" if self.cameras else ""
+        cams += "+norm" if self.norm is not None else ""
         return f"mlp-{self.action_mode}:{self.obs_dim}{cams}-{'-'.join(map(str, self.hidden))}-{len(self.low)}"
 
     def module(self) -> nn.Module:
@@ -145,6 +191,17 @@ class MLPPolicy(Policy):
     def images(self, obs: Mapping[str, np.ndarray]) -> np.ndarray | None:
         """Camera frames [n_cams, H, W, 3] (or [B, n_cams, H, W, 3] for batches); None without cameras."""
         return camera_frames(obs, self.cameras, "mlp policy")
+
+    def inputs(self, obs: Mapping[str, np.ndarray | torch.Tensor], prefix: str = "", fit: bool = False) -> torch.Tensor:
+        """The flat vector inputs of `obs` (keys `prefix + obs_key`, e.g. "next_obs/" in a batch): scaled by
+        `obs_scale`, then normalised by the running statistics (`obs_norm`), which `fit` first updates
+        with them (the learner does, on every batch it trains on)."""
+        x = flatten_obs({k: obs[prefix + k] for k in self.obs_keys}, self.obs_keys, self.obs_scale)
+        if self.norm is None:
+            return x
+        if fit:
+            self.norm.update(x)
+        return self.norm(x)
 
     def features(
         self, vectors: torch.Tensor, images: torch.Tensor | None = None, encoder: nn.Module | None = None
@@ -197,7 +254,7 @@ class MLPPolicy(Policy):
         del prefix, delay_ticks  # chunk length 1: nothing to keep fixed
         if forwarded_state is not None:
             obs = {**obs, "state": forwarded_state}
-        x = flatten_obs(obs, self.obs_keys, self.obs_scale).unsqueeze(0)
+        x = self.inputs(obs).unsqueeze(0)
         if self.encoder is not None:
             x = self.features(x, torch.as_tensor(self.images(obs))[None])
         if self.exploration == "gsde" and not self.deterministic:
@@ -215,9 +272,7 @@ class MLPPolicy(Policy):
         if len(requests) <= 1 or (self.exploration == "gsde" and not self.deterministic):
             return super().predict_chunks(requests)
         obs = [r.obs if r.forwarded_state is None else {**r.obs, "state": r.forwarded_state} for r in requests]
-        x = flatten_obs(
-            {k: np.stack([np.asarray(o[k]) for o in obs]) for k in self.obs_keys}, self.obs_keys, self.obs_scale
-        )
+        x = self.inputs({k: np.stack([np.asarray(o[k]) for o in obs]) for k in self.obs_keys})
         if self.encoder is not None:
             x = self.features(x, torch.as_tensor(np.stack([self.images(o) for o in obs])))
         a = self.net.act(x, self.deterministic).numpy()

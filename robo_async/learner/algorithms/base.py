@@ -157,6 +157,7 @@ def mlp_policy(spec: PolicySpec, algo: str) -> MLPPolicy:
         obs_scale=spec.obs_scale,
         cameras=tuple(spec.options.get("cameras") or ()),  # type: ignore[arg-type]
         image_size=int(spec.options.get("image_size", 64)),
+        obs_norm=bool(spec.options.get("obs_norm", False)),
     )  # type: ignore[arg-type]
 
 

@@ -23,7 +23,7 @@ from torch import nn
 from policies.augment import random_shift
 from policies.base import Policy
 from policies.flow import FlowChunkPolicy
-from policies.mlp import MLPPolicy, flatten_obs
+from policies.mlp import MLPPolicy
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, mlp_policy, refuse_dagger, register
 from robo_async.learner.algorithms.bc.chunk import delay_consistent, lerobot_batch
 from robo_async.learner.algorithms.bc.config import BCConfig
@@ -102,9 +102,9 @@ class BC(Algorithm):
         self.opt.step()
 
     def _one_step(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
-        p, keys = self.policy, self.spec.obs_keys
+        p = self.policy
         assert isinstance(p, MLPPolicy)
-        obs = flatten_obs({k: batch[f"obs/{k}"] for k in keys}, keys, self.spec.obs_scale)
+        obs = p.inputs(batch, "obs/", fit=True)
         imgs = p.images({k.removeprefix("obs/"): v for k, v in batch.items() if k.startswith("obs/")})
         obs = p.features(obs, None if imgs is None else random_shift(torch.as_tensor(imgs), self.config.augment_pad))
         target = torch.as_tensor(p.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)

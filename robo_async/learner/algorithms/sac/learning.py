@@ -20,7 +20,6 @@ from torch import nn
 
 from policies.augment import random_shift
 from policies.critics import CriticEnsemble, frozen, load_twin_heads, policy_value, subset_min
-from policies.mlp import flatten_obs
 from robo_async.buffer.layout import TABLES
 from robo_async.learner.algorithms.base import Algorithm, PolicySpec, hil_rewards, mlp_policy, register, soft_update
 from robo_async.learner.algorithms.sac.config import SACConfig
@@ -88,9 +87,8 @@ class SAC(Algorithm):
         return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt, "alpha_opt": self.alpha_opt}
 
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
-        keys, scale = self.spec.obs_keys, self.spec.obs_scale
-        obs = flatten_obs({k: batch[f"obs/{k}"] for k in keys}, keys, scale)
-        next_obs = flatten_obs({k: batch[f"next_obs/{k}"] for k in keys}, keys, scale)
+        obs = self.policy.inputs(batch, "obs/", fit=True)  # policy.obs_norm: its statistics follow the replay
+        next_obs = self.policy.inputs(batch, "next_obs/")
         act = torch.as_tensor(self.policy.to_normalized(batch["action"], batch["obs/state"]), dtype=torch.float32)
         iv = batch.get("intervention")
         reward = torch.as_tensor(
