@@ -97,7 +97,8 @@ def _no_run_outlives_its_test():
 def start_training(run_dir, *extra):
     """A long training run in the background; returns it once its processes are up, with their pids."""
     proc = subprocess.Popen(
-        EXE + ["train", f"run_dir={run_dir}", "budget.seconds=300", *TINY, *extra],
+        EXE
+        + ["train", f"run_dir={run_dir}", "budget.seconds=800", *TINY, *extra],  # a backstop: these end by env steps
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
