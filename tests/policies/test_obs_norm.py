@@ -1,8 +1,6 @@
 """`policy.obs_norm`: the MLP policy's running input normaliser (HER's), fitted by the learner on the
 batches it trains on, carried to actors with the weights."""
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -13,6 +11,7 @@ from robo_async.transport.channels import WeightClient
 from robo_async.transport.publisher import WeightPublisher
 from robo_async.transport.weights import PushConfig
 from robo_async.transport.wire import Weights
+from tests.transport.test_weights import newest
 
 LOW, HIGH = (-1.0,) * 4, (1.0,) * 4
 
@@ -57,16 +56,6 @@ def test_inputs_are_the_identity_until_fitted_then_standardised_and_clipped():
     assert float(p.inputs(far).max()) == 5.0
     assert float(p.norm.count[0]) == 512  # reading does not fit
     assert "+norm" in p.architecture and "+norm" not in make().architecture
-
-
-def newest(client, version, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        w = client.take_weights()
-        if w is not None and w.version >= version:
-            return w
-        time.sleep(0.01)
-    raise AssertionError(f"weights v{version} did not arrive")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
