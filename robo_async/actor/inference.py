@@ -12,6 +12,10 @@ the schedule by `ChunkSchedule.merge`:
 - `rtc`: the committed prefix was held fixed while sampling (real-time chunking), so the new chunk
   continues it exactly; it replaces the schedule from its first new tick.
 
+`sync_bounded` (a one-step policy's default where ticks keep wall-clock time) asks about each
+tick's own observation and waits for the answer on the inference thread for at most `SYNC_BOUND`
+of a control period; an answer later than that starts when it lands (the robot held meanwhile).
+
 Bad chunks (NaN, wrong shape) are dropped and counted; an inference running past `timeout_s` is
 reported and the loop keeps holding the last action until it returns.
 
@@ -22,6 +26,7 @@ runner plans by, `actor/latency.py`.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -32,7 +37,7 @@ import numpy as np
 
 from hal.spec import RobotSpec
 from policies.base import ActionChunk, Policy, call_policy
-from robo_async.actor.inference_modes import REPLAN
+from robo_async.actor.inference_modes import REPLAN, SYNC, SYNC_BOUND
 from robo_async.actor.latency import LatencyTracker, TickLatency
 from robo_async.actor.schedule import ChunkSchedule
 
@@ -274,10 +279,10 @@ class AsyncChunkRunner:
         if replan not in REPLAN:
             raise ValueError(f"replan must be one of {REPLAN}, not '{replan}'")
         self.engine, self.spec = engine, spec
-        self.schedule = ChunkSchedule("drop_stale" if mode == "sync" else mode)
+        self.schedule = ChunkSchedule("drop_stale" if mode in SYNC else mode)
         # sync runs each chunk to its end before asking again (LeRobot's synchronous loop); async
         # modes ask when what is left falls to the latency plus this margin
-        margin = (0 if mode == "sync" else 1) if margin_ticks is None else margin_ticks
+        margin = (0 if mode in SYNC else 1) if margin_ticks is None else margin_ticks
         self.mode, self.forward, self.margin = mode, forward, margin
         # due: ask when the committed actions fall to latency + margin; continuous: whenever the
         # engine is idle (async modes), so a change in the world is seen one inference sooner
@@ -289,6 +294,7 @@ class AsyncChunkRunner:
         self._merged_obs_tick = -1
         self._last_submit = -(10**9)
         self.holds = 0
+        self.late = 0  # sync_bounded: ticks whose inference missed the bound (the robot held, or ran the last plan)
         self._last: np.ndarray | None = None
         self.versions: deque[int] = deque(maxlen=1000)  # policy versions of the latest merged chunks
         self.chunks_merged = 0
@@ -325,16 +331,19 @@ class AsyncChunkRunner:
                 continue
             self._merged_obs_tick = r.obs_tick
             self.tick_latency.add(now - r.obs_tick)  # asked at its observation's tick
-            self.schedule.merge(r.chunk.actions, r.start_tick, now, r.chunk.policy_version, r.obs_tick)
+            # sync_bounded: a chunk that missed its tick's bound starts when it lands (as async_naive would)
+            start = max(r.start_tick, now) if self.mode == "sync_bounded" else r.start_tick
+            self.schedule.merge(r.chunk.actions, start, now, r.chunk.policy_version, r.obs_tick)
             self.versions.append(r.chunk.policy_version)
             self.chunks_merged += 1
 
     def tick(self, now: int, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The action for tick `now`. Never waits on the policy (except in `sync` mode, the baseline)."""
+        """The action for tick `now`. Never waits on the policy, except in `sync` mode (the baseline)
+        and, for at most `SYNC_BOUND` of a control period, in `sync_bounded`."""
         self._take(now)
-        d = 0 if self.mode == "sync" else self.latency_ticks()
+        d = 0 if self.mode in SYNC else self.latency_ticks()
         left = self.schedule.remaining(now)
-        due = left <= d + self.margin or (self.continuous and self.mode != "sync")
+        due = left <= d + self.margin or (self.continuous and self.mode not in SYNC)
         # with several workers, requests are spread over the latency so one always starts soon
         spaced = self.engine.in_flight == 0 or now - self._last_submit >= max(1, -(-d // self.engine.workers))
         if due and spaced and self.engine.can_take(self.epoch):
@@ -359,9 +368,11 @@ class AsyncChunkRunner:
                 self.engine.submit(
                     obs, fstate, None, now + max(d, len(committed)) if self.forward else now, self.epoch, now
                 )
-            if self.mode == "sync":
-                while self.engine.in_flight:  # the baseline: the robot waits for the policy
-                    time.sleep(0.0005)
+            if self.mode in SYNC:  # sync, the baseline: the robot waits for the policy; sync_bounded: up to the bound
+                end = math.inf if self.mode == "sync" else time.monotonic() + SYNC_BOUND * self.spec.dt
+                while self.engine.in_flight and time.monotonic() < end:
+                    time.sleep(0.0002)
+                self.late += bool(self.engine.in_flight)
                 self._take(now)
         self.engine.hung()
         a = self.schedule.pop(now)

@@ -23,6 +23,7 @@ class InferenceMode(StrEnum):
 
     inline = "inline"  # the policy on the control thread, each chunk whole (as-fast-as-possible sims only)
     sync = "sync"
+    sync_bounded = "sync_bounded"
     async_naive = "async_naive"
     async_forward = "async_forward"
     async_forward_blend = "async_forward_blend"
@@ -35,6 +36,7 @@ class InferenceChoice(StrEnum):
     auto = "auto"
     inline = "inline"
     sync = "sync"
+    sync_bounded = "sync_bounded"
     async_naive = "async_naive"
     async_forward = "async_forward"
     async_forward_blend = "async_forward_blend"
@@ -91,8 +93,8 @@ class ActorOptions:
     resend_s: float = 5.0  # resend unacked data when the learner's acks stall this long
     # no learner status this long: logged as away (real-time robots keep executing, sims pause)
     learner_silent_s: float = 3.0
-    # auto (inline on an as-fast-as-possible sim, else async_forward) | inline (sim only) | sync | async_naive |
-    # async_forward | async_forward_blend | async_forward_rtc
+    # auto (inline on an as-fast-as-possible sim; else sync_bounded for one-step policies, async_forward for chunks) |
+    # inline (sim only) | sync | sync_bounded | async_naive | async_forward | async_forward_blend | async_forward_rtc
     inference: InferenceChoice = InferenceChoice.auto
     # async modes: due (next chunk when committed actions fall to latency + 1) | end (about the tick the current chunk
     # ends: every action runs) | continuous; auto: end for qc/dsrl, else due

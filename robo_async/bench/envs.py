@@ -270,7 +270,7 @@ class EnvsKeys:
     steps: int = arg(600, help="ticks per round of the bare env vs actor rate")
     rounds: int = arg(3, help="rounds of the rate comparison")
     skip_learning: bool = arg(False, help="measure the rates only, no demonstrations, BC or training")
-    dir: Path | None = arg(None, help="bench directory (none: runs/bench-envs-<date>)")
+    dir: Path | None = arg(None, help="bench directory; seeds saved there are not rerun (none: runs/bench-envs-<date>)")
 
 
 def reach_cell(f: dict, key: str, fmt: str = "{:.0f}") -> str:
@@ -300,9 +300,14 @@ def bench_envs(args: EnvsKeys) -> int:
         if not args.skip_learning:
             runs = []
             for seed in range(args.seeds):
+                saved = root / f"{n}-s{seed}.json"
+                if saved.exists():  # measured by an earlier, interrupted bench in this dir
+                    print(f"row {n} seed {seed}: saved in {root}, not run again", flush=True)
+                    runs.append(json.loads(saved.read_text()))
+                    continue
                 print(f"row {n} seed {seed}: 20 demonstrations, then training for up to {budget_s:g} s ...", flush=True)
                 runs.append(learn(row, root, budget_s, seed))
-                (root / f"{n}-s{seed}.json").write_text(json.dumps(runs[-1]))
+                saved.write_text(json.dumps(runs[-1]))
             fig.update(merge(runs, REACH_KEYS, VALUES))
             curves += [{**r, "row": f"{n}-s{r['seed']}"} for r in runs]
         out[n] = fig

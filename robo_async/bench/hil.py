@@ -50,7 +50,14 @@ def run_of(task: str, arm: str, seed: int, algo: str = "sac", realtime: bool = F
     name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}{'-onestart' if one else ''}"
     extra = (*(HIL if arm == "hil" else ()), f"seed={seed}")
     return Row(
-        f"{name}-s{seed}", task, "state", algo, realtime=realtime, extra=extra, demo_keys=ONE_START[task] if one else ()
+        f"{name}-s{seed}",
+        task,
+        "state",
+        algo,
+        realtime=realtime,
+        extra=extra,
+        demo_keys=ONE_START[task] if one else (),
+        inference="auto",  # real time: as users' runs act (sync_bounded for the one-step policy)
     )
 
 

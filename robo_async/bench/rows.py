@@ -60,6 +60,7 @@ class Row:
     classifier: bool = False  # the reward comes only from a success classifier (reward_classifier=)
     absolute: bool = False  # state rows: [state, cube_pos] (no features measured from the end effector)
     demo_keys: tuple[str, ...] = ()  # task keys the demonstrations are recorded with (e.g. the cube at one start)
+    inference: str = "async_forward"  # actor.inference of the real-time and latency rows (auto: as users' runs)
 
     def overrides(self, demos: Path, bc_dir: Path | None) -> list[str]:
         o = [f"task={self.task}", f"buffer.imports=[{{path: {demos}, table: demos}}]"]
@@ -85,7 +86,7 @@ class Row:
             # sim runs hundreds of ticks per 200 ms inference and holds through most of them)
             o += [
                 "task.realtime=true",
-                "actor.inference=async_forward",
+                f"actor.inference={self.inference}",
                 f"policy.inference_delay_ms={self.latency_ms:g}",
             ]
         return o + list(self.extra)

@@ -256,7 +256,10 @@ def report(run: TrainConfig, run_dir: Path, result: RunResult) -> int:
         # as the run acted: its inference mode and injected latency (a 200 ms run is not judged at 0 ms)
         delay = run.policy.inference_delay_ms
         delay = list(delay) if isinstance(delay, tuple) else delay
-        mode = resolve_inference(run.actor.inference, task_args(as_dict(run.task), run.robot, as_dict(run.safety)))
+        from robo_async.launch.policy_args import PolicyArgs
+
+        task = task_args(as_dict(run.task), run.robot, as_dict(run.safety))
+        mode = resolve_inference(run.actor.inference, task, horizon=PolicyArgs.from_config(as_dict(run.policy)).horizon)
         res = evaluate(
             Path(result.checkpoint),
             run.eval_episodes,

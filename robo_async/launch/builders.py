@@ -165,11 +165,11 @@ def plan_policy(
     algo_name, algo_config = algo_of(c.algo)
     pol = PolicyArgs.from_config(as_dict(c.policy))
     if getattr(algo_config, "max_delay", 0) is None:  # delay-consistent acting: as the actors will ask
-        modes = {resolve_inference(a.inference, plan_task(i), server) for i in range(c.actors)}
+        modes = {resolve_inference(a.inference, plan_task(i), server, pol.horizon) for i in range(c.actors)}
         ms = pol.option("inference_delay_ms") or 0
         injected = float(max(ms) if isinstance(ms, tuple) else ms) / 1000 / spec.dt
         bc_delay = getattr(c.policy, "bc", BCOptions()).max_delay
-        delay = 0 if modes <= {"inline", "sync"} else max(bc_delay, math.ceil(injected - 1e-9) + 2)
+        delay = 0 if modes <= {"inline", "sync", "sync_bounded"} else max(bc_delay, math.ceil(injected - 1e-9) + 2)
         algo_config = dataclasses.replace(algo_config, max_delay=delay)  # type: ignore[type-var]
     cams = [str(cam) for cam in (pol.option("cameras") or ())]
     have = [cam.name for cam in spec.cameras]
@@ -267,6 +267,7 @@ def plan_actors(
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
     replan = resolve_replan(a.replan, algo_name)
+    horizon = PolicyArgs.from_config(as_dict(c.policy)).horizon
     envs = int(a.envs)
 
     def episodes_of(i: int) -> int:  # all the episodes actor i's robots made (their numbers seed resets)
@@ -280,7 +281,7 @@ def plan_actors(
         with one_line():
             loop = LoopConfig.from_options(
                 a,
-                inference=resolve_inference(a.inference, ti, server),
+                inference=resolve_inference(a.inference, ti, server, horizon),
                 replan=replan,
                 actor_id=i,
                 episode_ticks=ti.episode_ticks(),

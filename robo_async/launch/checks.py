@@ -36,12 +36,16 @@ def one_line() -> Iterator[None]:
         raise ConfigError(str(e)) from None
 
 
-def resolve_inference(mode: str, task: TaskArgs, server: str | None = None) -> InferenceMode:
-    """`actor.inference` for training actors: `choose_inference` (actor/inference.py) decides."""
+def resolve_inference(
+    mode: str, task: TaskArgs, server: str | None = None, horizon: int | None = None
+) -> InferenceMode:
+    """`actor.inference` for training actors of a policy with `horizon` actions per chunk
+    (`PolicyArgs.horizon`): `choose_inference` (actor/inference_modes.py) decides."""
     try:
         return choose_inference(
             mode,
             purpose="train",
+            horizon=horizon,
             robot=task.robot["type"] if task.robot is not None else None,
             realtime=task.realtime,
             server=server,

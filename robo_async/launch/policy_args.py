@@ -50,6 +50,12 @@ class PolicyArgs:
     def option(self, key: str, default: object = None) -> object:
         return dict(self.options).get(key, default)
 
+    @property
+    def horizon(self) -> int | None:
+        """Actions per chunk as the config says (`policy=mlp`: 1); None: the policy's own (a chunk policy)."""
+        h = 1 if self.name == "mlp" else self.option("horizon")
+        return h if isinstance(h, int) else None
+
 
 def _hashable(v: object) -> object:
     if isinstance(v, list | tuple):

@@ -503,13 +503,18 @@ def test_choose_inference_is_the_one_rule_for_auto_and_inline():
         return choose_inference(requested, purpose=purpose, **kw)
 
     # training: inline on an as-fast sim whatever the horizon, else inference beside the loop
-    assert pick("auto", "train") == pick("auto", "train", horizon=8) == "inline"
+    assert pick("auto", "train") == pick("auto", "train", horizon=8) == pick("auto", "train", horizon=1) == "inline"
     for where in ({"realtime": True}, {"robot": "so101"}, {"server": "tcp://127.0.0.1:5560"}):
-        assert pick("auto", "train", **where) == "async_forward"
-        assert pick("auto", "evaluate", **where) == "async_forward_rtc"
+        for chunk in ({"horizon": 8}, {}):  # a chunk policy, or a horizon not known
+            assert pick("auto", "train", **where, **chunk) == "async_forward"
+            assert pick("auto", "evaluate", **where, **chunk) == "async_forward_rtc"
+    # a one-step policy where ticks keep wall-clock time is asked about each tick's own observation
+    for where in ({"realtime": True}, {"robot": "so101"}):
+        assert pick("auto", "train", horizon=1, **where) == pick(None, "evaluate", horizon=1, **where) == "sync_bounded"
+    assert pick("auto", "train", horizon=1, server="tcp://127.0.0.1:5560") == "async_forward"  # not on the network
     # evaluating: inline only for a one-step policy on an as-fast sim; a chunk policy as it will run
-    assert pick(None, "evaluate") == pick("auto", "evaluate", horizon=1) == "inline"
-    assert pick(None, "evaluate", horizon=8) == "async_forward_rtc"
+    assert pick(None, "evaluate", horizon=1) == pick("auto", "evaluate", horizon=1) == "inline"
+    assert pick(None, "evaluate", horizon=8) == pick(None, "evaluate") == "async_forward_rtc"
     # a named mode is used as asked, inline too on a sim
     assert pick("async_naive", "train", robot="so101") == "async_naive"
     assert pick("inline", "evaluate", horizon=8, realtime=True) == "inline"

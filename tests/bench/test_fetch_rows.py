@@ -75,3 +75,29 @@ def test_the_sb3_baseline_counts_evaluation_episodes_as_robot_time_and_replays_t
     # the demonstration and the training ticks (SB3 drops the one a callback stops on)
     assert res["env_steps"] == 200 and res["replayed"] == 50 + 100 - 1
     assert 0.0 <= res["final_success"] <= 1.0
+
+
+def test_bench_envs_in_a_dir_with_saved_seeds_runs_only_the_missing_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(
+        envs,
+        "rates",
+        lambda row, steps, rounds: {"sim_steps_per_s_raw": 1.0, "sim_steps_per_s_actor": 1.0, "actor_over_raw": 1.0},
+    )
+    saved = [(1.0, 1500, 0.8, 40)]
+    (tmp_path / "fetch_push-her-s0.json").write_text(
+        json.dumps({"seed": 0, **envs.reach_figures(saved, None, 25.0), "curve": saved, "robot_minutes": 30.0})
+    )
+    ran = []
+
+    def fake_learn(row, root, budget_s, seed=0):
+        ran.append(seed)
+        curve = [(1.0, 4500, 0.8, 40)]
+        return {"seed": seed, **envs.reach_figures(curve, None, 25.0), "curve": curve, "robot_minutes": 30.0}
+
+    monkeypatch.setattr(envs, "learn", fake_learn)
+    from robo_async.bench import run_bench
+
+    assert run_bench("envs", ["rows=[fetch_push-her]", "seeds=2", f"dir={tmp_path}"]) == 0
+    assert ran == [1]  # seed 0 was saved by an earlier, interrupted bench
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["fetch_push_her_robot_minutes_to_80"] == 2.0  # the median of 1.0 (saved) and 3.0 (run)

@@ -30,6 +30,33 @@ def test_the_learn_rows_of_one_step_presets_pass_the_preset(tmp_path):
     assert cfg.algo.name == "sac" and cfg.algo.critic_layer_norm and cfg.buffer.mix["demos"] == cfg.buffer.mix["online"]
 
 
+def test_the_real_time_one_step_rows_act_as_users_runs_do_and_their_forward_twins_a_tick_ahead(tmp_path):
+    from robo_async.launch.builders import build_plan
+
+    for algo in ("sac", "rlpd"):
+        users, forward = LEARN_ROWS[f"pick_lift-{algo}-realtime"], LEARN_ROWS[f"pick_lift-{algo}-realtime-forward"]
+        assert (users.algo, users.extra) == (forward.algo, forward.extra)  # the same run, acting otherwise
+        got = {
+            row.name: str(
+                build_plan(compose_config(row.overrides(tmp_path / "d", None)), tmp_path / row.name)
+                .actors[0]
+                .loop.inference
+            )
+            for row in (users, forward)
+        }
+        assert got == {users.name: "sync_bounded", forward.name: "async_forward"}
+
+
+def test_the_real_time_pixel_row_steers_the_frozen_pixel_prior_at_the_tasks_rate(tmp_path):
+    o = LEARN_ROWS["pick_lift-pixels-frozen-realtime"].overrides(tmp_path / "d", tmp_path / "bc")
+    assert o[: len(LEARN_ROWS["pick_lift-pixels-frozen"].overrides(tmp_path / "d", tmp_path / "bc"))] == (
+        LEARN_ROWS["pick_lift-pixels-frozen"].overrides(tmp_path / "d", tmp_path / "bc")
+    )  # the frozen row's overrides, then real time
+    cfg = compose_config(o)
+    assert cfg.task.realtime and cfg.actor.inference == "async_forward" and cfg.algo.name == "dsrl"
+    assert list(cfg.policy.cameras) == ["front", "wrist"] and cfg.policy.path == str(tmp_path / "bc")
+
+
 def test_utd_reached_is_updates_per_env_step_at_the_end(tmp_path: Path):
     rows = [
         {"time/env_steps": 0, "time/updates": 0},

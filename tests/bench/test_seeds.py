@@ -132,3 +132,24 @@ def test_the_control_rate_is_the_one_the_task_builds():
 
     assert control_hz("push") == 30.0
     assert control_hz("gym_hil") == 10.0
+
+
+def test_bench_learn_in_a_dir_with_saved_seeds_runs_only_the_missing_ones(tmp_path, monkeypatch, capsys):
+    import robo_async.bench.learn as learn
+    from robo_async.bench import run_bench
+
+    (tmp_path / "pick_lift-sac-realtime-s0.json").write_text(
+        json.dumps(_run("pick_lift-sac-realtime", 0, 300.0, bc=None, algo="sac", realtime=True))
+    )
+    ran = []
+
+    def fake_run_row(row, root, limit):
+        ran.append(row.name)
+        return {**_run("pick_lift-sac-realtime", 1, None, bc=None, algo="sac", realtime=True), "updates_per_s": 30.0}
+
+    monkeypatch.setattr(learn, "run_row", fake_run_row)
+    assert run_bench("learn", ["rows=[pick_lift-sac-realtime]", "seeds=2", f"dir={tmp_path}"]) == 0
+    assert ran == ["pick_lift-sac-realtime-s1"]  # seed 0 was saved by an earlier, interrupted bench
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (row,) = last["rows"]
+    assert row["seeds"] == 2 and row["seconds_to_80_seeds"] == [300.0, None]
