@@ -135,6 +135,7 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
     rt = run_of("gym_hil", "hil", 1, "rlpd", realtime=True)  # its own name: runs saved in dir= do not mix
     assert rt.name == "gym_hil-hil-rlpd-rt-s1" and "algo=rlpd" in rt.overrides(Path("d"), None)
     assert "task.realtime=true" in rt.overrides(Path("d"), None)
+    assert "algo.critics=2" in rt.extra  # as the RLPD rows of bench learn and bench envs
     runs = {
         "hil": [
             {"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},

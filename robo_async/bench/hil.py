@@ -48,7 +48,9 @@ def run_of(task: str, arm: str, seed: int, algo: str = "sac", realtime: bool = F
     `demos=one_start`: the demonstrations all start from one cube place (named `-onestart`)."""
     one = demos == "one_start"
     name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}{'-onestart' if one else ''}"
-    extra = (*(HIL if arm == "hil" else ()), f"seed={seed}")
+    # RLPD with two critics, as bench learn's and bench envs' RLPD rows: ten cost this CPU most of its UTD
+    critics = ("algo.critics=2",) if algo == "rlpd" else ()
+    extra = (*(HIL if arm == "hil" else ()), *critics, f"seed={seed}")
     return Row(
         f"{name}-s{seed}",
         task,
