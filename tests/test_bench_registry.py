@@ -136,6 +136,9 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
     assert rt.name == "gym_hil-hil-rlpd-rt-s1" and "algo=rlpd" in rt.overrides(Path("d"), None)
     assert "task.realtime=true" in rt.overrides(Path("d"), None)
     assert "algo.critics=2" in rt.extra  # as the RLPD rows of bench learn and bench envs
+    off = run_of("pick_lift", "hil", 0, dagger_weight=0.0)  # corrections only in the replay: a run of its own
+    assert "algo.dagger_weight=0.0" in off.extra and off.name == "pick_lift-hil-dw0-s0"
+    assert run_of("pick_lift", "no_hil", 0, dagger_weight=0.0).name == run_of("pick_lift", "no_hil", 0).name
     runs = {
         "hil": [
             {"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},

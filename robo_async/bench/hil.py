@@ -31,7 +31,7 @@ from robo_async.bench.rows import Row, _cli, run_row
 from robo_async.bench.seeds import Spread, cell, spread
 from robo_async.commands.args import arg
 
-HIL = ("teleop=virtual", "algo.dagger_weight=1.0")
+HIL = ("teleop=virtual",)  # the operator's arm; and HG-DAgger's weight (`dagger_weight=`, 1.0 unless named)
 TASKS = ("push", "gym_hil")
 # demonstrations from one start (the cube at one place) for tasks that put it anywhere (bench hil demos=one_start)
 ONE_START = {
@@ -42,15 +42,27 @@ ONE_START = {
 ARMS = ("hil", "no_hil")
 
 
-def run_of(task: str, arm: str, seed: int, algo: str = "sac", realtime: bool = False, demos: str = "spread") -> Row:
+def run_of(
+    task: str,
+    arm: str,
+    seed: int,
+    algo: str = "sac",
+    realtime: bool = False,
+    demos: str = "spread",
+    dagger_weight: float = 1.0,
+) -> Row:
     """One run of the bench: SAC (or `algo`, e.g. the rlpd preset) from state on `task`, with
     (`hil`) or without the operator; `realtime`: the actor at the task's rate (named `-rt`);
-    `demos=one_start`: the demonstrations all start from one cube place (named `-onestart`)."""
+    `demos=one_start`: the demonstrations all start from one cube place (named `-onestart`);
+    `dagger_weight`: HG-DAgger's imitation of the corrections (named `-dw<w>` unless 1.0)."""
     one = demos == "one_start"
     name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}{'-onestart' if one else ''}"
+    if arm == "hil" and dagger_weight != 1.0:
+        name += f"-dw{dagger_weight:g}"
     # RLPD with two critics, as bench learn's and bench envs' RLPD rows: ten cost this CPU most of its UTD
     critics = ("algo.critics=2",) if algo == "rlpd" else ()
-    extra = (*(HIL if arm == "hil" else ()), *critics, f"seed={seed}")
+    hil = (*HIL, f"algo.dagger_weight={float(dagger_weight)}") if arm == "hil" else ()
+    extra = (*hil, *critics, f"seed={seed}")
     return Row(
         f"{name}-s{seed}",
         task,
@@ -136,6 +148,9 @@ class HilKeys:
     realtime: bool = arg(
         False, help="the actor at the task's rate (task.realtime=true): robot time as a robot spends it"
     )
+    dagger_weight: float = arg(
+        1.0, help="the operator's arm: HG-DAgger's weight on imitating the corrections (0: they are only replay)"
+    )
     classifier: bool = arg(True, help="train and score the success classifier on pick_lift frames")
     dir: Path | None = arg(None, help="bench directory; runs saved there are not rerun (none: a new one)")
 
@@ -200,10 +215,15 @@ def bench_hil(args: HilKeys) -> int:
     print(f"working in {root}", flush=True)
     from robo_async.learner.metrics import read_metrics
 
+    keys = (args.algo, args.realtime, args.demos, args.dagger_weight)
+
+    def named(task: str, arm: str, seed: int) -> str:
+        return run_of(task, arm, seed, *keys).name
+
     for task in tasks:
         for seed in range(seeds):
             for arm in arms:
-                row = run_of(task, arm, seed, args.algo, args.realtime, args.demos)
+                row = run_of(task, arm, seed, *keys)
                 if (root / f"{row.name}.json").exists():  # measured by an earlier, interrupted bench in this dir
                     continue
                 print(f"{row.name}: training for up to {budget:.0f} s ...", flush=True)
@@ -231,11 +251,9 @@ def bench_hil(args: HilKeys) -> int:
     runs = {
         task: {
             arm: [
-                json.loads(
-                    (root / f"{run_of(task, arm, s, args.algo, args.realtime, args.demos).name}.json").read_text()
-                )
+                json.loads((root / f"{named(task, arm, s)}.json").read_text())
                 for s in range(seeds)
-                if (root / f"{run_of(task, arm, s, args.algo, args.realtime, args.demos).name}.json").exists()
+                if (root / f"{named(task, arm, s)}.json").exists()
             ]
             for arm in arms
         }
