@@ -113,6 +113,13 @@ def test_bench_hil_refuses_an_unknown_task_or_arm_in_the_parser(key, capsys, tmp
     assert f"bench hil: {key}='push,nope': give one of" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_bench_hil_refuses_a_dagger_weight_that_is_not_finite_and_non_negative(value, capsys, tmp_path):
+    assert main(["bench", "hil", f"dagger_weight={value}", f"dir={tmp_path / 'b'}"]) == 2
+    assert "bench hil: dagger_weight must be a finite number >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # refused before the bench made its directory or ran anything
+
+
 @pytest.mark.e2e
 def test_bench_envs_compares_a_peer_env_bare_and_through_the_actor(capsys, tmp_path):
     import json

@@ -20,6 +20,7 @@ bound). Then a success classifier is trained with `robo-async reward train` on r
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from robo_async.bench import emit, register, show
 from robo_async.bench.rows import Row, _cli, run_row
 from robo_async.bench.seeds import Spread, cell, spread
 from robo_async.commands.args import arg
+from robo_async.config import UserError
 
 HIL = ("teleop=virtual",)  # the operator's arm; and HG-DAgger's weight (`dagger_weight=`, 1.0 unless named)
 TASKS = ("push", "gym_hil")
@@ -153,6 +155,10 @@ class HilKeys:
     )
     classifier: bool = arg(True, help="train and score the success classifier on pick_lift frames")
     dir: Path | None = arg(None, help="bench directory; runs saved there are not rerun (none: a new one)")
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.dagger_weight) or self.dagger_weight < 0:  # refused before any run starts
+            raise UserError(f"bench hil: dagger_weight must be a finite number >= 0, not {self.dagger_weight}")
 
 
 def bounded(runs: list[dict], key: str, stand_in: float | None = None) -> float | None:

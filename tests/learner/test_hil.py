@@ -73,6 +73,15 @@ def test_dagger_is_refused_where_it_has_no_meaning():
         build_algorithm("bc", replace(config_class("bc")(), dagger_weight=1.0), spec())
 
 
+@pytest.mark.parametrize(
+    "key,value", [("dagger_weight", -1.0), ("dagger_weight", float("nan")), ("intervention_penalty", float("inf"))]
+)
+def test_correction_weights_that_are_not_finite_and_non_negative_are_refused(key, value):
+    with pytest.raises(ValueError, match=f"algo.{key} must be a finite number >= 0"):
+        config_class("sac")(**{key: value})
+    assert getattr(config_class("sac")(**{key: 0.5}), key) == 0.5
+
+
 def run(args, timeout=300):
     return subprocess.run(EXE + args, capture_output=True, text=True, timeout=timeout)
 

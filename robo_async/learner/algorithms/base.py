@@ -24,6 +24,7 @@ The folder is found by `_load()` (every subpackage is imported): nothing else li
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -62,6 +63,10 @@ class AlgoConfig:
 
     def __post_init__(self) -> None:
         as_choices(self, "algo")
+        for key in ("dagger_weight", "intervention_penalty"):
+            v = getattr(self, key)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"algo.{key} must be a finite number >= 0 (0: off), not {v}")
 
     def relabelling(self) -> Relabel | None:
         """The sampler's HER settings (None without `algo.her`); the threshold must be resolved."""
