@@ -68,6 +68,15 @@ class Robot(abc.ABC):
         del seed
         return self.get_observation()
 
+    def set_start_range(self, fraction: float) -> None:
+        """Draw the next resets' random scene start (an object's place) from `fraction` (0, 1] of
+        its range around the task's nominal start (the start-range curriculum, `actor.start_range`).
+        Robots whose scene they do not place themselves (real arms, fixed-start tasks) refuse it."""
+        raise RobotError(
+            f"{self.spec.name} has no random start to narrow (actor.start_range): its scene is reset "
+            "as it is; leave actor.start_range unset"
+        )
+
     def outcome(self) -> Outcome:
         """Reward and success for the last tick; robots without a task signal report nothing."""
         return Outcome()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hal.ee_teleop import EndEffectorSpace
+from hal.robot import RobotError
 from hal.spec import Observation
 from hal.units import Rescale
 from sim.gym_robot import GymConfig, GymRobot
@@ -28,6 +29,9 @@ PICK_CUBE = "gym_hil/PandaPickCube-v0"
 STEP_M = 0.025  # metres per unit of the xyz action (gym_hil's DEFAULT_EE_STEP_SIZE)
 AGENT_POS_DIM = 18  # agent_pos: 7 joint positions, 7 joint velocities, the gripper command, the pinch point
 GRIPPER_INDEX = 14
+# PandaPickCube's cube: its fixed place (random_block_position=false) and the box it is drawn from otherwise (x, y, m)
+FIXED_CUBE_XY = np.array([0.5, 0.0])
+CUBE_BOX = (np.array([0.3, -0.15]), np.array([0.5, 0.15]))
 MAX_GRIPPER_COMMAND = 255.0  # gym_hil's gripper actuator range
 # the state's gripper command: gym_hil's agent_pos gives the actuator's 0..255, this task 0..1 (see
 # `get_observation`); datasets recorded from the raw env (LeRobot's gym_manipulator) are converted on import
@@ -87,6 +91,7 @@ class GymHilRobot(GymRobot):
         if config.image_obs and "image_obs" not in dict(config.kwargs):
             config = replace(config, kwargs=(*config.kwargs, ("image_obs", True)))
         super().__init__(config)
+        self._start_range = 1.0  # the start-range curriculum's fraction (set_start_range)
 
     def _make(self):
         env = super()._make()
@@ -97,6 +102,39 @@ class GymHilRobot(GymRobot):
             for cam in list(pixels.spaces):
                 pixels.spaces[cam] = type(pixels.spaces[cam])(0, 255, (size, size, 3), np.uint8)
         return env
+
+    def set_start_range(self, fraction: float) -> None:
+        """The next resets place the cube at `fraction` of the way from gym_hil's fixed place (where
+        one-start demonstrations are recorded) to a uniform draw over its random box (1: the task's
+        own draw). Only for `random_block_position` (the task's default)."""
+        if not dict(self.config.kwargs).get("random_block_position"):
+            raise RobotError(
+                f"{self.spec.name}: actor.start_range needs task.kwargs' random_block_position (the cube "
+                "starts at one place here)"
+            )
+        if not (0.0 < fraction <= 1.0):
+            raise RobotError(f"{self.spec.name}: the start range is a fraction in (0, 1], not {fraction}")
+        self._start_range = float(fraction)
+
+    def reset(self, *, seed: int | None = None) -> Observation:
+        """gym_hil's reset; under a start-range curriculum (`set_start_range` < 1) the cube is then
+        moved toward its fixed place, drawn from a generator of `seed`."""
+        obs = super().reset(seed=seed)
+        fraction = self._start_range
+        if fraction >= 1.0:
+            return obs
+        import mujoco
+
+        env = self._require().unwrapped
+        data, model = env._data, env._model
+        u = np.random.default_rng(seed).uniform(*CUBE_BOX)
+        xy = FIXED_CUBE_XY + fraction * (u - FIXED_CUBE_XY)
+        data.jnt("block").qpos[:2] = xy
+        mujoco.mj_forward(model, data)
+        env._z_init = data.sensor("block_pos").data[2]
+        env._z_success = env._z_init + 0.1
+        self._obs = env._compute_observation()
+        return self.get_observation()
 
     def get_observation(self) -> Observation:
         """gym_hil's observation, `state` being its `agent_pos` with the gripper's command (the

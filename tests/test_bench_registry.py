@@ -120,6 +120,13 @@ def test_bench_hil_refuses_a_dagger_weight_that_is_not_finite_and_non_negative(v
     assert not (tmp_path / "b").exists()  # refused before the bench made its directory or ran anything
 
 
+@pytest.mark.parametrize("value", ["0", "1.5", "nan"])
+def test_bench_hil_refuses_a_start_range_outside_zero_to_one(value, capsys, tmp_path):
+    assert main(["bench", "hil", f"start_range={value}", f"dir={tmp_path / 'b'}"]) == 2
+    assert "bench hil: start_range must be in (0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # refused before the bench made its directory or ran anything
+
+
 @pytest.mark.e2e
 def test_bench_envs_compares_a_peer_env_bare_and_through_the_actor(capsys, tmp_path):
     import json
@@ -146,6 +153,9 @@ def test_bench_hil_takes_the_median_over_seeds_and_says_when_a_speedup_is_only_a
     off = run_of("pick_lift", "hil", 0, dagger_weight=0.0)  # corrections only in the replay: a run of its own
     assert "algo.dagger_weight=0.0" in off.extra and off.name == "pick_lift-hil-dw0-s0"
     assert run_of("pick_lift", "no_hil", 0, dagger_weight=0.0).name == run_of("pick_lift", "no_hil", 0).name
+    for arm in ("hil", "no_hil"):  # the start-range curriculum: both arms, a run of their own
+        cur = run_of("gym_hil", arm, 1, demos="one_start", start_range=0.1)
+        assert "actor.start_range=0.1" in cur.extra and cur.name == f"gym_hil-{arm}-onestart-sr0.1-s1"
     runs = {
         "hil": [
             {"seconds_to_80": 100.0, "intervention_rate_last": 0.05, "env_steps_to_80": 1000},

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.base import ActionChunk, Policy
+from robo_async.actor.curriculum import SuccessGate
 from robo_async.actor.options import ActorOptions
 
 
@@ -47,7 +48,7 @@ class JsrlGuide:
         self.ticks = config.ticks  # the guide acts for this many ticks of a training episode now
         self._chunk: ActionChunk | None = None
         self._i = 0
-        self._results: list[bool] = []  # training episodes since the last check
+        self._gate = SuccessGate(config.window, config.threshold)
 
     def acts(self, episode_tick: int, evaluation: bool) -> bool:
         """Whether the guide chooses this tick's action."""
@@ -66,9 +67,5 @@ class JsrlGuide:
 
     def episode_ended(self, success: bool) -> None:
         """A training episode's outcome: hand over earlier once the recent ones succeed enough."""
-        g = self.config
-        self._results.append(bool(success))
-        if len(self._results) >= g.window:
-            if np.mean(self._results) >= g.threshold:
-                self.ticks = max(0, self.ticks - g.step)
-            self._results = []
+        if self._gate.passed(success):
+            self.ticks = max(0, self.ticks - self.config.step)

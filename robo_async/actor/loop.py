@@ -36,6 +36,7 @@ import numpy as np
 from hal.safety import SafeRobot
 from hal.teleop import Teleop, TeleopEventKind
 from policies.base import Policy, WeightsMismatch, check_architecture
+from robo_async.actor.curriculum import StartCurriculum
 from robo_async.actor.guide import JsrlGuide
 from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
 from robo_async.actor.inference_modes import INFERENCE_MODES
@@ -136,6 +137,11 @@ class ControlLoop:
         self.guide = (
             JsrlGuide(guide, config.guide_schedule) if guide is not None and config.guide_schedule is not None else None
         )
+        # a scene that starts at random: training episodes from a range widening with success (actor/curriculum.py)
+        self.curriculum = StartCurriculum(config.start_schedule) if config.start_schedule is not None else None
+        if self.curriculum is not None:
+            for r in robots:  # one RobotError line, before the first tick, for a robot without a start range
+                r.inner.set_start_range(self.curriculum.fraction)
         self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
@@ -173,7 +179,7 @@ class ControlLoop:
     def actor_stats(self) -> ActorStats:
         """Heartbeat figures: safety counters, tick lateness, inference latency, and those of the
         operators, a remote policy and the actor around this loop (`stats=`)."""
-        parts = [robot_stats(self.lanes, self.lateness, self.nonfinite, self.guide, self.train_jerk)]
+        parts = [robot_stats(self.lanes, self.lateness, self.nonfinite, self.guide, self.train_jerk, self.curriculum)]
         if self.operators is not None:
             parts.append(self.operators.stats())
         if self.runner is not None:
@@ -200,19 +206,24 @@ class ControlLoop:
         if self.guide is not None:
             self.guide.reset()
         episode, self._next_episode = self._next_episode, self._next_episode + 1
+        evaluation = self._is_eval(episode)
+        if self.curriculum is not None:  # (evaluation episodes start from the whole range)
+            lane.robot.inner.set_start_range(self.curriculum.range_for(evaluation))
         stop = self._stop_event
         lane.start(episode, self.config.seed, self.teleops, lambda: stop is not None and stop.is_set())
-        lane.evaluation = self._is_eval(lane.episode)
+        lane.evaluation = evaluation
         return lane.obs
 
     def _end_episode(self, lane: Lane, version: int, label: TeleopEventKind | None, result: LoopResult) -> None:
-        """The episode's summary to its lane's sink and the result; JSRL's schedule; its jerk."""
+        """The episode's summary to its lane's sink and the result; the curricula; its jerk."""
         stats = lane.summary(version, label)
         lane.sink.send_episode(stats)
         result.episodes.append(stats)
         del result.episodes[:-1000]  # bounded on days-long runs
         if self.guide is not None and not lane.evaluation:
             self.guide.episode_ended(lane.success)
+        if self.curriculum is not None and not lane.evaluation:
+            self.curriculum.episode_ended(lane.success)
         if not lane.evaluation and (jerk := lane.jerk(self.robot.spec.dt)) is not None:
             self.train_jerk.append(jerk)
         lane.commanded.clear()
@@ -335,7 +346,8 @@ class ControlLoop:
             self.policy.connect(cfg.server_wait_s, stop)  # type: ignore[attr-defined]
         if runner is not None and cfg.warmup_inference:  # torch's slow first call; seeds the latency
             runner.engine.warmup(lane0.obs)
-        lane0.evaluation = self._is_eval(lane0.episode)
+        if self.curriculum is None:  # (with one, the reset's range already followed the episode's kind)
+            lane0.evaluation = self._is_eval(lane0.episode)
         ops = self.operators
         self.policy.deterministic = lane0.evaluation
         next_beat = time.monotonic() + cfg.heartbeat_s

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from robo_async.actor.curriculum import StartRangeConfig
 from robo_async.actor.guide import GuideConfig
 from robo_async.actor.options import ActorOptions, InferenceMode, Replan
 from robo_async.transport.options import as_choices
@@ -20,8 +21,9 @@ class LoopConfig:
     """How one `ControlLoop` runs: episode length, pacing, seeds, the inference mode and replanning,
     heartbeats. Training actors get it from `from_options` (the `actor:` section, `ActorOptions`);
     eval, bc and benchmarks fill it directly. A field named as an `actor.*` key takes its default
-    from `ActorOptions` (the one definition); `inference`, `replan` and `guide_schedule` are derived:
-    the mode and rule `auto` resolved to, and JSRL's curriculum."""
+    from `ActorOptions` (the one definition); `inference`, `replan`, `guide_schedule` and
+    `start_schedule` are derived: the mode and rule `auto` resolved to, JSRL's and the start range's
+    curricula."""
 
     actor_id: int = 0  # stamped on episode summaries and heartbeats
     episode_ticks: int = 50  # truncate episodes after this many ticks (training: the task's `episode_ticks`)
@@ -45,6 +47,8 @@ class LoopConfig:
     warmup_inference: bool = True  # run the policy twice before the first tick (torch's slow first call)
     # JSRL: a guide acts first in training episodes (inline, sim only), on this curriculum
     guide_schedule: GuideConfig | None = None
+    # a scene that starts at random: training episodes start from a range widening with success (actor/curriculum.py)
+    start_schedule: StartRangeConfig | None = None
     success_reward: float = ActorOptions.success_reward  # an operator's success label: the reward is at least this
     teleop_drives: bool = False  # a teleop session: the operator drives from the first tick (robo-async teleop)
     server_wait_s: float = ActorOptions.server_wait_s  # a policy on a server: wait this long for it to answer first
@@ -67,7 +71,8 @@ class LoopConfig:
     ) -> LoopConfig:
         """A training actor's loop: `options`' keys as they are, the inference mode and replanning
         rule as resolved (the launch layer decides `auto`: it knows the task and the algorithm), the
-        JSRL curriculum where `actor.guide` is set. A ValueError names a key that cannot run."""
+        JSRL curriculum where `actor.guide` is set, the start-range one where `actor.start_range` is.
+        A ValueError names a key that cannot run."""
         return cls(
             actor_id=actor_id,
             episode_ticks=episode_ticks,
@@ -80,6 +85,7 @@ class LoopConfig:
             inference_workers=options.inference_workers,
             replan=replan,
             guide_schedule=GuideConfig.from_options(options) if options.guide else None,
+            start_schedule=StartRangeConfig.from_options(options),
             success_reward=options.success_reward,
             server_wait_s=options.server_wait_s,
         )

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from robo_async.actor.curriculum import StartCurriculum
 from robo_async.actor.guide import JsrlGuide
 from robo_async.actor.inference import AsyncChunkRunner
 from robo_async.actor.lane import Lane
@@ -23,9 +24,10 @@ def robot_stats(
     nonfinite: int,
     guide: JsrlGuide | None,
     train_jerk: Iterable[float],
+    curriculum: StartCurriculum | None = None,
 ) -> ActorStats:
     """Safety counters summed over the lanes' robots, rows not kept for a NaN or infinity, tick
-    lateness, the guide's ticks and the mean jerk of recent training episodes."""
+    lateness, the guide's ticks, the start range of training episodes and the mean jerk of recent training episodes."""
     sts = [ln.robot.stats for ln in lanes]
     jerk = list(train_jerk)
     return ActorStats(
@@ -44,6 +46,7 @@ def robot_stats(
         missed_ticks=lateness.missed,
         late_hist=histogram(np.asarray(lateness.samples) * 1000, "late_hist") if lateness.samples else None,
         guide_ticks=guide.ticks if guide is not None else None,
+        start_range=curriculum.fraction if curriculum is not None else None,
         train_jerk=round(float(np.mean(jerk)), 1) if jerk else None,
     )
 

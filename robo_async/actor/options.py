@@ -118,6 +118,12 @@ class ActorOptions:
     guide_step: int = 10  # ... handing over this many ticks earlier
     guide_window: int = 10  # ... each time the last guide_window training episodes
     guide_threshold: float = 0.5  # ... succeed at least this often
+    # a task whose scene starts at random (gym_hil's cube): training episodes start from this fraction of its
+    # range around the nominal start at first (null: the whole range; evaluation episodes always: actor/curriculum.py)
+    start_range: float | None = None
+    start_range_step: float = 0.1  # ... widening by this fraction
+    start_range_window: int = 10  # ... each time the last start_range_window training episodes
+    start_range_threshold: float = 0.6  # ... succeed at least this often
 
     def __post_init__(self) -> None:
         as_choices(self, "actor")
@@ -125,6 +131,15 @@ class ActorOptions:
             raise ValueError(f"actor.envs must be 1 to {MAX_ENVS}, not {self.envs}")
         if self.inference_workers < 1:
             raise ValueError(f"actor.inference_workers must be at least 1, not {self.inference_workers}")
+        # the start-range curriculum (actor/curriculum.py); comparisons written so that NaN fails them
+        for key, ok, want in (
+            ("start_range", self.start_range is None or 0.0 < self.start_range <= 1.0, "in (0, 1] or null"),
+            ("start_range_step", 0.0 < self.start_range_step <= 1.0, "in (0, 1]"),
+            ("start_range_window", self.start_range_window >= 1, "at least 1"),
+            ("start_range_threshold", 0.0 <= self.start_range_threshold <= 1.0, "in [0, 1]"),
+        ):
+            if not ok:
+                raise ValueError(f"actor.{key} must be {want}, not {getattr(self, key)}")
 
 
 @dataclass(frozen=True)

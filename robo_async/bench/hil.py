@@ -52,19 +52,25 @@ def run_of(
     realtime: bool = False,
     demos: str = "spread",
     dagger_weight: float = 1.0,
+    start_range: float | None = None,
 ) -> Row:
     """One run of the bench: SAC (or `algo`, e.g. the rlpd preset) from state on `task`, with
     (`hil`) or without the operator; `realtime`: the actor at the task's rate (named `-rt`);
     `demos=one_start`: the demonstrations all start from one cube place (named `-onestart`);
-    `dagger_weight`: HG-DAgger's imitation of the corrections (named `-dw<w>` unless 1.0)."""
+    `dagger_weight`: HG-DAgger's imitation of the corrections (named `-dw<w>` unless 1.0);
+    `start_range`: both arms' training episodes start from this fraction of the cube's range at first,
+    widening with success (`actor.start_range`, named `-sr<f>`)."""
     one = demos == "one_start"
     name = f"{task}-{arm}{'' if algo == 'sac' else '-' + algo}{'-rt' if realtime else ''}{'-onestart' if one else ''}"
     if arm == "hil" and dagger_weight != 1.0:
         name += f"-dw{dagger_weight:g}"
+    if start_range is not None:
+        name += f"-sr{start_range:g}"
     # RLPD with two critics, as bench learn's and bench envs' RLPD rows: ten cost this CPU most of its UTD
     critics = ("algo.critics=2",) if algo == "rlpd" else ()
     hil = (*HIL, f"algo.dagger_weight={float(dagger_weight)}") if arm == "hil" else ()
-    extra = (*hil, *critics, f"seed={seed}")
+    curriculum = (f"actor.start_range={float(start_range)}",) if start_range is not None else ()
+    extra = (*hil, *critics, *curriculum, f"seed={seed}")
     return Row(
         f"{name}-s{seed}",
         task,
@@ -153,12 +159,17 @@ class HilKeys:
     dagger_weight: float = arg(
         1.0, help="the operator's arm: HG-DAgger's weight on imitating the corrections (0: they are only replay)"
     )
+    start_range: float | None = arg(
+        None, help="both arms start training episodes from this fraction of the cube's range, widening with success"
+    )
     classifier: bool = arg(True, help="train and score the success classifier on pick_lift frames")
     dir: Path | None = arg(None, help="bench directory; runs saved there are not rerun (none: a new one)")
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.dagger_weight) or self.dagger_weight < 0:  # refused before any run starts
             raise UserError(f"bench hil: dagger_weight must be a finite number >= 0, not {self.dagger_weight}")
+        if self.start_range is not None and not 0 < self.start_range <= 1:  # (NaN fails it too)
+            raise UserError(f"bench hil: start_range must be in (0, 1], not {self.start_range}")
 
 
 def bounded(runs: list[dict], key: str, stand_in: float | None = None) -> float | None:
@@ -221,7 +232,7 @@ def bench_hil(args: HilKeys) -> int:
     print(f"working in {root}", flush=True)
     from robo_async.learner.metrics import read_metrics
 
-    keys = (args.algo, args.realtime, args.demos, args.dagger_weight)
+    keys = (args.algo, args.realtime, args.demos, args.dagger_weight, args.start_range)
 
     def named(task: str, arm: str, seed: int) -> str:
         return run_of(task, arm, seed, *keys).name

@@ -39,6 +39,9 @@ def actor_figures(stats: Sequence[ActorStats]) -> dict[str, float]:
     guided = [s.guide_ticks for s in stats if s.guide_ticks is not None]
     if guided:  # JSRL: ticks the guide still acts for at the start of training episodes
         out["actors/guide_ticks"] = max(guided)
+    ranges = [s.start_range for s in stats if s.start_range is not None]
+    if ranges:  # the start-range curriculum: the fraction of the task's start range training episodes draw from
+        out["actors/start_range"] = min(ranges)
     infer = [s for s in stats if s.infer_p95_ms is not None]
     if infer:  # actors running asynchronous chunk inference
         out["actors/infer_p50_ms"] = max(s.infer_p50_ms or 0.0 for s in infer)

@@ -56,6 +56,7 @@ class ActorStats:
     late_hist: tuple[int, ...] | None = None  # tick lateness of recent ticks per bin of HIST_EDGES_MS (ms)
     missed_ticks: int | None = None  # ticks that started more than half a period late
     guide_ticks: int | None = None  # JSRL: ticks the guide still acts for at the start of training episodes
+    start_range: float | None = None  # the fraction of the task's start range training episodes draw from now
     train_jerk: float | None = None  # mean |d3 action / dt3| of recent training episodes, rad/s^3
     # asynchronous chunk inference (actor/inference.py)
     infer_p50_ms: float | None = None  # median inference time (request to chunk), ms
