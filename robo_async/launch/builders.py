@@ -26,6 +26,7 @@ from robo_async.launch.checks import (  # noqa: F401  (resolve_precision, resolv
     check_her,
     check_key_lanes,
     check_replicas,
+    check_start_range,
     check_wandb,
     one_line,
     resolve_inference,
@@ -310,6 +311,7 @@ def plan_actors(
             )
         if a.guide != "expert" and not Path(a.guide).exists():
             raise ConfigError(f"actor.guide={a.guide}: use expert or a `robo-async bc` run directory")
+    check_start_range(a, c, plan_task)
     envs = check_envs(a, c, plan_task, server)
     if c.actors * envs > max_actors:  # each robot is a stream the learner keeps state for
         raise ConfigError(

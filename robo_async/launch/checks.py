@@ -192,6 +192,27 @@ def check_envs(a, c, plan_task, server: str | None) -> int:
     return envs
 
 
+def check_start_range(a, c, plan_task) -> None:
+    """`actor.start_range`: every actor's robot must place its own scene (a simulator with a random
+    start: `Robot.set_start_range`); a real arm's scene is reset by a person, as it is."""
+    if a.start_range is None:
+        return
+    for i in range(c.actors):
+        t = plan_task(i)
+        if t.robot is not None:
+            raise ConfigError(
+                f"actor.start_range narrows where a simulator starts its scene; actor {i} drives a real robot, "
+                "whose scene is reset as it is: leave actor.start_range unset"
+            )
+        robot = make_robot(t)
+        try:
+            robot.set_start_range(float(a.start_range))
+        except RobotError as e:
+            raise ConfigError(str(e)) from None
+        finally:
+            robot.close()
+
+
 def check_replicas(c, algo_name: str, algo_config, policy: PolicySpec, device: str) -> int:
     """`learner.replicas`: 1 to 64 learner ranks; more than one only where a runner places them
     (launcher=local: processes on this machine; launcher=ray: Ray actors on the cluster) and, on

@@ -124,3 +124,39 @@ def test_the_learner_reports_the_narrowest_range_of_its_actors():
 
     assert actor_figures([ActorStats(start_range=0.5), ActorStats(start_range=0.3)])["actors/start_range"] == 0.3
     assert "actors/start_range" not in actor_figures([ActorStats(clipped=1)])
+
+
+@pytest.mark.parametrize(
+    "overrides, want",
+    [
+        (["task=reach", "actor.start_range=0.5"], "has no random start to narrow (actor.start_range)"),
+        (
+            ["task=gym_hil", "task.kwargs=[[random_block_position,false]]", "actor.start_range=0.5"],
+            "actor.start_range needs task.kwargs' random_block_position",
+        ),
+        (["task=gym_hil", "actor.start_range=1.5"], "actor.start_range must be in (0, 1] or null, not 1.5"),
+        (
+            ["robot=so101", "policy.obs_keys=[state]", "actor.start_range=0.5"],
+            "drives a real robot, whose scene is reset as it is",
+        ),
+    ],
+)
+def test_train_refuses_a_start_range_its_robots_cannot_follow_in_one_line_before_anything_runs(
+    tmp_path, overrides, want
+):
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+    from robo_async.launch.mirrors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        build_plan(compose_config(overrides), tmp_path / "run")
+    assert want in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_plans_gym_hils_actors_with_the_curriculum(tmp_path):
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+
+    plan = build_plan(compose_config(["task=gym_hil", "actor.start_range=0.2"]), tmp_path / "run")
+    assert [a.loop.start_schedule for a in plan.actors] == [StartRangeConfig(start=0.2)]
