@@ -5,6 +5,7 @@ the `actor:` options for training actors or filled directly by eval, bc and the 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,11 +69,16 @@ class LoopConfig:
         realtime: bool = False,
         seed: int = 0,
         start_episode: int = 0,
+        resumed_start_range: float | None = None,
     ) -> LoopConfig:
         """A training actor's loop: `options`' keys as they are, the inference mode and replanning
         rule as resolved (the launch layer decides `auto`: it knows the task and the algorithm), the
         JSRL curriculum where `actor.guide` is set, the start-range one where `actor.start_range` is.
+        A resumed run's start range goes on from `resumed_start_range` (where its curriculum stood).
         A ValueError names a key that cannot run."""
+        start = StartRangeConfig.from_options(options)
+        if start is not None and resumed_start_range is not None:
+            start = dataclasses.replace(start, start=min(1.0, max(start.start, float(resumed_start_range))))
         return cls(
             actor_id=actor_id,
             episode_ticks=episode_ticks,
@@ -85,7 +91,7 @@ class LoopConfig:
             inference_workers=options.inference_workers,
             replan=replan,
             guide_schedule=GuideConfig.from_options(options) if options.guide else None,
-            start_schedule=StartRangeConfig.from_options(options),
+            start_schedule=start,
             success_reward=options.success_reward,
             server_wait_s=options.server_wait_s,
         )

@@ -267,6 +267,7 @@ def plan_actors(
     server = a.inference_server or None
     hw = (resume_meta or {}).get("high_water", {})
     eps = (resume_meta or {}).get("episode_counts", {})
+    ranges = (resume_meta or {}).get("start_ranges", {})  # where each actor's start-range curriculum stood
     replan = resolve_replan(a.replan, algo_name)
     horizon = PolicyArgs.from_config(as_dict(c.policy)).horizon
     envs = int(a.envs)
@@ -289,6 +290,7 @@ def plan_actors(
                 realtime=ti.realtime,
                 seed=c.seed * 1000 + i,
                 start_episode=episodes_of(i),
+                resumed_start_range=ranges.get(str(i)),
             )
             delivery = UplinkConfig.from_options(
                 a,

@@ -104,6 +104,8 @@ class Learner(LearnerIngest, LearnerReporting):
         self.episodes = 0
         self.high_water: dict[int, int] = {}  # next seq per actor, restored on resume
         self.episode_counts: dict[int, int] = {}
+        # the start-range curriculum's fraction per actor, as a resumed checkpoint had it (until its heartbeats say)
+        self.start_ranges: dict[int, float] = {}
         self.successes: deque[bool] = deque(maxlen=config.success_window)
         self.returns: deque[float] = deque(maxlen=config.success_window)
         self.train_successes: deque[bool] = deque(maxlen=config.success_window)
@@ -324,6 +326,14 @@ class Learner(LearnerIngest, LearnerReporting):
             "episodes": self.episodes,
             "high_water": {str(k): v for k, v in self.high_water.items()},
             "episode_counts": {str(k): v for k, v in self.episode_counts.items()},
+            # where each actor's start-range curriculum stands: a resumed run goes on from there
+            "start_ranges": {
+                str(k): v
+                for k, v in {
+                    **self.start_ranges,
+                    **{a: h.stats.start_range for a, h in self.heartbeats.items() if h.stats.start_range is not None},
+                }.items()
+            },
             "limiter": self.limiter.state_dict(),
             "store_counts": dict(self.store.counts),
             "elapsed_s": time.monotonic() - self._t0,
@@ -353,6 +363,7 @@ class Learner(LearnerIngest, LearnerReporting):
         self.updates, self.version = int(meta["updates"]), int(meta["version"])
         self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
         self.episode_counts = {int(k): int(v) for k, v in meta.get("episode_counts", {}).items()}
+        self.start_ranges = {int(k): float(v) for k, v in meta.get("start_ranges", {}).items()}
         # The store kept everything committed, including what arrived after this checkpoint:
         # count that too, so the limiter and env steps pick up where the data ends.
         self.limiter.load_state_dict(meta["limiter"])

@@ -160,3 +160,68 @@ def test_train_plans_gym_hils_actors_with_the_curriculum(tmp_path):
 
     plan = build_plan(compose_config(["task=gym_hil", "actor.start_range=0.2"]), tmp_path / "run")
     assert [a.loop.start_schedule for a in plan.actors] == [StartRangeConfig(start=0.2)]
+
+
+def test_a_resumed_run_goes_on_from_where_each_actors_curriculum_stood(tmp_path):
+    from robo_async.config import compose_config
+    from robo_async.launch.builders import build_plan
+
+    cfg = compose_config(["task=gym_hil", "actor.start_range=0.1", "actors=2"])
+    meta = {"start_ranges": {"0": 0.6, "1": 0.05}}  # actor 1's record is narrower than asked: the key wins
+    plan = build_plan(cfg, tmp_path / "run", resume_meta=meta)
+    assert [a.loop.start_schedule.start for a in plan.actors] == [0.6, 0.1]
+    assert build_plan(cfg, tmp_path / "r2", resume_meta={"start_ranges": {"0": 7.0}}).actors[0].loop.start_schedule == (
+        StartRangeConfig(start=1.0)
+    )
+    off = compose_config(["task=gym_hil"])  # no curriculum asked for: none, whatever the checkpoint says
+    assert build_plan(off, tmp_path / "r3", resume_meta=meta).actors[0].loop.start_schedule is None
+
+
+def test_the_learners_checkpoint_keeps_each_actors_start_range_across_a_resume(tmp_path):
+    import time
+
+    import zmq
+
+    from robo_async.learner.algorithms import PolicySpec
+    from robo_async.learner.algorithms.sac import SACConfig
+    from robo_async.learner.config import LearnerConfig
+    from robo_async.learner.learner import Learner
+    from robo_async.learner.options import LearnerOptions
+    from robo_async.transport.stats import ActorStats
+    from robo_async.transport.wire import Heartbeat, encode
+
+    def learner() -> Learner:
+        return Learner(
+            LearnerConfig(
+                str(tmp_path),
+                "tcp://127.0.0.1:0",
+                "tcp://127.0.0.1:0",
+                PolicySpec("mlp", ("state",), (6,), (-1.0,) * 6, (1.0,) * 6, hidden=(32, 32)),
+                algo_config=SACConfig(batch_size=16, warmup_steps=32, hidden=(32, 32)),
+                tensorboard=False,
+                stop_at_success=None,
+                options=LearnerOptions(checkpoint_every_s=3600.0),
+            )
+        )
+
+    first = learner()
+    first.open()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    try:
+        push.connect(first.addresses[0])
+        deadline = time.monotonic() + 120  # a hang guard only: the loop ends when the heartbeat is in
+        while 0 not in first.heartbeats and time.monotonic() < deadline:
+            push.send_multipart([bytes(f) for f in encode(Heartbeat(0, 100, 0, ActorStats(start_range=0.4)))])
+            first.step()
+        assert first.counters()["start_ranges"] == {"0": 0.4}
+        path = first.save()
+    finally:
+        push.close(linger=0)
+        first.close()
+    second = learner()
+    second.open()
+    try:
+        second.restore(path)
+        assert second.counters()["start_ranges"] == {"0": 0.4}  # no heartbeat yet: kept for the next checkpoint
+    finally:
+        second.close()
