@@ -10,15 +10,17 @@ a real scene does (the cube near where it was demonstrated first, then anywhere)
 policy whose 20 demonstrations all start from one place learn the whole task without an operator.
 Evaluation episodes always start from the whole range, so success is judged on the task itself.
 
-    curriculum = StartCurriculum(StartRangeConfig(start=0.1, step=0.1))
-    robot.set_start_range(curriculum.range_for(evaluation))   # before each reset
-    curriculum.episode_ended(success)                          # training episodes
+    curriculum = StartCurriculum.of(StartRangeConfig(start=0.1, step=0.1), robots)
+    curriculum.place(robot, evaluation)   # before each reset: Robot.set_start_range
+    curriculum.episode_ended(success)     # training episodes
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hal.robot import Robot
 from robo_async.actor.options import ActorOptions
 
 
@@ -69,6 +71,21 @@ class StartCurriculum:
         self.config = config
         self.fraction = config.start
         self._gate = SuccessGate(config.window, config.threshold)
+
+    @classmethod
+    def of(cls, config: StartRangeConfig | None, robots: Sequence[Robot]) -> StartCurriculum | None:
+        """The curriculum of `config` (None: none) for `robots`, each told its first range now: a
+        robot without a random start raises its RobotError before the first tick."""
+        if config is None:
+            return None
+        curriculum = cls(config)
+        for robot in robots:
+            robot.set_start_range(curriculum.fraction)
+        return curriculum
+
+    def place(self, robot: Robot, evaluation: bool) -> None:
+        """Before `robot`'s next reset: the range of the episode it starts (evaluation: all of it)."""
+        robot.set_start_range(self.range_for(evaluation))
 
     def range_for(self, evaluation: bool) -> float:
         """The fraction of the start range the next episode draws from (evaluation: all of it)."""

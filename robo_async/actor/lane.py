@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from hal.spec import RobotSpec
 from hal.teleop import Teleop, TeleopEventKind
 from policies.base import ActionChunk, ChunkRequest, Policy
 from robo_async.actor.records import Sink
+
+if TYPE_CHECKING:
+    from robo_async.actor.loop_config import LoopConfig
 from robo_async.transport.wire import EpisodeStats
 
 
@@ -123,3 +127,35 @@ def inline_actions(
         ln.chunk_i += 1
         out.append((ln.chunk.actions[ln.chunk_i - 1], ln.chunk.policy_version))
     return out
+
+
+def lanes_of(
+    robot: SafeRobot | Sequence[SafeRobot],
+    sink: Sink | Sequence[Sink] | None,
+    config: LoopConfig,
+    *,
+    teleops: tuple[Teleop, ...],
+    guide: Policy | None,
+    policy: Policy,
+) -> tuple[list[SafeRobot], list[Sink | None]]:
+    """A `ControlLoop`'s robots and one sink each, checked: every robot behind the safety layer, and
+    several simulators in one loop (`actor.envs`) only inline, as fast as they go, without teleops, a
+    guide or a policy server (one batched policy call per tick)."""
+    robots = list(robot) if isinstance(robot, Sequence) else [robot]
+    sinks = list(sink) if isinstance(sink, Sequence) else [sink] * len(robots) if sink is None else [sink]
+    for r in robots:
+        if not isinstance(r, SafeRobot):
+            raise TypeError(
+                f"the control loop drives robots behind the safety layer; wrap {type(r).__name__} in "
+                "hal.safety.SafeRobot"
+            )
+    if not robots or len(sinks) != len(robots):
+        raise ValueError(f"the control loop needs one sink per robot: {len(robots)} robots, {len(sinks)} sinks")
+    not_as_fast = config.inference != "inline" or teleops or guide is not None or config.realtime
+    if len(robots) > 1 and (not_as_fast or getattr(policy, "remote", False)):
+        raise ValueError(
+            f"{len(robots)} simulators in one loop (actor.envs) step as fast as they go with inline "
+            f"inference and one batched policy call per tick: no asynchronous inference, "
+            f"real time, teleops, guide or policy server"
+        )
+    return robots, sinks

@@ -40,7 +40,7 @@ from robo_async.actor.curriculum import StartCurriculum
 from robo_async.actor.guide import JsrlGuide
 from robo_async.actor.inference import AsyncChunkRunner, InferenceEngine
 from robo_async.actor.inference_modes import INFERENCE_MODES
-from robo_async.actor.lane import Lane, inline_actions, nonfinite
+from robo_async.actor.lane import Lane, inline_actions, lanes_of, nonfinite
 from robo_async.actor.loop_config import LoopConfig, LoopResult, TickInfo
 from robo_async.actor.loop_stats import inference_stats, robot_stats
 from robo_async.actor.pacing import Pacer, realtime_switch_interval
@@ -77,28 +77,7 @@ class ControlLoop:
         stats: Callable[[], ActorStats] | None = None,
         guide: Policy | None = None,
     ) -> None:
-        robots = list(robot) if isinstance(robot, Sequence) else [robot]
-        sinks = list(sink) if isinstance(sink, Sequence) else [sink] * len(robots) if sink is None else [sink]
-        for r in robots:
-            if not isinstance(r, SafeRobot):
-                raise TypeError(
-                    f"the control loop drives robots behind the safety layer; wrap "
-                    f"{type(r).__name__} in hal.safety.SafeRobot"
-                )
-        if not robots or len(sinks) != len(robots):
-            raise ValueError(f"the control loop needs one sink per robot: {len(robots)} robots, {len(sinks)} sinks")
-        if len(robots) > 1 and (
-            config.inference != "inline"
-            or teleops
-            or guide is not None
-            or config.realtime
-            or getattr(policy, "remote", False)
-        ):
-            raise ValueError(
-                f"{len(robots)} simulators in one loop (actor.envs) step as fast as they go with inline "
-                f"inference and one batched policy call per tick: no asynchronous inference, "
-                f"real time, teleops, guide or policy server"
-            )
+        robots, sinks = lanes_of(robot, sink, config, teleops=teleops, guide=guide, policy=policy)
         robot = robots[0]
         self.remote = bool(getattr(policy, "remote", False))  # on a policy server (actor/remote.py)
         if self.remote and INFERENCE_MODES[config.inference] is None:
@@ -138,10 +117,7 @@ class ControlLoop:
             JsrlGuide(guide, config.guide_schedule) if guide is not None and config.guide_schedule is not None else None
         )
         # a scene that starts at random: training episodes from a range widening with success (actor/curriculum.py)
-        self.curriculum = StartCurriculum(config.start_schedule) if config.start_schedule is not None else None
-        if self.curriculum is not None:
-            for r in robots:  # one RobotError line, before the first tick, for a robot without a start range
-                r.inner.set_start_range(self.curriculum.fraction)
+        self.curriculum = StartCurriculum.of(config.start_schedule, [r.inner for r in robots])
         self.train_jerk: deque[float] = deque(maxlen=20)  # mean |d3 action / dt3| (rad/s^3) of training episodes
         self._bad_weights_logged: set[int] = set()
         self.lateness = LatenessTracker(robot.spec.dt)
@@ -208,7 +184,7 @@ class ControlLoop:
         episode, self._next_episode = self._next_episode, self._next_episode + 1
         evaluation = self._is_eval(episode)
         if self.curriculum is not None:  # (evaluation episodes start from the whole range)
-            lane.robot.inner.set_start_range(self.curriculum.range_for(evaluation))
+            self.curriculum.place(lane.robot.inner, evaluation)
         stop = self._stop_event
         lane.start(episode, self.config.seed, self.teleops, lambda: stop is not None and stop.is_set())
         lane.evaluation = evaluation
@@ -220,10 +196,9 @@ class ControlLoop:
         lane.sink.send_episode(stats)
         result.episodes.append(stats)
         del result.episodes[:-1000]  # bounded on days-long runs
-        if self.guide is not None and not lane.evaluation:
-            self.guide.episode_ended(lane.success)
-        if self.curriculum is not None and not lane.evaluation:
-            self.curriculum.episode_ended(lane.success)
+        for curriculum in (self.guide, self.curriculum) if not lane.evaluation else ():
+            if curriculum is not None:
+                curriculum.episode_ended(lane.success)
         if not lane.evaluation and (jerk := lane.jerk(self.robot.spec.dt)) is not None:
             self.train_jerk.append(jerk)
         lane.commanded.clear()
